@@ -1,0 +1,34 @@
+# `make train` and `make test` each create .venv on first use (or when pyproject.toml changes).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: train test lint slow benchmark clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## Train the default experiment (micro DeiT on the embedded relational-shapes data). ARGS="k=v ..."
+train: $(STAMP)
+	$(PY) train.py $(ARGS)
+
+## Lint and run the test suite (excludes tests marked slow).
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+## Tests marked slow (longer runs of real training).
+slow: $(STAMP)
+	$(PY) -m pytest -q -m slow $(ARGS)
+
+benchmark: $(STAMP)
+	$(PY) scripts/benchmark.py $(ARGS)
+
+clean:
+	rm -rf runs .data .pytest_cache .ruff_cache

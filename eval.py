@@ -1,0 +1,106 @@
+"""Recompute a run's metrics from a checkpoint: ``python eval.py ckpt_path=runs/<run>/checkpoints/best.ckpt``.
+
+Reads the run's resolved ``config.yaml`` beside ``checkpoints/``, evaluates the validation split,
+and prints params, MACs, the accuracy (or COCO AP) numbers and inference throughput.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.flop_counter import FlopCounterMode
+
+from train import (
+    CommandLineError,
+    _scalar_metrics,
+    _user_error_types,
+    build_data_and_model,
+    build_trainer,
+    check_group_choices,
+    report_user_error,
+)
+
+
+def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
+    """Multiply-accumulates of one forward on one image (FLOP counter / 2)."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(torch.zeros(1, *image_shape))
+    return counter.get_total_flops() // 2
+
+
+def measure_throughput(model: torch.nn.Module, image_shape: tuple[int, ...], batch: int, iters: int = 5) -> float:
+    """Inference images per second on random input of ``(batch, *image_shape)``."""
+    images = torch.randn(batch, *image_shape)
+    with torch.inference_mode():
+        model(images)
+        started = time.perf_counter()
+        for _ in range(iters):
+            model(images)
+    return batch * iters / (time.perf_counter() - started)
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Evaluate ``cfg.ckpt_path`` with its run's config; returns the metrics."""
+    from models.training import load_checkpoint
+
+    ckpt_path = Path(cfg.ckpt_path)
+    if not ckpt_path.is_file():
+        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
+    run_config = ckpt_path.resolve().parent.parent / "config.yaml"
+    if not run_config.is_file():
+        raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
+    run_cfg = OmegaConf.load(run_config)
+    if cfg.batch_size:
+        run_cfg.data.batch_size = cfg.batch_size
+    datamodule, model = build_data_and_model(run_cfg)
+    model.load_state_dict(load_checkpoint(ckpt_path)["state_dict"])
+    trainer = build_trainer(cfg.trainer)
+    trainer.test(model, datamodule=datamodule, verbose=False)
+    metrics = _scalar_metrics(trainer.callback_metrics)
+
+    net = model.net.eval()
+    image_shape = (3, datamodule.img_size, datamodule.img_size) if hasattr(datamodule, "img_size") else None
+    if image_shape is not None:
+        metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
+        metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
+        metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
+    return metrics
+
+
+def print_table(metrics: dict[str, Any], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    order = ["params_M", "MACs_M", "val/top1", "val/top5", "val/AP", "val/AP50", "val/AP75", "val/APs",
+             "val/APm", "val/APl", "val_ema/top1", "throughput_img_s"]
+    table = Table(title=title)
+    keys = [k for k in order if k in metrics]
+    for key in keys:
+        table.add_column(key, justify="right")
+    table.add_row(*(f"{metrics[k]:.2f}" for k in keys))
+    Console().print(table)
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    try:
+        metrics = evaluate(cfg)
+    except _user_error_types() as err:
+        report_user_error(err)
+    print_table(metrics, title=str(cfg.ckpt_path))
+
+
+if __name__ == "__main__":
+    try:
+        check_group_choices(sys.argv[1:])
+    except CommandLineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    main()

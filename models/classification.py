@@ -1,0 +1,165 @@
+"""Image classification as a LightningModule, assembled from timm's recipe pieces.
+
+The DeiT recipe (rpe-spec section 7): AdamW with lr scaled by total batch / 512, a per-step cosine
+schedule with linear warm-up, mixup/cutmix with label smoothing (SoftTargetCrossEntropy), drop-path,
+an optional EMA of the weights that is evaluated too, and weight-decay groups as in the reference
+(no decay for biases, norms, ``pos_embed`` and ``cls_token``; RPE tables are decayed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from timm.optim import create_optimizer_v2
+from timm.scheduler import CosineLRScheduler
+from timm.utils import ModelEmaV3
+from torchmetrics.classification import MulticlassAccuracy
+
+from models.factory import create_model
+
+
+class ClassificationModule(L.LightningModule):
+    """Train and evaluate ``net`` on ``(images (B, 3, H, W), labels (B,))`` batches.
+
+    Args:
+        net: ``{name: <backbone name>, **backbone kwargs}`` for :func:`models.create_model`.
+        rpe: relative position encoding (preset name, shorthand, dict, ``RPEConfig`` or None).
+        num_classes: classes of the dataset (the head is built for it).
+        optimizer: ``lr`` (at ``lr_base_batch``), ``lr_base_batch`` (512), ``weight_decay``, ``betas``, ``eps``.
+        scheduler: ``warmup_epochs``, ``warmup_lr``, ``min_lr`` (not batch-scaled, as in DeiT).
+        mixup: kwargs of ``timm.data.Mixup`` or None; its ``label_smoothing`` then applies.
+        label_smoothing: used when mixup is off.
+        ema_decay: decay of the weight EMA; None turns EMA off.
+        compile: ``torch.compile`` the backbone (keeps parameter names).
+    """
+
+    def __init__(
+        self,
+        net: dict[str, Any],
+        rpe: Any = None,
+        num_classes: int = 1000,
+        optimizer: dict[str, Any] | None = None,
+        scheduler: dict[str, Any] | None = None,
+        mixup: dict[str, Any] | None = None,
+        label_smoothing: float = 0.0,
+        ema_decay: float | None = None,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        net = dict(net)
+        self.net = create_model(net.pop("name"), rpe=rpe, num_classes=num_classes, **net)
+        self.optimizer_cfg = {"lr": 5e-4, "lr_base_batch": 512, "weight_decay": 0.05, **(optimizer or {})}
+        self.scheduler_cfg = {"warmup_epochs": 0, "warmup_lr": 1e-6, "min_lr": 1e-5, **(scheduler or {})}
+        self.mixup = Mixup(**{**mixup, "num_classes": num_classes}) if mixup else None
+        self.train_loss = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(
+            label_smoothing=label_smoothing)
+        self.ema = ModelEmaV3(self.net, decay=ema_decay) if ema_decay else None
+        top5 = min(5, num_classes)
+        self.metrics = nn.ModuleDict({
+            prefix: nn.ModuleDict({
+                "top1": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
+                "top5": MulticlassAccuracy(num_classes, top_k=top5, average="micro"),
+            })
+            for prefix in (["val", "val_ema"] if self.ema else ["val"])
+        })
+        if compile:
+            self.net.compile()
+        self._step_started: float | None = None
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """``images (B, 3, H, W)`` -> logits ``(B, num_classes)``."""
+        return self.net(images)
+
+    # ---------------------------------------------------------------- training
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._step_started = time.perf_counter()
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        targets = labels
+        if self.mixup is not None:
+            images, targets = self.mixup(images, labels)
+        loss = self.train_loss(self(images), targets)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("lr", self.optimizers().param_groups[0]["lr"], prog_bar=False)
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.ema is not None:
+            self.ema.update(self.net, step=self.global_step)
+        if self._step_started is not None:
+            images_per_s = len(batch[0]) * self.trainer.world_size / (time.perf_counter() - self._step_started)
+            self.log("train/img_per_s", images_per_s)
+
+    # -------------------------------------------------------------- evaluation
+    def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        images, labels = batch
+        logits = self(images)
+        self.log("val/loss", F.cross_entropy(logits, labels), sync_dist=True)
+        outputs = {"val": logits}
+        if self.ema is not None:
+            outputs["val_ema"] = self.ema.module(images)
+        for prefix, prefix_logits in outputs.items():
+            for metric in self.metrics[prefix].values():
+                metric.update(prefix_logits, labels)
+
+    def _log_eval_epoch(self) -> None:
+        # torchmetrics syncs across ranks in compute(); papers report percent.
+        for prefix, metrics in self.metrics.items():
+            for name, metric in metrics.items():
+                self.log(f"{prefix}/{name}", metric.compute() * 100.0, prog_bar=name == "top1")
+                metric.reset()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval_epoch()
+
+    # ``trainer.test`` evaluates the validation split (ImageNet has no public test labels) and logs
+    # under the same ``val/`` names, so metrics.json holds the best checkpoint's numbers.
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval_epoch()
+
+    # ----------------------------------------------------------- optimisation
+    def effective_lr(self) -> float:
+        """``lr * total_batch / lr_base_batch`` with total batch over devices and accumulation."""
+        total_batch = (
+            self.trainer.datamodule.batch_size * self.trainer.world_size * self.trainer.accumulate_grad_batches
+        )
+        return self.optimizer_cfg["lr"] * total_batch / self.optimizer_cfg["lr_base_batch"]
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        cfg = self.optimizer_cfg
+        lr = self.effective_lr()
+        optimizer = create_optimizer_v2(
+            self.net, opt="adamw", lr=lr, weight_decay=cfg["weight_decay"],
+            betas=tuple(cfg.get("betas", (0.9, 0.999))), eps=cfg.get("eps", 1e-8),
+        )
+        total_steps = max(1, int(self.trainer.estimated_stepping_batches))
+        steps_per_epoch = max(1, total_steps // max(1, self.trainer.max_epochs or 1))
+        sched = self.scheduler_cfg
+        scheduler = CosineLRScheduler(
+            optimizer,
+            t_initial=total_steps,
+            lr_min=sched["min_lr"],
+            warmup_t=int(sched["warmup_epochs"] * steps_per_epoch),
+            warmup_lr_init=sched["warmup_lr"],
+            t_in_epochs=False,
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def lr_scheduler_step(self, scheduler: CosineLRScheduler, metric: Any = None) -> None:
+        # timm schedulers are stateless in the step count, so resuming lands on the exact lr.
+        scheduler.step_update(num_updates=self.global_step)

@@ -1,0 +1,151 @@
+"""DeiT / ViT backbones with a pluggable relative position encoding.
+
+The backbone is timm's own ``VisionTransformer``; only the attention layer is swapped for
+:class:`rpe.RPEAttention` and the token grid is handed to every attention layer before each
+forward. Parameter names stay timm's, so timm DeiT checkpoints load unchanged, and the RPE tables
+sit at ``blocks.{i}.attn.rpe_{q,k,v}`` as in the iRPE reference checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.layers import build_sincos2d_pos_embed
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
+
+from rpe import RPEAttention, RPEConfig, resolve_rpe
+
+APE_CHOICES = ("learned", "sincos", "none")
+
+
+class ModelConfigError(ValueError):
+    """A bad model option; the message is one line naming the value and the valid choices."""
+
+
+def attention_with_rpe(config: RPEConfig) -> type[RPEAttention]:
+    """``RPEAttention`` bound to ``config``; timm's blocks want a class, not a partial."""
+
+    class BoundRPEAttention(RPEAttention):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, rpe=config, **kwargs)
+
+    return BoundRPEAttention
+
+
+class RPEVisionTransformer(VisionTransformer):
+    """timm ``VisionTransformer`` whose attention layers carry a relative position encoding.
+
+    Args:
+        rpe: anything :func:`rpe.resolve_rpe` accepts (preset name, shorthand, dict, config).
+        ape: absolute position embedding: ``learned`` (timm/DeiT default), ``sincos`` (fixed 2-D
+            sin-cos, not trained) or ``none``.
+        **kwargs: passed to timm's ``VisionTransformer``.
+    """
+
+    def __init__(self, *, rpe: Any = None, ape: str = "learned", **kwargs: Any) -> None:
+        if ape not in APE_CHOICES:
+            raise ModelConfigError(f"ape={ape!r} is not one of: {', '.join(APE_CHOICES)}")
+        self.rpe_config: RPEConfig = resolve_rpe(rpe)
+        self.ape = ape
+        kwargs.setdefault("pos_embed", "none" if ape == "none" else "learn")
+        super().__init__(attn_layer=attention_with_rpe(self.rpe_config), **kwargs)
+        if ape == "sincos":
+            self._fill_sincos_pos_embed()
+
+    def _fill_sincos_pos_embed(self) -> None:
+        grid_h, grid_w = self.patch_embed.grid_size
+        table = build_sincos2d_pos_embed((grid_h, grid_w), dim=self.embed_dim)  # (h*w, dim)
+        prefix = 0 if self.no_embed_class else self.num_prefix_tokens
+        pos = torch.cat([torch.zeros(prefix, self.embed_dim), table], dim=0)
+        with torch.no_grad():
+            self.pos_embed.copy_(pos.unsqueeze(0))
+        self.pos_embed.requires_grad_(False)
+
+    def init_weights(self, mode: str = "", needs_reset: bool = True) -> None:
+        super().init_weights(mode, needs_reset)
+        if getattr(self, "ape", None) == "sincos":
+            self._fill_sincos_pos_embed()
+
+    def set_grid(self, grid_size: tuple[int, int]) -> None:
+        """Tell every attention layer the patch grid ``(h, w)`` of the coming forward."""
+        for block in self.blocks:
+            block.attn.grid_size = grid_size
+
+    def forward_features(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
+        """``x``: images ``(B, C, H, W)`` -> tokens ``(B, skip + h*w, dim)``."""
+        self.set_grid(self.patch_embed.dynamic_feat_size(tuple(x.shape[-2:])))
+        return super().forward_features(x, attn_mask=attn_mask, is_causal=is_causal)
+
+
+# Architecture hyper-parameters of the DeiT family (timm names) and our micro model.
+DEIT_ARCHS: dict[str, dict[str, Any]] = {
+    "deit_tiny_patch16_224": dict(patch_size=16, embed_dim=192, depth=12, num_heads=3),
+    "deit_small_patch16_224": dict(patch_size=16, embed_dim=384, depth=12, num_heads=6),
+    "deit_base_patch16_224": dict(patch_size=16, embed_dim=768, depth=12, num_heads=12),
+    # A 4-block model for 32x32 images (8x8 grid): trains in minutes on two CPU cores.
+    "deit_micro_patch4_32": dict(img_size=32, patch_size=4, embed_dim=128, depth=4, num_heads=4, mlp_ratio=2.0),
+}
+
+
+def _build(variant: str, arch: str, pretrained: bool = False, **kwargs: Any) -> RPEVisionTransformer:
+    return build_model_with_cfg(
+        RPEVisionTransformer,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        **dict(DEIT_ARCHS[arch], **kwargs),
+    )
+
+
+def create_deit(name: str, rpe: Any = None, **kwargs: Any) -> RPEVisionTransformer:
+    """Build a DeiT of ``DEIT_ARCHS`` with any RPE, without touching timm's registry."""
+    kwargs.pop("pretrained", None)
+    return RPEVisionTransformer(rpe=rpe, **dict(DEIT_ARCHS[name], **kwargs))
+
+
+# --- The iRPE reference model zoo, registered in timm under the reference's own names. ------------
+# Every entry is contextual product/euc/quant/cross with shared heads; the suffix number is the
+# used-bucket count on a 14x14 grid plus the class token.
+REFERENCE_ZOO: dict[str, tuple[str, str]] = {
+    "deit_tiny_patch16_224_ctx_product_50_shared_k": ("deit_tiny_patch16_224", "irpe_k"),
+    "deit_small_patch16_224_ctx_euc_20_shared_k": ("deit_small_patch16_224", "irpe_euc_k"),
+    "deit_small_patch16_224_ctx_quant_51_shared_k": ("deit_small_patch16_224", "irpe_quant_k"),
+    "deit_small_patch16_224_ctx_cross_56_shared_k": ("deit_small_patch16_224", "irpe_cross_k"),
+    "deit_small_patch16_224_ctx_product_50_shared_k": ("deit_small_patch16_224", "irpe_k"),
+    "deit_small_patch16_224_ctx_product_50_shared_qk": ("deit_small_patch16_224", "irpe_qk"),
+    "deit_small_patch16_224_ctx_product_50_shared_qkv": ("deit_small_patch16_224", "irpe_qkv"),
+    "deit_base_patch16_224_ctx_product_50_shared_k": ("deit_base_patch16_224", "irpe_k"),
+    "deit_base_patch16_224_ctx_product_50_shared_qkv": ("deit_base_patch16_224", "irpe_qkv"),
+}
+
+default_cfgs = generate_default_cfgs({
+    name: {
+        "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.875, "interpolation": "bicubic",
+        "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+        "first_conv": "patch_embed.proj", "classifier": "head", "license": "mit",
+        "paper_ids": "arXiv:2107.14222",
+    }
+    for name in REFERENCE_ZOO
+})
+
+
+def _zoo_entry(name: str):
+    arch, preset = REFERENCE_ZOO[name]
+
+    def entry(pretrained: bool = False, **kwargs: Any) -> RPEVisionTransformer:
+        kwargs.setdefault("rpe", preset)
+        return _build(name, arch, pretrained=pretrained, **kwargs)
+
+    entry.__name__ = name
+    entry.__qualname__ = name
+    entry.__doc__ = f"iRPE reference model {name}: {arch} with the '{preset}' RPE preset."
+    entry.__module__ = __name__
+    return entry
+
+
+for _name in REFERENCE_ZOO:
+    globals()[_name] = register_model(_zoo_entry(_name))

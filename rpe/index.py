@@ -1,0 +1,256 @@
+"""Index functions: a pair of grid cells -> bucket id, and a per-shape cache of the ids.
+
+Conventions (spec sections 1-3)
+-------------------------------
+* Tokens ``skip, ..., n-1`` lie on an ``h x w`` grid in row-major order: token ``skip + r*w + c``
+  sits in cell ``(r, c)``. The first ``skip`` tokens (class, distillation) are not on the grid.
+* The relative offset of the pair (query ``i``, key ``j``) is **query minus key**:
+  ``(dr, dc) = p_i - p_j``. So a key to the upper-left of its query has positive ``dr, dc``.
+* 1-D index ``g`` (``index="piecewise"``, iRPE): ``round(x)`` for ``|x| <= alpha``, otherwise
+  ``sign(x) * min(B, round(alpha + ln(|x|/alpha) / ln(gamma/alpha) * (beta - alpha)))`` with
+  ``alpha, beta, gamma = ratio, 2 ratio, 8 ratio`` and ``B = int(beta)``; round-half-to-even.
+  ``index="clip"`` (Shaw 2018): ``clip(round(x), -B, B)`` with the same ``B``.
+* 2-D methods, ``S = 2B + 1``:
+
+  ==========  ==========================================================  ==================
+  method      bucket id of ``(dr, dc)``                                     buckets (no skip)
+  ==========  ==========================================================  ==================
+  euclidean   ``g(round(sqrt(dr^2 + dc^2))) + B``                           ``S``
+  quant       ``g(dr^2 + dc^2) + B`` (reference code: squared distance)     ``S``
+  quant_rank  ``g(rank(sqrt(dr^2 + dc^2))) + B`` (the paper's variant:      ``S``
+              rank among all distinct integer-vector norms 0, 1, 1.41, 2..)
+  cross       two tables: rows ``g(dr) + B``, cols ``g(dc) + B``; summed    ``S`` each
+  product     ``(g(dr) + B) * S + (g(dc) + B)``: row-major over a           ``S^2``
+              ``S x S`` table whose row is the clipped row offset ``g(dr)``
+              (``-B`` first) and whose column is ``g(dc)``
+  swin        ``(dr + M-1) * (2M-1) + (dc + M-1)``, ``M = window``, exact   ``(2M-1)^2``
+  t5          ``t5(dr) * num_buckets + t5(dc)``: T5's bidirectional bucket  ``num_buckets^2``
+              applied per axis (half the buckets per sign, the first half
+              of those exact, the rest log-spaced up to ``max_distance``) and
+              combined as a product table, so that 2-D T5 stays directed like
+              product. ``t5`` is fed query-minus-key (T5 itself uses
+              key-minus-query; this only relabels buckets of a learned table).
+  xl          exact offsets ``(dr + h-1) * (2w-1) + (dc + w-1)`` of the      ``(2h-1)(2w-1)``
+              current grid (Transformer-XL embeds each offset sinusoidally)
+  ==========  ==========================================================  ==================
+
+* Skip tokens: every pair involving a skip token gets one shared extra bucket whose id is the
+  no-skip count. Tables always reserve that bucket (width = no-skip count + 1) so that one module
+  serves grids with and without class tokens; a DeiT-S product-1.9 table is ``(1, 64, 50)``.
+
+Bucket ids depend only on the index parameters, ``(h, w, skip)`` and the device; `bucket_ids`
+caches them in a bounded LRU, so a forward on a known shape does no index work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .config import RPEConfig
+
+__all__ = [
+    "IndexSpec",
+    "piecewise_index",
+    "clip_index",
+    "t5_bucket",
+    "grid_offsets",
+    "bucket_ids",
+    "num_buckets",
+    "clear_bucket_cache",
+    "set_bucket_cache_size",
+]
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """The index part of an `RPEConfig`; irrelevant fields are normalised so the cache is shared.
+
+    ``axis`` selects one table of the cross method (0 = rows, 1 = cols); None otherwise.
+    """
+
+    method: str
+    index: str = "piecewise"
+    ratio: float = 0.0
+    window: int = 0
+    num_buckets: int = 0
+    max_distance: int = 0
+    axis: int | None = None
+
+    @classmethod
+    def from_config(cls, config: RPEConfig, axis: int | None = None) -> IndexSpec:
+        method = config.method
+        if method in ("euclidean", "quant", "quant_rank", "cross", "product"):
+            return cls(method, index=config.index, ratio=config.ratio, axis=axis)
+        if method == "swin":
+            return cls(method, window=config.window)
+        if method == "t5":
+            return cls(method, num_buckets=config.num_buckets, max_distance=config.max_distance)
+        if method == "xl":
+            return cls(method)
+        raise ValueError(f"rpe.method={method!r} has no bucket index")
+
+    @property
+    def beta_int(self) -> int:
+        return int(2.0 * self.ratio)
+
+
+def piecewise_index(x: Tensor, alpha: float, beta: float, gamma: float) -> Tensor:
+    """iRPE piecewise index ``g`` of offsets ``x`` (any shape) -> long in ``[-int(beta), int(beta)]``."""
+    x = x.to(torch.float64)
+    magnitude = x.abs()
+    # clamp avoids log(0) in the branch that torch.where discards
+    log_part = alpha + torch.log(magnitude.clamp(min=alpha) / alpha) / math.log(gamma / alpha) * (
+        beta - alpha
+    )
+    far = torch.sign(x) * log_part.round().clamp(max=float(int(beta)))
+    return torch.where(magnitude <= alpha, x.round(), far).to(torch.long)
+
+
+def clip_index(x: Tensor, beta: float) -> Tensor:
+    """Shaw et al. clip index: ``clip(round(x), -int(beta), int(beta))`` -> long tensor."""
+    limit = float(int(beta))
+    return x.to(torch.float64).round().clamp(-limit, limit).to(torch.long)
+
+
+def t5_bucket(x: Tensor, num_buckets: int, max_distance: int) -> Tensor:
+    """T5 bidirectional bucket of integer offsets ``x`` -> long tensor in ``[0, num_buckets)``.
+
+    Half the buckets per sign (positive offsets use the upper half); within a sign the first
+    ``num_buckets // 4`` distances are exact, the rest log-spaced up to ``max_distance``.
+    """
+    half = num_buckets // 2
+    max_exact = half // 2
+    x = x.to(torch.long)
+    upper = (x > 0).to(torch.long) * half
+    distance = x.abs()
+    log_bucket = max_exact + (
+        torch.log(distance.clamp(min=1).to(torch.float64) / max_exact)
+        / math.log(max_distance / max_exact)
+        * (half - max_exact)
+    ).to(torch.long)
+    log_bucket = log_bucket.clamp(max=half - 1)
+    return upper + torch.where(distance < max_exact, distance, log_bucket)
+
+
+def grid_offsets(h: int, w: int, device: torch.device | str | None = None) -> Tensor:
+    """Query-minus-key offsets of all grid pairs: ``(h*w, h*w, 2)`` long, ``[..., 0] = dr``."""
+    rows = torch.arange(h, device=device).repeat_interleave(w)
+    cols = torch.arange(w, device=device).repeat(h)
+    cells = torch.stack([rows, cols], dim=-1)
+    return cells[:, None, :] - cells[None, :, :]
+
+
+def _one_axis_index(spec: IndexSpec, x: Tensor) -> Tensor:
+    if spec.index == "clip":
+        return clip_index(x, 2.0 * spec.ratio)
+    return piecewise_index(x, spec.ratio, 2.0 * spec.ratio, 8.0 * spec.ratio)
+
+
+def _norm_rank(squared: Tensor) -> Tensor:
+    """Rank of ``sqrt(squared)`` among all distinct norms of integer 2-vectors (0, 1, sqrt 2, 2, ...)."""
+    largest = int(squared.max().item()) if squared.numel() else 0
+    side = torch.arange(math.isqrt(largest) + 1, device=squared.device)
+    sums = (side[:, None] ** 2 + side[None, :] ** 2).flatten()
+    is_norm = torch.zeros(largest + 1, dtype=torch.long, device=squared.device)
+    is_norm[sums[sums <= largest]] = 1
+    rank_of = torch.cumsum(is_norm, 0) - is_norm
+    return rank_of[squared]
+
+
+def num_buckets(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+    """Bucket count of one table WITHOUT the skip bucket (``xl`` needs the grid)."""
+    side = 2 * spec.beta_int + 1
+    if spec.method in ("euclidean", "quant", "quant_rank", "cross"):
+        return side
+    if spec.method == "product":
+        return side * side
+    if spec.method == "swin":
+        return (2 * spec.window - 1) ** 2
+    if spec.method == "t5":
+        return spec.num_buckets**2
+    if spec.method == "xl":
+        if h is None or w is None:
+            raise ValueError("rpe.method='xl' has one bucket per offset of the grid: pass h and w")
+        return (2 * h - 1) * (2 * w - 1)
+    raise ValueError(f"rpe.method={spec.method!r} has no bucket index")
+
+
+def _grid_bucket_ids(spec: IndexSpec, h: int, w: int, device: torch.device) -> Tensor:
+    """Bucket ids of grid pairs only: ``(h*w, h*w)`` long, see the module docstring."""
+    offsets = grid_offsets(h, w, device)
+    dr, dc = offsets[..., 0], offsets[..., 1]
+    B = spec.beta_int
+    method = spec.method
+    if method == "euclidean":
+        distance = (dr * dr + dc * dc).to(torch.float64).sqrt().round()
+        return _one_axis_index(spec, distance) + B
+    if method == "quant":
+        return _one_axis_index(spec, dr * dr + dc * dc) + B
+    if method == "quant_rank":
+        return _one_axis_index(spec, _norm_rank(dr * dr + dc * dc)) + B
+    if method == "cross":
+        return _one_axis_index(spec, dr if spec.axis == 0 else dc) + B
+    if method == "product":
+        return (_one_axis_index(spec, dr) + B) * (2 * B + 1) + (_one_axis_index(spec, dc) + B)
+    if method == "swin":
+        M = spec.window
+        if h > M or w > M:
+            raise ValueError(
+                f"grid {h}x{w} does not fit the swin table of rpe.window={M};"
+                f" raise rpe.window to >= {max(h, w)}"
+            )
+        return (dr + M - 1) * (2 * M - 1) + (dc + M - 1)
+    if method == "t5":
+        return t5_bucket(dr, spec.num_buckets, spec.max_distance) * spec.num_buckets + t5_bucket(
+            dc, spec.num_buckets, spec.max_distance
+        )
+    if method == "xl":
+        return (dr + h - 1) * (2 * w - 1) + (dc + w - 1)
+    raise ValueError(f"rpe.method={method!r} has no bucket index")
+
+
+def compute_bucket_ids(spec: IndexSpec, h: int, w: int, skip: int, device: torch.device) -> Tensor:
+    """Bucket ids of all ``n = skip + h*w`` tokens: ``(n, n)`` long; skip pairs get the extra bucket."""
+    grid_ids = _grid_bucket_ids(spec, h, w, device)
+    if skip == 0:
+        return grid_ids.contiguous()
+    n = skip + h * w
+    ids = torch.full((n, n), num_buckets(spec, h, w), dtype=torch.long, device=device)
+    ids[skip:, skip:] = grid_ids
+    return ids
+
+
+_CACHE: OrderedDict[tuple, Tensor] = OrderedDict()
+_CACHE_SIZE = [256]
+
+
+def bucket_ids(spec: IndexSpec, h: int, w: int, skip: int, device: torch.device | str) -> Tensor:
+    """Cached `compute_bucket_ids`: ``(n, n)`` long on ``device``; do not modify the result in place."""
+    device = torch.device(device)
+    key = (spec, h, w, skip, device.type, device.index)
+    ids = _CACHE.get(key)
+    if ids is None:
+        ids = compute_bucket_ids(spec, h, w, skip, device)
+        _CACHE[key] = ids
+        while len(_CACHE) > _CACHE_SIZE[0]:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return ids
+
+
+def clear_bucket_cache() -> None:
+    """Drop all cached bucket ids."""
+    _CACHE.clear()
+
+
+def set_bucket_cache_size(size: int) -> None:
+    """Keep at most ``size`` shapes cached (DETR sees many padded batch shapes; default 256)."""
+    _CACHE_SIZE[0] = max(1, int(size))
+    while len(_CACHE) > _CACHE_SIZE[0]:
+        _CACHE.popitem(last=False)

@@ -1,0 +1,94 @@
+"""Our DeiT against timm's own models; the reference model-zoo names and checkpoint layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+import models
+from models import REFERENCE_ZOO, ModelConfigError, create_model
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+def test_timm_deit_small_weights_give_identical_logits() -> None:
+    reference = timm.create_model("deit_small_patch16_224", pretrained=False).eval()
+    ours = create_model("deit_small_patch16_224", rpe="none").eval()
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    images = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(images), reference(images), rtol=0, atol=1e-5)
+
+
+def test_rpe_tables_follow_reference_layout() -> None:
+    model = create_model("deit_small_patch16_224", rpe="irpe_k")
+    state = model.state_dict()
+    assert state["blocks.0.attn.rpe_k.lookup_table_weight"].shape == (1, 64, 50)
+    assert "blocks.11.attn.rpe_k.lookup_table_weight" in state
+    assert not any(".rpe_q." in k or ".rpe_v." in k for k in state)
+
+
+def test_reference_zoo_names_are_registered_without_shadowing_timm() -> None:
+    for name in REFERENCE_ZOO:
+        assert name in timm.list_models(), name
+    plain = timm.create_model("deit_small_patch16_224")
+    assert type(plain).__name__ == "VisionTransformer"
+    assert not any("rpe_" in k for k in plain.state_dict())
+
+
+def test_reference_checkpoint_loads_through_timm(tmp_path: Path) -> None:
+    """A reference-layout file ({'model': state_dict}) loads via pretrained_cfg_overlay(file=...)."""
+    name = "deit_tiny_patch16_224_ctx_product_50_shared_k"
+    source = timm.create_model(name)
+    with torch.no_grad():
+        for key, value in source.state_dict().items():
+            if key.endswith("lookup_table_weight"):
+                value.normal_()
+    path = tmp_path / "irpe_tiny.pth"
+    torch.save({"model": source.state_dict()}, path)
+    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path))).eval()
+    images = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(images), source.eval()(images))
+    assert loaded.state_dict()["blocks.3.attn.rpe_k.lookup_table_weight"].abs().sum() > 0
+
+
+def test_zoo_entries_use_their_presets() -> None:
+    model = timm.create_model("deit_small_patch16_224_ctx_product_50_shared_qkv")
+    keys = model.state_dict().keys()
+    assert {"blocks.0.attn.rpe_q.lookup_table_weight", "blocks.0.attn.rpe_v.lookup_table_weight"} <= set(keys)
+    cross = create_model("deit_small_patch16_224_ctx_cross_56_shared_k")
+    assert "blocks.0.attn.rpe_k.rp_rows.lookup_table_weight" in cross.state_dict()
+
+
+@pytest.mark.parametrize("ape", ["learned", "sincos", "none"])
+def test_ape_switch(ape: str) -> None:
+    model = create_model("deit_micro_patch4_32", rpe="irpe_k", ape=ape, num_classes=8)
+    if ape == "none":
+        assert model.pos_embed is None
+    elif ape == "sincos":
+        assert not model.pos_embed.requires_grad and model.pos_embed.abs().sum() > 0
+    else:
+        assert model.pos_embed.requires_grad
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 8)
+
+
+def test_non_square_dynamic_input_hands_the_real_grid_to_attention() -> None:
+    model = create_model("deit_micro_patch4_32", rpe="irpe_k", num_classes=8, dynamic_img_size=True)
+    out = model(torch.randn(1, 3, 24, 40))
+    assert out.shape == (1, 8)
+    assert model.blocks[0].attn.grid_size == (6, 10)
+
+
+def test_unknown_model_name_is_a_clear_error() -> None:
+    with pytest.raises(ModelConfigError, match="deit_small_patch16_224"):
+        create_model("deit_enormous")
+    with pytest.raises(ModelConfigError, match="sincos"):
+        create_model("deit_micro_patch4_32", ape="rotary")
+    assert "deit_micro_patch4_32" in models.model_names()

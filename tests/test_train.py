@@ -1,0 +1,144 @@
+"""End-to-end: training learns the embedded task, eval reproduces it, resume, DDP, experiments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+import train
+from tests.conftest import SMALL_RELATIONAL, compose_config, run_cli
+
+FAST = ["debug=fast", "logger=csv"]
+
+
+def _metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """Micro DeiT with learned APE and iRPE-K, 3 epochs on 1024 relational-shapes images."""
+    run_dir = tmp_path_factory.mktemp("trained")
+    cfg = compose_config(
+        [*SMALL_RELATIONAL, "trainer.max_epochs=3", "callbacks=none", "print_config=false"], run_dir, data_dir
+    )
+    train.run(cfg)
+    return run_dir
+
+
+def test_training_learns_the_relational_task(trained_run: Path) -> None:
+    metrics = _metrics(trained_run)
+    assert metrics["val/top1"] > 40.0, metrics  # chance is 12.5%
+    assert metrics["val/top5"] >= metrics["val/top1"]
+    for name in ("config.yaml", "metrics.json", "csv/version_0/metrics.csv", "checkpoints/last.ckpt",
+                 "checkpoints/best.ckpt"):
+        assert (trained_run / name).is_file(), name
+
+
+def test_without_any_position_encoding_the_task_stays_at_chance(tmp_path: Path, data_dir: Path) -> None:
+    cfg = compose_config(
+        [*SMALL_RELATIONAL, "trainer.max_epochs=3", "callbacks=none", "print_config=false",
+         "rpe=none", "model.net.ape=none"], tmp_path, data_dir,
+    )
+    metrics = train.run(cfg)
+    assert metrics["val/top1"] < 22.0, metrics
+
+
+def test_eval_reproduces_stored_metrics(trained_run: Path, data_dir: Path) -> None:
+    import eval as eval_script
+
+    cfg = compose_config([f"ckpt_path={trained_run / 'checkpoints' / 'best.ckpt'}"], trained_run / "eval",
+                         data_dir, config_name="eval")
+    recomputed = eval_script.evaluate(cfg)
+    stored = _metrics(trained_run)
+    assert recomputed["val/top1"] == pytest.approx(stored["val/top1"], abs=1e-4)
+    assert recomputed["val/top5"] == pytest.approx(stored["val/top5"], abs=1e-4)
+    assert recomputed["params_M"] > 0.5 and recomputed["MACs_M"] > 1 and recomputed["throughput_img_s"] > 0
+
+
+class _InterruptAt(L.Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+class _RecordStart(L.Callback):
+    def on_train_start(self, trainer, *args) -> None:
+        self.start_step = trainer.global_step
+        self.start_lr = trainer.optimizers[0].param_groups[0]["lr"]
+
+
+def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
+    overrides = [*SMALL_RELATIONAL, "trainer.max_epochs=2", "trainer.limit_train_batches=4",
+                 "trainer.limit_val_batches=1", "callbacks=none", "print_config=false"]
+    build = train.build_trainer
+    extra: list[L.Callback] = [_InterruptAt(step=6)]
+
+    def build_with(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        trainer.callbacks.extend(extra)
+        return trainer
+
+    monkeypatch.setattr(train, "build_trainer", build_with)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(compose_config(overrides, tmp_path, data_dir))
+    assert (tmp_path / "checkpoints" / "interrupted.ckpt").is_file()
+
+    recorder = _RecordStart()
+    extra[:] = [recorder]
+    metrics = train.run(compose_config(overrides, tmp_path, data_dir))
+    assert recorder.start_step == 6
+    assert metrics["global_step"] == 8
+
+
+def test_experiment_configs_run_one_step(tmp_path: Path) -> None:
+    """Every DeiT ImageNet experiment runs a train and a val step on a fake ImageFolder."""
+    from data import make_fake_imagefolder
+    from tests.test_configs import _options
+
+    root = tmp_path / "fake_imagenet"
+    make_fake_imagefolder(root, num_classes=3, per_class=4, img_size=224, seed=0)
+    experiments = [e for e in _options("experiment") if e.startswith("deit_")]
+    assert len(experiments) >= 12
+    for name in experiments:
+        cfg = compose_config(
+            [f"experiment={name}", f"data.root={root}", "trainer=cpu", "trainer.devices=1", *FAST, "data.batch_size=2",
+             "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false"],
+            tmp_path / name, tmp_path,
+        )
+        metrics = train.run(cfg)
+        assert metrics["global_step"] == 1, name
+        assert torch.isfinite(torch.tensor(metrics["train/loss"])), name
+
+
+def test_ddp_spawn_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
+    cfg = compose_config(
+        [*SMALL_RELATIONAL, *FAST, "trainer.devices=2", "+trainer.strategy=ddp_spawn",
+         "trainer.limit_train_batches=3"], tmp_path, data_dir,
+    )
+    metrics = train.run(cfg)
+    assert metrics["global_step"] == 3
+    assert len(list(tmp_path.rglob("metrics.csv"))) == 1
+    assert (tmp_path / "metrics.json").is_file()
+
+
+def test_ddp_cpu_cli_run(tmp_path: Path, data_dir: Path) -> None:
+    result = run_cli("train.py", [
+        "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
+        f"paths.log_dir={tmp_path}", "run_name=ddp", f"paths.data_dir={data_dir}",
+    ])
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "ddp"
+    metrics = _metrics(run_dir)
+    assert metrics["global_step"] == 3
+    # one log per run, written by rank zero only
+    assert [p.relative_to(run_dir).as_posix() for p in run_dir.rglob("metrics.*")] in (
+        ["metrics.json", "csv/version_0/metrics.csv"], ["csv/version_0/metrics.csv", "metrics.json"])
+    assert "val/top1" in metrics

@@ -1,0 +1,218 @@
+"""Train a model: ``python train.py [group=option ...] [key=value ...]`` (Hydra).
+
+Composes ``configs/train.yaml``, fits, tests the best checkpoint on the validation split and
+writes ``metrics.json`` into the run dir. See the README for the groups and the recipes.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+# ----------------------------------------------------------------------------- errors
+class CommandLineError(ValueError):
+    """A bad command-line choice, reported in one line."""
+
+
+def _group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """Fail fast, in one line, on ``group=option`` overrides that name a missing option.
+
+    Hydra's own message for this spans several lines; this check runs before Hydra composes.
+    """
+    for arg in argv:
+        match = re.fullmatch(r"[+~]?([a-z_][\w/]*)=(.*)", arg)
+        if not match or arg.startswith("hydra."):
+            continue
+        group, value = match.groups()
+        if not (CONFIG_DIR / group).is_dir() or value in ("", "null"):
+            continue
+        options = _group_options(group)
+        for choice in value.split(","):
+            if any(ch in choice for ch in "${}*()[]") or choice.startswith(("choice", "range", "glob")):
+                continue
+            if choice not in options:
+                raise CommandLineError(f"{group}={choice!r} is not a config option; valid: {', '.join(options)}")
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    from hydra.errors import HydraException
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    return (ValueError, FileNotFoundError, OmegaConfBaseException, HydraException, MisconfigurationException)
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def report_user_error(err: BaseException) -> None:
+    """Print a one-line ``error: ...`` (the traceback only with HYDRA_FULL_ERROR=1) and exit 2."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    cause = _root_cause(err)
+    message = " ".join(str(cause).split()) or type(cause).__name__
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- helpers
+@rank_zero_only
+def print_config_tree(cfg: DictConfig) -> None:
+    """Print the composed config as a tree, groups first."""
+    from rich import print as rprint
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    tree = Tree("config", guide_style="dim")
+    order = ["data", "model", "rpe", "trainer", "callbacks", "logger", "paths"]
+    for key in order + [k for k in cfg if k not in order]:
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        tree.add(key).add(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+    rprint(tree)
+
+
+def newest_checkpoint(run_dir: Path) -> str | None:
+    """The checkpoint to resume from: the newest of last, interrupted and SLURM-requeue ones."""
+    candidates = [
+        *glob.glob(str(run_dir / "checkpoints" / "last.ckpt")),
+        *glob.glob(str(run_dir / "checkpoints" / "interrupted.ckpt")),
+        *glob.glob(str(run_dir / "hpc_ckpt_*.ckpt")),
+    ]
+    return max(candidates, key=os.path.getmtime) if candidates else None
+
+
+def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if torch.is_tensor(v) and v.numel() == 1 or
+            isinstance(v, (int, float))}
+
+
+def _install_ddp_child_command(run_dir: Path) -> None:
+    """Start DDP worker processes from this run's resolved config, not from ``sys.argv``.
+
+    Lightning re-runs the script with the parent's arguments; under a multirun those arguments
+    hold a whole sweep, and interpolations such as ``${now:}`` would resolve anew. The workers
+    instead load ``<run_dir>/config.yaml`` and write into the same run dir.
+    """
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    def command(local_rank: int) -> tuple[list[str], str]:
+        cmd = [
+            sys.executable, str(Path(__file__).resolve()),
+            "--config-path", str(run_dir), "--config-name", "config",
+            f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", f"hydra.job.name=ddp_rank{local_rank}",
+        ]
+        return cmd, os.getcwd()
+
+    subprocess_script._hydra_subprocess_cmd = command
+
+
+def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule]:
+    """Instantiate the data module and the LightningModule (with ``cfg.rpe``) of a composed config."""
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(cfg.data, _convert_="all")
+    rpe = OmegaConf.to_container(cfg.rpe, resolve=True) if "rpe" in cfg else None
+    model = instantiate(cfg.model, rpe=rpe, num_classes=datamodule.num_classes, _convert_="all")
+    return datamodule, model
+
+
+def build_trainer(
+    trainer_cfg: DictConfig, callbacks_cfg: DictConfig | None = None, logger_cfg: DictConfig | None = None
+) -> L.Trainer:
+    """Instantiate the Trainer with atomic, ``weights_only`` checkpoint I/O."""
+    from hydra.utils import instantiate
+
+    from models.training import AtomicCheckpointIO
+
+    callbacks = [instantiate(c) for c in (callbacks_cfg or {}).values() if c is not None]
+    loggers = [instantiate(c) for c in (logger_cfg or {}).values() if c is not None]
+    return instantiate(
+        trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=any(isinstance(c, L.pytorch.callbacks.ProgressBar) for c in callbacks),
+    )
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, test the best checkpoint, write ``metrics.json``; returns the metrics."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from models.training import atomic_write_json
+
+    started = time.time()
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    if cfg.get("print_config"):
+        print_config_tree(cfg)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if rank_zero_only.rank == 0:
+        OmegaConf.save(cfg, run_dir / "config.yaml.tmp", resolve=True)
+        os.replace(run_dir / "config.yaml.tmp", run_dir / "config.yaml")
+    _install_ddp_child_command(run_dir)
+
+    datamodule, model = build_data_and_model(cfg)
+    trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"))
+    resume_from = newest_checkpoint(run_dir) if cfg.get("resume") else None
+    if resume_from:
+        print(f"resuming from {resume_from}")
+    trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+    metrics = _scalar_metrics(trainer.callback_metrics)
+    if trainer.interrupted:
+        raise KeyboardInterrupt
+    best = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+    if cfg.get("test_after_fit"):
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or "last", verbose=False, weights_only=True)
+        metrics.update(_scalar_metrics(trainer.callback_metrics))
+    metrics.update(
+        epoch=trainer.current_epoch, global_step=trainer.global_step, best_checkpoint=best or "",
+        run_dir=str(run_dir), wall_time_s=round(time.time() - started, 1),
+        params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+    )
+    if trainer.is_global_zero:
+        atomic_write_json(run_dir / "metrics.json", metrics)
+        summary = ", ".join(f"{k} {metrics[k]:.2f}" for k in ("val/top1", "val/top5", "val/AP") if k in metrics)
+        print(f"\n{summary}\nrun dir: {run_dir}")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Each multirun job opens its own process group.
+        torch.distributed.destroy_process_group()
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        metrics = run(cfg)
+    except _user_error_types() as err:
+        report_user_error(err)
+    return metrics.get("val/top1", metrics.get("val/AP"))
+
+
+if __name__ == "__main__":
+    try:
+        check_group_choices(sys.argv[1:])
+    except CommandLineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    main()
