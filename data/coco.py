@@ -1,0 +1,440 @@
+"""COCO-2017-layout detection data: dataset, DETR's transforms, padding collate, DataModule, and a
+seeded synthetic "shapes COCO" generator that writes a real COCO JSON plus PNG images.
+
+Layout (real COCO and the synthetic set alike)::
+
+    root/train2017/*.jpg|png   root/val2017/*   root/annotations/instances_{train,val}2017.json
+
+A batch is ``{"images": (B, 3, H, W) float, "mask": (B, H, W) bool (True on padding),
+"targets": [ {boxes (T, 4) normalised cxcywh, labels (T,) int64, image_id, orig_size (2,) = (h, w),
+size (2,)} ]}``. Labels are contiguous 0..C-1 over the sorted category ids; ``label_to_cat`` maps back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+from torch import Tensor
+from torch.utils.data import DataLoader, DistributedSampler
+from torchvision import tv_tensors
+from torchvision.datasets import CocoDetection
+from torchvision.ops import box_convert
+from torchvision.transforms import v2
+
+from data.errors import DataConfigError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# DETR's multi-scale training: shorter side 480..800 in steps of 32.
+DETR_SCALES = tuple(range(480, 801, 32))
+LAYOUT = "expected train2017/, val2017/ and annotations/instances_{train,val}2017.json"
+
+
+class CocoLayoutError(DataConfigError):
+    """The COCO root is missing or incomplete; the one-line message names the path and the layout."""
+
+
+# ---------------------------------------------------------------------------------------- transforms
+class RandomSizeCrop(v2.Transform):
+    """Crop a random region whose sides are uniform integers in [min_size, min(side, max_size)] (DETR)."""
+
+    def __init__(self, min_size: int, max_size: int) -> None:
+        super().__init__()
+        self.min_size, self.max_size = min_size, max_size
+
+    def make_params(self, flat_inputs: list[Any]) -> dict[str, Any]:
+        h, w = v2.query_size(flat_inputs)
+
+        def side(full: int) -> int:
+            hi = min(full, self.max_size)
+            lo = min(self.min_size, hi)  # an image smaller than min_size is kept whole on that axis
+            return int(torch.randint(lo, hi + 1, ()).item())
+
+        ch, cw = side(h), side(w)
+        top = int(torch.randint(0, h - ch + 1, ()).item())
+        left = int(torch.randint(0, w - cw + 1, ()).item())
+        return {"top": top, "left": left, "height": ch, "width": cw}
+
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        return v2.functional.crop(inpt, **params)
+
+
+def _finish(mean: Sequence[float], std: Sequence[float]) -> list[v2.Transform]:
+    # Clamp + sanitize drop boxes that crops or flips made empty (DETR removes them too).
+    return [
+        v2.ClampBoundingBoxes(),
+        v2.SanitizeBoundingBoxes(min_size=1.0),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(list(mean), list(std)),
+    ]
+
+
+def detr_train_transforms(
+    scales: Sequence[int] = DETR_SCALES,
+    max_size: int | None = 1333,
+    crop_scales: Sequence[int] | None = (400, 500, 600),
+    crop_size: Sequence[int] = (384, 600),
+    hflip: bool = True,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+) -> v2.Compose:
+    """DETR's training augmentation: hflip, then either multi-scale resize (shorter side in ``scales``,
+    longer side <= ``max_size``) or, with probability 1/2, resize to ``crop_scales`` -> random-size crop
+    in ``crop_size`` -> multi-scale resize. ``crop_scales=None`` drops the crop branch."""
+    multi_scale = v2.RandomShortestSize(list(scales), max_size=max_size)
+    resize: v2.Transform = multi_scale
+    if crop_scales:
+        crop = v2.Compose(
+            [
+                v2.RandomShortestSize(list(crop_scales)),
+                RandomSizeCrop(int(crop_size[0]), int(crop_size[1])),
+                v2.RandomShortestSize(list(scales), max_size=max_size),
+            ]
+        )
+        resize = v2.RandomChoice([multi_scale, crop])
+    flip = [v2.RandomHorizontalFlip()] if hflip else []
+    return v2.Compose([v2.ToImage(), *flip, resize, *_finish(mean, std)])
+
+
+def detr_eval_transforms(
+    size: int = 800,
+    max_size: int | None = 1333,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+) -> v2.Compose:
+    """Resize the shorter side to ``size`` (longer side <= ``max_size``), normalise."""
+    return v2.Compose([v2.ToImage(), v2.Resize(size, max_size=max_size), *_finish(mean, std)])
+
+
+# ---------------------------------------------------------------------------------------- dataset
+class CocoDetectionDataset(CocoDetection):
+    """torchvision's CocoDetection returning DETR targets (see the module docstring).
+
+    Crowd annotations are dropped (DETR trains on ``iscrowd == 0`` only; COCOeval still treats the
+    crowd regions of the JSON as ignore regions), boxes are clipped to the image and empty ones removed.
+    """
+
+    def __init__(self, img_folder: str | Path, ann_file: str | Path, transforms: v2.Transform | None) -> None:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints while loading
+            super().__init__(str(img_folder), str(ann_file))
+        self.detr_transforms = transforms
+        self.label_to_cat: list[int] = sorted(self.coco.cats.keys())
+        self.cat_to_label = {cat: i for i, cat in enumerate(self.label_to_cat)}
+
+    def __getitem__(self, index: int) -> tuple[Tensor, dict[str, Tensor]]:
+        image, anns = super().__getitem__(index)
+        image_id = self.ids[index]
+        w, h = image.size
+        anns = [a for a in anns if a.get("iscrowd", 0) == 0]
+        xywh = torch.as_tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
+        xyxy = box_convert(xywh, "xywh", "xyxy")
+        xyxy[:, 0::2] = xyxy[:, 0::2].clamp(0, w)
+        xyxy[:, 1::2] = xyxy[:, 1::2].clamp(0, h)
+        labels = torch.as_tensor([self.cat_to_label[a["category_id"]] for a in anns], dtype=torch.int64)
+        keep = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+        target: dict[str, Any] = {
+            "boxes": tv_tensors.BoundingBoxes(xyxy[keep], format="XYXY", canvas_size=(h, w)),
+            "labels": labels[keep],
+        }
+        if self.detr_transforms is not None:
+            image, target = self.detr_transforms(image, target)
+        else:
+            image = v2.functional.to_dtype(v2.functional.to_image(image), torch.float32, scale=True)
+        th, tw = image.shape[-2:]
+        boxes = box_convert(target["boxes"].as_subclass(Tensor), "xyxy", "cxcywh")
+        boxes = boxes / torch.tensor([tw, th, tw, th], dtype=torch.float32)
+        return image.as_subclass(Tensor), {
+            "boxes": boxes,
+            "labels": target["labels"],
+            "image_id": torch.tensor(image_id),
+            "orig_size": torch.tensor([h, w]),
+            "size": torch.tensor([th, tw]),
+        }
+
+
+def collate_detection(batch: Sequence[tuple[Tensor, dict[str, Tensor]]]) -> dict[str, Any]:
+    """Pad images to the batch's max (H, W) at the bottom/right; ``mask`` is True on padding."""
+    images, targets = zip(*batch, strict=True)
+    h = max(img.shape[-2] for img in images)
+    w = max(img.shape[-1] for img in images)
+    out = images[0].new_zeros((len(images), images[0].shape[0], h, w))
+    mask = torch.ones((len(images), h, w), dtype=torch.bool)
+    for i, img in enumerate(images):
+        out[i, :, : img.shape[-2], : img.shape[-1]] = img
+        mask[i, : img.shape[-2], : img.shape[-1]] = False
+    return {"images": out, "mask": mask, "targets": list(targets)}
+
+
+# ---------------------------------------------------------------------------------------- synthetic data
+SHAPE_CLASSES: tuple[str, ...] = ("square", "circle", "triangle")
+COLOURS: tuple[tuple[int, int, int], ...] = ((220, 40, 40), (40, 170, 60), (40, 80, 220), (230, 190, 30))
+
+
+def _draw_shape(
+    draw: ImageDraw.ImageDraw, kind: str, x: int, y: int, s: int, colour: tuple[int, int, int]
+) -> None:
+    """Draw ``kind`` filling the box [x, x+s) x [y, y+s)."""
+    x1, y1 = x + s - 1, y + s - 1
+    if kind == "square":
+        draw.rectangle([x, y, x1, y1], fill=colour)
+    elif kind == "circle":
+        draw.ellipse([x, y, x1, y1], fill=colour)
+    else:  # upward triangle touching all four sides of its box
+        draw.polygon([(x, y1), (x1, y1), ((x + x1) / 2, y)], fill=colour)
+
+
+def _overlap_too_large(box: tuple[int, int, int], placed: list[tuple[int, int, int]], limit: float) -> bool:
+    """Whether square ``box`` (x, y, s) covers more than ``limit`` of itself or of a placed box."""
+    x, y, s = box
+    for px, py, ps in placed:
+        iw = min(x + s, px + ps) - max(x, px)
+        ih = min(y + s, py + ps) - max(y, py)
+        if iw > 0 and ih > 0 and iw * ih > limit * min(s * s, ps * ps):
+            return True
+    return False
+
+
+def _write_split(
+    root: Path,
+    split: str,
+    num_images: int,
+    rng: np.random.Generator,
+    image_size: Sequence[int],
+    object_size: Sequence[int],
+    max_objects: int,
+    max_overlap: float,
+) -> None:
+    (root / f"{split}2017").mkdir(parents=True)
+    images, annotations = [], []
+    for image_id in range(1, num_images + 1):
+        h, w = (int(rng.integers(image_size[0], image_size[1] + 1)) for _ in range(2))
+        background = rng.integers(90, 170, size=3)
+        # Mild per-pixel noise so the background is not trivially flat.
+        pixels = np.clip(background + rng.normal(0, 12, size=(h, w, 3)), 0, 255).astype(np.uint8)
+        img = Image.fromarray(pixels)
+        draw = ImageDraw.Draw(img)
+        placed: list[tuple[int, int, int]] = []
+        for _ in range(int(rng.integers(1, max_objects + 1))):
+            for _attempt in range(20):
+                s = int(rng.integers(object_size[0], min(object_size[1], h, w) + 1))
+                box = (int(rng.integers(0, w - s + 1)), int(rng.integers(0, h - s + 1)), s)
+                if not _overlap_too_large(box, placed, max_overlap):
+                    break
+            else:
+                continue  # no room left for another object
+            cls = int(rng.integers(len(SHAPE_CLASSES)))
+            colour = COLOURS[int(rng.integers(len(COLOURS)))]
+            _draw_shape(draw, SHAPE_CLASSES[cls], *box, colour)
+            placed.append(box)
+            x, y, s = box
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": cls + 1,
+                    "bbox": [float(x), float(y), float(s), float(s)],
+                    "area": float(s * s),
+                    "iscrowd": 0,
+                }
+            )
+        file_name = f"{image_id:06d}.png"
+        img.save(root / f"{split}2017" / file_name)
+        images.append({"id": image_id, "file_name": file_name, "height": h, "width": w})
+    coco = {
+        "info": {"description": "synthetic shapes in COCO format"},
+        "images": images,
+        "annotations": annotations,
+        "categories": [
+            {"id": i + 1, "name": n, "supercategory": "shape"} for i, n in enumerate(SHAPE_CLASSES)
+        ],
+    }
+    (root / "annotations").mkdir(exist_ok=True)
+    (root / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(coco))
+
+
+def generate_shapes_coco(
+    root: str | Path,
+    num_train: int = 2000,
+    num_val: int = 200,
+    image_size: Sequence[int] = (96, 128),
+    object_size: Sequence[int] = (12, 48),
+    max_objects: int = 4,
+    max_overlap: float = 0.35,
+    seed: int = 0,
+) -> Path:
+    """Write the synthetic set to ``root`` once (no-op if it exists), atomically.
+
+    Each image (sides uniform in ``image_size``) holds 1..``max_objects`` squares, circles and
+    triangles (categories 1, 2, 3) in four colours, sides uniform in ``object_size``; a new object
+    may cover at most ``max_overlap`` of an earlier one's box (partial occlusion, never hidden).
+    Generation goes to a temporary sibling folder renamed onto ``root`` at the end, so a killed run
+    never leaves half a dataset and concurrent ranks end with one complete copy.
+    """
+    root = Path(root)
+    if root.exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        rng = np.random.default_rng(seed)
+        for split, n in (("train", num_train), ("val", num_val)):
+            _write_split(tmp, split, n, rng, image_size, object_size, max_objects, max_overlap)
+        try:
+            os.replace(tmp, root)
+        except OSError:
+            if not root.exists():  # a failure other than losing a race to another process
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+# ---------------------------------------------------------------------------------------- data module
+def _categories(ann_file: Path) -> list[int]:
+    with ann_file.open() as f:
+        return sorted(c["id"] for c in json.load(f)["categories"])
+
+
+class CocoDataModule(L.LightningDataModule):
+    """COCO-2017-layout detection data with DETR's transforms; test = the val split.
+
+    Args:
+        root: dataset folder (see the module docstring for the layout).
+        batch_size, num_workers, pin_memory: per-device loader settings.
+        train_scales, max_size, crop_scales, crop_size, hflip: `detr_train_transforms` arguments.
+        val_size: shorter side at evaluation (longer side <= ``max_size``).
+        generator: kwargs of `generate_shapes_coco`; when set, ``prepare_data`` writes the synthetic
+            set to ``root`` if it is missing (and ``num_classes`` is that set's class count).
+        num_classes: class count; by default read from the val annotation file's categories.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        batch_size: int = 2,
+        num_workers: int = 2,
+        pin_memory: bool = True,
+        train_scales: Sequence[int] = DETR_SCALES,
+        max_size: int | None = 1333,
+        crop_scales: Sequence[int] | None = (400, 500, 600),
+        crop_size: Sequence[int] = (384, 600),
+        hflip: bool = True,
+        val_size: int = 800,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        generator: dict[str, Any] | None = None,
+        num_classes: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.root = Path(str(root)).expanduser()
+        self.batch_size, self.num_workers, self.pin_memory = (
+            int(batch_size),
+            int(num_workers),
+            bool(pin_memory),
+        )
+        self.train_tf = detr_train_transforms(
+            [int(s) for s in train_scales],
+            max_size,
+            None if not crop_scales else [int(s) for s in crop_scales],
+            [int(s) for s in crop_size],
+            hflip,
+            mean,
+            std,
+        )
+        self.eval_tf = detr_eval_transforms(int(val_size), max_size, mean, std)
+        self.generator = None if generator is None else dict(generator)
+        if num_classes is None:
+            num_classes = (
+                len(SHAPE_CLASSES) if self.generator is not None else len(self.label_to_cat_from_disk())
+            )
+        self.num_classes = int(num_classes)
+        self.train_set: CocoDetectionDataset | None = None
+        self.val_set: CocoDetectionDataset | None = None
+
+    def paths(self, split: str) -> tuple[Path, Path]:
+        """(image folder, annotation file) of ``split`` (``train`` or ``val``)."""
+        return self.root / f"{split}2017", self.root / "annotations" / f"instances_{split}2017.json"
+
+    def _check(self, split: str) -> tuple[Path, Path]:
+        if not self.root.is_dir():
+            raise CocoLayoutError(f"data.root={self.root} does not exist; {LAYOUT}")
+        folder, ann = self.paths(split)
+        if not folder.is_dir() or not ann.is_file():
+            raise CocoLayoutError(
+                f"data.root={self.root} lacks {folder.name}/ or annotations/{ann.name}; {LAYOUT}"
+            )
+        return folder, ann
+
+    def label_to_cat_from_disk(self) -> list[int]:
+        return _categories(self._check("val")[1])
+
+    def prepare_data(self) -> None:
+        if self.generator is not None:
+            generate_shapes_coco(self.root, **self.generator)
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage in (None, "fit") and self.train_set is None:
+            self.train_set = CocoDetectionDataset(*self._check("train"), self.train_tf)
+        if self.val_set is None:
+            self.val_set = CocoDetectionDataset(*self._check("val"), self.eval_tf)
+        if self.train_set is not None and self.train_set.label_to_cat != self.val_set.label_to_cat:
+            raise CocoLayoutError(
+                f"data.root={self.root}: train and val annotation files list different categories"
+            )
+        if len(self.val_set.label_to_cat) != self.num_classes:
+            raise CocoLayoutError(
+                f"data.num_classes={self.num_classes} but {self.root} has "
+                f"{len(self.val_set.label_to_cat)} categories"
+            )
+
+    @property
+    def label_to_cat(self) -> list[int]:
+        """Contiguous label -> COCO category id."""
+        if self.val_set is None:
+            self.setup("validate")
+        return self.val_set.label_to_cat
+
+    def _loader(self, dataset: CocoDetectionDataset, train: bool) -> DataLoader:
+        # The project's DDP trainer configs disable Lightning's sampler injection, so shard here.
+        trainer = getattr(self, "trainer", None)
+        world = int(getattr(trainer, "world_size", 1)) if trainer is not None else 1
+        sampler = None
+        if world > 1:
+            sampler = DistributedSampler(dataset, num_replicas=world, rank=trainer.global_rank, shuffle=train)
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=train and sampler is None,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            collate_fn=collate_detection,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+            drop_last=train,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_set is None:
+            self.setup("fit")
+        return self._loader(self.train_set, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        if self.val_set is None:
+            self.setup("validate")
+        return self._loader(self.val_set, train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        """The val split: COCO's test-dev has no public annotations."""
+        return self.val_dataloader()

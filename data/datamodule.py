@@ -1,0 +1,254 @@
+"""LightningDataModule for any ImageFolder dataset (ImageNet, relational shapes, digits, fakes)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from timm.data import create_transform
+from timm.data.distributed_sampler import RepeatAugSampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torchvision.datasets import ImageFolder
+
+from data.errors import DataConfigError
+from data.generation import Generator, _plain, ensure_generated, resolve_generator
+
+LAYOUT_HINT = (
+    "expected ImageFolder layout root/{split}/<class>/<image> (e.g. ImageNet: root/train/n01440764/*.JPEG)"
+)
+# Keys whose YAML lists timm expects as tuples.
+_TUPLE_KEYS = ("scale", "ratio", "color_jitter", "mean", "std")
+
+
+def _count_class_dirs(split_dir: Path) -> int:
+    """Number of class folders, counted exactly like torchvision's ImageFolder.find_classes."""
+    return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+class RepeatAugDistributedSampler(DistributedSampler):
+    """timm's RepeatAugSampler (DeiT repeated augmentation) dressed as a DistributedSampler.
+
+    Lightning wraps any train sampler that is not a ``DistributedSampler`` in its own distributed wrapper,
+    which would shard the already-sharded RepeatAugSampler a second time. Subclassing makes Lightning leave
+    it alone (it still calls ``set_epoch``).
+    """
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, num_repeats: int = 3) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True)
+        self.repeat_sampler = RepeatAugSampler(
+            dataset, num_replicas=num_replicas, rank=rank, shuffle=True, num_repeats=num_repeats
+        )
+
+    def __iter__(self):
+        return iter(self.repeat_sampler)
+
+    def __len__(self) -> int:
+        return len(self.repeat_sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        self.repeat_sampler.set_epoch(epoch)
+
+
+class ImageFolderDataModule(L.LightningDataModule):
+    """Train/val(/test = val) loaders over ``root/{train_split,val_split}/<class>/<image>``.
+
+    Batches are ``(images, labels)`` with images float32 ``(batch_size, 3, img_size, img_size)`` normalised
+    with ``mean``/``std`` and labels int64 ``(batch_size,)``. Mixup/cutmix is left to the LightningModule.
+
+    Args:
+        root: dataset folder containing the split folders.
+        train_split, val_split: split folder names under ``root``.
+        img_size: side of the square network input.
+        batch_size: per-device batch size (train and eval).
+        num_workers: DataLoader workers per device; workers persist across epochs when > 0.
+        pin_memory: pin host memory (only takes effect when CUDA is available).
+        mean, std: per-channel normalisation, 3 floats each.
+        train_transform: kwargs for ``timm.data.create_transform(is_training=True, ...)`` (auto_augment,
+            re_prob, re_mode, re_count, hflip, scale, ratio, interpolation, color_jitter, ...). ``None`` means
+            train with the deterministic eval transform, needed when flips/crops would change the label.
+        eval_crop_pct: centre-crop fraction of the eval transform (resize to img_size / eval_crop_pct first).
+            Use 1.0 for data already stored at img_size: the eval transform is then the identity on pixels.
+        eval_interpolation: resize interpolation of the eval transform.
+        repeated_aug: use DeiT repeated augmentation (timm RepeatAugSampler) when training is distributed
+            (world_size > 1); single-process training always uses a plain shuffle.
+        num_repeats: repeats per sample for repeated_aug.
+        generator: ``None``, a callable ``fn(root)`` (Hydra ``_partial_: true``), or
+            ``{_target_: ..., **kwargs}``; ``prepare_data`` runs it once to create ``root`` when it lacks a
+            completion marker.
+        num_classes: number of classes; if None it is counted from ``root/train_split`` when that exists
+            (otherwise known after ``setup``). Checked against the data in ``setup``.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        train_split: str = "train",
+        val_split: str = "val",
+        img_size: int = 224,
+        batch_size: int = 128,
+        num_workers: int = 8,
+        pin_memory: bool = True,
+        mean: Sequence[float] = (0.485, 0.456, 0.406),
+        std: Sequence[float] = (0.229, 0.224, 0.225),
+        train_transform: Mapping[str, Any] | None = None,
+        eval_crop_pct: float = 0.875,
+        eval_interpolation: str = "bicubic",
+        repeated_aug: bool = False,
+        num_repeats: int = 3,
+        generator: Generator | Mapping[str, Any] | None = None,
+        num_classes: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.root = Path(str(root)).expanduser()
+        self.train_split = train_split
+        self.val_split = val_split
+        self.img_size = int(img_size)
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.pin_memory = bool(pin_memory)
+        self.mean = tuple(float(m) for m in _plain(mean))
+        self.std = tuple(float(s) for s in _plain(std))
+        if len(self.mean) != 3 or len(self.std) != 3:
+            raise DataConfigError(f"data.mean={self.mean} and data.std={self.std} must have 3 values each")
+        self.train_transform_kwargs = None if train_transform is None else dict(_plain(train_transform))
+        self.eval_crop_pct = float(eval_crop_pct)
+        self.eval_interpolation = eval_interpolation
+        self.repeated_aug = bool(repeated_aug)
+        self.num_repeats = num_repeats
+        self.generator = resolve_generator(generator)
+        self._configured_num_classes = num_classes
+        self.num_classes: int | None = num_classes
+        train_dir = self.root / train_split
+        if num_classes is None and train_dir.is_dir():
+            self.num_classes = _count_class_dirs(train_dir) or None
+        self.train_set: ImageFolder | None = None
+        self.val_set: ImageFolder | None = None
+
+    # ------------------------------------------------------------------ transforms
+    def build_eval_transform(self) -> Callable:
+        """PIL image -> normalised float tensor (3, img_size, img_size); deterministic."""
+        return create_transform(
+            input_size=self.img_size,
+            is_training=False,
+            interpolation=self.eval_interpolation,
+            crop_pct=self.eval_crop_pct,
+            mean=self.mean,
+            std=self.std,
+        )
+
+    def build_train_transform(self) -> Callable:
+        """PIL image -> augmented normalised float tensor (3, img_size, img_size)."""
+        if self.train_transform_kwargs is None:
+            return self.build_eval_transform()
+        kwargs = {
+            k: tuple(v) if k in _TUPLE_KEYS and isinstance(v, list) else v
+            for k, v in self.train_transform_kwargs.items()
+        }
+        for reserved in ("input_size", "is_training", "mean", "std"):
+            if reserved in kwargs:
+                raise DataConfigError(f"data.train_transform.{reserved} is set by the DataModule; remove it")
+        return create_transform(
+            input_size=self.img_size, is_training=True, mean=self.mean, std=self.std, **kwargs
+        )
+
+    # ------------------------------------------------------------------ lightning hooks
+    def prepare_data(self) -> None:
+        """Generate the dataset once (only if a generator is configured); atomic and safe under races."""
+        if self.generator is not None:
+            ensure_generated(self.root, self.generator)
+            if self.num_classes is None and (self.root / self.train_split).is_dir():
+                self.num_classes = _count_class_dirs(self.root / self.train_split) or None
+
+    def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
+        if not self.root.is_dir():
+            hint = " (did prepare_data run? data.generator is set)" if self.generator is not None else ""
+            raise DataConfigError(f"data.root={self.root} does not exist{hint}; {LAYOUT_HINT}")
+        split_dir = self.root / split
+        if not split_dir.is_dir():
+            raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {LAYOUT_HINT}")
+        try:
+            return ImageFolder(str(split_dir), transform=transform)
+        except FileNotFoundError as err:  # no class folders, or class folders without images
+            reason = str(err).splitlines()[0].rstrip(".")
+            raise DataConfigError(
+                f"{split_dir} is not a usable ImageFolder split ({reason}); {LAYOUT_HINT}"
+            ) from err
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the ImageFolders: train+val for stage 'fit' (or None), val only for validate/test/predict."""
+        if stage in (None, "fit") and self.train_set is None:
+            self.train_set = self._image_folder(self.train_split, self.build_train_transform())
+        if self.val_set is None:
+            self.val_set = self._image_folder(self.val_split, self.build_eval_transform())
+        reference = self.train_set if self.train_set is not None else self.val_set
+        if self.train_set is not None and self.val_set.classes != self.train_set.classes:
+            # ImageFolder indexes classes by sorted folder name: differing class sets silently shift labels.
+            raise DataConfigError(
+                f"data.root={self.root}: {self.val_split}/ has {len(self.val_set.classes)} class folders but "
+                f"{self.train_split}/ has {len(self.train_set.classes)} (or different names); they must match"
+            )
+        found = len(reference.classes)
+        configured = self._configured_num_classes
+        if configured is not None and configured < found:
+            raise DataConfigError(
+                f"data.num_classes={configured} but data.root={self.root} has {found} class folders (labels "
+                "would be out of range); set data.num_classes to match (or null to count them)"
+            )
+        if configured is not None and configured > found:
+            # Allowed so the ImageNet config runs on a tiny fake ImageFolder (tests): extra logits go unused.
+            warnings.warn(
+                f"data.num_classes={configured} but data.root={self.root} has only {found} class folders",
+                stacklevel=2,
+            )
+        self.num_classes = configured if configured is not None else found
+
+    # ------------------------------------------------------------------ loaders
+    def _world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 1, 0
+        return int(getattr(trainer, "world_size", 1)), int(getattr(trainer, "global_rank", 0))
+
+    def _loader(self, dataset: ImageFolder, train: bool, sampler: Sampler | None = None) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=train and sampler is None,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+            drop_last=train,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_set is None:
+            self.setup("fit")
+        world_size, rank = self._world()
+        sampler = None
+        if self.repeated_aug and world_size > 1:
+            sampler = RepeatAugDistributedSampler(
+                self.train_set, world_size, rank, num_repeats=self.num_repeats
+            )
+        per_rank = len(sampler) if sampler is not None else len(self.train_set) // world_size
+        if per_rank < self.batch_size:
+            raise DataConfigError(
+                f"data.batch_size={self.batch_size} exceeds the {per_rank} training images per device in "
+                f"{self.root / self.train_split}; with drop_last=True there would be no training batch"
+            )
+        return self._loader(self.train_set, train=True, sampler=sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        if self.val_set is None:
+            self.setup("validate")
+        return self._loader(self.val_set, train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        """The val split (ImageNet-style setups have no labelled test split)."""
+        return self.val_dataloader()

@@ -1,0 +1,280 @@
+"""ImageFolderDataModule: generation once/atomically, loaders, errors, repeated-aug sampler."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DistributedSampler
+
+from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
+from data.generation import MARKER_NAME, ensure_generated
+from data.relational import generate_relational_shapes
+
+CALLS: list[str] = []
+
+
+def counting_generator(root: str, num_train: int = 64, num_val: int = 16, fail: bool = False) -> None:
+    """Relational generator that records its calls (and can fail half-way, after writing files)."""
+    CALLS.append(root)
+    generate_relational_shapes(root, num_train=num_train, num_val=num_val)
+    if fail:
+        raise RuntimeError("simulated crash during generation")
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls() -> None:
+    CALLS.clear()
+
+
+def relational_dm(root: Path, **overrides) -> ImageFolderDataModule:
+    kwargs = dict(
+        root=str(root),
+        img_size=32,
+        batch_size=16,
+        num_workers=0,
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+        train_transform=None,
+        eval_crop_pct=1.0,
+        num_classes=8,
+        generator=functools.partial(counting_generator, num_train=64, num_val=16),
+    )
+    return ImageFolderDataModule(**{**kwargs, **overrides})
+
+
+def test_prepare_data_generates_once(tmp_path: Path) -> None:
+    root = tmp_path / "rel"
+    dm = relational_dm(root)
+    assert dm.num_classes == 8 and dm.batch_size == 16 and dm.img_size == 32  # before any setup
+    dm.prepare_data()
+    assert (root / MARKER_NAME).is_file() and len(CALLS) == 1
+    some_file = next((root / "train").rglob("*.png"))
+    mtime = some_file.stat().st_mtime_ns
+    dm.prepare_data()
+    relational_dm(root).prepare_data()  # a fresh module (e.g. a new run) also reuses it
+    assert len(CALLS) == 1 and some_file.stat().st_mtime_ns == mtime
+    assert not list(tmp_path.glob(".rel.tmp-*"))
+
+
+def test_generator_given_as_target_mapping(tmp_path: Path) -> None:
+    spec = {"_target_": f"{__name__}.counting_generator", "num_train": 16, "num_val": 8}
+    dm = relational_dm(tmp_path / "rel", generator=spec)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(CALLS) == 1 and len(dm.train_set) == 16 and len(dm.val_set) == 8
+
+
+def test_changed_generator_settings_warn_and_reuse_data(tmp_path: Path) -> None:
+    relational_dm(tmp_path / "rel").prepare_data()
+    changed = relational_dm(tmp_path / "rel", generator=functools.partial(counting_generator, num_train=32))
+    with pytest.warns(UserWarning, match="num_train: 64 on disk vs 32 configured"):
+        changed.prepare_data()
+    assert len(CALLS) == 1
+    with pytest.raises(DataConfigError, match="num_train"):
+        ensure_generated(tmp_path / "rel", functools.partial(counting_generator, num_train=32), strict=True)
+
+
+def test_different_generator_function_is_rejected(tmp_path: Path) -> None:
+    relational_dm(tmp_path / "rel").prepare_data()
+    other = relational_dm(
+        tmp_path / "rel", generator=functools.partial(generate_relational_shapes, num_train=8)
+    )
+    with pytest.raises(DataConfigError, match="generate_relational_shapes"):
+        other.prepare_data()
+
+
+def test_crashed_generation_leaves_nothing_behind(tmp_path: Path) -> None:
+    dm = relational_dm(tmp_path / "rel", generator=functools.partial(counting_generator, fail=True))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        dm.prepare_data()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rel.lock"]  # no root, no temp dir
+    relational_dm(tmp_path / "rel").prepare_data()  # the next run generates cleanly
+    assert (tmp_path / "rel" / MARKER_NAME).is_file()
+
+
+def test_concurrent_prepare_generates_once(tmp_path: Path) -> None:
+    generator = functools.partial(counting_generator, num_train=32, num_val=8)
+    results: list[bool] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(ensure_generated(tmp_path / "rel", generator)))
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [False, False, True] and len(CALLS) == 1
+    assert len(list((tmp_path / "rel").rglob("*.png"))) == 40
+
+
+def test_race_without_file_lock_keeps_one_complete_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where flock does not work (some network filesystems), marker + atomic rename still yield one copy."""
+    import data.generation
+
+    monkeypatch.setattr(data.generation, "fcntl", None)
+    barrier = threading.Barrier(3)
+
+    def slow_start_generator(root: str) -> None:
+        barrier.wait(timeout=10)  # make all three generate at the same time
+        counting_generator(root, num_train=32, num_val=8)
+
+    results: list[bool] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(ensure_generated(tmp_path / "rel", slow_start_generator))
+        )
+        for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(CALLS) == 3 and sorted(results) == [False, False, True]
+    assert len(list((tmp_path / "rel").rglob("*.png"))) == 40
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]  # losers cleaned up their temp dirs
+
+
+def test_foreign_root_without_marker_is_not_overwritten(tmp_path: Path) -> None:
+    make_fake_imagefolder(tmp_path / "rel", num_classes=8, per_class=1)
+    with pytest.raises(DataConfigError, match="completion marker"):
+        relational_dm(tmp_path / "rel").prepare_data()
+
+
+def test_loaders_shapes_dtypes_and_normalisation(tmp_path: Path) -> None:
+    dm = relational_dm(tmp_path / "rel")
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.num_classes == 8 and len(dm.train_set) == 64 and len(dm.val_set) == 16
+    train_loader = dm.train_dataloader()
+    assert train_loader.drop_last and len(train_loader) == 4
+    images, labels = next(iter(train_loader))
+    assert images.shape == (16, 3, 32, 32) and images.dtype == torch.float32
+    assert labels.shape == (16,) and labels.dtype == torch.int64 and 0 <= labels.min() <= labels.max() < 8
+
+    # Eval (and, for relational, train) transform is exactly (pixel / 255 - mean) / std: no resize, no crop.
+    val_images, val_labels = next(iter(dm.val_dataloader()))
+    path, label = dm.val_set.samples[0]
+    pixels = torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1).float() / 255
+    torch.testing.assert_close(val_images[0], (pixels - 0.5) / 0.5)
+    assert val_labels[0] == label and dm.val_set.classes[label] == Path(path).parent.name
+    test_images, _ = next(iter(dm.test_dataloader()))
+    torch.testing.assert_close(test_images, val_images)
+
+
+def test_num_classes_counted_from_existing_root(tmp_path: Path) -> None:
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=5, per_class=2, img_size=16)
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0)
+    assert dm.num_classes == 5
+
+
+def test_persistent_workers(tmp_path: Path) -> None:
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=4, img_size=16)
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=1, eval_crop_pct=1.0)
+    dm.setup("fit")
+    assert dm.train_dataloader().persistent_workers and dm.val_dataloader().persistent_workers
+
+
+@pytest.mark.parametrize(
+    ("make", "split_or_fragment"),
+    [
+        (lambda root: None, "does not exist"),
+        (lambda root: root.mkdir(), "has no train/ folder"),
+        (lambda root: (root / "train").mkdir(parents=True), "is not a usable ImageFolder split"),
+        (lambda root: (root / "train" / "cat").mkdir(parents=True), "is not a usable ImageFolder split"),
+    ],
+)
+def test_bad_root_gives_one_line_error(tmp_path: Path, make, split_or_fragment: str) -> None:
+    root = tmp_path / "missing"
+    make(root)
+    dm = ImageFolderDataModule(root=str(root), img_size=32, batch_size=2, num_workers=0)
+    with pytest.raises(DataConfigError) as info:
+        dm.setup("fit")
+    message = str(info.value)
+    assert str(root) in message and split_or_fragment in message and "\n" not in message
+    assert "root/{split}/<class>/<image>" in message or "expected" in message
+
+
+def test_missing_val_split_and_class_mismatch(tmp_path: Path) -> None:
+    root = make_fake_imagefolder(
+        tmp_path / "fake", num_classes=3, per_class=2, img_size=16, splits=("train",)
+    )
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0)
+    with pytest.raises(DataConfigError, match="has no val/ folder"):
+        dm.setup("fit")
+    make_fake_imagefolder(root, num_classes=2, per_class=2, img_size=16, splits=("val",))
+    with pytest.raises(DataConfigError, match="must match"):
+        ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0).setup("fit")
+
+
+def test_num_classes_mismatch_and_too_large_batch(tmp_path: Path) -> None:
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=3, per_class=2, img_size=16)
+    with pytest.raises(DataConfigError, match="data.num_classes=2 .* 3 class folders"):
+        ImageFolderDataModule(root=str(root), img_size=16, num_classes=2).setup("fit")
+    # More configured classes than folders (ImageNet config on a fake folder) only warns.
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=64, num_workers=0, num_classes=1000)
+    with pytest.warns(UserWarning, match="data.num_classes=1000"):
+        dm.setup("fit")
+    assert dm.num_classes == 1000
+    with pytest.raises(DataConfigError, match="data.batch_size=64"):
+        dm.train_dataloader()
+
+
+def test_repeated_aug_only_when_distributed(tmp_path: Path) -> None:
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=4, per_class=8, img_size=16)
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=4, num_workers=0, repeated_aug=True)
+    dm.setup("fit")
+    assert not isinstance(dm.train_dataloader().sampler, DistributedSampler)  # single process: plain shuffle
+
+    per_rank = []
+    for rank in range(2):
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        sampler = dm.train_dataloader().sampler
+        # Must be a DistributedSampler, otherwise Lightning would wrap (and re-shard) it.
+        assert isinstance(sampler, DistributedSampler)
+        sampler.set_epoch(1)
+        per_rank.append(list(sampler))
+    assert len(per_rank[0]) == len(per_rank[1]) == 16  # 32 images / 2 ranks
+    # Repeated augmentation: each sampled image appears on both ranks (as different augmentations).
+    assert set(per_rank[0]) & set(per_rank[1])
+
+
+def test_drives_a_lightning_fit(tmp_path: Path) -> None:
+    """prepare_data -> setup -> loaders through a real (CPU) Trainer, including generation from scratch."""
+    import lightning as L
+
+    class LinearProbe(L.LightningModule):
+        def __init__(self, num_classes: int) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(3 * 32 * 32, num_classes)
+
+        def training_step(self, batch, batch_idx):
+            images, labels = batch
+            return torch.nn.functional.cross_entropy(self.head(images.flatten(1)), labels)
+
+        def validation_step(self, batch, batch_idx) -> None:
+            images, labels = batch
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.head(images.flatten(1)), labels))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    dm = relational_dm(tmp_path / "rel")
+    trainer = L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(LinearProbe(dm.num_classes), datamodule=dm)
+    assert trainer.global_step == 4 and "val_loss" in trainer.callback_metrics and len(CALLS) == 1
