@@ -173,6 +173,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     _install_ddp_child_command(run_dir)
 
     datamodule, model = build_data_and_model(cfg)
+    if rank_zero_only.rank == 0:
+        datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
     trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"))
     resume_from = newest_checkpoint(run_dir) if cfg.get("resume") else None
     if resume_from:

@@ -159,19 +159,26 @@ class ImageFolderDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ lightning hooks
     def prepare_data(self) -> None:
-        """Generate the dataset once (only if a generator is configured); atomic and safe under races."""
+        """Generate the dataset once (if a generator is configured; atomic and safe under races), then
+        check the folder layout, so that a wrong ``data.root`` fails before any training starts."""
         if self.generator is not None:
             ensure_generated(self.root, self.generator)
             if self.num_classes is None and (self.root / self.train_split).is_dir():
                 self.num_classes = _count_class_dirs(self.root / self.train_split) or None
+        for split in (self.train_split, self.val_split):
+            self._check_split_dir(split)
 
-    def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
+    def _check_split_dir(self, split: str) -> Path:
         if not self.root.is_dir():
             hint = " (did prepare_data run? data.generator is set)" if self.generator is not None else ""
             raise DataConfigError(f"data.root={self.root} does not exist{hint}; {LAYOUT_HINT}")
         split_dir = self.root / split
         if not split_dir.is_dir():
             raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {LAYOUT_HINT}")
+        return split_dir
+
+    def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
+        split_dir = self._check_split_dir(split)
         try:
             return ImageFolder(str(split_dir), transform=transform)
         except FileNotFoundError as err:  # no class folders, or class folders without images

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -103,12 +102,10 @@ def _file_lock(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any], strict: bool) -> None:
-    """Compare the recorded generator with the configured one.
+def _check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Compare the recorded generator with the configured one; any difference is an error.
 
-    A different generator function is always an error. Different kwargs (e.g. a run with fewer images sharing
-    a data dir with a default run) only warn unless ``strict``: the existing data is used as is, which is
-    what evaluation of a checkpoint trained on that very data needs.
+    Reusing data made with other settings would silently train on something else than configured.
     """
     recorded = marker.get("generator", {})
     if recorded.get("target") != expected["target"]:
@@ -124,34 +121,30 @@ def _check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any], 
     }
     if changed:
         diff = ", ".join(f"{k}: {old!r} on disk vs {new!r} configured" for k, (old, new) in changed.items())
-        message = (
-            f"data.root={root} was generated with different settings ({diff}); using the data on disk. "
-            "Delete the folder or change data.root to regenerate"
+        raise DataConfigError(
+            f"data.root={root} was generated with different settings ({diff}); "
+            "delete the folder or point data.root elsewhere to regenerate"
         )
-        if strict:
-            raise DataConfigError(message)
-        warnings.warn(message, stacklevel=3)
 
 
-def ensure_generated(root: str | Path, generator: Generator, strict: bool = False) -> bool:
+def ensure_generated(root: str | Path, generator: Generator) -> bool:
     """Run ``generator`` into ``root`` unless ``root`` already holds a completed generation.
 
     Returns True if this call generated the data, False if it was already there. Raises DataConfigError if
-    ``root`` exists but was not made by a generator (no marker) or by a different generator function; a
-    generation with different kwargs warns (raises if ``strict``).
+    ``root`` exists but was not made by a generator (no marker) or by the same generator and settings.
     """
     root = Path(root).expanduser().absolute()
     expected = describe_generator(generator)
     marker = read_marker(root)
     if marker is not None:  # fast path, no lock needed
-        _check_marker(root, marker, expected, strict)
+        _check_marker(root, marker, expected)
         return False
 
     root.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(root.parent / f".{root.name}.lock"):
         marker = read_marker(root)  # another process may have finished while we waited for the lock
         if marker is not None:
-            _check_marker(root, marker, expected, strict)
+            _check_marker(root, marker, expected)
             return False
         if root.exists():
             if root.is_dir() and not any(root.iterdir()):

@@ -85,6 +85,7 @@ class RelativePositionTable(nn.Module):
         head_dim: int,
         num_heads: int,
         axis: int | None = None,
+        skip_bucket: bool = True,
         device: Any = None,
         dtype: Any = None,
     ) -> None:
@@ -97,7 +98,9 @@ class RelativePositionTable(nn.Module):
         self.head_dim = head_dim
         self.num_heads = num_heads
         self.table_heads = 1 if config.shared_head else num_heads
-        self.num_buckets = num_buckets(self.index_spec) + 1  # + the skip bucket
+        self.skip_bucket = skip_bucket
+        # As in the reference, the shared skip-token bucket exists only in models built with skip tokens.
+        self.num_buckets = num_buckets(self.index_spec) + int(skip_bucket)
         dd = {"device": device, "dtype": dtype}
         if self.mode == "bias":
             self.lookup_table_bias = nn.Parameter(torch.empty(self.table_heads, self.num_buckets, **dd))
@@ -130,6 +133,11 @@ class RelativePositionTable(nn.Module):
 
     def bucket_ids(self, h: int, w: int, skip: int, device: torch.device) -> Tensor:
         """Cached ``(n, n)`` bucket ids for this table's index."""
+        if skip and not self.skip_bucket:
+            raise ValueError(
+                f"the sequence has {skip} skip token(s) before the {h}x{w} grid but this RPE table was built"
+                " with skip_bucket=False (no bucket for class/distillation tokens)"
+            )
         return bucket_ids(self.index_spec, h, w, skip, device)
 
     def logit_pieces(
@@ -155,24 +163,6 @@ class RelativePositionTable(nn.Module):
         per_bucket = per_bucket.scatter_add(-1, ids.expand(B, H, n, n), attn)
         return per_bucket @ self.lookup_table_weight.to(attn.dtype).unsqueeze(0)
 
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ):  # noqa: ANN001
-        # reference tables trained without skip tokens (DETR) lack the skip bucket: pad it with zeros
-        name = "lookup_table_bias" if self.mode == "bias" else "lookup_table_weight"
-        key = prefix + name
-        loaded = state_dict.get(key)
-        if isinstance(loaded, Tensor) and loaded.dim() == self.table.dim():
-            expected = list(self.table.shape)
-            expected[self._bucket_dim] -= 1
-            if list(loaded.shape) == expected:
-                pad_shape = list(loaded.shape)
-                pad_shape[self._bucket_dim] = 1
-                state_dict[key] = torch.cat([loaded, loaded.new_zeros(pad_shape)], dim=self._bucket_dim)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
-
     def extra_repr(self) -> str:
         return (
             f"site={self.site!r}, mode={self.mode!r}, method={self.index_spec.method!r}, "
@@ -189,16 +179,17 @@ class CrossRelativePositionTable(nn.Module):
         site: str,
         head_dim: int,
         num_heads: int,
+        skip_bucket: bool = True,
         device: Any = None,
         dtype: Any = None,
     ) -> None:
         super().__init__()
         self.site = site
         self.rp_rows = RelativePositionTable(
-            config, site, head_dim, num_heads, axis=0, device=device, dtype=dtype
+            config, site, head_dim, num_heads, axis=0, skip_bucket=skip_bucket, device=device, dtype=dtype
         )
         self.rp_cols = RelativePositionTable(
-            config, site, head_dim, num_heads, axis=1, device=device, dtype=dtype
+            config, site, head_dim, num_heads, axis=1, skip_bucket=skip_bucket, device=device, dtype=dtype
         )
 
     def logit_pieces(
@@ -279,11 +270,19 @@ class TransformerXLTerm(nn.Module):
 
 
 def build_rpe(
-    config: RPEConfig | Any, head_dim: int, num_heads: int, *, device: Any = None, dtype: Any = None
+    config: RPEConfig | Any,
+    head_dim: int,
+    num_heads: int,
+    *,
+    skip_bucket: bool = True,
+    device: Any = None,
+    dtype: Any = None,
 ) -> tuple[nn.Module | None, nn.Module | None, nn.Module | None]:
     """Build the ``(rpe_q, rpe_k, rpe_v)`` site modules of one attention layer (None where unused).
 
-    ``config`` is anything `resolve_rpe` accepts.
+    ``config`` is anything `resolve_rpe` accepts. ``skip_bucket`` reserves the extra bucket shared by
+    skip (class/distillation) tokens: True for DeiT (table of 49 + 1 at ratio 1.9, as in the reference
+    DeiT checkpoints), False for backbones without such tokens (DETR, Swin: 49).
     """
     config = resolve_rpe(config)
     if not config.enabled:
@@ -292,7 +291,7 @@ def build_rpe(
         return None, TransformerXLTerm(config, head_dim, num_heads, device=device, dtype=dtype), None
     table_cls = CrossRelativePositionTable if config.method == "cross" else RelativePositionTable
     sites = tuple(
-        table_cls(config, site, head_dim, num_heads, device=device, dtype=dtype)
+        table_cls(config, site, head_dim, num_heads, skip_bucket=skip_bucket, device=device, dtype=dtype)
         if site in config.on
         else None
         for site in "qkv"

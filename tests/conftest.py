@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
 
 # Small relational-shapes sets keep the end-to-end tests within the suite's time budget.
-SMALL_RELATIONAL = ["data.generator.num_train=1024", "data.generator.num_val=256", "data.num_workers=0"]
+SMALL_RELATIONAL = [
+    "data.root=${paths.data_dir}/relational_small", "data.generator.num_train=1024", "data.generator.num_val=256",
+    "data.num_workers=0",
+]
 
 
 def compose_config(

@@ -441,14 +441,15 @@ def test_reference_layout_state_dict_loads_strictly(rpe, keys):
         assert torch.equal(state[key], value)
 
 
-def test_reference_table_without_skip_bucket_is_padded_on_load():
+def test_table_without_skip_bucket_matches_detr_reference_and_rejects_skip_tokens():
     # DETR reference (no class token): (1, 32, 49) for rpe-1.9-product-ctx-1-k with d = 32
-    attn = RPEAttention(256, num_heads=8, rpe="rpe-1.9-product-ctx-1-k")
-    table = torch.randn(1, 32, 49)
-    state = {**attn.state_dict(), "rpe_k.lookup_table_weight": table}
-    attn.load_state_dict(state, strict=True)
-    assert torch.equal(attn.rpe_k.lookup_table_weight[..., :49], table)
-    assert (attn.rpe_k.lookup_table_weight[..., 49] == 0).all()
+    _, rpe_k, _ = build_rpe("rpe-1.9-product-ctx-1-k", 32, 8, skip_bucket=False)
+    assert rpe_k.lookup_table_weight.shape == (1, 32, 49)
+    assert build_rpe("rpe-1.9-product-ctx-1-k", 32, 8)[1].lookup_table_weight.shape == (1, 32, 50)
+    q = torch.randn(1, 8, 1 + 16, 32)
+    with pytest.raises(ValueError, match="skip_bucket=False"):
+        rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(4, 4))
+    assert rpe_attention(q[:, :, 1:], q[:, :, 1:], q[:, :, 1:], rpe_k=rpe_k, grid_size=(4, 4)).shape == (1, 8, 16, 32)
 
 
 def test_initialisation():

@@ -1,0 +1,184 @@
+"""Training-step time and memory of each RPE preset against timm's plain model, side by side.
+
+    python scripts/benchmark.py                                  # DeiT-S, batch 16, CPU
+    python scripts/benchmark.py --model micro --steps 20         # a quick run
+    python scripts/benchmark.py --model swin_tiny                # against timm's swin_tiny_patch4_window7_224
+    python scripts/benchmark.py --device cuda --bf16 --batch 128 # GPU, bf16 autocast
+    python scripts/benchmark.py --json results.json
+
+All models are timed in one process, round-robin (one step of each, repeated), so that machine
+load drifts hit every model alike; the reported time is the median step. Memory is the peak CUDA
+allocation on GPU; on CPU it is the bytes that autograd saves for the backward pass (the
+activation memory, which is what RPE adds to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import models  # noqa: E402  (registers our builders)
+
+MODELS = {
+    # name: (timm baseline, our builder name, image size)
+    "deit_small": ("deit_small_patch16_224", "deit_small_patch16_224", 224),
+    "deit_tiny": ("deit_tiny_patch16_224", "deit_tiny_patch16_224", 224),
+    "micro": (None, "deit_micro_patch4_32", 32),
+    "swin_tiny": ("swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 224),
+}
+DEFAULT_PRESETS = {
+    "deit_small": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", "irpe_cross_k", "shaw", "t5", "xl"],
+    "deit_tiny": ["none", "irpe_k", "irpe_qkv"],
+    "micro": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k"],
+    "swin_tiny": ["swin", "irpe_k", "irpe_qkv"],
+}
+
+
+class SavedTensorMeter:
+    """Bytes of the tensors autograd keeps for backward (distinct storages counted once)."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, int] = {}
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        self.storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.storages.values())
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
+               bf16: bool, meter: SavedTensorMeter | None = None) -> None:
+    autocast = torch.autocast(images.device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+    hooks = torch.autograd.graph.saved_tensors_hooks(meter.pack, lambda t: t) if meter else nullcontext()
+    with autocast, hooks:
+        loss = nn.functional.cross_entropy(model(images), labels)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def build_cases(args: argparse.Namespace) -> dict[str, nn.Module]:
+    timm_name, our_name, img_size = MODELS[args.model]
+    cases: dict[str, nn.Module] = {}
+    if timm_name is not None:
+        cases[f"timm:{timm_name}"] = timm.create_model(timm_name, num_classes=args.classes)
+    presets = args.presets or DEFAULT_PRESETS[args.model]
+    for preset in presets:
+        rpe: Any = preset
+        if args.backend != "auto" and preset != "none":
+            rpe = {"preset": preset, "backend": args.backend}
+        cases[preset] = models.create_model(our_name, rpe=rpe, num_classes=args.classes)
+    return cases
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    img_size = MODELS[args.model][2]
+    images = torch.randn(args.batch, 3, img_size, img_size, device=device)
+    labels = torch.randint(0, args.classes, (args.batch,), device=device)
+    cases = build_cases(args)
+    state = {}
+    for name, model in cases.items():
+        model.to(device).train()
+        if args.compile:
+            model.compile()
+        state[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    memory: dict[str, int] = {}
+    for name, (model, opt) in state.items():  # warm-up, and the memory measurement
+        for _ in range(args.warmup):
+            train_step(model, opt, images, labels, args.bf16)
+        if device.type == "cuda":
+            sync(device)
+            torch.cuda.reset_peak_memory_stats()
+            train_step(model, opt, images, labels, args.bf16)
+            sync(device)
+            memory[name] = torch.cuda.max_memory_allocated()
+        else:
+            meter = SavedTensorMeter()
+            train_step(model, opt, images, labels, args.bf16, meter)
+            memory[name] = meter.bytes
+    for _ in range(args.steps):
+        for name, (model, opt) in state.items():
+            sync(device)
+            started = time.perf_counter()
+            train_step(model, opt, images, labels, args.bf16)
+            sync(device)
+            times[name].append(time.perf_counter() - started)
+
+    reference = next(iter(cases))
+    ref_time = statistics.median(times[reference])
+    rows = []
+    for name in cases:
+        step = statistics.median(times[name])
+        rows.append({
+            "case": name,
+            "step_ms": 1000 * step,
+            "time_ratio": step / ref_time,
+            "memory_MB": memory[name] / 2**20,
+            "memory_ratio": memory[name] / memory[reference],
+            "params_M": sum(p.numel() for p in state[name][0].parameters()) / 1e6,
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=sorted(MODELS), default="deit_small")
+    parser.add_argument("--presets", nargs="*", help="RPE presets (default: a set per model)")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per case")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    parser.add_argument("--compile", action="store_true", help="torch.compile every model")
+    parser.add_argument("--backend", default="auto", choices=["auto", "sdpa", "eager", "flex"])
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for preset in args.presets or []:
+        models.create_model(MODELS[args.model][1], rpe=preset, num_classes=2)  # fail fast on a bad name
+
+    rows = measure(args)
+    setup = (f"model={args.model} batch={args.batch} device={args.device} bf16={args.bf16} "
+             f"compile={args.compile} backend={args.backend} threads={torch.get_num_threads()} "
+             f"torch={torch.__version__}")
+    print(setup)
+    print(f"{'case':<40} {'step ms':>9} {'x time':>7} {'mem MB':>9} {'x mem':>7} {'params M':>9}")
+    for row in rows:
+        print(f"{row['case']:<40} {row['step_ms']:9.1f} {row['time_ratio']:7.3f} {row['memory_MB']:9.1f} "
+              f"{row['memory_ratio']:7.3f} {row['params_M']:9.2f}")
+    if args.json:
+        from models.training import atomic_write_json
+
+        atomic_write_json(args.json, {"setup": setup, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
