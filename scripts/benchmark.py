@@ -15,7 +15,6 @@ activation memory, which is what RPE adds to).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
