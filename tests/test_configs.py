@@ -21,6 +21,11 @@ def _options(group: str) -> list[str]:
 )
 def test_every_option_composes(group: str, option: str, tmp_path: Path) -> None:
     overrides = [f"{group}={option}"]
+    # detection data goes with a detection model and vice versa
+    if group == "data" and "coco" in option:
+        overrides.append("model=detr_small")
+    if group == "model" and option.startswith("detr"):
+        overrides.append("data=shapes_coco")
     if group == "experiment" or option in ("imagenet", "coco"):
         overrides.append("data.root=/does/not/matter")
     cfg = compose_config(overrides, tmp_path / "run", tmp_path / "data")

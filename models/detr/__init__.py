@@ -1,0 +1,29 @@
+"""DETR detection with relative position encodings in the encoder (iRPE, spec sections 4, 6, 7).
+
+Public API:
+    DETR, HungarianMatcher, SetCriterion, PostProcess, build_weight_dict -- the detector and its loss
+    Transformer, Attention, DecoderCrossRPEError                         -- the transformer and its RPE sites
+    DetectionModule                                                      -- the LightningModule (Hydra target)
+    evaluate_coco, to_coco_results, gather_detections, METRIC_NAMES      -- COCO evaluation in percent
+"""
+
+from .coco_eval import METRIC_NAMES, evaluate_coco, gather_detections, to_coco_results
+from .detr import DETR, HungarianMatcher, PostProcess, SetCriterion, build_weight_dict
+from .module import DetectionModule
+from .transformer import Attention, DecoderCrossRPEError, Transformer
+
+__all__ = [
+    "DETR",
+    "METRIC_NAMES",
+    "Attention",
+    "DecoderCrossRPEError",
+    "DetectionModule",
+    "HungarianMatcher",
+    "PostProcess",
+    "SetCriterion",
+    "Transformer",
+    "build_weight_dict",
+    "evaluate_coco",
+    "gather_detections",
+    "to_coco_results",
+]

@@ -1,0 +1,162 @@
+"""LightningModule for DETR training and COCO evaluation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from .coco_eval import METRIC_NAMES, evaluate_coco, gather_detections, to_coco_results
+from .detr import DETR, HungarianMatcher, PostProcess, SetCriterion, build_weight_dict
+
+
+class DetectionModule(L.LightningModule):
+    """DETR with its set criterion, DETR's optimiser recipe, and COCO metrics on val and test.
+
+    Batches are `data.coco.collate_detection` dicts. RPE for the encoder comes from ``rpe`` (what
+    train.py passes from the ``rpe`` config group) unless ``enc_rpe2d`` (the reference's flag, e.g.
+    ``rpe-2.0-product-ctx-1-k``, or any spec `rpe.resolve_rpe` accepts) is set, which then wins.
+    ``dec_self_rpe`` / ``dec_cross_rpe``: see `models.detr.transformer`.
+    """
+
+    def __init__(
+        self,
+        rpe: Any = None,
+        num_classes: int = 80,
+        enc_rpe2d: Any = None,
+        dec_self_rpe: Any = None,
+        dec_cross_rpe: Any = None,
+        backbone: dict[str, Any] | None = None,
+        position_embedding: str = "sine",
+        hidden_dim: int = 256,
+        nheads: int = 8,
+        enc_layers: int = 6,
+        dec_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        num_queries: int = 100,
+        pre_norm: bool = False,
+        aux_loss: bool = True,
+        set_cost_class: float = 1.0,
+        set_cost_bbox: float = 5.0,
+        set_cost_giou: float = 2.0,
+        ce_loss_coef: float = 1.0,
+        bbox_loss_coef: float = 5.0,
+        giou_loss_coef: float = 2.0,
+        eos_coef: float = 0.1,
+        lr: float = 1e-4,
+        lr_backbone: float = 1e-5,
+        weight_decay: float = 1e-4,
+        lr_drop: int = 100,
+        lr_gamma: float = 0.1,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        backbone = dict(backbone or {})
+        if lr_backbone <= 0:  # DETR: a zero backbone lr freezes the whole backbone
+            backbone["train_layers"] = ()
+        self.model = DETR(
+            num_classes,
+            backbone,
+            position_embedding,
+            hidden_dim,
+            nheads,
+            enc_layers,
+            dec_layers,
+            dim_feedforward,
+            dropout,
+            num_queries,
+            pre_norm,
+            aux_loss,
+            enc_rpe=enc_rpe2d if enc_rpe2d is not None else rpe,
+            dec_self_rpe=dec_self_rpe,
+            dec_cross_rpe=dec_cross_rpe,
+        )
+        matcher = HungarianMatcher(set_cost_class, set_cost_bbox, set_cost_giou)
+        weights = build_weight_dict(
+            ce_loss_coef, bbox_loss_coef, giou_loss_coef, dec_layers - 1 if aux_loss else 0
+        )
+        self.criterion = SetCriterion(num_classes, matcher, weights, eos_coef)
+        self.postprocess = PostProcess()
+        self._results: dict[int, list[dict]] = {}
+
+    def forward(self, images: Tensor, mask: Tensor) -> dict[str, Any]:
+        return self.model(images, mask)
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        outputs = self.model(batch["images"], batch["mask"])
+        losses = self.criterion(outputs, batch["targets"])
+        loss = self.criterion.total(losses)
+        bs = len(batch["targets"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=bs)
+        for key in ("loss_ce", "loss_bbox", "loss_giou", "cardinality_error"):
+            self.log(f"train/{key}", losses[key], batch_size=bs)
+        groups = self.optimizers().param_groups if self._trainer is not None else []
+        for group in groups:
+            self.log(f"train/lr_{group['name']}", group["lr"], batch_size=bs)
+        return loss
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_step(self, batch: dict[str, Any]) -> None:
+        outputs = self.model(batch["images"], batch["mask"])
+        targets = batch["targets"]
+        sizes = torch.stack([t["orig_size"] for t in targets])
+        detections = self.postprocess(outputs, sizes)
+        ids = [int(t["image_id"]) for t in targets]
+        label_to_cat = self._eval_dataset().label_to_cat
+        for image_id, det in zip(ids, detections, strict=True):
+            # Keyed by image: a DistributedSampler pads with repeated images, counted once here.
+            self._results[image_id] = to_coco_results([det], [image_id], label_to_cat)
+
+    def _eval_dataset(self) -> Any:
+        """The dataset being evaluated (carries ``coco`` and ``label_to_cat``)."""
+        loaders = self.trainer.test_dataloaders if self.trainer.testing else self.trainer.val_dataloaders
+        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+        return loader.dataset
+
+    def _eval_epoch_end(self) -> None:
+        merged = gather_detections(self._results)
+        self._results = {}
+        # Every rank evaluates the same merged results, so the logged numbers agree without a sync.
+        results = [r for per_image in merged.values() for r in per_image]
+        stats = evaluate_coco(self._eval_dataset().coco, results, image_ids=merged.keys())
+        for name in METRIC_NAMES:
+            self.log(f"val/{name}", stats[name], prog_bar=name in ("AP", "AP50"), sync_dist=False)
+
+    def on_validation_epoch_start(self) -> None:
+        self._results = {}
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end()
+
+    def on_test_epoch_start(self) -> None:
+        self._results = {}
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end()
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW with a separate backbone lr, and a step decay at epoch ``lr_drop`` (DETR's recipe)."""
+        hp = self.hparams
+        backbone = [
+            p for n, p in self.model.named_parameters() if n.startswith("backbone.") and p.requires_grad
+        ]
+        rest = [
+            p for n, p in self.model.named_parameters() if not n.startswith("backbone.") and p.requires_grad
+        ]
+        groups = [{"params": rest, "lr": hp.lr, "name": "transformer"}]
+        if backbone:
+            groups.append({"params": backbone, "lr": hp.lr_backbone, "name": "backbone"})
+        optimizer = torch.optim.AdamW(groups, lr=hp.lr, weight_decay=hp.weight_decay)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=hp.lr_drop, gamma=hp.lr_gamma)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}

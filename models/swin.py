@@ -1,0 +1,339 @@
+"""Swin Transformer backbones with a pluggable relative position encoding.
+
+The backbone is timm's own ``SwinTransformer`` (patch embedding, stages, shifted windows, masks,
+patch merging, head); only each block's ``WindowAttention`` is replaced by
+:class:`RPEWindowAttention`, a subclass that keeps timm's parameter names (``qkv``, ``proj``,
+``relative_position_bias_table``, the ``relative_position_index`` buffer) and routes attention
+through :func:`rpe.rpe_attention` with the window as the token grid.
+
+How an RPE enters the windows
+-----------------------------
+* The grid of every attention call is the ``M x M`` window (``(win_h, win_w)`` when a stage's
+  feature map is smaller than ``M`` or after ``set_input_size``); there is no skip token.
+* Shifted windows: timm's per-window shift mask ``(nW, N, N)`` (0 / -100) is repeated over the
+  batch (windows are batch-major, ``b * nW + w``) and broadcast over heads as an additive
+  ``(B nW, 1, N, N)`` mask, summed with the RPE terms before the softmax.
+* ``rpe=swin`` (the default of ``create_model`` for these names) keeps timm's own table
+  ``relative_position_bias_table`` ``((2M-1)^2, heads)``, trunc-normal(.02) initialised, excluded
+  from weight decay by timm's ``no_weight_decay``; the bias is timm's ``_get_rel_pos_bias`` passed
+  as the additive mask. The state dict of timm's model loads strictly and gives the same logits.
+  The preset's ``window`` field is ignored: the table is sized by the block's window.
+* Any other preset drops Swin's table (the RPE replaces it) and adds the site modules
+  ``attn.rpe_q`` / ``attn.rpe_k`` / ``attn.rpe_v`` to every block (``rpe=none``: no relative
+  term at all; Swin has no absolute position embedding, so the model then sees positions only
+  through window borders and patch merging). The iRPE tables are decayed, as in the reference.
+
+What ``ratio`` means inside a window
+------------------------------------
+Inside an ``M x M`` window the offsets per axis span ``-(M-1)..M-1``, i.e. ``-6..6`` at ``M = 7``
+and ``-3..3`` at ``M = 4``; there are no long distances for the logarithmic part to compress.
+Per-axis bucket of ``|x| = 0..6`` with the piecewise index (``B = int(2 ratio)``):
+
+=====  ====  =====================  =========================  ========================
+ratio  B     g(0..6)                product table (allocated)  product buckets used
+=====  ====  =====================  =========================  ========================
+1.9    3     0 1 2 2 3 3 3          7x7 = 49                   7x7  (exact only |x|<=1.9)
+2.5    5     0 1 2 3 3 3 4          11x11 = 121                9x9
+3.0    6     0 1 2 3 3 4 4          13x13 = 169                9x9  (exact up to |x| <= 3)
+6.0    12    0 1 2 3 4 5 6          25x25 = 625                13x13 (all exact)
+=====  ====  =====================  =========================  ========================
+
+``index=clip ratio=3.0`` (``B = 6``) is exact over the whole window: its 13x13 product table is
+one bucket per offset, the same buckets as Swin's own table (``rpe=irpe_k rpe.index=clip
+rpe.ratio=3.0`` is "Swin's index, contextual"). Sensible choices at window 7:
+
+* ``irpe_k`` as is (ratio 1.9, 49 buckets, collapses 2/3 and 4..6): the DeiT setting, fewest buckets;
+* ``irpe_k rpe.ratio=3.0`` (81 of 169 used) or ``rpe.index=clip rpe.ratio=3.0`` (169, exact);
+* ``irpe_bias_k rpe.index=clip rpe.ratio=3.0`` is Swin's bias with iRPE's parametrisation;
+* ``irpe_euc_k`` / ``irpe_cross_k`` (ratio 20) and ``irpe_quant_k`` (ratio 33) work but allocate
+  81 / 81 / 133 buckets per table of which only 9 / 13 / 25 occur; ``t5`` (32 per axis, exact up
+  to 7) uses 169 of its 1024 entries. ``xl`` embeds the exact window offsets.
+
+Variable input size: ``strict_img_size=False`` (timm's dynamic masks, padding to whole windows) and
+``model.set_input_size(img_size=..., window_size=...)`` both work; with the Swin table a window
+change interpolates the table as timm does, the iRPE tables do not depend on the window.
+:func:`checkpoint_filter_fn` (timm's filter, plus dropping Swin tables the model does not have)
+resizes the bias table of a checkpoint made for another window size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from timm.layers import to_2tuple, trunc_normal_
+from timm.models import build_model_with_cfg
+from timm.models import swin_transformer as timm_swin
+from timm.models._manipulate import named_apply
+from timm.models.swin_transformer import SwinTransformer, WindowAttention
+from timm.models.vision_transformer import get_init_weights_vit
+from torch import Tensor, nn
+
+from models.deit import ModelConfigError
+from rpe import RPEConfig, build_rpe, resolve_rpe, rpe_attention
+
+__all__ = [
+    "SWIN_ARCHS",
+    "RPESwinTransformer",
+    "RPEWindowAttention",
+    "checkpoint_filter_fn",
+    "create_swin",
+    "load_swin_checkpoint",
+    "uses_swin_table",
+]
+
+
+def uses_swin_table(config: RPEConfig) -> bool:
+    """Whether ``config`` is Swin's own bias (one scalar per offset and head, on the logits).
+
+    Then timm's ``relative_position_bias_table`` is kept. Other swin-method variants (contextual,
+    shared heads, on q) go through the generic `rpe` tables with the window as ``M``.
+    """
+    return config.method == "swin" and config.mode == "bias" and config.on == "k" and not config.shared_head
+
+
+class RPEWindowAttention(WindowAttention):
+    """timm's ``WindowAttention`` with any relative position encoding of `rpe`.
+
+    Args are timm's (``dim``, ``num_heads``, ``head_dim``, ``window_size``, ``qkv_bias``,
+    ``attn_drop``, ``proj_drop``) plus ``rpe`` (anything `resolve_rpe` accepts; None = ``swin``).
+    With the swin preset the module is timm's (same parameters, same numbers); otherwise
+    ``relative_position_bias_table`` and ``relative_position_index`` are None and the site modules
+    ``rpe_q``, ``rpe_k``, ``rpe_v`` hold the tables.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        window_size: int | tuple[int, int] = 7,
+        qkv_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        rpe: Any = "swin",
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
+        self.swin_table = uses_swin_table(self.rpe_config)
+        super().__init__(
+            dim, num_heads, head_dim=head_dim, window_size=window_size, qkv_bias=qkv_bias,
+            attn_drop=attn_drop, proj_drop=proj_drop, device=device, dtype=dtype,
+        )
+        self.head_dim = head_dim or dim // num_heads
+        self.rpe_q: nn.Module | None = None
+        self.rpe_k: nn.Module | None = None
+        self.rpe_v: nn.Module | None = None
+        self.table_window = max(self.window_size)
+        if not self.swin_table:
+            # the RPE replaces Swin's table; None keeps the attribute (timm code tests for it) but
+            # removes the parameter from state_dict, named_parameters and the optimizer
+            self.relative_position_bias_table = None
+            self.relative_position_index = None
+            self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(
+                self._site_config(), self.head_dim, num_heads, skip_bucket=False, device=device, dtype=dtype
+            )
+
+    def _site_config(self) -> RPEConfig:
+        # a swin-method table not kept as timm's (e.g. contextual) needs M >= the window side
+        if self.rpe_config.method == "swin":
+            return dataclasses.replace(self.rpe_config, window=self.table_window)
+        return self.rpe_config
+
+    @property
+    def has_rpe_sites(self) -> bool:
+        return any(site is not None for site in (self.rpe_q, self.rpe_k, self.rpe_v))
+
+    def reset_parameters(self) -> None:
+        """Swin table trunc-normal(.02) (when kept), index buffer, and the RPE tables' own init."""
+        if getattr(self, "relative_position_bias_table", None) is not None:
+            trunc_normal_(self.relative_position_bias_table, std=0.02)
+        self._init_buffers()
+        for site in (getattr(self, name, None) for name in ("rpe_q", "rpe_k", "rpe_v")):
+            if site is None:
+                continue
+            # a cross site is a container of two tables; tables and the XL term reset themselves
+            for table in [site] if hasattr(site, "reset_parameters") else site.children():
+                table.reset_parameters()
+
+    def _init_buffers(self) -> None:
+        if getattr(self, "relative_position_index", None) is not None:
+            super()._init_buffers()
+
+    def set_window_size(self, window_size: int | tuple[int, int]) -> None:
+        """New window ``(h, w)``: the Swin table is interpolated (timm); iRPE tables need nothing."""
+        if self.swin_table:
+            super().set_window_size(window_size)
+            return
+        window_size = to_2tuple(window_size)
+        if self.rpe_config.method == "swin" and max(window_size) > self.table_window:
+            raise ValueError(
+                f"window {window_size} exceeds the swin-method table (M={self.table_window}) of this layer;"
+                " rebuild the model at the new window size"
+            )
+        self.window_size = window_size
+        self.window_area = window_size[0] * window_size[1]
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x`` ``(B nW, N, C)``, ``N = win_h win_w``; ``mask`` ``(nW, N, N)`` additive (0 / -100) or None.
+
+        Returns ``(B nW, N, C)``.
+        """
+        B_, N, _ = x.shape
+        qkv = self.qkv(x).reshape(B_, N, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # each (B nW, heads, N, head_dim)
+
+        attn_mask = None
+        if mask is not None:
+            num_win = mask.shape[0]
+            # windows are laid out batch-major (b * nW + w), so the per-window mask repeats per image
+            attn_mask = mask.to(q.dtype).unsqueeze(0).expand(B_ // num_win, -1, -1, -1).reshape(B_, 1, N, N)
+        if self.swin_table:
+            bias = self._get_rel_pos_bias().to(q.dtype)  # (1, heads, N, N)
+            attn_mask = bias if attn_mask is None else bias + attn_mask
+
+        backend = self.rpe_config.backend
+        if backend == "auto" and not self.has_rpe_sites:
+            # mirror timm's own kernel choice so that rpe=swin reproduces timm's numbers
+            backend = "sdpa" if self.fused_attn else "eager"
+        x = rpe_attention(
+            q, k, v,
+            rpe_q=self.rpe_q, rpe_k=self.rpe_k, rpe_v=self.rpe_v,
+            grid_size=self.window_size,
+            attn_mask=attn_mask,
+            dropout_p=self.attn_drop.p if self.training else 0.0,
+            backend=backend,
+        )
+        x = x.transpose(1, 2).reshape(B_, N, -1)
+        x = self.proj(x)
+        x = self.proj_drop(x)
+        return x
+
+    def extra_repr(self) -> str:
+        rpe = "swin (timm table)" if self.swin_table else self.rpe_config.shorthand()
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}, rpe={rpe!r}"
+
+
+class RPESwinTransformer(SwinTransformer):
+    """timm ``SwinTransformer`` whose window attention carries a relative position encoding.
+
+    Args:
+        rpe: anything :func:`rpe.resolve_rpe` accepts; None means ``swin`` (timm's own model).
+        ape: only ``none`` (Swin has no absolute position embedding; the option exists because the
+            classification configs pass it).
+        **kwargs: timm ``SwinTransformer`` options (``img_size``, ``window_size``, ``strict_img_size``...).
+    """
+
+    def __init__(self, *, rpe: Any = None, ape: str | None = "none", **kwargs: Any) -> None:
+        if ape not in (None, "none"):
+            raise ModelConfigError(
+                f"ape={ape!r} is not supported by Swin, which has no absolute position embedding; valid: none"
+            )
+        self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
+        weight_init = kwargs.get("weight_init", "")
+        super().__init__(**kwargs)
+        for stage in self.layers:
+            for block in stage.blocks:
+                old = block.attn
+                block.attn = RPEWindowAttention(
+                    old.dim,
+                    num_heads=old.num_heads,
+                    head_dim=old.qkv.out_features // 3 // old.num_heads,
+                    window_size=old.window_size,
+                    qkv_bias=old.qkv.bias is not None,
+                    attn_drop=old.attn_drop.p,
+                    proj_drop=old.proj_drop.p,
+                    rpe=self.rpe_config,
+                    device=old.qkv.weight.device,
+                    dtype=old.qkv.weight.dtype,
+                )
+                if weight_init != "skip":
+                    # the same init timm gave the module it replaces (trunc-normal Linear, zero bias)
+                    named_apply(get_init_weights_vit(self.weight_init_mode, needs_reset=True), block.attn)
+
+
+# Architecture hyper-parameters; names follow timm's so that benchmarks can pair them.
+SWIN_ARCHS: dict[str, dict[str, Any]] = {
+    "swin_tiny_patch4_window7_224": dict(
+        patch_size=4, window_size=7, embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)
+    ),
+    "swin_small_patch4_window7_224": dict(
+        patch_size=4, window_size=7, embed_dim=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)
+    ),
+    "swin_base_patch4_window7_224": dict(
+        patch_size=4, window_size=7, embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)
+    ),
+    # 32x32 images: 8x8 tokens in 4x4 windows (shift 2), then 4x4 tokens in one window (global);
+    # patch 4 = the relational data's object cell. About 0.7 s per batch of 128 on two CPU cores.
+    "swin_micro_patch4_window4_32": dict(
+        img_size=32, patch_size=4, window_size=4, embed_dim=64, depths=(2, 2), num_heads=(2, 4), mlp_ratio=2.0
+    ),
+}
+
+
+def _drop_replaced_swin_tables(state_dict: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+    out = {}
+    for key, value in state_dict.items():
+        if key.endswith("relative_position_bias_table"):
+            module_name = key[: -len(".relative_position_bias_table")]
+            try:
+                module = model.get_submodule(module_name)
+            except AttributeError:
+                module = None
+            if module is not None and getattr(module, "relative_position_bias_table", None) is None:
+                continue  # this model's RPE replaces Swin's table
+        out[key] = value
+    return out
+
+
+def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, Tensor]:
+    """timm's Swin filter (bias tables resized to the model's windows, original-repo key names,
+    patch embedding resampling), after dropping Swin tables that the model's RPE replaces.
+
+    Accepts a plain state dict or one nested under ``model`` / ``state_dict``.
+    """
+    state_dict = state_dict.get("model", state_dict)
+    state_dict = state_dict.get("state_dict", state_dict)
+    return timm_swin.checkpoint_filter_fn(_drop_replaced_swin_tables(state_dict, model), model)
+
+
+def load_swin_checkpoint(
+    model: RPESwinTransformer, checkpoint: str | Path | Mapping[str, Any], strict: bool = True
+) -> Any:
+    """Load a (timm or ours) Swin checkpoint file or state dict through :func:`checkpoint_filter_fn`."""
+    if isinstance(checkpoint, (str, Path)):
+        checkpoint = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return model.load_state_dict(checkpoint_filter_fn(checkpoint, model), strict=strict)
+
+
+def create_swin(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: Any) -> RPESwinTransformer:
+    """Build Swin ``name`` of `SWIN_ARCHS` with any RPE (None = ``swin``: timm's model).
+
+    Names timm knows go through ``build_model_with_cfg`` with :func:`checkpoint_filter_fn`, so
+    ``pretrained=True, pretrained_cfg_overlay=dict(file=...)`` loads (and resizes) timm/Microsoft
+    checkpoints; the micro model is built directly. timm's own registry is not touched.
+    """
+    if name not in SWIN_ARCHS:
+        raise ModelConfigError(f"Swin model {name!r} is not one of: {', '.join(SWIN_ARCHS)}")
+    kwargs = dict(SWIN_ARCHS[name], rpe=rpe, **kwargs)
+    if name.startswith("swin_micro"):
+        if pretrained:
+            raise ModelConfigError(f"{name} has no pretrained weights; use load_swin_checkpoint")
+        return RPESwinTransformer(**kwargs)
+    return build_model_with_cfg(
+        RPESwinTransformer, name, pretrained, pretrained_filter_fn=checkpoint_filter_fn, **kwargs
+    )
+
+
+def _register() -> None:
+    from models.factory import register_builder
+
+    for arch in SWIN_ARCHS:
+        register_builder(arch, create_swin)
+
+
+_register()
