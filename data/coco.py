@@ -407,7 +407,7 @@ class CocoDataModule(L.LightningDataModule):
         return self.val_set.label_to_cat
 
     def _loader(self, dataset: CocoDetectionDataset, train: bool) -> DataLoader:
-        # The project's DDP trainer configs disable Lightning's sampler injection, so shard here.
+        # Shard explicitly (a DistributedSampler, which Lightning leaves as it is), so evaluation order is known.
         trainer = getattr(self, "trainer", None)
         world = int(getattr(trainer, "world_size", 1)) if trainer is not None else 1
         sampler = None

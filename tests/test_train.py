@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import train
-from tests.conftest import SMALL_RELATIONAL, compose_config, run_cli
+from tests.conftest import LEARNING_BUDGET, SMALL_RELATIONAL, compose_config, run_cli
 
 FAST = ["debug=fast", "logger=csv"]
 
@@ -21,10 +21,10 @@ def _metrics(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    """Micro DeiT with learned APE and iRPE-K, 3 epochs on 1024 relational-shapes images."""
+    """Micro DeiT with learned APE and iRPE-K (the default), ~500 steps on 2048 relational-shapes images."""
     run_dir = tmp_path_factory.mktemp("trained")
     cfg = compose_config(
-        [*SMALL_RELATIONAL, "trainer.max_epochs=3", "callbacks=none", "print_config=false"], run_dir, data_dir
+        [*SMALL_RELATIONAL, *LEARNING_BUDGET, "callbacks=none", "print_config=false"], run_dir, data_dir
     )
     train.run(cfg)
     return run_dir
@@ -40,12 +40,13 @@ def test_training_learns_the_relational_task(trained_run: Path) -> None:
 
 
 def test_without_any_position_encoding_the_task_stays_at_chance(tmp_path: Path, data_dir: Path) -> None:
+    """The same budget without APE or RPE: a permutation-invariant model, so it cannot beat chance."""
     cfg = compose_config(
-        [*SMALL_RELATIONAL, "trainer.max_epochs=3", "callbacks=none", "print_config=false",
+        [*SMALL_RELATIONAL, *LEARNING_BUDGET, "callbacks=none", "print_config=false",
          "rpe=none", "model.net.ape=none"], tmp_path, data_dir,
     )
     metrics = train.run(cfg)
-    assert metrics["val/top1"] < 22.0, metrics
+    assert metrics["val/top1"] < 20.0, metrics
 
 
 def test_eval_reproduces_stored_metrics(trained_run: Path, data_dir: Path) -> None:

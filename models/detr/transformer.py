@@ -70,7 +70,7 @@ class Attention(nn.Module):
         if self.rpe_cfg is not None:
             from rpe import build_rpe
 
-            self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(self.rpe_cfg, self.head_dim, num_heads)
+            self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(self.rpe_cfg, self.head_dim, num_heads, skip_bucket=False)
 
     def _heads(self, x: Tensor, i: int) -> Tensor:
         """Project x (B, n, C) with the i-th slice of the packed weight -> (B, H, n, d)."""
