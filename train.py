@@ -176,6 +176,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
     trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"))
+    for logger in trainer.loggers:
+        _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
     resume_from = newest_checkpoint(run_dir) if cfg.get("resume") else None
     if resume_from:
         print(f"resuming from {resume_from}")
@@ -187,8 +189,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("test_after_fit"):
         trainer.test(model, datamodule=datamodule, ckpt_path=best or "last", verbose=False, weights_only=True)
         metrics.update(_scalar_metrics(trainer.callback_metrics))
+    epoch, global_step = trainer.current_epoch, trainer.global_step
+    dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
+    last = os.path.join(dirpath, "last.ckpt") if dirpath else ""
+    if global_step == 0 and last and os.path.isfile(last):
+        # spawn launchers train in child processes; the main process only gets metrics and weights back
+        from models.training import load_checkpoint
+
+        saved = load_checkpoint(last)
+        epoch, global_step = saved["epoch"] + 1, saved["global_step"]
     metrics.update(
-        epoch=trainer.current_epoch, global_step=trainer.global_step, best_checkpoint=best or "",
+        epoch=epoch, global_step=global_step, best_checkpoint=best or "",
         run_dir=str(run_dir), wall_time_s=round(time.time() - started, 1),
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )

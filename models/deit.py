@@ -24,14 +24,18 @@ class ModelConfigError(ValueError):
     """A bad model option; the message is one line naming the value and the valid choices."""
 
 
-def attention_with_rpe(config: RPEConfig) -> type[RPEAttention]:
-    """``RPEAttention`` bound to ``config``; timm's blocks want a class, not a partial."""
+class _PendingRPEAttention(RPEAttention):
+    """``RPEAttention`` taking its RPE from the model under construction.
 
-    class BoundRPEAttention(RPEAttention):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, rpe=config, **kwargs)
+    timm's blocks want an attention *class* and construct it without our ``rpe`` argument; a class
+    made per model would not pickle (``ddp_spawn``), so this one module-level class reads the config
+    that :class:`RPEVisionTransformer` sets around its construction.
+    """
 
-    return BoundRPEAttention
+    pending: RPEConfig | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, rpe=_PendingRPEAttention.pending, **kwargs)
 
 
 class RPEVisionTransformer(VisionTransformer):
@@ -50,7 +54,11 @@ class RPEVisionTransformer(VisionTransformer):
         self.rpe_config: RPEConfig = resolve_rpe(rpe)
         self.ape = ape
         kwargs.setdefault("pos_embed", "none" if ape == "none" else "learn")
-        super().__init__(attn_layer=attention_with_rpe(self.rpe_config), **kwargs)
+        _PendingRPEAttention.pending = self.rpe_config
+        try:
+            super().__init__(attn_layer=_PendingRPEAttention, **kwargs)
+        finally:
+            _PendingRPEAttention.pending = None
         if ape == "sincos":
             self._fill_sincos_pos_embed()
 

@@ -18,11 +18,11 @@ CONFIG_DIR = ROOT / "configs"
 
 # A small relational-shapes set keeps the end-to-end tests within the suite's time budget.
 SMALL_RELATIONAL = [
-    "data.root=${paths.data_dir}/relational_small", "data.generator.num_train=2048", "data.generator.num_val=512",
+    "data.root=${paths.data_dir}/relational_small", "data.generator.num_train=4096", "data.generator.num_val=512",
     "data.num_workers=0",
 ]
-# About 500 steps: a micro DeiT with position information leaves the ln(8) plateau after ~300 steps.
-LEARNING_BUDGET = ["data.batch_size=32", "model.optimizer.lr_base_batch=32", "trainer.max_epochs=8",
+# About 770 steps: a micro DeiT with position information leaves the ln(8) plateau after ~300-400 steps.
+LEARNING_BUDGET = ["data.batch_size=32", "model.optimizer.lr_base_batch=32", "trainer.max_epochs=6",
                    "model.scheduler.warmup_epochs=0.5"]
 
 

@@ -40,20 +40,20 @@ def test_relational_config(tmp_path: Path) -> None:
     cfg = load_data_config(
         "relational", tmp_path, num_workers=0, batch_size=8, generator={"num_train": 64, "num_val": 16}
     )
-    assert cfg.root == f"{tmp_path}/relational_v1" and cfg.generator.img_size == 32
+    assert cfg.root == f"{tmp_path}/relational_v2" and cfg.generator.img_size == 32
     dm = instantiate(cfg)
     assert isinstance(dm, ImageFolderDataModule) and dm.num_classes == 8 and dm.img_size == 32
     assert dm.train_transform_kwargs is None  # no flips/crops: they would change the label
     images, labels = first_batch(dm)
     assert images.shape == (8, 3, 32, 32) and labels.dtype == torch.int64
-    assert (tmp_path / "relational_v1" / "train" / "2_N").is_dir()
+    assert (tmp_path / "relational_v2" / "train" / "2_N").is_dir()
     assert len(dm.train_set) == 64 and dm.train_set.classes[0] == "0_E"
 
 
 def test_relational_default_sizes(tmp_path: Path) -> None:
     cfg = load_data_config("relational", tmp_path)
     assert (cfg.generator.num_train, cfg.generator.num_val, cfg.generator.patch_size) == (8000, 2000, 4)
-    assert (cfg.batch_size, cfg.num_workers, cfg.train_transform) == (128, 2, None)
+    assert (cfg.batch_size, cfg.num_workers, cfg.train_transform) == (64, 0, None)
 
 
 def test_digits_config(tmp_path: Path) -> None:

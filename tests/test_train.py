@@ -61,13 +61,17 @@ def test_eval_reproduces_stored_metrics(trained_run: Path, data_dir: Path) -> No
     assert recomputed["params_M"] > 0.5 and recomputed["MACs_M"] > 1 and recomputed["throughput_img_s"] > 0
 
 
-class _InterruptAt(L.Callback):
+class _Preempted(RuntimeError):
+    pass
+
+
+class _PreemptAt(L.Callback):
     def __init__(self, step: int) -> None:
         self.step = step
 
     def on_train_batch_end(self, trainer, *args) -> None:
         if trainer.global_step == self.step:
-            raise KeyboardInterrupt
+            raise _Preempted(f"simulated preemption at step {self.step}")
 
 
 class _RecordStart(L.Callback):
@@ -77,10 +81,10 @@ class _RecordStart(L.Callback):
 
 
 def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
-    overrides = [*SMALL_RELATIONAL, "trainer.max_epochs=2", "trainer.limit_train_batches=4",
-                 "trainer.limit_val_batches=1", "callbacks=none", "print_config=false"]
+    overrides = [*SMALL_RELATIONAL, "trainer.max_epochs=2", "+trainer.limit_train_batches=4",
+                 "+trainer.limit_val_batches=1", "callbacks=none", "print_config=false"]
     build = train.build_trainer
-    extra: list[L.Callback] = [_InterruptAt(step=6)]
+    extra: list[L.Callback] = [_PreemptAt(step=6)]
 
     def build_with(*args, **kwargs):
         trainer = build(*args, **kwargs)
@@ -88,7 +92,7 @@ def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path,
         return trainer
 
     monkeypatch.setattr(train, "build_trainer", build_with)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(_Preempted):
         train.run(compose_config(overrides, tmp_path, data_dir))
     assert (tmp_path / "checkpoints" / "interrupted.ckpt").is_file()
 
