@@ -147,3 +147,16 @@ def test_ddp_cpu_cli_run(tmp_path: Path, data_dir: Path) -> None:
     assert [p.relative_to(run_dir).as_posix() for p in run_dir.rglob("metrics.*")] in (
         ["metrics.json", "csv/version_0/metrics.csv"], ["csv/version_0/metrics.csv", "metrics.json"])
     assert "val/top1" in metrics
+
+
+def test_multirun_honours_sweep_dir(tmp_path: Path, data_dir: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = run_cli("train.py", [
+        "-m", "rpe=none,irpe_k", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=2",
+        f"hydra.sweep.dir={sweep}", f"paths.data_dir={data_dir}",
+    ])
+    assert result.returncode == 0, result.stderr[-3000:]
+    presets = [(sweep / str(job) / "config.yaml").read_text() for job in (0, 1)]
+    assert "preset: none" in presets[0] and "preset: irpe_k" in presets[1]
+    for job in (0, 1):
+        assert _metrics(sweep / str(job))["global_step"] == 2
