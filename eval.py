@@ -6,7 +6,6 @@ and prints params, MACs, the accuracy (or COCO AP) numbers and inference through
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,15 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
-from train import (
-    CommandLineError,
-    _scalar_metrics,
-    _user_error_types,
-    build_data_and_model,
-    build_trainer,
-    check_group_choices,
-    report_user_error,
-)
+from train import _scalar_metrics, _user_error_types, build_data_and_model, build_trainer, cli, report_user_error
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -98,9 +89,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        check_group_choices(sys.argv[1:])
-    except CommandLineError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    main()
+    cli(main)

@@ -106,8 +106,10 @@ def newest_checkpoint(run_dir: Path) -> str | None:
 
 
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if torch.is_tensor(v) and v.numel() == 1 or
-            isinstance(v, (int, float))}
+    return {
+        k: float(v) for k, v in metrics.items()
+        if (torch.is_tensor(v) and v.numel() == 1) or isinstance(v, (int, float))
+    }
 
 
 def _install_ddp_child_command(run_dir: Path) -> None:
@@ -222,10 +224,15 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("val/top1", metrics.get("val/AP"))
 
 
-if __name__ == "__main__":
+def cli(hydra_main: Any) -> None:
+    """Entry point: reject bad group choices in one line, then hand over to Hydra."""
     try:
         check_group_choices(sys.argv[1:])
     except CommandLineError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    main()
+    hydra_main()
+
+
+if __name__ == "__main__":
+    cli(main)
