@@ -197,9 +197,8 @@ class RPEWindowAttention(WindowAttention):
             attn_mask = bias if attn_mask is None else bias + attn_mask
 
         backend = self.rpe_config.backend
-        if backend == "auto" and not self.has_rpe_sites:
-            # mirror timm's own kernel choice so that rpe=swin reproduces timm's numbers
-            backend = "sdpa" if self.fused_attn else "eager"
+        if backend == "auto" and not self.has_rpe_sites and not self.fused_attn:
+            backend = "eager"  # timm's unfused setting; otherwise auto matches timm's SDPA when no grad is needed
         x = rpe_attention(
             q, k, v,
             rpe_q=self.rpe_q, rpe_k=self.rpe_k, rpe_v=self.rpe_v,

@@ -115,11 +115,12 @@ def _flex(
     return _flex_attention_fn(q.device)(q, k, v, score_mod=score_mod, scale=scale)
 
 
-def _auto_backend(q: Tensor, has_logit_terms: bool, has_value_term: bool) -> str:
+def _auto_backend(q: Tensor, has_logit_terms: bool, has_value_term: bool, attn_mask: Tensor | None) -> str:
     """The fastest exact path for this call (measurements in the module docstring)."""
     if has_value_term:
         return "eager"  # the V term needs the attention probabilities
-    if has_logit_terms and q.device.type == "cpu" and torch.is_grad_enabled():
+    learned_mask = attn_mask is not None and attn_mask.requires_grad  # e.g. Swin's own bias table
+    if (has_logit_terms or learned_mask) and q.device.type == "cpu" and torch.is_grad_enabled():
         # On CPU a float mask that needs a gradient sends SDPA to its unfused math kernel, which is
         # slower than the explicit softmax; without gradients SDPA's fused CPU kernel takes the mask.
         return "eager"
@@ -172,7 +173,7 @@ def rpe_attention(
             "backend='flex' does not support attention dropout; use dropout_p=0 or another backend"
         )
     logit_sites = [m for m in (rpe_q, rpe_k) if m is not None]
-    chosen = backend if backend != "auto" else _auto_backend(q, bool(logit_sites), rpe_v is not None)
+    chosen = backend if backend != "auto" else _auto_backend(q, bool(logit_sites), rpe_v is not None, attn_mask)
 
     if logit_sites or rpe_v is not None:
         h, w, skip = split_grid(n, grid_size)
