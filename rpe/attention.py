@@ -175,8 +175,9 @@ def rpe_attention(
     logit_sites = [m for m in (rpe_q, rpe_k) if m is not None]
     chosen = backend if backend != "auto" else _auto_backend(q, bool(logit_sites), rpe_v is not None, attn_mask)
 
-    if logit_sites or rpe_v is not None:
-        h, w, skip = split_grid(n, grid_size)
+    h_w_skip = split_grid(n, grid_size) if logit_sites or rpe_v is not None else None
+    if h_w_skip is not None:
+        h, w, skip = h_w_skip
     pieces: list[LogitPiece] = []
     if logit_sites:
         q_scaled, k_scaled = q * scale, k * scale
@@ -186,6 +187,9 @@ def rpe_attention(
     if chosen == "flex":
         return _flex(q, k, v, pieces, attn_mask, scale)
 
+    if chosen == "eager":
+        return _eager(q_scaled if logit_sites else q * scale, k, v, pieces, attn_mask, dropout_p, rpe_v, h_w_skip)
+
     bias = materialize_pieces(pieces)
     if attn_mask is not None:
         if bias is None and chosen == "sdpa":
@@ -194,20 +198,33 @@ def rpe_attention(
             mask = _additive_mask(attn_mask, q.dtype)
             bias = mask if bias is None else bias + mask
 
-    if chosen == "sdpa":
-        if bias is not None and bias.dtype != torch.bool:
-            bias = bias.to(q.dtype)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=sdpa_scale)
+    if bias is not None and bias.dtype != torch.bool:
+        bias = bias.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=sdpa_scale)
 
-    logits = (q_scaled if logit_sites else q * scale) @ k.transpose(-2, -1)
-    if bias is not None:
-        logits = logits + bias
+
+def _eager(
+    q_scaled: Tensor,
+    k: Tensor,
+    v: Tensor,
+    pieces: list[LogitPiece],
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    rpe_v: nn.Module | None,
+    h_w_skip: tuple[int, int, int] | None,
+) -> Tensor:
+    """Explicit softmax; each term is added into the logits in place (no summed ``(B, H, n, n)`` copy)."""
+    logits = q_scaled @ k.transpose(-2, -1)  # matmul keeps its inputs for backward, not this output
+    for piece in pieces:
+        logits += piece.materialize()
+    if attn_mask is not None:
+        logits += _additive_mask(attn_mask, logits.dtype)
     attn = logits.softmax(dim=-1)
     if dropout_p > 0:
         attn = F.dropout(attn, p=dropout_p, training=True)
     out = attn @ v
     if rpe_v is not None:
-        out = out + rpe_v.value_term(attn, h, w, skip)
+        out = out + rpe_v.value_term(attn, *h_w_skip)
     return out
 
 
