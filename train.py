@@ -185,8 +185,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"resuming from {resume_from}")
     trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
     metrics = _scalar_metrics(trainer.callback_metrics)
-    if trainer.interrupted:
-        raise KeyboardInterrupt
     best = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
     if cfg.get("test_after_fit"):
         trainer.test(model, datamodule=datamodule, ckpt_path=best or "last", verbose=False, weights_only=True)

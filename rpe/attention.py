@@ -176,27 +176,23 @@ def rpe_attention(
     chosen = backend if backend != "auto" else _auto_backend(q, bool(logit_sites), rpe_v is not None, attn_mask)
 
     h_w_skip = split_grid(n, grid_size) if logit_sites or rpe_v is not None else None
-    if h_w_skip is not None:
-        h, w, skip = h_w_skip
+    q_scaled = q * scale if logit_sites or chosen == "eager" else q  # plain SDPA scales internally
     pieces: list[LogitPiece] = []
     if logit_sites:
-        q_scaled, k_scaled = q * scale, k * scale
+        k_scaled = k * scale
         for site in logit_sites:
-            pieces += site.logit_pieces(q_scaled, k_scaled, h, w, skip, scale)
+            pieces += site.logit_pieces(q_scaled, k_scaled, *h_w_skip, scale)
 
     if chosen == "flex":
         return _flex(q, k, v, pieces, attn_mask, scale)
 
     if chosen == "eager":
-        return _eager(q_scaled if logit_sites else q * scale, k, v, pieces, attn_mask, dropout_p, rpe_v, h_w_skip)
+        return _eager(q_scaled, k, v, pieces, attn_mask, dropout_p, rpe_v, h_w_skip)
 
     bias = materialize_pieces(pieces)
     if attn_mask is not None:
-        if bias is None and chosen == "sdpa":
-            bias = attn_mask  # untouched, so plain SDPA matches timm's fused path bit for bit
-        else:
-            mask = _additive_mask(attn_mask, q.dtype)
-            bias = mask if bias is None else bias + mask
+        # a lone mask goes to SDPA untouched, so plain SDPA matches timm's fused path bit for bit
+        bias = attn_mask if bias is None else bias + _additive_mask(attn_mask, q.dtype)
 
     if bias is not None and bias.dtype != torch.bool:
         bias = bias.to(q.dtype)
