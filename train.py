@@ -7,6 +7,7 @@ writes ``metrics.json`` into the run dir. See the README for the groups and the 
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import sys
@@ -22,6 +23,23 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+FAILURE_FILE = "failed.json"  # written into the run dir of a run that raised
+
+
+def job_dirname(overrides: str) -> str:
+    """One path component naming a sweep job by its overrides (``hydra.job.override_dirname``).
+
+    Hydra's name keeps ``/`` (nested dirs) and ``${...}`` (which would be interpolated again when the
+    output dir is used), so anything outside ``[A-Za-z0-9._=,+-]`` becomes ``_``; long names (a file
+    system allows 255 bytes) keep a prefix plus a hash of the whole.
+    """
+    name = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", overrides.replace("\\", "")) or "default"
+    if len(name) > 160:
+        name = f"{name[:140]}-{hashlib.sha1(overrides.encode()).hexdigest()[:12]}"
+    return name
+
+
+OmegaConf.register_new_resolver("job_dirname", job_dirname, replace=True)
 
 
 # ----------------------------------------------------------------------------- errors
@@ -143,19 +161,43 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
 
 
 def build_trainer(
-    trainer_cfg: DictConfig, callbacks_cfg: DictConfig | None = None, logger_cfg: DictConfig | None = None
+    trainer_cfg: DictConfig,
+    callbacks_cfg: DictConfig | None = None,
+    logger_cfg: DictConfig | None = None,
+    hparams: dict[str, Any] | None = None,
 ) -> L.Trainer:
-    """Instantiate the Trainer with atomic, ``weights_only`` checkpoint I/O."""
+    """Instantiate the Trainer with atomic, ``weights_only`` checkpoint I/O; ``hparams`` go to the loggers."""
     from hydra.utils import instantiate
 
-    from models.training import AtomicCheckpointIO
+    from models.training import AtomicCheckpointIO, LogHyperparams
 
     callbacks = [instantiate(c) for c in (callbacks_cfg or {}).values() if c is not None]
+    if hparams is not None:
+        callbacks.append(LogHyperparams(hparams))
     loggers = [instantiate(c) for c in (logger_cfg or {}).values() if c is not None]
     return instantiate(
         trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()],
         enable_progress_bar=any(isinstance(c, L.pytorch.callbacks.ProgressBar) for c in callbacks),
     )
+
+
+def run_hparams(cfg: DictConfig) -> dict[str, Any]:
+    """What a sweep varies, for the loggers' config columns: the resolved RPE fields and the choices."""
+    from dataclasses import asdict
+
+    from rpe import resolve_rpe
+
+    rpe = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True)) if "rpe" in cfg else None
+    hparams: dict[str, Any] = {
+        "rpe": {**asdict(rpe), "on": rpe.on, "shorthand": rpe.shorthand()} if rpe is not None else None,
+        "sweep": cfg.get("sweep_name"), "name": cfg.get("name"), "seed": cfg.get("seed"),
+    }
+    net = cfg.get("model", {}).get("net")
+    if net is not None:
+        hparams["ape"] = net.get("ape")
+    elif "position_embedding" in cfg.get("model", {}):
+        hparams["ape"] = cfg.model.position_embedding
+    return hparams
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -170,6 +212,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print_config_tree(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if rank_zero_only.rank == 0:
+        (run_dir / FAILURE_FILE).unlink(missing_ok=True)  # a resumed run is no longer failed
         OmegaConf.save(cfg, run_dir / "config.yaml.tmp", resolve=True)
         os.replace(run_dir / "config.yaml.tmp", run_dir / "config.yaml")
     _install_ddp_child_command(run_dir)
@@ -177,7 +220,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     datamodule, model = build_data_and_model(cfg)
     if rank_zero_only.rank == 0:
         datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
-    trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"))
+    trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"), run_hparams(cfg))
     for logger in trainer.loggers:
         _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
     resume_from = newest_checkpoint(run_dir) if cfg.get("resume") else None
@@ -213,23 +256,69 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
+_failed_jobs: list[str] = []  # run dirs of the jobs of this process's multirun that failed
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def record_failure(run_dir: Path, err: BaseException) -> str:
+    """Write ``<run_dir>/failed.json`` (one-line message and traceback); returns the message.
+
+    Tables (scripts/make_tables.py) show such a run as failed instead of dropping it.
+    """
+    import traceback
+
+    from models.training import atomic_write_json
+
+    cause = _root_cause(err)
+    message = " ".join(str(cause).split()) or type(cause).__name__
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / FAILURE_FILE, {
+        "status": "failed", "error": message, "type": type(cause).__name__,
+        "traceback": "".join(traceback.format_exception(err)), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    })
+    return message
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
     try:
         metrics = run(cfg)
-    except _user_error_types() as err:
-        report_user_error(err)
+    except Exception as err:
+        message = record_failure(run_dir, err) if rank_zero_only.rank == 0 else ""
+        if _is_multirun():
+            # One failed job must not stop the sweep: report it, keep going, summarise at the end.
+            print(f"error: job failed ({run_dir}): {message}", file=sys.stderr)
+            _failed_jobs.append(f"{run_dir}: {message}")
+            return float("nan")  # optuna records a NaN objective as a failed trial
+        if isinstance(err, _user_error_types()):
+            report_user_error(err)
+        raise
     return metrics.get("val/top1", metrics.get("val/AP"))
 
 
 def cli(hydra_main: Any) -> None:
-    """Entry point: reject bad group choices in one line, then hand over to Hydra."""
+    """Entry point: reject bad group choices in one line, then hand over to Hydra.
+
+    After a multirun, exits 1 if any job failed (each failure is listed and recorded in its run dir).
+    """
     try:
         check_group_choices(sys.argv[1:])
     except CommandLineError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     hydra_main()
+    if _failed_jobs:
+        print(f"error: {len(_failed_jobs)} sweep job(s) failed:", *_failed_jobs, sep="\n  ", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

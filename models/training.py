@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.loggers import WandbLogger
@@ -60,9 +63,109 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def wandb_logger(project: str | None = None, mode: str | None = None, **kwargs: Any) -> WandbLogger:
-    """A W&B logger that stays offline unless the user names a ``project`` or a ``mode``."""
+def wandb_logger(
+    project: str | None = None, mode: str | None = None, sweep: str | None = None, **kwargs: Any
+) -> WandbLogger:
+    """A W&B logger that stays offline unless the user names a ``project`` or a ``mode``.
+
+    The runs of one sweep share a group named after it (``sweep``), else ``group`` applies.
+    """
+    if sweep:
+        kwargs["group"] = sweep
     if mode is None:
         mode = "online" if project else "offline"
     os.environ.setdefault("WANDB_SILENT", "true")
     return WandbLogger(project=project or "rpe-vision", mode=mode, **kwargs)
+
+
+class SavedTensorMeter:
+    """Bytes of the tensors autograd keeps for backward (distinct storages counted once)."""
+
+    def __init__(self) -> None:
+        self.storages: dict[int, int] = {}
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        self.storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.storages.values())
+
+
+class StepCostMeter(L.Callback):
+    """Training cost of a run, logged once per epoch for tables and the ``cost`` ablation.
+
+    ``cost/step_ms``: median wall time of a training step (forward, backward, optimizer) after the
+    first ``warmup_steps`` of the run; ``cost/peak_mem_mb``: peak CUDA allocation (GPU runs);
+    ``cost/activation_mb``: bytes autograd saves for backward in one step (CPU runs: the activation
+    memory, which is what relative position terms add to).
+    """
+
+    def __init__(self, warmup_steps: int = 5) -> None:
+        self.warmup_steps = warmup_steps
+        self.step_ms: list[float] = []
+        self.activation_bytes: int | None = None
+        self._started = 0.0
+        self._seen = 0
+        self._hooks: Any = None
+        self._meter: SavedTensorMeter | None = None
+
+    @staticmethod
+    def _sync(pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._seen += 1
+        if self._seen == self.warmup_steps and pl_module.device.type == "cpu":
+            self._meter = SavedTensorMeter()
+            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._meter.pack, lambda t: t)
+            self._hooks.__enter__()
+        self._sync(pl_module)
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._sync(pl_module)
+        if self._seen > self.warmup_steps:
+            self.step_ms.append((time.perf_counter() - self._started) * 1e3)
+        if self._hooks is not None:
+            self._hooks.__exit__(None, None, None)
+            self.activation_bytes = self._meter.bytes
+            self._hooks = self._meter = None
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        values: dict[str, float] = {}
+        if self.step_ms:
+            values["cost/step_ms"] = statistics.median(self.step_ms)
+        if pl_module.device.type == "cuda":
+            values["cost/peak_mem_mb"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**20
+        elif self.activation_bytes is not None:
+            values["cost/activation_mb"] = self.activation_bytes / 2**20
+        for key, value in values.items():
+            pl_module.log(key, value, on_epoch=True, rank_zero_only=True)
+
+
+class LogHyperparams(L.Callback):
+    """Logs ``hparams`` (the resolved RPE fields, APE, seed, sweep) to every logger when fitting starts.
+
+    Logged from the training process itself: a logger touched in the launching process would carry
+    a stale writer into spawned DDP workers.
+    """
+
+    def __init__(self, hparams: dict[str, Any]) -> None:
+        self.hparams = hparams
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_hyperparams(self.hparams)

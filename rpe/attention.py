@@ -17,6 +17,9 @@ Backends (``backend=``):
 * ``eager``: explicit softmax; the only path that can add the V term (it needs the probabilities).
 * ``flex``: FlexAttention with a ``score_mod`` gathering from the factorised terms (no ``(B, H, n, n)``
   bias is built); compiled on CUDA, eager (forward only, no dropout) elsewhere. Not for V.
+* ``naive``: the textbook computation that materialises every pair's encoding ``r_ij``
+  (``(H, n, n, d)`` per layer in contextual mode) and contracts it with q, k or the probabilities;
+  the cost baseline for the paper's naive-vs-efficient ablation (``sweep=cost``), not for training.
 * ``auto``: ``eager`` when a V term is present, otherwise ``sdpa``. Measured on CPU (torch 2.14,
   2 threads, B=16, H=6, n=197, d=64, contextual product on K): forward 10.3 ms (sdpa) vs 18.8 ms
   (eager), forward + backward 39 vs 38 ms (equal within noise), gradients equal to 1e-5; without
@@ -163,6 +166,8 @@ def rpe_attention(
     sdpa_scale = scale  # None lets SDPA derive it exactly as timm's fused path does
     if scale is None:
         scale = d**-0.5
+    if backend == "naive":
+        return _naive(q, k, v, (rpe_q, rpe_k, rpe_v), grid_size, attn_mask, dropout_p, scale)
     if rpe_v is not None and backend in ("sdpa", "flex"):
         raise ValueError(
             f"backend={backend!r} cannot add the V relative term (it needs the attention probabilities);"
@@ -221,6 +226,47 @@ def _eager(
     out = attn @ v
     if rpe_v is not None:
         out = out + rpe_v.value_term(attn, *h_w_skip)
+    return out
+
+
+def _naive(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    sites: tuple[nn.Module | None, nn.Module | None, nn.Module | None],
+    grid_size: tuple[int, int] | None,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    scale: float,
+) -> Tensor:
+    """Per-pair encodings materialised (module docstring); same result as the other backends."""
+    rpe_q, rpe_k, rpe_v = sites
+    logits = (q * scale) @ k.transpose(-2, -1)  # (B, H, n, n)
+    if any(site is not None for site in sites):
+        h_w_skip = split_grid(q.shape[-2], grid_size)
+        for site in sites:
+            if site is not None and not hasattr(site, "pair_embeddings"):
+                raise ValueError(
+                    f"backend='naive' supports the iRPE-style lookup tables only, not {type(site).__name__}"
+                )
+        heads = q.shape[1]
+        for site, x, pattern in ((rpe_k, q, "bhid,hijd->bhij"), (rpe_q, k, "bhjd,hjid->bhij")):
+            if site is None:
+                continue
+            pairs = site.pair_embeddings(*h_w_skip, q.device).to(q.dtype)
+            if pairs.dim() == 3:  # bias mode; the query site reads the reversed pair
+                logits = logits + (pairs if site is rpe_k else pairs.transpose(-1, -2))
+            else:
+                logits = logits + torch.einsum(pattern, x * scale, pairs.expand(heads, -1, -1, -1))
+    if attn_mask is not None:
+        logits = logits + _additive_mask(attn_mask, logits.dtype)
+    attn = logits.softmax(dim=-1)
+    if dropout_p > 0:
+        attn = F.dropout(attn, p=dropout_p, training=True)
+    out = attn @ v
+    if rpe_v is not None:
+        pairs = rpe_v.pair_embeddings(*h_w_skip, q.device).to(q.dtype).expand(q.shape[1], -1, -1, -1)
+        out = out + torch.einsum("bhij,hijd->bhid", attn, pairs)
     return out
 
 
@@ -317,6 +363,37 @@ class RPEAttention(nn.Module):
         x = self.proj(x)
         x = self.proj_drop(x)
         return x
+
+    def attention_probs(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """The attention probabilities of ``forward(x, attn_mask, is_causal)``: ``(B, H, n, n)``, rows sum to 1.
+
+        Recomputes q, k and the logits exactly as `forward` does (same projections, norms, scale,
+        relative terms and mask) and returns their softmax without dropout, for inspection; the
+        grid is ``self.grid_size`` as set by the backbone.
+        """
+        B, N, _ = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, _ = qkv.unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if is_causal:
+            causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+            attn_mask = (
+                causal
+                if attn_mask is None
+                else _additive_mask(attn_mask, q.dtype) + _additive_mask(causal, q.dtype)
+            )
+        q_scaled, k_scaled = q * self.scale, k * self.scale
+        logits = q_scaled @ k.transpose(-2, -1)
+        logit_sites = [m for m in (self.rpe_q, self.rpe_k) if m is not None]
+        if logit_sites:
+            h, w, skip = split_grid(N, self.grid_size)
+            pieces: list[LogitPiece] = []
+            for site in logit_sites:
+                pieces += site.logit_pieces(q_scaled, k_scaled, h, w, skip, self.scale)
+            logits = logits + materialize_pieces(pieces)
+        if attn_mask is not None:
+            logits = logits + _additive_mask(attn_mask, logits.dtype)
+        return logits.softmax(dim=-1)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, rpe={self.rpe_config.shorthand()!r}"

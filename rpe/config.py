@@ -45,7 +45,7 @@ METHODS: tuple[str, ...] = (
 )
 MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
-BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex")
+BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex", "naive")
 SITES: str = "qkv"
 
 

@@ -155,6 +155,18 @@ class RelativePositionTable(nn.Module):
         rows = x @ self.lookup_table_weight.to(x.dtype).unsqueeze(0)  # (B, H, n, nb)
         return [LogitPiece("rows", rows, ids, transposed)]
 
+    def pair_embeddings(self, h: int, w: int, skip: int, device: torch.device) -> Tensor:
+        """Every pair's encoding ``r_b(i,j)``: ``(Hs, n, n)`` in bias mode, else ``(Hs, n, n, d)``.
+
+        Only the ``naive`` backend builds this (the cost baseline of the spec's section 5).
+        """
+        ids = self.bucket_ids(h, w, skip, device)
+        if self.mode == "bias":
+            return self.lookup_table_bias[:, ids]
+        if self.site == "v":
+            return self.lookup_table_weight[:, ids]
+        return self.lookup_table_weight[:, :, ids].permute(0, 2, 3, 1)
+
     def value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
         """``z_i += sum_j a_ij r_b(i,j)`` from probabilities ``attn`` ``(B, H, n, n)`` -> ``(B, H, n, d)``."""
         B, H, n, _ = attn.shape
@@ -198,6 +210,9 @@ class CrossRelativePositionTable(nn.Module):
         return self.rp_rows.logit_pieces(q_scaled, k_scaled, h, w, skip, scale) + self.rp_cols.logit_pieces(
             q_scaled, k_scaled, h, w, skip, scale
         )
+
+    def pair_embeddings(self, h: int, w: int, skip: int, device: torch.device) -> Tensor:
+        return self.rp_rows.pair_embeddings(h, w, skip, device) + self.rp_cols.pair_embeddings(h, w, skip, device)
 
     def value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
         return self.rp_rows.value_term(attn, h, w, skip) + self.rp_cols.value_term(attn, h, w, skip)

@@ -5,6 +5,7 @@
     python scripts/benchmark.py --model swin_tiny                # against timm's swin_tiny_patch4_window7_224
     python scripts/benchmark.py --device cuda --bf16 --batch 128 # GPU, bf16 autocast
     python scripts/benchmark.py --json results.json
+    python scripts/benchmark.py --presets none irpe_k irpe_k@naive irpe_qkv irpe_qkv@naive  # naive vs ours
 
 All models are timed in one process, round-robin (one step of each, repeated), so that machine
 load drifts hit every model alike; the reported time is the median step. Memory is the peak CUDA
@@ -29,6 +30,8 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import models  # noqa: E402  (registers our builders)
+from models.training import SavedTensorMeter  # noqa: E402
+from rpe.config import BACKENDS  # noqa: E402
 
 MODELS = {
     # name: (timm baseline, our builder name, image size)
@@ -43,22 +46,6 @@ DEFAULT_PRESETS = {
     "micro": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k"],
     "swin_tiny": ["swin", "irpe_k", "irpe_qkv"],
 }
-
-
-class SavedTensorMeter:
-    """Bytes of the tensors autograd keeps for backward (distinct storages counted once)."""
-
-    def __init__(self) -> None:
-        self.storages: dict[int, int] = {}
-
-    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        self.storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.storages.values())
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
@@ -83,12 +70,16 @@ def build_cases(args: argparse.Namespace) -> dict[str, nn.Module]:
     if timm_name is not None:
         cases[f"timm:{timm_name}"] = timm.create_model(timm_name, num_classes=args.classes)
     presets = args.presets or DEFAULT_PRESETS[args.model]
-    for preset in presets:
-        rpe: Any = preset
-        if args.backend != "auto" and preset != "none":
-            rpe = {"preset": preset, "backend": args.backend}
-        cases[preset] = models.create_model(our_name, rpe=rpe, num_classes=args.classes)
+    for case in presets:
+        cases[case] = models.create_model(our_name, rpe=case_rpe(case, args.backend), num_classes=args.classes)
     return cases
+
+
+def case_rpe(case: str, default_backend: str) -> Any:
+    """``preset`` or ``preset@backend`` (e.g. ``irpe_qkv@naive``) -> what `create_model` takes as rpe."""
+    preset, _, backend = case.partition("@")
+    backend = backend or default_backend
+    return preset if backend == "auto" or preset == "none" else {"preset": preset, "backend": backend}
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -147,7 +138,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=sorted(MODELS), default="deit_small")
-    parser.add_argument("--presets", nargs="*", help="RPE presets (default: a set per model)")
+    parser.add_argument("--presets", nargs="*",
+                        help="RPE presets, or preset@backend such as irpe_qkv@naive (default: a set per model)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per case")
     parser.add_argument("--warmup", type=int, default=2)
@@ -155,14 +147,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="torch.compile every model")
-    parser.add_argument("--backend", default="auto", choices=["auto", "sdpa", "eager", "flex"])
+    parser.add_argument("--backend", default="auto", choices=BACKENDS, help="for presets without @backend")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    for preset in args.presets or []:
-        models.create_model(MODELS[args.model][1], rpe=preset, num_classes=2)  # fail fast on a bad name
+    for case in args.presets or []:  # fail fast on a bad name
+        models.create_model(MODELS[args.model][1], rpe=case_rpe(case, args.backend), num_classes=2)
 
     rows = measure(args)
     setup = (f"model={args.model} batch={args.batch} device={args.device} bf16={args.bf16} "

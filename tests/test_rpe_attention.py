@@ -210,7 +210,7 @@ def test_matches_naive_formula(method, mode, on, shared):
     tensors = [q, k, v] + tables
     weight = torch.randn(2, heads, n, d, dtype=torch.float64)
     expected = outputs_and_grads(lambda: naive_attention(q, k, v, config, sites, h, w, skip), tensors, weight)
-    backends = ["auto", "eager"] + ([] if "v" in on else ["sdpa"])
+    backends = ["auto", "eager", "naive"] + ([] if "v" in on else ["sdpa"])
     for backend in backends:
         actual = outputs_and_grads(
             lambda b=backend: rpe_attention(
@@ -465,7 +465,9 @@ def test_initialisation():
 def test_clear_errors():
     q = torch.randn(1, 2, 10, 8)
     rpe_q, rpe_k, rpe_v = build_rpe("irpe_qkv", 8, 2)
+    _, xl_k, _ = build_rpe("xl", 8, 2)
     errors = [
+        (lambda: rpe_attention(q, q, q, rpe_k=xl_k, grid_size=(3, 3), backend="naive"), "not TransformerXLTerm"),
         (
             lambda: rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(4, 4)),
             "holds 16 tokens but the sequence has",

@@ -1,0 +1,549 @@
+"""Plot a trained run's relative-position tables and attention maps as PNG files (matplotlib, Agg).
+
+    python scripts/plot_rpe.py runs/<run>                          # tables + attention of val image 0
+    python scripts/plot_rpe.py runs/<run> --ckpt last --image-index 3 --query 2,5 --layers 0,3
+    python scripts/plot_rpe.py runs/<run> --plots tables --out /tmp/plots
+
+What is drawn
+-------------
+* ``tables_<site>_layer<i>.png``, one per attention layer ``i`` and injection site (q, k, v) that
+  holds a learned table: the table as a heatmap over the offsets of the layer's token grid, one
+  subplot per table head (one with shared heads). Rows are ``drow = query_row - key_row`` and
+  columns ``dcol = query_col - key_col`` (the project's convention, see `rpe.index`), from
+  ``-(h-1)`` to ``h-1`` (``-(w-1)`` to ``w-1``), increasing downwards and to the right. Each cell
+  shows what the pair (query, key) with that offset gets: bias mode the bias value, contextual
+  mode the L2 norm over the head dim of the bucket's vector. Query-site terms use the reversed
+  pair (``e_ij += T_q[b(j, i)]``, see `rpe.attention`), so a q-site heatmap shows, at offset
+  ``d``, the bucket of ``-d``. The cross method's two tables (``rp_rows``, ``rp_cols``) get one
+  row of subplots each, as 2-D heatmaps (constant along the axis each one ignores). Swin's own
+  table (timm's ``relative_position_bias_table``) is drawn the same way, as a k-site bias table.
+  Transformer-XL terms have no table (sinusoids projected per layer) and are skipped with a note.
+  The grid is the patch grid of a DeiT, the window of a Swin layer, or ``--grid H,W`` (needed for
+  DETR, whose grid depends on the input image).
+* ``attention_image<I>_query_<cls|R_C>.png`` (DeiT runs only): validation image ``I`` (un-normalised)
+  and, per layer, the attention probabilities of the chosen query token over the ``h x w`` key grid,
+  averaged over heads. Probabilities come from `rpe.RPEAttention.attention_probs` on the block
+  inputs captured during a forward pass, so they include every relative term exactly as the model
+  uses them. Attention to non-grid keys (class token) is left out of the heatmap and its total is
+  given in the subplot title.
+
+Bad input (missing run dir, config or checkpoint, a query outside the grid, an image index out of
+range, ...) ends with a one-line ``error: ...`` on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # files only: never open a window, work without a display
+
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+from rpe import CrossRelativePositionTable, RelativePositionTable, RPEAttention, TransformerXLTerm  # noqa: E402
+from rpe.index import bucket_ids  # noqa: E402
+
+PLOT_CHOICES = ("all", "tables", "attention")
+SITES = ("q", "k", "v")
+
+
+class PlotError(ValueError):
+    """Bad input; the message is one line naming the bad value and the valid choices."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a `PlotError` (one line) instead of usage + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise PlotError(f"{message} (see --help)")
+
+
+# ----------------------------------------------------------------------------- offsets -> buckets
+def offset_bucket_ids(ids: Tensor, h: int, w: int) -> Tensor:
+    """Bucket of each offset: ``ids`` ``(h w, h w)`` pair ids (row-major grid, no skip tokens) ->
+    ``(2h-1, 2w-1)`` long, entry ``[dr + h-1, dc + w-1]`` = id of a pair with offset ``(dr, dc)``.
+
+    Every offset with ``|dr| < h``, ``|dc| < w`` occurs on the grid: the query at
+    ``(max(dr, 0), max(dc, 0))`` and the key at ``(max(-dr, 0), max(-dc, 0))``. Reading the ids of
+    the real grid (rather than of a larger helper grid) keeps grid-dependent indexes (xl) and
+    window-limited ones (swin: the ``(2h-1) x (2w-1)`` grid would not fit its table) correct.
+    """
+    dr = torch.arange(-(h - 1), h, device=ids.device)[:, None]
+    dc = torch.arange(-(w - 1), w, device=ids.device)[None, :]
+    query = dr.clamp(min=0) * w + dc.clamp(min=0)
+    key = (-dr).clamp(min=0) * w + (-dc).clamp(min=0)
+    return ids[query, key]
+
+
+def bucket_values(table: RelativePositionTable) -> Tensor:
+    """One number per head and bucket: ``(Hs, nb)`` float; bias values, or vector norms (contextual)."""
+    with torch.no_grad():
+        if table.mode == "bias":
+            values = table.lookup_table_bias
+        elif table.site == "v":
+            values = table.lookup_table_weight.norm(dim=2)  # (Hs, nb, d)
+        else:
+            values = table.lookup_table_weight.norm(dim=1)  # (Hs, d, nb)
+    return values.detach().float().cpu()
+
+
+def offset_heatmap(table: RelativePositionTable, h: int, w: int) -> Tensor:
+    """What a pair with offset ``(dr, dc)`` (query minus key) gets from ``table`` on an ``h x w`` grid.
+
+    Returns ``(Hs, 2h-1, 2w-1)``: ``[:, dr + h-1, dc + w-1]`` is `bucket_values` at the pair's
+    bucket. q-site tables are indexed by the reversed pair, hence by the bucket of ``-(dr, dc)``.
+    """
+    ids = bucket_ids(table.index_spec, h, w, 0, "cpu")
+    per_offset = offset_bucket_ids(ids, h, w)
+    if table.site == "q":
+        per_offset = per_offset.flip(0, 1)  # offset -d sits at the point reflection of d
+    return bucket_values(table)[:, per_offset]
+
+
+def swin_table_heatmap(attn: nn.Module) -> Tensor:
+    """timm Swin's own bias table of a window-attention layer as ``(heads, 2h-1, 2w-1)``.
+
+    Uses the layer's ``relative_position_index`` buffer ``(N, N)`` (query minus key, like ours), so
+    no index formula is repeated here.
+    """
+    h, w = attn.window_size
+    values = attn.relative_position_bias_table.detach().float().cpu().t()  # (heads, (2h-1)(2w-1))
+    ids = attn.relative_position_index.cpu()
+    return values[:, offset_bucket_ids(ids, h, w)]
+
+
+# ----------------------------------------------------------------------------- collecting tables
+@dataclass
+class TablePlot:
+    """One figure: the tables of one site of one attention layer."""
+
+    layer: int
+    path: str  # module path of the attention layer
+    site: str
+    description: str  # e.g. "product bias"
+    grid: tuple[int, int]
+    panels: list[tuple[str, Tensor]]  # (name, (Hs, 2h-1, 2w-1)); two for the cross method
+    signed: bool  # bias values (diverging colours) rather than norms
+
+
+def attention_layers(net: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Attention modules that can hold relative terms, in module order: ``(path, module)``.
+
+    These are the layers ``--layers`` counts: a DeiT's ``blocks.{i}.attn``, a Swin's window
+    attentions (all stages in order), DETR's attentions.
+    """
+    return [
+        (name, module)
+        for name, module in net.named_modules()
+        if any(hasattr(module, site) for site in ("rpe_q", "rpe_k", "rpe_v"))
+        or getattr(module, "relative_position_bias_table", None) is not None
+    ]
+
+
+def layer_grid(net: nn.Module, attn: nn.Module, override: tuple[int, int] | None) -> tuple[int, int] | None:
+    """Token grid ``(h, w)`` of one attention layer, or None when it depends on the input."""
+    if override is not None:
+        return override
+    if hasattr(attn, "window_size"):  # Swin: the grid of every attention call is the window
+        return tuple(int(v) for v in attn.window_size)
+    patch_embed = getattr(net, "patch_embed", None)
+    if isinstance(attn, RPEAttention) and patch_embed is not None:
+        return tuple(int(v) for v in patch_embed.grid_size)
+    return None
+
+
+def _table_description(table: RelativePositionTable) -> str:
+    shared = ", shared heads" if table.table_heads == 1 and table.num_heads > 1 else ""
+    value = "bias" if table.mode == "bias" else "contextual, L2 norm of each bucket's vector"
+    return f"{table.index_spec.method} {value}{shared}"
+
+
+def collect_tables(
+    net: nn.Module, layers: list[int], grid_override: tuple[int, int] | None
+) -> tuple[list[TablePlot], list[str]]:
+    """Heatmaps of every learned table of the selected ``layers``; returns ``(plots, notes)``."""
+    plots: list[TablePlot] = []
+    notes: list[str] = []
+    all_layers = attention_layers(net)
+    for index in layers:
+        path, attn = all_layers[index]
+        sites = {site: getattr(attn, f"rpe_{site}", None) for site in SITES}
+        swin_table = getattr(attn, "relative_position_bias_table", None) is not None
+        if not swin_table and all(module is None for module in sites.values()):
+            continue
+        grid = layer_grid(net, attn, grid_override)
+        if grid is None:
+            notes.append(f"layer {index} ({path}): token grid depends on the input; pass --grid H,W to plot its tables")
+            continue
+        h, w = grid
+        if swin_table:
+            plots.append(TablePlot(index, path, "k", "Swin's own table (exact window offsets), bias", grid,
+                                   [("", swin_table_heatmap(attn))], signed=True))
+        for site, module in sites.items():
+            if module is None:
+                continue
+            if isinstance(module, TransformerXLTerm):
+                notes.append(f"layer {index} ({path}): Transformer-XL term on {site} has no lookup table; skipped")
+                continue
+            if isinstance(module, CrossRelativePositionTable):
+                tables = [("rp_rows (depends on Δrow)", module.rp_rows), ("rp_cols (depends on Δcol)", module.rp_cols)]
+            elif isinstance(module, RelativePositionTable):
+                tables = [("", module)]
+            else:
+                notes.append(f"layer {index} ({path}): {type(module).__name__} on {site} is not a table; skipped")
+                continue
+            first = tables[0][1]
+            panels = [(name, offset_heatmap(table, h, w)) for name, table in tables]
+            plots.append(TablePlot(index, path, site, _table_description(first), grid, panels,
+                                   signed=first.mode == "bias"))
+    return plots, notes
+
+
+# ----------------------------------------------------------------------------- attention
+def is_deit(net: nn.Module) -> bool:
+    """A DeiT/ViT with `RPEAttention` blocks and a patch grid: the models attention maps are drawn for."""
+    blocks = getattr(net, "blocks", None)
+    return (
+        blocks is not None
+        and hasattr(net, "patch_embed")
+        and len(blocks) > 0
+        and all(isinstance(getattr(block, "attn", None), RPEAttention) for block in blocks)
+    )
+
+
+def attention_probabilities(net: nn.Module, images: Tensor) -> list[Tensor]:
+    """Per-block attention probabilities of a DeiT on ``images`` ``(B, 3, H, W)``: list of ``(B, H, n, n)``.
+
+    A forward hook on each ``block.attn`` sees the block's attention input (with its mask
+    arguments) and recomputes the probabilities with the layer's own `attention_probs`.
+    """
+    probs: list[Tensor | None] = [None] * len(net.blocks)
+    handles = []
+
+    def hook(index: int):
+        def capture(module: RPEAttention, args: tuple, kwargs: dict, output: Tensor) -> None:
+            x = args[0] if args else kwargs["x"]
+            attn_mask = args[1] if len(args) > 1 else kwargs.get("attn_mask")
+            is_causal = args[2] if len(args) > 2 else kwargs.get("is_causal", False)
+            probs[index] = module.attention_probs(x, attn_mask=attn_mask, is_causal=is_causal)
+
+        return capture
+
+    for index, block in enumerate(net.blocks):
+        handles.append(block.attn.register_forward_hook(hook(index), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            net(images)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [p for p in probs if p is not None]
+
+
+# ----------------------------------------------------------------------------- drawing
+def _offset_ticks(extent: int) -> tuple[list[int], list[str]]:
+    """Tick positions/labels for offsets ``-(extent-1) .. extent-1`` (cell ``i`` = offset ``i - (extent-1)``)."""
+    step = max(1, math.ceil((2 * extent - 1) / 9))  # at most ~9 labels stay legible
+    offsets = [o for o in range(-(extent - 1), extent) if o % step == 0]
+    return [o + extent - 1 for o in offsets], [str(o) for o in offsets]
+
+
+def draw_table(plot: TablePlot) -> Figure:
+    """One row of per-head heatmaps per panel (wrapped at 6 heads per row)."""
+    heads = plot.panels[0][1].shape[0]
+    ncols = min(heads, 6)
+    rows_per_panel = math.ceil(heads / ncols)
+    nrows = rows_per_panel * len(plot.panels)
+    h, w = plot.grid
+    side = 2.0 + 0.12 * max(h, w)
+    fig = Figure(figsize=(max(side * ncols + 0.5, 5.0), side * nrows + 1.0), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    row_ticks, col_ticks = _offset_ticks(h), _offset_ticks(w)
+    for p, (panel_name, heatmap) in enumerate(plot.panels):
+        for head in range(heads):
+            ax = axes[p * rows_per_panel + head // ncols][head % ncols]
+            data = heatmap[head].numpy()
+            if plot.signed:
+                bound = float(abs(data).max()) or 1.0
+                image = ax.imshow(data, cmap="RdBu_r", vmin=-bound, vmax=bound)
+            else:
+                image = ax.imshow(data, cmap="viridis")  # norms: colour range = data range
+            fig.colorbar(image, ax=ax, shrink=0.8)
+            ax.set_yticks(*row_ticks)
+            ax.set_xticks(*col_ticks)
+            ax.set_ylabel("Δrow = query − key")
+            ax.set_xlabel("Δcol = query − key")
+            head_name = "shared heads" if heads == 1 else f"head {head}"
+            ax.set_title(f"{panel_name}\n{head_name}" if panel_name else head_name, fontsize=9)
+        for empty in range(heads, rows_per_panel * ncols):
+            axes[p * rows_per_panel + empty // ncols][empty % ncols].set_axis_off()
+    fig.suptitle(
+        f"layer {plot.layer} ({plot.path}), rpe on {plot.site}, grid {h}x{w}\n{plot.description}", fontsize=10
+    )
+    return fig
+
+
+def draw_attention(
+    image: Tensor, title: str, maps: list[tuple[int, Tensor, float]], query_cell: tuple[int, int] | None
+) -> Figure:
+    """``image`` ``(H, W, 3)`` in [0, 1], then per layer ``(index, map (h, w), non-grid mass)``."""
+    ncols = min(len(maps) + 1, 5)
+    nrows = math.ceil((len(maps) + 1) / ncols)
+    fig = Figure(figsize=(3.2 * ncols, 3.0 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    axes[0].imshow(image.numpy(), interpolation="nearest")
+    axes[0].set_title(title, fontsize=9)
+    axes[0].set_axis_off()
+    for ax, (layer, heatmap, other_mass) in zip(axes[1:], maps, strict=False):
+        shown = ax.imshow(heatmap.numpy(), cmap="magma", interpolation="nearest")
+        fig.colorbar(shown, ax=ax, shrink=0.8)
+        if query_cell is not None:
+            ax.plot(query_cell[1], query_cell[0], marker="x", color="cyan", markersize=8, mew=2)
+        extra = f", non-grid keys {other_mass:.2f}" if other_mass > 0 else ""
+        ax.set_title(f"layer {layer}{extra}", fontsize=9)
+        ax.set_xlabel("key col")
+        ax.set_ylabel("key row")
+    for ax in axes[len(maps) + 1:]:
+        ax.set_axis_off()
+    where = "the class token" if query_cell is None else f"cell (row {query_cell[0]}, col {query_cell[1]}) [x]"
+    fig.suptitle(f"attention probabilities of query {where} over the key grid, mean over heads", fontsize=10)
+    return fig
+
+
+def save_figure(fig: Figure, path: Path) -> None:
+    """Render to PNG and replace ``path`` atomically (temp file in the same folder + ``os.replace``)."""
+    from models.training import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+# ----------------------------------------------------------------------------- loading a run
+def resolve_checkpoint(run_dir: Path, ckpt: str) -> Path:
+    """``best`` / ``last`` -> ``run_dir/checkpoints/<name>.ckpt``; anything else is a path."""
+    path = run_dir / "checkpoints" / f"{ckpt}.ckpt" if ckpt in ("best", "last") else Path(ckpt)
+    if not path.is_file():
+        found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt"))
+        listing = ", ".join(found) if found else "none"
+        raise PlotError(
+            f"--ckpt {ckpt}: checkpoint {path} does not exist; valid: best, last or a checkpoint path"
+            f" (in {run_dir / 'checkpoints'}: {listing})"
+        )
+    return path
+
+
+def _one_line(err: BaseException) -> str:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 400 else text[:400] + " ..."
+
+
+def load_run(run_dir: Path, ckpt: str) -> tuple[Any, nn.Module]:
+    """``(datamodule, LightningModule)`` of a run dir with the checkpoint's weights loaded."""
+    from omegaconf import OmegaConf
+
+    from models.training import load_checkpoint
+    from train import _user_error_types, build_data_and_model
+
+    if not run_dir.is_dir():
+        raise PlotError(f"run dir {run_dir} does not exist; expected a train.py run dir such as runs/<name>/")
+    config = run_dir / "config.yaml"
+    if not config.is_file():
+        raise PlotError(f"run dir {run_dir} has no config.yaml; expected a train.py run dir such as runs/<name>/")
+    ckpt_path = resolve_checkpoint(run_dir, ckpt)
+    try:
+        datamodule, module = build_data_and_model(OmegaConf.load(config))
+    except _user_error_types() as err:
+        raise PlotError(f"cannot build the model of {config}: {_one_line(err)}") from None
+    try:
+        module.load_state_dict(load_checkpoint(ckpt_path)["state_dict"])
+    except Exception as err:  # unpickling, missing key or shape mismatch: all mean "not this run's weights"
+        raise PlotError(f"checkpoint {ckpt_path} does not load into the run's model: {_one_line(err)}") from None
+    return datamodule, module
+
+
+def validation_image(datamodule: Any, index: int) -> tuple[Tensor, Tensor, str]:
+    """``(normalised (3, H, W), displayable (H, W, 3) in [0, 1], label name)`` of validation image ``index``."""
+    try:
+        datamodule.prepare_data()
+        datamodule.setup("validate")
+    except (ValueError, FileNotFoundError) as err:
+        raise PlotError(f"cannot load the run's validation data: {_one_line(err)}") from None
+    dataset = getattr(datamodule, "val_set", None)
+    if dataset is None:
+        raise PlotError(f"the run's data module {type(datamodule).__name__} has no val_set")
+    if not 0 <= index < len(dataset):
+        raise PlotError(
+            f"--image-index {index} is out of range; the validation set has {len(dataset)} images"
+            f" (valid: 0..{len(dataset) - 1})"
+        )
+    image, label = dataset[index]
+    mean = torch.tensor(datamodule.mean).view(3, 1, 1)
+    std = torch.tensor(datamodule.std).view(3, 1, 1)
+    shown = (image * std + mean).clamp(0, 1).permute(1, 2, 0)
+    classes = getattr(dataset, "classes", None)
+    label_name = classes[label] if classes is not None else str(label)
+    return image, shown, label_name
+
+
+# ----------------------------------------------------------------------------- argument parsing
+def _pair(text: str, option: str) -> tuple[int, int]:
+    try:
+        first, second = (int(v) for v in text.split(","))
+    except ValueError:
+        raise PlotError(f"{option} {text!r} must be two comma-separated integers such as 2,5") from None
+    return first, second
+
+
+def parse_layers(text: str, count: int) -> list[int]:
+    """``all`` or ``0,2,...`` -> sorted layer indices, each in ``0..count-1``."""
+    valid = f"valid: all or comma-separated indices in 0..{count - 1}" if count else "the model has no attention layers"
+    if text == "all":
+        return list(range(count))
+    try:
+        layers = sorted({int(v) for v in text.split(",")})
+    except ValueError:
+        raise PlotError(f"--layers {text!r} is not a list of layer indices; {valid}") from None
+    bad = [layer for layer in layers if not 0 <= layer < count]
+    if bad:
+        raise PlotError(
+            f"--layers {text}: layer {bad[0]} does not exist, the model has {count} attention layers; {valid}"
+        )
+    return layers
+
+
+def parse_query(text: str | None, h: int, w: int, has_cls: bool) -> tuple[str, tuple[int, int] | None]:
+    """``(name for file names, grid cell or None for the class token)``; default: cls if any, else the centre."""
+    valid = f"valid: {'cls or ' if has_cls else ''}R,C with 0 <= R < {h}, 0 <= C < {w}"
+    if text is None:
+        text = "cls" if has_cls else f"{h // 2},{w // 2}"
+    if text == "cls":
+        if not has_cls:
+            raise PlotError(f"--query cls: the model has no class token; {valid}")
+        return "cls", None
+    try:
+        r, c = _pair(text, "--query")
+    except PlotError:
+        raise PlotError(f"--query {text!r} is neither cls nor R,C; {valid}") from None
+    if not (0 <= r < h and 0 <= c < w):
+        raise PlotError(f"--query {text} is outside the {h}x{w} token grid; {valid}")
+    return f"{r}_{c}", (r, c)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="plot_rpe.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="a train.py run dir (holds config.yaml and checkpoints/)")
+    parser.add_argument("--ckpt", default="best", help="best, last or a checkpoint path (default: best)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RUN_DIR/plots)")
+    parser.add_argument("--image-index", type=int, default=0, help="validation image for attention maps")
+    parser.add_argument("--query", default=None, help="cls or R,C (grid cell); default cls, else the centre")
+    parser.add_argument("--layers", default="all", help="all or comma-separated attention-layer indices")
+    parser.add_argument("--plots", default="all", help=f"one of: {', '.join(PLOT_CHOICES)}")
+    parser.add_argument("--grid", default=None, help="H,W token grid for the tables (default: the model's)")
+    return parser
+
+
+# ----------------------------------------------------------------------------- main
+def plot_run(args: argparse.Namespace) -> list[Path]:
+    """Write the requested PNGs; returns their paths."""
+    if args.plots not in PLOT_CHOICES:
+        raise PlotError(f"--plots {args.plots!r} is not one of: {', '.join(PLOT_CHOICES)}")
+    grid_override = None
+    if args.grid is not None:
+        grid_override = _pair(args.grid, "--grid")
+        if min(grid_override) < 1:
+            raise PlotError(f"--grid {args.grid} must be positive; valid: H,W with H, W >= 1")
+    run_dir: Path = args.run_dir
+    datamodule, module = load_run(run_dir, args.ckpt)
+    net = module.net.eval()
+    layers_all = attention_layers(net)
+    layers = parse_layers(args.layers, len(layers_all))
+    out_dir: Path = args.out if args.out is not None else run_dir / "plots"
+    written: list[Path] = []
+
+    want_attention = args.plots in ("all", "attention")
+    attention_ok = is_deit(net)
+    if want_attention and not attention_ok and args.plots == "attention":
+        raise PlotError(
+            f"--plots attention: attention maps are drawn for DeiT models only, this run's net is"
+            f" {type(net).__name__}; valid: --plots tables"
+        )
+
+    # Validate the query and image before any (slow) drawing, so bad input fails fast.
+    query = None
+    if want_attention and attention_ok:
+        h, w = (int(v) for v in net.patch_embed.grid_size)
+        has_cls = getattr(net, "cls_token", None) is not None
+        query = parse_query(args.query, h, w, has_cls)
+        images, shown, label = validation_image(datamodule, args.image_index)
+
+    if args.plots in ("all", "tables"):
+        plots, notes = collect_tables(net, layers, grid_override)
+        for note in notes:
+            print(f"note: {note}")
+        if not plots:
+            preset = getattr(getattr(net, "rpe_config", None), "method", None)
+            reason = f" (rpe method: {preset})" if preset else ""
+            if args.plots == "tables":
+                raise PlotError(
+                    f"the run's model has no plottable relative position tables{reason}; nothing to draw for"
+                    " --plots tables; valid: --plots attention or all"
+                )
+            if query is None:  # not a DeiT either: there would be nothing at all to draw
+                raise PlotError(
+                    f"the run's model has no plottable relative position tables{reason} and attention maps are"
+                    f" drawn for DeiT models only ({type(net).__name__}); nothing to plot"
+                )
+            print(f"note: the run's model has no relative position tables{reason}; drawing attention maps only")
+        for plot in plots:
+            path = out_dir / f"tables_{plot.site}_layer{plot.layer}.png"
+            save_figure(draw_table(plot), path)
+            written.append(path)
+    if want_attention and not attention_ok:
+        print(f"note: attention maps are drawn for DeiT models only ({type(net).__name__}); skipped")
+
+    if query is not None:
+        query_name, cell = query
+        probs = attention_probabilities(net, images.unsqueeze(0))
+        n = probs[0].shape[-1]
+        skip = n - h * w
+        row = 0 if cell is None else skip + cell[0] * w + cell[1]  # the class token is token 0 in timm
+        maps = []
+        for layer in layers:
+            attention = probs[layer][0, :, row].mean(0)  # (n,) over keys, mean over heads
+            maps.append((layer, attention[skip:].view(h, w), float(attention[:skip].sum())))
+        figure = draw_attention(shown, f"val image {args.image_index}, label {label}", maps, cell)
+        path = out_dir / f"attention_image{args.image_index}_query_{query_name}.png"
+        save_figure(figure, path)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; returns the exit code (2 with a one-line ``error:`` on bad input)."""
+    try:
+        args = build_parser().parse_args(argv)
+        written = plot_run(args)
+    except PlotError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
