@@ -332,8 +332,10 @@ class RPEAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(self.rpe_config, head_dim, num_heads, **dd)
 
-    def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-        """``x`` ``(B, n, dim)`` -> ``(B, n, dim_out)``; ``attn_mask`` as in `rpe_attention`."""
+    def _qkv_and_mask(
+        self, x: Tensor, attn_mask: Tensor | None, is_causal: bool
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """q, k, v ``(B, H, n, d)`` from ``x`` ``(B, n, dim)``, and the mask with the causal one folded in."""
         B, N, _ = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
@@ -345,6 +347,12 @@ class RPEAttention(nn.Module):
                 if attn_mask is None
                 else _additive_mask(attn_mask, q.dtype) + _additive_mask(causal, q.dtype)
             )
+        return q, k, v, attn_mask
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        """``x`` ``(B, n, dim)`` -> ``(B, n, dim_out)``; ``attn_mask`` as in `rpe_attention`."""
+        B, N, _ = x.shape
+        q, k, v, attn_mask = self._qkv_and_mask(x, attn_mask, is_causal)
         x = rpe_attention(
             q,
             k,
@@ -371,17 +379,8 @@ class RPEAttention(nn.Module):
         relative terms and mask) and returns their softmax without dropout, for inspection; the
         grid is ``self.grid_size`` as set by the backbone.
         """
-        B, N, _ = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, _ = qkv.unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)
-        if is_causal:
-            causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
-            attn_mask = (
-                causal
-                if attn_mask is None
-                else _additive_mask(attn_mask, q.dtype) + _additive_mask(causal, q.dtype)
-            )
+        N = x.shape[1]
+        q, k, _, attn_mask = self._qkv_and_mask(x, attn_mask, is_causal)
         q_scaled, k_scaled = q * self.scale, k * self.scale
         logits = q_scaled @ k.transpose(-2, -1)
         logit_sites = [m for m in (self.rpe_q, self.rpe_k) if m is not None]
