@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omegaconf import OmegaConf  # noqa: E402
 
 from rpe.config import FIELDS, PRESETS, RPEConfigError, parse_shorthand, resolve_rpe  # noqa: E402
-from rpe.index import IndexSpec, num_buckets  # noqa: E402
+from rpe.index import IndexSpec, bucket_ids, num_buckets  # noqa: E402
 
 STATUSES = ("ok", "failed", "unfinished", "missing")
 CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", "ok", "failed", "unfinished", "missing",
@@ -96,6 +96,7 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "index": rpe.get("index"),
         "backend": rpe.get("backend"),
         "buckets": _bucket_count(rpe) if enabled else 0,
+        "used_buckets": _used_buckets(rpe, _grid_side(cfg)) if enabled else 0,
         "ape": net.get("ape", model.get("position_embedding")),
         "seed": cfg.get("seed"),
         "name": cfg.get("name") or "?",
@@ -116,6 +117,26 @@ def _bucket_count(rpe: dict[str, Any]) -> int | None:
     try:
         config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
         return num_buckets(IndexSpec.from_config(config, axis=0 if config.method == "cross" else None))
+    except (RPEConfigError, ValueError, TypeError):
+        return None
+
+
+def _grid_side(cfg: dict[str, Any]) -> int | None:
+    """Side of a ViT's square token grid, image size / patch size (``..._patch16_224``); else None."""
+    name = str(((cfg.get("model") or {}).get("net") or {}).get("name", ""))
+    patch = re.search(r"patch(\d+)", name)
+    img_size = (cfg.get("data") or {}).get("img_size")
+    return int(img_size) // int(patch.group(1)) if patch and isinstance(img_size, int) else None
+
+
+def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
+    """Distinct buckets that the pairs of a ``side x side`` grid reach (class-token bucket not counted)."""
+    if side is None:
+        return None
+    try:
+        config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
+        spec = IndexSpec.from_config(config, axis=0 if config.method == "cross" else None)
+        return int(bucket_ids(spec, side, side, 0, "cpu").unique().numel())
     except (RPEConfigError, ValueError, TypeError):
         return None
 
@@ -244,6 +265,7 @@ class Layout:
     col_order: tuple[Any, ...] = ()
     paper: dict[tuple[Any, Any], float] = field(default_factory=dict)  # (row, col) -> paper's main metric
     note: str = ""
+    extra: tuple[str, Callable[[dict[str, Any]], Any]] | None = None  # (header, fact of a row) shown per row
 
 
 def _ratio(facts: dict[str, Any]) -> str:
@@ -274,7 +296,9 @@ LAYOUTS: dict[str, Layout] = {
         "Number of buckets (rpe-spec 8.4)", "buckets (ratio)",
         lambda f: f"{'?' if f['buckets'] is None else f['buckets']} ({_ratio(f)})",
         lambda f: "ours", metrics=("val/top1", "val/top5"), paper={("49 (ratio 1.9)", "ours"): 80.9},
-        note=PAPER_DEIT,
+        note=PAPER_DEIT + ". `used` = distinct buckets the token grid's pairs reach (a small grid leaves"
+        " the outer buckets of a large table unused, and two ratios can then split the offsets alike)",
+        extra=("used", lambda f: f["used_buckets"]),
     ),
     "where": Layout(
         "Where: Q, K, V, with and without APE (rpe-spec 8.5)", "RPE on", lambda f: f["on"],
@@ -388,18 +412,26 @@ def _grid(table: Table, metric: str) -> list[list[str]]:
     """Header plus one line per row: row label, a cell per column, then the paper's numbers."""
     layout = table.layout
     has_paper = bool(layout.paper) and metric == layout.metrics[0]
-    header = [layout.row_name] + [str(c) for c in table.cols]
+    header = [layout.row_name] + ([layout.extra[0]] if layout.extra else []) + [str(c) for c in table.cols]
     if has_paper:
-        header += [f"paper {c}" for c in table.cols if any((r, c) in layout.paper for r in table.rows)]
+        header += ["paper" if len(table.cols) == 1 else f"paper {c}" for c in table.cols
+                   if any((r, c) in layout.paper for r in table.rows)]
     lines = [header]
     for row in table.rows:
-        line = [str(row)] + [table.cells[(row, col)].text(metric) if (row, col) in table.cells else "–"
-                             for col in table.cols]
+        line = [str(row)] + ([_row_extra(table, row)] if layout.extra else [])
+        line += [table.cells[(row, col)].text(metric) if (row, col) in table.cells else "–" for col in table.cols]
         if has_paper:
             line += [_paper_text(layout, row, c) for c in table.cols
                      if any((r, c) in layout.paper for r in table.rows)]
         lines.append(line)
     return lines
+
+
+def _row_extra(table: Table, row: Any) -> str:
+    assert table.layout.extra is not None
+    values = {table.layout.extra[1](r.facts) for (r_key, _), cell in table.cells.items() if r_key == row
+              for r in cell.runs}
+    return ", ".join(sorted("?" if v is None else str(v) for v in values))
 
 
 def _metrics_present(table: Table) -> list[str]:

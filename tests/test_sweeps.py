@@ -83,9 +83,16 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
 
 
 def test_buckets_sweep_covers_the_paper_counts() -> None:
-    counts = [make_tables.run_facts(OmegaConf.to_container(_compose(["sweep=buckets", "data.root=/x", *job])))
-              ["buckets"] for job in _grid("buckets")]
-    assert counts == [9, 25, 49, 81, 121]
+    def facts(sweep: str) -> list[dict]:
+        return [make_tables.run_facts(OmegaConf.to_container(_compose([f"sweep={sweep}", "data.root=/x", *job])))
+                for job in _grid(sweep)]
+
+    paper = facts("buckets")
+    assert [f["buckets"] for f in paper] == [9, 25, 49, 81, 121]
+    # DeiT-S's 14x14 grid reaches every bucket but the largest table's corners; the mini 8x8 grid
+    # (offsets up to 7) splits offsets alike at ratios 1.9 and 2.0 (both 7 classes per axis)
+    assert [f["used_buckets"] for f in paper] == [9, 25, 49, 81, 121]
+    assert [f["used_buckets"] for f in facts("buckets_mini")] == [9, 25, 49, 49, 81]
 
 
 # ----------------------------------------------------------------------------- a real mini sweep
