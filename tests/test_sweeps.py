@@ -65,6 +65,9 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
     ablation = sweep.removesuffix("_mini")
     jobs = _grid(sweep)
     assert len(jobs) == EXPECTED_GRID[ablation]
+    # paper scale = the DeiT-S / DETR-R50 recipe; mini = the embedded-data experiment
+    base = BASE_EXPERIMENTS.get(ablation, ("deit_small_irpe_k", "ablation_mini"))
+    experiment = _compose([f"experiment={base[sweep.endswith('_mini')]}", "data.root=/x"])
     facts = []
     for job in jobs:
         cfg = _compose([f"sweep={sweep}", "data.root=/x", *job])
@@ -72,9 +75,6 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
         rpe = OmegaConf.to_container(cfg.rpe)
         resolve_rpe(rpe)  # every grid point is a valid RPE config
         facts.append(make_tables.run_facts(OmegaConf.to_container(cfg)))
-        # paper scale = the DeiT-S / DETR-R50 recipe; mini = the embedded-data experiment
-        base = BASE_EXPERIMENTS.get(ablation, ("deit_small_irpe_k", "ablation_mini"))
-        experiment = _compose([f"experiment={base[sweep.endswith('_mini')]}", "data.root=/x"])
         assert _without_pe(cfg.model) == _without_pe(experiment.model)
         assert cfg.data == experiment.data
     # the grid points differ in exactly what the table lays out: no two jobs land in one cell
@@ -131,7 +131,8 @@ def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Pat
         assert by_row[row]["mean"] == pytest.approx(metrics["val/top1"], abs=1e-4)
     assert by_row["49 (ratio 1.9)"]["paper"] == 80.9  # DeiT-S iRPE-K, rpe-spec section 7
     markdown = out.with_suffix(".md").read_text()
-    assert "| ? (ratio -1) | failed |" in markdown and "rpe.ratio=-1.0 must be > 0" in markdown
+    assert "| ? (ratio -1) | ? | failed |" in markdown  # row, used buckets, top-1
+    assert "rpe.ratio=-1.0 must be > 0" in markdown
     assert "\\begin{tabular}" in out.with_suffix(".tex").read_text()
 
     # a grid point whose run dir is gone is listed as missing, not dropped
