@@ -152,6 +152,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None  # half-written by a killed job: count the run as unfinished
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working dir when inside it (tables stay valid in another checkout)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def load_run(run_dir: Path) -> Run:
     """Read one run dir: status, metrics, error and the facts of its resolved config."""
     config_path = run_dir / "config.yaml"
@@ -167,7 +175,7 @@ def load_run(run_dir: Path) -> Run:
     else:
         status, error = "unfinished", ""
     numbers = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, (int, float))}
-    return Run(str(run_dir), status, run_facts(cfg), numbers if status == "ok" else {}, error,
+    return Run(_shown(run_dir), status, run_facts(cfg), numbers if status == "ok" else {}, error,
                cfg.get("ablation"), cfg.get("sweep_name"))
 
 
@@ -223,7 +231,7 @@ def _missing_run(sweep_dir: Path, overrides: list[str]) -> Run:
         container = {}
     finally:
         GlobalHydra.instance().clear()
-    run = Run(f"{sweep_dir}/[{','.join(overrides)}]", "missing", run_facts(container), {},
+    run = Run(f"{_shown(sweep_dir)}/[{','.join(overrides)}]", "missing", run_facts(container), {},
               "no run dir", container.get("ablation"), container.get("sweep_name"))
     return run
 
