@@ -290,6 +290,9 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    # Lightning's DDP launcher leaves LOCAL_RANK, WORLD_SIZE, MASTER_PORT, ... in this process's
+    # environment; the next job of a multirun would take them as "workers already exist" and wait forever.
+    environment = dict(os.environ)
     try:
         metrics = run(cfg)
     except Exception as err:
@@ -302,6 +305,9 @@ def main(cfg: DictConfig) -> float | None:
         if isinstance(err, _user_error_types()):
             report_user_error(err)
         raise
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
     return metrics.get("val/top1", metrics.get("val/AP"))
 
 

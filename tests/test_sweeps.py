@@ -162,6 +162,19 @@ def test_rerunning_a_sweep_resumes_each_job_from_its_own_checkpoint(tmp_path: Pa
         assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 2  # not trained again
 
 
+def test_ddp_inside_each_job_of_a_multirun(tmp_path: Path, data_dir: Path) -> None:
+    # Each job launches its own 2-process group; the second job must not inherit the first one's.
+    sweep_dir = tmp_path / "sweep"
+    result = run_cli("train.py", [
+        "-m", "rpe=none,irpe_k", "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, f"hydra.sweep.dir={sweep_dir}",
+        f"paths.data_dir={data_dir}",
+    ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job in (0, 1):
+        metrics = json.loads((sweep_dir / str(job) / "metrics.json").read_text())
+        assert metrics["global_step"] == 2 and metrics["run_dir"] == str(sweep_dir / str(job))
+
+
 def test_optuna_sweeper_over_rpe_fields(tmp_path: Path, data_dir: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
     sweep_dir = tmp_path / "optuna"
