@@ -162,6 +162,7 @@ def test_rerunning_a_sweep_resumes_each_job_from_its_own_checkpoint(tmp_path: Pa
         assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 2  # not trained again
 
 
+@pytest.mark.slow  # ~40-60 s: four gloo processes; `make slow` runs it
 def test_ddp_inside_each_job_of_a_multirun(tmp_path: Path, data_dir: Path) -> None:
     # Each job launches its own 2-process group; the second job must not inherit the first one's.
     sweep_dir = tmp_path / "sweep"
