@@ -8,9 +8,10 @@
     python scripts/benchmark.py --presets none irpe_k irpe_k@naive irpe_qkv irpe_qkv@naive  # naive vs ours
 
 All models are timed in one process, round-robin (one step of each, repeated), so that machine
-load drifts hit every model alike; the reported time is the median step. Memory is the peak CUDA
-allocation on GPU; on CPU it is the bytes that autograd saves for the backward pass (the
-activation memory, which is what RPE adds to).
+load drifts hit every model alike; the reported time is the median step. Memory on GPU is the
+peak CUDA allocation of one step above what was allocated before it (all cases stay resident); on
+CPU it is the bytes that autograd saves for the backward pass (the activation memory, which is what
+RPE adds to).
 """
 
 from __future__ import annotations
@@ -102,11 +103,13 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         for _ in range(args.warmup):
             train_step(model, opt, images, labels, args.bf16)
         if device.type == "cuda":
+            # Every case stays resident, so count only what this step allocates above that.
             sync(device)
+            resident = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
             train_step(model, opt, images, labels, args.bf16)
             sync(device)
-            memory[name] = torch.cuda.max_memory_allocated()
+            memory[name] = torch.cuda.max_memory_allocated() - resident
         else:
             meter = SavedTensorMeter()
             train_step(model, opt, images, labels, args.bf16, meter)
