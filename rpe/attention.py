@@ -20,12 +20,14 @@ Backends (``backend=``):
 * ``naive``: the textbook computation that materialises every pair's encoding ``r_ij``
   (``(H, n, n, d)`` per layer in contextual mode) and contracts it with q, k or the probabilities;
   the cost baseline for the paper's naive-vs-efficient ablation (``sweep=cost``), not for training.
-* ``auto``: ``eager`` when a V term is present, otherwise ``sdpa``. Measured on CPU (torch 2.14,
-  2 threads, B=16, H=6, n=197, d=64, contextual product on K): forward 10.3 ms (sdpa) vs 18.8 ms
-  (eager), forward + backward 39 vs 38 ms (equal within noise), gradients equal to 1e-5; without
-  RPE both are 22-24 ms. On CUDA SDPA takes a float mask with gradients (memory-efficient kernel);
-  flex is never chosen automatically because it only pays off compiled (not measured here: no GPU
-  was available to this work; tests/test_rpe_cuda.py holds the GPU checks and prints the timings).
+* ``auto``: ``eager`` when a V term is present (it needs the probabilities) or, on CPU with
+  gradients, when there is a logit term (SDPA's CPU kernel falls back to its unfused math path for
+  a float mask that needs a gradient); otherwise ``sdpa``. On CUDA that is the memory-efficient
+  kernel, the only fused one that returns the mask's gradient. Measured on one H200 (torch 2.11,
+  bf16, B=128, H=6, n=197, d=64, forward + backward, `scripts/profile_attention.py`): no RPE 0.36-0.50
+  ms (flash), contextual K 1.66-1.77 ms with sdpa, 1.63 with eager, 2.95 with flex (compiled); on
+  the whole DeiT-S step sdpa is ahead (1.58x vs 1.82x of plain, peak memory 1.25x vs 1.57x). Flex
+  is never chosen automatically: its gradient for the captured bucket rows goes through atomics.
 """
 
 from __future__ import annotations

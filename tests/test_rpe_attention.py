@@ -16,6 +16,7 @@ import torch
 from timm.layers import Attention
 from timm.models.vision_transformer import Block
 
+import rpe.tables
 from rpe import RPEAttention, RPEConfig, build_rpe, rpe_attention
 
 # ----------------------------------------------------------------------------- naive reference
@@ -196,7 +197,7 @@ def assert_all_close(actual, expected, atol=1e-9):
 
 
 @pytest.mark.parametrize("method, mode, on, shared", CASES)
-def test_matches_naive_formula(method, mode, on, shared):
+def test_matches_naive_formula(method, mode, on, shared, monkeypatch):
     case = CASES.index((method, mode, on, shared))
     (h, w), skip = SHAPES[case % len(SHAPES)]
     index = "clip" if method in ("euclidean", "cross", "product") and case % 3 == 0 else "piecewise"
@@ -211,16 +212,43 @@ def test_matches_naive_formula(method, mode, on, shared):
     weight = torch.randn(2, heads, n, d, dtype=torch.float64)
     expected = outputs_and_grads(lambda: naive_attention(q, k, v, config, sites, h, w, skip), tensors, weight)
     backends = ["auto", "eager", "naive"] + ([] if "v" in on else ["sdpa"])
-    for backend in backends:
-        actual = outputs_and_grads(
-            lambda b=backend: rpe_attention(
-                q, k, v, rpe_q=sites[0], rpe_k=sites[1], rpe_v=sites[2], grid_size=(h, w), backend=b
-            ),
-            tensors,
-            weight,
-        )
-        assert_all_close(actual, expected)
+    # second pass: the one-hot matrix-product gather/scatter that CUDA uses, forced onto the CPU
+    for onehot_devices in ({"cuda"}, {"cuda", "cpu"}):
+        monkeypatch.setattr(rpe.tables, "ONEHOT_DEVICES", onehot_devices)
+        for backend in backends:
+            actual = outputs_and_grads(
+                lambda b=backend: rpe_attention(
+                    q, k, v, rpe_q=sites[0], rpe_k=sites[1], rpe_v=sites[2], grid_size=(h, w), backend=b
+                ),
+                tensors,
+                weight,
+            )
+            assert_all_close(actual, expected)
     assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in tables)
+
+
+def test_onehot_products_equal_gather_and_scatter_add(monkeypatch):
+    """The CUDA path's one-hot products against torch.gather / scatter_add on hand-made ids."""
+    generator = torch.Generator().manual_seed(0)
+    B, H, n, width = 2, 3, 5, 8
+    ids = torch.randint(0, 6, (n, n), generator=generator)
+    onehot = torch.nn.functional.one_hot(ids, width).double()
+    values = torch.randn(B, H, n, width, generator=generator, dtype=torch.float64)
+    expected = torch.gather(values, -1, ids.expand(B, H, n, n))
+    torch.testing.assert_close(rpe.tables.onehot_gather(values, onehot), expected, rtol=0, atol=0)
+    attn = torch.rand(B, H, n, n, generator=generator, dtype=torch.float64)
+    expected = torch.zeros(B, H, n, width, dtype=torch.float64).scatter_add(-1, ids.expand(B, H, n, n), attn)
+    torch.testing.assert_close(rpe.tables.onehot_scatter(attn, onehot), expected)
+
+    # the tables take that path on ONEHOT_DEVICES, with the bucket axis padded to a multiple of 8
+    _, rpe_k, _ = build_rpe(RPEConfig(), 4, 2)  # product 1.9 at 3x5 + cls: 50 -> 56 columns
+    x = torch.randn(1, 2, 16, 4)
+    (plain,) = rpe_k.logit_pieces(x, x, 3, 5, 1, 0.5)
+    monkeypatch.setattr(rpe.tables, "ONEHOT_DEVICES", {"cpu"})
+    (piece,) = rpe_k.logit_pieces(x, x, 3, 5, 1, 0.5)
+    assert plain.onehot is None and plain.values.shape[-1] == 50
+    assert piece.onehot.shape == (16, 16, 56) and piece.values.shape[-1] == 56
+    torch.testing.assert_close(piece.materialize(), plain.materialize())
 
 
 FLEX_CASES = [

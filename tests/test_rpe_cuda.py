@@ -1,5 +1,6 @@
 """CUDA checks of the backends (skipped without a GPU): compiled FlexAttention forward and backward,
-SDPA's float-mask gradients, against the eager path. Prints the backends' speed (no assertions on it).
+SDPA's float-mask gradients and the naive per-pair formula, against the eager path. Prints the
+backends' speed (no assertions on it).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def test_cuda_backends_agree(config):
     mask[0, ..., -20:] = False
     expected = _run(q, k, v, sites, "eager", mask)
     backends = ["sdpa", "flex"] if sites[2] is None else ["auto"]
+    if config.method != "xl":  # naive builds every pair's encoding: independent of the bucket-row path
+        backends.append("naive")
     for backend in backends:
         actual = _run(q, k, v, sites, backend, mask)
         for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
