@@ -184,11 +184,7 @@ def rpe_attention(
 
     h_w_skip = split_grid(n, grid_size) if logit_sites or rpe_v is not None else None
     q_scaled = q * scale if logit_sites or chosen == "eager" else q  # plain SDPA scales internally
-    pieces: list[LogitPiece] = []
-    if logit_sites:
-        k_scaled = k * scale
-        for site in logit_sites:
-            pieces += site.logit_pieces(q_scaled, k_scaled, *h_w_skip, scale)
+    pieces = _relative_pieces(q_scaled, k, scale, logit_sites, h_w_skip)
 
     if chosen == "flex":
         return _flex(q, k, v, pieces, attn_mask, scale)
@@ -206,6 +202,28 @@ def rpe_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=sdpa_scale)
 
 
+def _relative_pieces(
+    q_scaled: Tensor, k: Tensor, scale: float, logit_sites: list[nn.Module], h_w_skip: tuple[int, int, int] | None
+) -> list[LogitPiece]:
+    """The relative logit terms of the query and key sites, in factorised form."""
+    pieces: list[LogitPiece] = []
+    if logit_sites:
+        k_scaled = k * scale
+        for site in logit_sites:
+            pieces += site.logit_pieces(q_scaled, k_scaled, *h_w_skip, scale)
+    return pieces
+
+
+def _logits(q_scaled: Tensor, k: Tensor, pieces: list[LogitPiece], attn_mask: Tensor | None) -> Tensor:
+    """Pre-softmax scores ``(B, H, n, n)``; each term is added in place (no summed ``(B, H, n, n)`` copy)."""
+    logits = q_scaled @ k.transpose(-2, -1)  # matmul keeps its inputs for backward, not this output
+    for piece in pieces:
+        logits += piece.materialize()
+    if attn_mask is not None:
+        logits += _additive_mask(attn_mask, logits.dtype)
+    return logits
+
+
 def _eager(
     q_scaled: Tensor,
     k: Tensor,
@@ -216,13 +234,8 @@ def _eager(
     rpe_v: nn.Module | None,
     h_w_skip: tuple[int, int, int] | None,
 ) -> Tensor:
-    """Explicit softmax; each term is added into the logits in place (no summed ``(B, H, n, n)`` copy)."""
-    logits = q_scaled @ k.transpose(-2, -1)  # matmul keeps its inputs for backward, not this output
-    for piece in pieces:
-        logits += piece.materialize()
-    if attn_mask is not None:
-        logits += _additive_mask(attn_mask, logits.dtype)
-    attn = logits.softmax(dim=-1)
+    """Explicit softmax over `_logits`, then the V term."""
+    attn = _logits(q_scaled, k, pieces, attn_mask).softmax(dim=-1)
     if dropout_p > 0:
         attn = F.dropout(attn, p=dropout_p, training=True)
     out = attn @ v
@@ -381,20 +394,12 @@ class RPEAttention(nn.Module):
         relative terms and mask) and returns their softmax without dropout, for inspection; the
         grid is ``self.grid_size`` as set by the backbone.
         """
-        N = x.shape[1]
         q, k, _, attn_mask = self._qkv_and_mask(x, attn_mask, is_causal)
-        q_scaled, k_scaled = q * self.scale, k * self.scale
-        logits = q_scaled @ k.transpose(-2, -1)
+        q_scaled = q * self.scale
         logit_sites = [m for m in (self.rpe_q, self.rpe_k) if m is not None]
-        if logit_sites:
-            h, w, skip = split_grid(N, self.grid_size)
-            pieces: list[LogitPiece] = []
-            for site in logit_sites:
-                pieces += site.logit_pieces(q_scaled, k_scaled, h, w, skip, self.scale)
-            logits = logits + materialize_pieces(pieces)
-        if attn_mask is not None:
-            logits = logits + _additive_mask(attn_mask, logits.dtype)
-        return logits.softmax(dim=-1)
+        h_w_skip = split_grid(x.shape[1], self.grid_size) if logit_sites else None
+        pieces = _relative_pieces(q_scaled, k, self.scale, logit_sites, h_w_skip)
+        return _logits(q_scaled, k, pieces, attn_mask).softmax(dim=-1)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, rpe={self.rpe_config.shorthand()!r}"
