@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU-only checks in one prepared run (for a leased H200 through the device tool, or any CUDA box),
 # most important first, each under its own timeout so that a slow step cannot eat the others:
-#   1. bf16 training-step time and memory of DeiT-S with each RPE preset and backend vs timm's plain model
+#   1. bf16 training-step time and memory of DeiT-S with each RPE preset and backend vs timm's plain model,
+#      then one attention layer piece by piece (scripts/profile_attention.py)
 #   2. rpe on CUDA: sdpa/eager/compiled-flex parity, forward and backward, plus per-backend attention timings
 #   3. FlexAttention training end to end: the default experiment (`make train`) on the GPU, backend=flex
 #      and backend=auto, bf16-mixed
@@ -28,6 +29,10 @@ timeout 180 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 -
   --presets none irpe_k irpe_k@eager irpe_k@flex irpe_qk irpe_qk@flex irpe_qkv irpe_bias_k irpe_bias_k@flex \
   irpe_k@naive irpe_qkv@naive --json "$OUT/bench_deit_small_bf16.json" > "$OUT/bench_deit_small.txt" 2>&1
 tail -16 "$OUT/bench_deit_small.txt"
+
+stamp "1b. one attention layer, piece by piece (incl. FlexAttention formulations)"
+timeout 120 python3 scripts/profile_attention.py 2>&1 | grep -v -i warn > "$OUT/profile_attention.txt"
+grep -E "ms|FAILED" "$OUT/profile_attention.txt" | tail -20
 
 stamp "2. rpe CUDA parity and attention timings"
 timeout 100 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_cuda.py \

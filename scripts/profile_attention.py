@@ -50,6 +50,43 @@ def with_onehot_devices(devices: set[str], fn: Callable[[], list[torch.Tensor]])
     return run
 
 
+def flex_variants(q, k, v, table, ids, onehot, scale) -> dict[str, Callable[[], list[torch.Tensor]]]:
+    """Compiled FlexAttention formulations of the contextual-K term, for the next kernel decision.
+
+    The current flex backend captures the bucket rows ``(B, H, n, nb')`` and gathers inside the
+    kernel; its gradient for them goes through atomics. These try smaller tiles, and a dense
+    ``(B, H, n, n)`` bias built outside (one gradient write per element, no contention).
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    small_tiles = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32}
+
+    def rows_kernel(options=None):
+        def run():
+            rows = bucket_rows(q * scale, table, onehot.shape[-1])
+
+            def score_mod(score, b, h, q_idx, kv_idx):
+                return score + rows[b, h, q_idx, ids[q_idx, kv_idx]]
+            return [flex(q, k, v, score_mod=score_mod, scale=scale, kernel_options=options)]
+        return run
+
+    def dense_bias():
+        bias = onehot_gather(bucket_rows(q * scale, table, onehot.shape[-1]), onehot)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + bias[b, h, q_idx, kv_idx]
+        return [flex(q, k, v, score_mod=score_mod, scale=scale)]
+
+    return {
+        "kernel: flex, no relative term": lambda: [flex(q, k, v, scale=scale)],
+        "kernel: flex, no relative term, small tiles": lambda: [flex(q, k, v, scale=scale, kernel_options=small_tiles)],
+        "rpe_attention-like flex, rows captured": rows_kernel(),
+        "rpe_attention-like flex, rows, small tiles": rows_kernel(small_tiles),
+        "rpe_attention-like flex, dense bias captured": dense_bias,
+    }
+
+
 def timed(fn: Callable[[], list[torch.Tensor]], device: torch.device, reps: int, warmup: int) -> float:
     def once():
         outs = fn()
@@ -114,6 +151,7 @@ def main() -> None:
     }
     if device.type == "cuda":
         variants["rpe_attention flex"] = current("flex")
+        variants.update(flex_variants(q, k, v, table, ids, onehot, scale))
 
     # correctness: every full variant against the current path (same function, same inputs)
     def grads(outs):
