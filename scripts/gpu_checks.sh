@@ -26,7 +26,7 @@ cat "$OUT/gpu.txt"
 
 stamp "1. DeiT-S bf16 benchmark"
 timeout 180 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
-  --presets none irpe_k irpe_k@eager irpe_k@flex irpe_qk irpe_qk@flex irpe_qkv irpe_bias_k irpe_bias_k@flex \
+  --presets none irpe_k irpe_k@eager irpe_k@flex irpe_qk irpe_qk@eager irpe_qk@flex irpe_qkv irpe_bias_k irpe_bias_k@flex \
   irpe_k@naive irpe_qkv@naive --json "$OUT/bench_deit_small_bf16.json" > "$OUT/bench_deit_small.txt" 2>&1
 tail -16 "$OUT/bench_deit_small.txt"
 
