@@ -26,7 +26,8 @@ Backends (``backend=``):
   kernel, the only fused one that returns the mask's gradient. Measured on one H200 (torch 2.11,
   bf16, B=128, H=6, n=197, d=64, forward + backward, `scripts/profile_attention.py`): no RPE 0.36-0.50
   ms (flash), contextual K 1.66-1.77 ms with sdpa, 1.63 with eager, 2.95 with flex (compiled); on
-  the whole DeiT-S step sdpa is ahead (1.58x vs 1.82x of plain, peak memory 1.25x vs 1.57x). Flex
+  the whole DeiT-S step (measured before the one-hot gather of `rpe.tables`) sdpa is ahead: 1.58x vs
+  1.82x of plain, peak memory 1.25x vs 1.57x. Flex
   is never chosen automatically: its gradient for the captured bucket rows goes through atomics.
 """
 

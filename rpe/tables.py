@@ -69,8 +69,8 @@ class LogitPiece:
 
 # Devices where the bucket gather and scatter-add run as batched one-hot matrix products. On CUDA
 # that avoids atomics (deterministic gradients, fp32 accumulation) and measured faster: H200, bf16,
-# DeiT-S shapes at batch 128, gather + its backward 0.45 ms vs 0.25 ms one-hot
-# (scripts/profile_attention.py). On CPU gather/scatter_add is faster (2.4 vs 3.0 ms at batch 8).
+# DeiT-S shapes at batch 128, gather + its backward 0.45-0.49 ms vs 0.25-0.32 ms one-hot (two calls of
+# scripts/profile_attention.py). On CPU gather/scatter_add is faster (2.4-2.8 vs 3.0-3.6 ms, batch 8).
 ONEHOT_DEVICES = {"cuda"}
 
 
@@ -87,7 +87,7 @@ def onehot_scatter(attn: Tensor, onehot: Tensor) -> Tensor:
     """``out[b, h, i, c] = sum_j attn[b, h, i, j] [ids[i, j] = c]``: ``(B, H, n, n)`` -> ``(B, H, n, w)``."""
     B, H, n, _ = attn.shape
     per_query = attn.reshape(B * H, n, n).transpose(0, 1)  # (n, BH, n)
-    return torch.bmm(per_query, onehot.to(attn.dtype)).transpose(0, 1).unflatten(0, (B, H))
+    return torch.bmm(per_query, onehot).transpose(0, 1).unflatten(0, (B, H))
 
 
 def bucket_rows(x: Tensor, table: Tensor, width: int) -> Tensor:
@@ -180,14 +180,14 @@ class RelativePositionTable(nn.Module):
         return bucket_ids(self.index_spec, h, w, skip, device)
 
     def bucket_onehot(self, h: int, w: int, skip: int, device: torch.device, dtype: torch.dtype) -> Tensor | None:
-        """Cached ``(n, n, nb')`` one-hot of the bucket ids on `ONEHOT_DEVICES`, else None.
+        """Cached ``(n, n, nb')`` one-hot of the bucket ids on `ONEHOT_DEVICES`, else None (callers
+        get `bucket_ids` first, which checks the skip bucket).
 
         ``nb'`` is the bucket count rounded up to a multiple of 8: bf16 tensor-core GEMMs need
         16-byte aligned rows (``nb = 50`` is not).
         """
         if device.type not in ONEHOT_DEVICES:
             return None
-        self.bucket_ids(h, w, skip, device)  # the skip-bucket check
         width = self.num_buckets + (-self.num_buckets % 8)
         return bucket_onehot(self.index_spec, h, w, skip, device, width, dtype)
 
