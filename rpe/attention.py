@@ -209,7 +209,8 @@ def _relative_pieces(
     """The relative logit terms of the query and key sites, in factorised form."""
     pieces: list[LogitPiece] = []
     if logit_sites:
-        k_scaled = k * scale
+        # only query-site and XL terms read s k; a K-only model skips this (B, H, n, d) pass
+        k_scaled = k * scale if any(site.uses_scaled_keys for site in logit_sites) else None
         for site in logit_sites:
             pieces += site.logit_pieces(q_scaled, k_scaled, *h_w_skip, scale)
     return pieces

@@ -191,10 +191,18 @@ class RelativePositionTable(nn.Module):
         width = self.num_buckets + (-self.num_buckets % 8)
         return bucket_onehot(self.index_spec, h, w, skip, device, width, dtype)
 
+    @property
+    def uses_scaled_keys(self) -> bool:
+        """Whether `logit_pieces` reads ``k_scaled``: only a contextual query-site table does."""
+        return self.site == "q" and self.mode != "bias"
+
     def logit_pieces(
-        self, q_scaled: Tensor, k_scaled: Tensor, h: int, w: int, skip: int, scale: float
+        self, q_scaled: Tensor, k_scaled: Tensor | None, h: int, w: int, skip: int, scale: float
     ) -> list[LogitPiece]:
-        """Logit terms; ``q_scaled``, ``k_scaled`` are ``s q``, ``s k`` ``(B, H, n, d)``, ``s = scale``."""
+        """Logit terms; ``q_scaled``, ``k_scaled`` are ``s q``, ``s k`` ``(B, H, n, d)``, ``s = scale``.
+
+        ``k_scaled`` may be None when `uses_scaled_keys` is false.
+        """
         if self.site == "v":
             raise RuntimeError("a value-site table adds no logit term; call value_term")
         ids = self.bucket_ids(h, w, skip, q_scaled.device)
@@ -262,8 +270,12 @@ class CrossRelativePositionTable(nn.Module):
             config, site, head_dim, num_heads, axis=1, skip_bucket=skip_bucket, device=device, dtype=dtype
         )
 
+    @property
+    def uses_scaled_keys(self) -> bool:
+        return self.rp_rows.uses_scaled_keys
+
     def logit_pieces(
-        self, q_scaled: Tensor, k_scaled: Tensor, h: int, w: int, skip: int, scale: float
+        self, q_scaled: Tensor, k_scaled: Tensor | None, h: int, w: int, skip: int, scale: float
     ) -> list[LogitPiece]:
         return self.rp_rows.logit_pieces(q_scaled, k_scaled, h, w, skip, scale) + self.rp_cols.logit_pieces(
             q_scaled, k_scaled, h, w, skip, scale
@@ -323,8 +335,10 @@ class TransformerXLTerm(nn.Module):
             parts += [angle.sin(), angle.cos()]
         return torch.cat(parts, dim=-1).to(dtype)
 
+    uses_scaled_keys = True  # the content term u.k_j
+
     def logit_pieces(
-        self, q_scaled: Tensor, k_scaled: Tensor, h: int, w: int, skip: int, scale: float
+        self, q_scaled: Tensor, k_scaled: Tensor | None, h: int, w: int, skip: int, scale: float
     ) -> list[LogitPiece]:
         ids = bucket_ids(self.index_spec, h, w, skip, q_scaled.device)
         dtype = q_scaled.dtype
