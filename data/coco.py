@@ -33,6 +33,7 @@ from torchvision.datasets import CocoDetection
 from torchvision.ops import box_convert
 from torchvision.transforms import v2
 
+from data.datamodule import make_loader, trainer_world
 from data.errors import DataConfigError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -408,22 +409,9 @@ class CocoDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: CocoDetectionDataset, train: bool) -> DataLoader:
         # Shard explicitly (a DistributedSampler, which Lightning leaves as it is), so evaluation order is known.
-        trainer = getattr(self, "trainer", None)
-        world = int(getattr(trainer, "world_size", 1)) if trainer is not None else 1
-        sampler = None
-        if world > 1:
-            sampler = DistributedSampler(dataset, num_replicas=world, rank=trainer.global_rank, shuffle=train)
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=train and sampler is None,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            collate_fn=collate_detection,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            drop_last=train,
-            persistent_workers=self.num_workers > 0,
-        )
+        world, rank = trainer_world(self)
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=train) if world > 1 else None
+        return make_loader(self, dataset, train, sampler=sampler, collate_fn=collate_detection)
 
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:

@@ -12,7 +12,7 @@ import lightning as L
 import torch
 from timm.data import create_transform
 from timm.data.distributed_sampler import RepeatAugSampler
-from torch.utils.data import DataLoader, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets import ImageFolder
 
 from data.errors import DataConfigError
@@ -28,6 +28,37 @@ _TUPLE_KEYS = ("scale", "ratio", "color_jitter", "mean", "std")
 def _count_class_dirs(split_dir: Path) -> int:
     """Number of class folders, counted exactly like torchvision's ImageFolder.find_classes."""
     return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+
+def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
+    """``(world_size, global_rank)`` of the attached trainer; ``(1, 0)`` before one is attached."""
+    trainer = getattr(datamodule, "trainer", None)
+    if trainer is None:
+        return 1, 0
+    return int(getattr(trainer, "world_size", 1)), int(getattr(trainer, "global_rank", 0))
+
+
+def make_loader(
+    datamodule: L.LightningDataModule,
+    dataset: Dataset,
+    train: bool,
+    sampler: Sampler | None = None,
+    collate_fn: Callable | None = None,
+) -> DataLoader:
+    """The loader every datamodule uses: its ``batch_size``/``num_workers``/``pin_memory``; shuffle and
+    drop the last partial batch for training only (a given ``sampler`` does its own shuffling)."""
+    return DataLoader(
+        dataset,
+        batch_size=datamodule.batch_size,
+        shuffle=train and sampler is None,
+        sampler=sampler,
+        num_workers=datamodule.num_workers,
+        collate_fn=collate_fn,
+        pin_memory=datamodule.pin_memory and torch.cuda.is_available(),
+        drop_last=train,
+        persistent_workers=datamodule.num_workers > 0,
+    )
 
 
 class RepeatAugDistributedSampler(DistributedSampler):
@@ -216,28 +247,10 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.num_classes = configured if configured is not None else found
 
     # ------------------------------------------------------------------ loaders
-    def _world(self) -> tuple[int, int]:
-        trainer = getattr(self, "trainer", None)
-        if trainer is None:
-            return 1, 0
-        return int(getattr(trainer, "world_size", 1)), int(getattr(trainer, "global_rank", 0))
-
-    def _loader(self, dataset: ImageFolder, train: bool, sampler: Sampler | None = None) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=train and sampler is None,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            drop_last=train,
-            persistent_workers=self.num_workers > 0,
-        )
-
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
             self.setup("fit")
-        world_size, rank = self._world()
+        world_size, rank = trainer_world(self)
         sampler = None
         if self.repeated_aug and world_size > 1:
             sampler = RepeatAugDistributedSampler(
@@ -249,12 +262,12 @@ class ImageFolderDataModule(L.LightningDataModule):
                 f"data.batch_size={self.batch_size} exceeds the {per_rank} training images per device in "
                 f"{self.root / self.train_split}; with drop_last=True there would be no training batch"
             )
-        return self._loader(self.train_set, train=True, sampler=sampler)
+        return make_loader(self, self.train_set, train=True, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         if self.val_set is None:
             self.setup("validate")
-        return self._loader(self.val_set, train=False)
+        return make_loader(self, self.val_set, train=False)
 
     def test_dataloader(self) -> DataLoader:
         """The val split (ImageNet-style setups have no labelled test split)."""

@@ -139,3 +139,30 @@ def test_datamodule_generates_and_loads(tmp_path: Path) -> None:
     assert batch["images"].shape[0] == 4 and batch["mask"].dtype == torch.bool
     assert dm.label_to_cat == [1, 2, 3]
     assert len(list(dm.val_dataloader())) == 2  # 6 images, batch 4, no drop_last
+
+
+def test_loaders_shard_across_ranks(shapes_root: Path) -> None:
+    """Under DDP each rank's val loader reads its own, ordered share of the images; together all of them."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DistributedSampler
+
+    def datamodule(world_size: int, rank: int) -> CocoDataModule:
+        dm = CocoDataModule(root=str(shapes_root), batch_size=2, num_workers=0, train_scales=[48], max_size=64,
+                            crop_scales=None, val_size=48)
+        dm.trainer = SimpleNamespace(world_size=world_size, global_rank=rank)
+        dm.setup("fit")
+        return dm
+
+    single = datamodule(1, 0)
+    assert single.val_dataloader().sampler.__class__.__name__ == "SequentialSampler"
+    assert single.train_dataloader().drop_last
+    shards = []
+    for rank in (0, 1):
+        val = datamodule(2, rank).val_dataloader()
+        assert isinstance(val.sampler, DistributedSampler) and not val.sampler.shuffle and not val.drop_last
+        assert val.sampler.rank == rank and val.sampler.num_replicas == 2
+        shards.append(list(val.sampler))
+    assert shards == [[0, 2, 4], [1, 3, 5]]  # 6 val images, interleaved, in order
+    train = datamodule(2, 1).train_dataloader()
+    assert isinstance(train.sampler, DistributedSampler) and train.sampler.shuffle and train.drop_last
