@@ -202,18 +202,25 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]]:
     Expands ``hydra.sweeper.params`` plus the command-line overrides the way Hydra's basic sweeper
     does; other sweepers (optuna) have no fixed grid, so nothing is expected of them.
     """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     hydra = (_raw_yaml(sweep_dir / "multirun.yaml") or {}).get("hydra") or {}
     sweeper = hydra.get("sweeper") or {}
     if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
         return []
     params = sweeper.get("params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or [])
+    return sweep_grid([f"{k}={v}" for k, v in params.items()] + list((hydra.get("overrides") or {}).get("task") or []))
+
+
+def sweep_grid(arguments: list[str]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper launches for ``arguments`` (``key=a,b`` sweeps), in its order.
+
+    Hydra's own expansion, so the grid can never drift from what ``-m`` runs. It is private Hydra API
+    (stable within the hydra-core 1.3 pin of pyproject.toml); this is the one place that calls it.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     parsed = OverridesParser.create().parse_overrides(arguments)
-    batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-    return [list(job) for batch in batches for job in batch]
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
 
 
 def _missing_run(sweep_dir: Path, overrides: list[str]) -> Run:

@@ -40,12 +40,15 @@ def _without_pe(model) -> dict:
 
 def _grid(sweep: str) -> list[list[str]]:
     """The jobs of ``sweep`` as Hydra's basic sweeper would launch them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     params = _compose([f"sweep={sweep}", "data.root=/x"], hydra=True).hydra.sweeper.params
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return make_tables.sweep_grid([f"{k}={v}" for k, v in params.items()])
+
+
+def test_sweep_grid_expands_like_hydra_multirun() -> None:
+    """Hand-worked: a product in argument order, the first key slowest; a later value of a key replaces
+    the earlier one in its place (the command line overriding a sweep's params)."""
+    assert make_tables.sweep_grid(["a=1,2", "+b=x", "c=3,4", "a=5,6"]) == [
+        ["a=5", "+b=x", "c=3"], ["a=5", "+b=x", "c=4"], ["a=6", "+b=x", "c=3"], ["a=6", "+b=x", "c=4"]]
 
 
 # ----------------------------------------------------------------------------- sweep configs
