@@ -30,7 +30,6 @@ def _count_class_dirs(split_dir: Path) -> int:
     return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
 
 
-
 def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
     """``(world_size, global_rank)`` of the attached trainer; ``(1, 0)`` before one is attached."""
     trainer = getattr(datamodule, "trainer", None)

@@ -145,7 +145,7 @@ def test_loaders_shard_across_ranks(shapes_root: Path) -> None:
     """Under DDP each rank's val loader reads its own, ordered share of the images; together all of them."""
     from types import SimpleNamespace
 
-    from torch.utils.data import DistributedSampler
+    from torch.utils.data import DistributedSampler, SequentialSampler
 
     def datamodule(world_size: int, rank: int) -> CocoDataModule:
         dm = CocoDataModule(root=str(shapes_root), batch_size=2, num_workers=0, train_scales=[48], max_size=64,
@@ -155,7 +155,7 @@ def test_loaders_shard_across_ranks(shapes_root: Path) -> None:
         return dm
 
     single = datamodule(1, 0)
-    assert single.val_dataloader().sampler.__class__.__name__ == "SequentialSampler"
+    assert isinstance(single.val_dataloader().sampler, SequentialSampler)
     assert single.train_dataloader().drop_last
     shards = []
     for rank in (0, 1):
