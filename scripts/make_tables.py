@@ -113,6 +113,7 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "name": cfg.get("name") or "?",
         "model": net.get("name") or model.get("_target_", "?").rsplit(".", 1)[-1],
         "schedule": cfg.get("schedule"),
+        "row": cfg.get("row"),  # the job's entry of a sweep's `rows` table, where it has one
     }
     return facts
 
