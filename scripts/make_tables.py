@@ -643,16 +643,20 @@ def _t_critical(df: int) -> float:
     return float(student_t.ppf(0.975, df))
 
 
+def paper_contrast(finding: Finding) -> str:
+    """The finding's contrast of the paper's numbers, or what the paper shows instead."""
+    paper, metric = PAPER.get(finding.ablation), LAYOUTS[finding.ablation].metrics[0]
+    values = [paper.value(row, col, metric) if paper else None for row, col, _ in finding.contrast]
+    if all(v is not None for v in values):
+        return f"{sum(w * v for (_, _, w), v in zip(finding.contrast, values, strict=True)):+.2f}"  # type: ignore[operator]
+    return finding.paper_text or "–"
+
+
 def judge(finding: Finding, table: Table) -> Verdict:
     """The finding's contrast per seed (seeds with every cell ok), its mean, standard error and verdict."""
     metric = table.layout.metrics[0]
     per_cell = [(table.cells.get((row, col)), weight) for row, col, weight in finding.contrast]
-    paper = table.paper
-    paper_values = [paper.value(row, col, metric) if paper else None for row, col, _ in finding.contrast]
-    if all(v is not None for v in paper_values):
-        paper_text = f"{sum(w * v for (_, _, w), v in zip(finding.contrast, paper_values, strict=True)):+.2f}"
-    else:
-        paper_text = finding.paper_text or "–"
+    paper_text = paper_contrast(finding)
     if any(cell is None for cell, _ in per_cell):
         return Verdict(finding, table.name, paper_text, None, None, 0, None, "not run")
     seed_values = [cell.by_seed(metric) for cell, _ in per_cell]  # type: ignore[union-attr]
@@ -671,7 +675,12 @@ def judge(finding: Finding, table: Table) -> Verdict:
 
 
 def verdicts(tables: list[Table]) -> list[Verdict]:
-    return [judge(f, t) for t in tables for f in FINDINGS if f.ablation == t.ablation]
+    """A verdict per finding and table of its ablation; ``not run`` for a finding without such a table."""
+    results = []
+    for finding in FINDINGS:
+        judged = [judge(finding, t) for t in tables if t.ablation == finding.ablation]
+        results += judged or [Verdict(finding, "–", paper_contrast(finding), None, None, 0, None, "not run")]
+    return results
 
 
 def findings_markdown(results: list[Verdict]) -> str:
@@ -681,7 +690,8 @@ def findings_markdown(results: list[Verdict]) -> str:
         ours = "–" if v.mean is None else f"{v.mean:+.2f}" + (f" ± {v.se:.2f}" if v.se is not None else "")
         ours += "" if v.mean is None else f" ({v.n})"
         t = "–" if v.t is None else f"{v.t:+.1f}"
-        lines.append(f"| {v.finding.claim} | `{v.table}` | {v.paper} | {ours} | {t} | {v.verdict} |")
+        table = f"`{v.table}`" if v.table != "–" else "–"
+        lines.append(f"| {v.finding.claim} | {table} | {v.paper} | {ours} | {t} | {v.verdict} |")
     return "\n".join(lines) + "\n"
 
 
