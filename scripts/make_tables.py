@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from rpe import encoding  # noqa: E402
 from rpe.config import FIELDS, PRESETS, RPEConfigError, parse_shorthand, resolve_rpe  # noqa: E402
 from rpe.index import IndexSpec, bucket_ids, num_buckets  # noqa: E402
 
@@ -116,8 +117,8 @@ def _bucket_count(rpe: dict[str, Any]) -> int | None:
     """Buckets of one table without the skip bucket (product 1.9: 49); None when undefined."""
     try:
         config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
-        return num_buckets(IndexSpec.from_config(config, axis=0 if config.method == "cross" else None))
-    except (RPEConfigError, ValueError, TypeError):
+        return num_buckets(IndexSpec.tables_of(config)[0])
+    except (RPEConfigError, ValueError, TypeError, IndexError):
         return None
 
 
@@ -135,9 +136,9 @@ def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
         return None
     try:
         config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
-        spec = IndexSpec.from_config(config, axis=0 if config.method == "cross" else None)
+        spec = IndexSpec.tables_of(config)[0]
         return int(bucket_ids(spec, side, side, 0, "cpu").unique().numel())
-    except (RPEConfigError, ValueError, TypeError):
+    except (RPEConfigError, ValueError, TypeError, IndexError):
         return None
 
 
@@ -288,7 +289,7 @@ def _ratio(facts: dict[str, Any]) -> str:
     return f"ratio {ratio:g}" if isinstance(ratio, (int, float)) else f"ratio {ratio}"
 
 
-DIRECTED = {"euclidean": "undirected", "quant": "undirected", "cross": "directed", "product": "directed"}
+DIRECTED = {m: "directed" if encoding(m).directed else "undirected" for m in ("euclidean", "quant", "cross", "product")}
 PAPER_DEIT = "paper: DeiT-S on ImageNet-1k top-1 (rpe-spec section 7)"
 LAYOUTS: dict[str, Layout] = {
     "method_mode": Layout(
