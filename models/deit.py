@@ -16,6 +16,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
 from rpe import RPEAttention, RPEConfig, resolve_rpe
+from rpe.base import no_weight_decay_names
 
 APE_CHOICES = ("learned", "sincos", "none")
 
@@ -75,6 +76,10 @@ class RPEVisionTransformer(VisionTransformer):
         super().init_weights(mode, needs_reset)
         if getattr(self, "ape", None) == "sincos":
             self._fill_sincos_pos_embed()
+
+    def no_weight_decay(self) -> set[str]:
+        """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
+        return set(super().no_weight_decay()) | no_weight_decay_names(self)
 
     def set_grid(self, grid_size: tuple[int, int]) -> None:
         """Tell every attention layer the patch grid ``(h, w)`` of the coming forward."""

@@ -73,6 +73,7 @@ from torch import Tensor, nn
 
 from models.deit import ModelConfigError
 from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
+from rpe.base import no_weight_decay_names
 
 __all__ = [
     "SWIN_ARCHS",
@@ -243,6 +244,11 @@ class RPESwinTransformer(SwinTransformer):
                 if weight_init != "skip":
                     # the same init timm gave the module it replaces (trunc-normal Linear, zero bias)
                     named_apply(get_init_weights_vit(self.weight_init_mode, needs_reset=True), block.attn)
+
+
+    def no_weight_decay(self) -> set[str]:
+        """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
+        return set(super().no_weight_decay()) | no_weight_decay_names(self)
 
 
 # Architecture hyper-parameters; names follow timm's so that benchmarks can pair them.

@@ -36,6 +36,8 @@ __all__ = [
     "ONEHOT_DEVICES",
     "bucket_rows",
     "materialize_pieces",
+    "no_weight_decay_names",
+    "own_init_parameters",
     "offset_grid",
     "onehot_gather",
     "onehot_scatter",
@@ -149,6 +151,11 @@ class PositionEncoding(nn.Module):
     adds_value: bool = False
     edits_tokens: bool = False
     uses_scaled_keys: bool = False  # logit_pieces reads ``s k``
+    keeps_own_init: bool = False  # parameters that are not weights (frequencies): no backbone re-init
+
+    def no_weight_decay(self) -> set[str]:
+        """Names (relative to this module) of parameters to keep out of weight decay."""
+        return set()
 
     def rotate(self, q: Tensor, k: Tensor, h: int, w: int, skip: int) -> tuple[Tensor, Tensor]:
         """Rotated ``q, k`` ``(B, H, n, d)``; the ``skip`` leading tokens stay as they are."""
@@ -181,3 +188,21 @@ class PositionEncoding(nn.Module):
     def describe(self, h: int, w: int) -> Description:
         """What this module adds, on an ``h x w`` grid (see `Description`)."""
         return Description(self.name, self.site, type(self).__name__)
+
+
+def no_weight_decay_names(root: nn.Module) -> set[str]:
+    """Full names of the parameters under ``root`` that its encodings keep out of weight decay."""
+    return {
+        f"{path}.{name}" if path else name
+        for path, module in root.named_modules()
+        if isinstance(module, PositionEncoding)
+        for name in module.no_weight_decay()
+    }
+
+
+def own_init_parameters(root: nn.Module) -> set[int]:
+    """``id`` of every parameter of an encoding with ``keeps_own_init`` (a backbone's blanket init skips them)."""
+    return {
+        id(p) for module in root.modules() if isinstance(module, PositionEncoding) and module.keeps_own_init
+        for p in module.parameters()
+    }

@@ -147,9 +147,13 @@ class RPEConfig:
         return 8.0 * self.ratio
 
     def shorthand(self) -> str:
-        """The reference flag ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` (index etc. not included)."""
+        """The reference flag ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` (index etc. not included);
+        the method name alone for encodings that read none of those fields (RoPE, ALiBi, ...).
+        """
         if not self.enabled:
             return "none"
+        if not {"mode", "on", "ratio"} & set(registry.encoding(self.method).fields):
+            return self.method
         return f"rpe-{self.ratio:g}-{self.method}-{self.mode}-{int(self.shared_head)}-{self.on}"
 
 

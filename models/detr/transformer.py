@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rpe import RPESites
+from rpe.base import own_init_parameters
 
 
 class DecoderCrossRPEError(ValueError):
@@ -213,9 +214,11 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(dim) if pre_norm else None
         self.decoder_norm = nn.LayerNorm(dim)
         self.dim = dim
-        # The DETR reference: Xavier-uniform for every parameter with >1 dims, RPE tables included.
+        # The DETR reference: Xavier-uniform for every parameter with >1 dims, RPE tables included
+        # (not an encoding's frequencies, which are no weights).
+        own_init = own_init_parameters(self)
         for p in self.parameters():
-            if p.dim() > 1:
+            if p.dim() > 1 and id(p) not in own_init:
                 nn.init.xavier_uniform_(p)
 
     def encode(self, src: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
