@@ -218,10 +218,11 @@ class RPESwinTransformer(SwinTransformer):
         **kwargs: timm ``SwinTransformer`` options (``img_size``, ``window_size``, ``strict_img_size``...).
     """
 
-    def __init__(self, *, rpe: Any = None, ape: str | None = "none", **kwargs: Any) -> None:
-        if ape not in (None, "none"):
+    def __init__(self, *, rpe: Any = None, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any) -> None:
+        if ape not in (None, "none") or peg_blocks is not None:
+            shown = f"ape={ape!r}" if peg_blocks is None else f"peg_blocks={peg_blocks!r}"
             raise ModelConfigError(
-                f"ape={ape!r} is not supported by Swin, which has no absolute position embedding; valid: none"
+                f"{shown} is not supported by Swin, which has no absolute position embedding; valid: ape=none"
             )
         self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
         weight_init = kwargs.get("weight_init", "")
