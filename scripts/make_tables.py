@@ -339,6 +339,15 @@ LAYOUTS: dict[str, Layout] = {
         " allocation (GPU). The reference code trains DeiT-S 1.13x (K) and 2.51x (QKV) slower than plain"
         " DeiT-S on a CPU (rpe-spec section 5)",
     ),
+    "compare": Layout(
+        "Comparison with other encodings (paper Table 5)", "encoding",
+        lambda f: "CPVT (PEG)" if f["ape"] == "peg" else f["rpe"], lambda f: "top-1",
+        paper={("none", "top-1"): 79.9, ("CPVT (PEG)", "top-1"): 80.5, ("rpe-1.9-product-ctx-1-kv", "top-1"): 80.9,
+               ("rpe-1.9-xl-ctx-0-k", "top-1"): 80.8, ("rpe-1.9-huang-ctx-1-qk", "top-1"): 81.0,
+               ("rpe-6.5-sasa-ctx-1-k", "top-1"): 80.8, ("rpe-1.9-product-ctx-1-k", "top-1"): 80.9,
+               ("rpe-1.9-product-ctx-1-qk", "top-1"): 81.1, ("rpe-1.9-product-ctx-1-qkv", "top-1"): 81.4},
+        note=PAPER_DEIT,
+    ),
     "runs": Layout(
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),

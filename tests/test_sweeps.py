@@ -35,6 +35,7 @@ def _without_pe(model) -> dict:
     container = OmegaConf.to_container(model)
     container.pop("position_embedding", None)
     container.get("net", {}).pop("ape", None)
+    container.get("net", {}).pop("peg_blocks", None)
     return container
 
 
@@ -54,6 +55,7 @@ def test_sweep_grid_expands_like_hydra_multirun() -> None:
 # ----------------------------------------------------------------------------- sweep configs
 EXPECTED_GRID = {  # jobs per ablation of rpe-spec section 8
     "method_mode": 8, "shared_head": 4, "index": 6, "buckets": 5, "where": 14, "detr_ape": 4, "cost": 6,
+    "compare": 12,
 }
 
 BASE_EXPERIMENTS = {"detr_ape": ("detr_r50_rpe19_150ep", "detr_shapes")}  # (paper, mini); else DeiT-S
