@@ -264,7 +264,7 @@ SWIN_ARCHS: dict[str, dict[str, Any]] = {
         patch_size=4, window_size=7, embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)
     ),
     # 32x32 images: 8x8 tokens in 4x4 windows (shift 2), then 4x4 tokens in one window (global);
-    # patch 4 = the relational data's object cell. About 0.7 s per batch of 128 on two CPU cores.
+    # patch 4 = the relational data's object cell (step time: docs/benchmarks.md).
     "swin_micro_patch4_window4_32": dict(
         img_size=32, patch_size=4, window_size=4, embed_dim=64, depths=(2, 2), num_heads=(2, 4), mlp_ratio=2.0
     ),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every ablation sweep of rpe-spec section 8 at mini scale, one after another, then the tables.
+# Every ablation sweep of the paper (docs/design.md, section 5) at mini scale, one after another, then the tables.
 # About 90 minutes on 2 CPU cores. Usage: bash scripts/mini_sweeps.sh [sweep ...]
 # Results: runs/sweeps/<sweep>_mini/*; tables: docs/ablations_mini.{md,csv,tex}.
 set -uo pipefail

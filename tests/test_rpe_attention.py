@@ -1,7 +1,9 @@
-"""rpe_attention and RPEAttention against a naive float64 formula written straight from the spec.
+"""rpe_attention and RPEAttention against a naive float64 formula written straight from the definitions
+(docs/design.md, section 1).
 
 The naive side computes every bucket id with Python scalars, materialises ``r_ij`` for every pair
-(an ``(Hs, n, n, d)`` tensor: exactly what the library avoids) and applies spec section 4.
+(an ``(Hs, n, n, d)`` tensor: exactly what the library avoids) and applies the modes of docs/design.md,
+section 1.3.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def table_tensors(module) -> list[torch.Tensor]:
 
 
 def naive_attention(q, k, v, config, sites, h, w, skip, attn_mask=None):
-    """Spec section 4 with every r_ij materialised."""
+    """The modes (docs/design.md, section 1.3) with every r_ij materialised."""
     rpe_q, rpe_k, rpe_v = sites
     H, n, d = q.shape[1], q.shape[2], q.shape[3]
     s = d**-0.5

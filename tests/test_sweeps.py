@@ -53,7 +53,7 @@ def test_sweep_grid_expands_like_hydra_multirun() -> None:
 
 
 # ----------------------------------------------------------------------------- sweep configs
-EXPECTED_GRID = {  # jobs per ablation of rpe-spec section 8
+EXPECTED_GRID = {  # jobs per ablation of the paper (docs/design.md, section 5)
     "method_mode": 8, "shared_head": 4, "index": 6, "buckets": 5, "where": 14, "detr_ape": 4, "cost": 6,
     "compare": 12,
 }
@@ -134,7 +134,7 @@ def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Pat
         metrics = json.loads((job_dirs[job] / "metrics.json").read_text())
         assert by_row[row]["ok"] == 1 and by_row[row]["failed"] == 0
         assert by_row[row]["mean"] == pytest.approx(metrics["val/top1"], abs=1e-4)
-    assert by_row["49 (ratio 1.9)"]["paper"] == 80.9  # DeiT-S iRPE-K, rpe-spec section 7
+    assert by_row["49 (ratio 1.9)"]["paper"] == 80.9  # DeiT-S iRPE-K, docs/design.md section 5
     markdown = out.with_suffix(".md").read_text()
     assert "| ? (ratio -1) | ? | failed |" in markdown  # row, used buckets, top-1
     assert "rpe.ratio=-1.0 must be > 0" in markdown
