@@ -1,6 +1,6 @@
 """Image classification as a LightningModule, assembled from timm's recipe pieces.
 
-The DeiT recipe (rpe-spec section 7): AdamW with lr scaled by total batch / 512, a per-step cosine
+The DeiT recipe (docs/design.md, section 5): AdamW with lr scaled by total batch / 512, a per-step cosine
 schedule with linear warm-up, mixup/cutmix with label smoothing (SoftTargetCrossEntropy), drop-path,
 an optional EMA of the weights that is evaluated too, and weight-decay groups as in the reference
 (no decay for biases, norms, ``pos_embed`` and ``cls_token``; RPE tables are decayed).

@@ -8,16 +8,20 @@ sit at ``blocks.{i}.attn.rpe_{q,k,v}`` as in the iRPE reference checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from timm.layers import build_sincos2d_pos_embed
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
+from torch import nn
 
 from rpe import RPEAttention, RPEConfig, resolve_rpe
+from rpe.base import no_weight_decay_names
+from rpe.encodings.peg import PEG
 
-APE_CHOICES = ("learned", "sincos", "none")
+APE_CHOICES = ("learned", "sincos", "none", "peg")
 
 
 class ModelConfigError(ValueError):
@@ -44,16 +48,22 @@ class RPEVisionTransformer(VisionTransformer):
     Args:
         rpe: anything :func:`rpe.resolve_rpe` accepts (preset name, shorthand, dict, config).
         ape: absolute position embedding: ``learned`` (timm/DeiT default), ``sincos`` (fixed 2-D
-            sin-cos, not trained) or ``none``.
+            sin-cos, not trained), ``peg`` (CPVT's conditional encoding, `rpe.encodings.peg`) or ``none``.
+        peg_blocks: with ``ape=peg``, the blocks a PEG follows (default ``[0]``; CPVT(0-5) is 0..5);
+            PEGs sit at ``pegs.<block>``.
         **kwargs: passed to timm's ``VisionTransformer``.
     """
 
-    def __init__(self, *, rpe: Any = None, ape: str = "learned", **kwargs: Any) -> None:
+    def __init__(
+        self, *, rpe: Any = None, ape: str = "learned", peg_blocks: Sequence[int] | None = None, **kwargs: Any
+    ) -> None:
         if ape not in APE_CHOICES:
             raise ModelConfigError(f"ape={ape!r} is not one of: {', '.join(APE_CHOICES)}")
+        if peg_blocks is not None and ape != "peg":
+            raise ModelConfigError(f"peg_blocks={list(peg_blocks)!r} needs ape=peg (got ape={ape!r})")
         self.rpe_config: RPEConfig = resolve_rpe(rpe)
         self.ape = ape
-        kwargs.setdefault("pos_embed", "none" if ape == "none" else "learn")
+        kwargs.setdefault("pos_embed", "learn" if ape in ("learned", "sincos") else "none")
         _PendingRPEAttention.pending = self.rpe_config
         try:
             super().__init__(attn_layer=_PendingRPEAttention, **kwargs)
@@ -61,6 +71,15 @@ class RPEVisionTransformer(VisionTransformer):
             _PendingRPEAttention.pending = None
         if ape == "sincos":
             self._fill_sincos_pos_embed()
+        self.pegs: nn.ModuleDict | None = None
+        if ape == "peg":
+            blocks = [0] if peg_blocks is None else list(peg_blocks)
+            depth = len(self.blocks)
+            if not blocks or any(isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < depth for b in blocks):
+                raise ModelConfigError(
+                    f"peg_blocks={blocks!r} must be a non-empty list of block indices in 0..{depth - 1}"
+                )
+            self.pegs = nn.ModuleDict({str(b): PEG(self.embed_dim) for b in sorted(set(blocks))})
 
     def _fill_sincos_pos_embed(self) -> None:
         grid_h, grid_w = self.patch_embed.grid_size
@@ -76,6 +95,10 @@ class RPEVisionTransformer(VisionTransformer):
         if getattr(self, "ape", None) == "sincos":
             self._fill_sincos_pos_embed()
 
+    def no_weight_decay(self) -> set[str]:
+        """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
+        return set(super().no_weight_decay()) | no_weight_decay_names(self)
+
     def set_grid(self, grid_size: tuple[int, int]) -> None:
         """Tell every attention layer the patch grid ``(h, w)`` of the coming forward."""
         for block in self.blocks:
@@ -85,8 +108,19 @@ class RPEVisionTransformer(VisionTransformer):
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
     ) -> torch.Tensor:
         """``x``: images ``(B, C, H, W)`` -> tokens ``(B, skip + h*w, dim)``."""
-        self.set_grid(self.patch_embed.dynamic_feat_size(tuple(x.shape[-2:])))
-        return super().forward_features(x, attn_mask=attn_mask, is_causal=is_causal)
+        grid = self.patch_embed.dynamic_feat_size(tuple(x.shape[-2:]))
+        self.set_grid(grid)
+        if self.pegs is None:
+            return super().forward_features(x, attn_mask=attn_mask, is_causal=is_causal)
+        # timm's steps, with the PEGs' token-grid hook after their blocks
+        x = self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
+        skip = x.shape[1] - grid[0] * grid[1]
+        for index, block in enumerate(self.blocks):
+            x = block(x, attn_mask=attn_mask, is_causal=is_causal)
+            peg = self.pegs[str(index)] if str(index) in self.pegs else None
+            if peg is not None:
+                x = peg.tokens(x, grid[0], grid[1], skip)
+        return self.norm(x)
 
 
 # Architecture hyper-parameters of the DeiT family (timm names) and our micro model.

@@ -58,7 +58,6 @@ resizes the bias table of a checkpoint made for another window size.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,8 @@ from timm.models.vision_transformer import get_init_weights_vit
 from torch import Tensor, nn
 
 from models.deit import ModelConfigError
-from rpe import RPEConfig, build_rpe, resolve_rpe, rpe_attention
+from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
+from rpe.base import no_weight_decay_names
 
 __all__ = [
     "SWIN_ARCHS",
@@ -92,10 +92,10 @@ def uses_swin_table(config: RPEConfig) -> bool:
     Then timm's ``relative_position_bias_table`` is kept. Other swin-method variants (contextual,
     shared heads, on q) go through the generic `rpe` tables with the window as ``M``.
     """
-    return config.method == "swin" and config.mode == "bias" and config.on == "k" and not config.shared_head
+    return is_swin_bias(config)
 
 
-class RPEWindowAttention(WindowAttention):
+class RPEWindowAttention(RPESites, WindowAttention):
     """timm's ``WindowAttention`` with any relative position encoding of `rpe`.
 
     Args are timm's (``dim``, ``num_heads``, ``head_dim``, ``window_size``, ``qkv_bias``,
@@ -134,31 +134,24 @@ class RPEWindowAttention(WindowAttention):
             # removes the parameter from state_dict, named_parameters and the optimizer
             self.relative_position_bias_table = None
             self.relative_position_index = None
-            self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(
-                self._site_config(), self.head_dim, num_heads, skip_bucket=False, device=device, dtype=dtype
-            )
+            self.init_rpe(self._site_config(), self.head_dim, num_heads, skip_bucket=False, device=device, dtype=dtype)
 
     def _site_config(self) -> RPEConfig:
-        # a swin-method table not kept as timm's (e.g. contextual) needs M >= the window side
-        if self.rpe_config.method == "swin":
-            return dataclasses.replace(self.rpe_config, window=self.table_window)
-        return self.rpe_config
+        # an encoding whose table is sized by the window (swin-method, e.g. contextual) gets this window
+        fit_window = encoding(self.rpe_config.method).fit_window
+        return self.rpe_config if fit_window is None else fit_window(self.rpe_config, self.table_window)
 
     @property
     def has_rpe_sites(self) -> bool:
-        return any(site is not None for site in (self.rpe_q, self.rpe_k, self.rpe_v))
+        return bool(self.rpe_modules)
 
     def reset_parameters(self) -> None:
         """Swin table trunc-normal(.02) (when kept), index buffer, and the RPE tables' own init."""
         if getattr(self, "relative_position_bias_table", None) is not None:
             trunc_normal_(self.relative_position_bias_table, std=0.02)
         self._init_buffers()
-        for site in (getattr(self, name, None) for name in ("rpe_q", "rpe_k", "rpe_v")):
-            if site is None:
-                continue
-            # a cross site is a container of two tables; tables and the XL term reset themselves
-            for table in [site] if hasattr(site, "reset_parameters") else site.children():
-                table.reset_parameters()
+        if hasattr(self, "rpe_q"):  # timm's constructor calls this before the slots exist
+            self.reset_rpe_parameters()
 
     def _init_buffers(self) -> None:
         if getattr(self, "relative_position_index", None) is not None:
@@ -170,9 +163,9 @@ class RPEWindowAttention(WindowAttention):
             super().set_window_size(window_size)
             return
         window_size = to_2tuple(window_size)
-        if self.rpe_config.method == "swin" and max(window_size) > self.table_window:
+        if encoding(self.rpe_config.method).fit_window is not None and max(window_size) > self.table_window:
             raise ValueError(
-                f"window {window_size} exceeds the swin-method table (M={self.table_window}) of this layer;"
+                f"window {window_size} exceeds the window-sized table (M={self.table_window}) of this layer;"
                 " rebuild the model at the new window size"
             )
         self.window_size = window_size
@@ -199,10 +192,8 @@ class RPEWindowAttention(WindowAttention):
         backend = self.rpe_config.backend
         if backend == "auto" and not self.has_rpe_sites and not self.fused_attn:
             backend = "eager"  # timm's unfused setting; otherwise auto matches timm's SDPA when no grad is needed
-        x = rpe_attention(
-            q, k, v,
-            rpe_q=self.rpe_q, rpe_k=self.rpe_k, rpe_v=self.rpe_v,
-            grid_size=self.window_size,
+        x = self.rpe_attend(
+            q, k, v, self.window_size,
             attn_mask=attn_mask,
             dropout_p=self.attn_drop.p if self.training else 0.0,
             backend=backend,
@@ -227,10 +218,11 @@ class RPESwinTransformer(SwinTransformer):
         **kwargs: timm ``SwinTransformer`` options (``img_size``, ``window_size``, ``strict_img_size``...).
     """
 
-    def __init__(self, *, rpe: Any = None, ape: str | None = "none", **kwargs: Any) -> None:
-        if ape not in (None, "none"):
+    def __init__(self, *, rpe: Any = None, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any) -> None:
+        if ape not in (None, "none") or peg_blocks is not None:
+            shown = f"ape={ape!r}" if peg_blocks is None else f"peg_blocks={peg_blocks!r}"
             raise ModelConfigError(
-                f"ape={ape!r} is not supported by Swin, which has no absolute position embedding; valid: none"
+                f"{shown} is not supported by Swin, which has no absolute position embedding; valid: ape=none"
             )
         self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
         weight_init = kwargs.get("weight_init", "")
@@ -255,6 +247,11 @@ class RPESwinTransformer(SwinTransformer):
                     named_apply(get_init_weights_vit(self.weight_init_mode, needs_reset=True), block.attn)
 
 
+    def no_weight_decay(self) -> set[str]:
+        """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
+        return set(super().no_weight_decay()) | no_weight_decay_names(self)
+
+
 # Architecture hyper-parameters; names follow timm's so that benchmarks can pair them.
 SWIN_ARCHS: dict[str, dict[str, Any]] = {
     "swin_tiny_patch4_window7_224": dict(
@@ -267,7 +264,7 @@ SWIN_ARCHS: dict[str, dict[str, Any]] = {
         patch_size=4, window_size=7, embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)
     ),
     # 32x32 images: 8x8 tokens in 4x4 windows (shift 2), then 4x4 tokens in one window (global);
-    # patch 4 = the relational data's object cell. About 0.7 s per batch of 128 on two CPU cores.
+    # patch 4 = the relational data's object cell (step time: docs/benchmarks.md).
     "swin_micro_patch4_window4_32": dict(
         img_size=32, patch_size=4, window_size=4, embed_dim=64, depths=(2, 2), num_heads=(2, 4), mlp_ratio=2.0
     ),

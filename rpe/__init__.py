@@ -1,19 +1,25 @@
-"""Relative position encodings (iRPE and friends) for vision transformers.
+"""Position encodings (iRPE and friends, RoPE, ALiBi, ...) for vision transformers.
 
-Offsets are **query minus key**, ``(dr, dc) = p_i - p_j``; see `rpe.index` for every index
-function and how product bucket ids are laid out, `rpe.tables` for the learned tables and
-`rpe.attention` for how the terms enter attention and which kernel is used.
+Offsets are **query minus key**, ``(dr, dc) = p_i - p_j``. `rpe.registry` holds every encoding by
+method name, `rpe.base` the interface they implement, `rpe.index` the bucket index functions,
+`rpe.tables` the learned bucket tables, `rpe.encodings` every other encoding (one module each) and
+`rpe.attention` how attention asks them for their terms. Conventions and how to add an encoding:
+docs/design.md.
 
 Public API::
 
     from rpe import (RPEConfig, PRESETS, parse_shorthand, resolve_rpe, build_rpe,
-                     rpe_attention, RPEAttention, RPEConfigError)
+                     rpe_attention, RPEAttention, RPESites, RPEConfigError)
 """
 
-from .attention import RPEAttention, rpe_attention, split_grid
+from . import encodings  # noqa: F401  (registers every encoding module)
+from .attention import RPEAttention, RPESites, rpe_attention, split_grid
+from .base import Description, LogitPiece, PositionEncoding
 from .config import PRESETS, RPEConfig, RPEConfigError, parse_shorthand, resolve_rpe
+from .encodings.xl import TransformerXLTerm
 from .index import IndexSpec, bucket_ids, clear_bucket_cache, clip_index, piecewise_index, t5_bucket
-from .tables import CrossRelativePositionTable, RelativePositionTable, TransformerXLTerm, build_rpe
+from .registry import build_rpe, encoding, method_names
+from .tables import CrossRelativePositionTable, RelativePositionTable, is_swin_bias
 
 __all__ = [
     "RPEConfig",
@@ -21,9 +27,15 @@ __all__ = [
     "parse_shorthand",
     "resolve_rpe",
     "build_rpe",
+    "encoding",
+    "method_names",
     "rpe_attention",
     "RPEAttention",
+    "RPESites",
     "RPEConfigError",
+    "Description",
+    "LogitPiece",
+    "PositionEncoding",
     "split_grid",
     "IndexSpec",
     "bucket_ids",
@@ -34,4 +46,5 @@ __all__ = [
     "RelativePositionTable",
     "CrossRelativePositionTable",
     "TransformerXLTerm",
+    "is_swin_bias",
 ]

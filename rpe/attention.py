@@ -1,20 +1,27 @@
-"""Attention with relative position terms: the functional `rpe_attention` and the timm drop-in
-`RPEAttention`.
+"""Attention with position encodings: the functional `rpe_attention`, the `RPESites` mixin that
+gives an attention layer its encoding modules (DeiT, Swin and DETR all use it), and the timm
+drop-in `RPEAttention`.
 
 Logits (per head, ``s = scale``, offsets query minus key, see `rpe.index`)::
 
-    e_ij = s q_i.k_j + [bias K]  T_k[h, b(i,j)]      + [bias Q] T_q[h, b(j,i)]
-                     + [ctx K]   (s q_i).r^k_b(i,j)  + [ctx Q]  (s k_j).r^q_b(j,i)  + attn_mask
-    a = dropout(softmax_j(e)),   z_i = sum_j a_ij v_j + [ctx V] sum_j a_ij r^v_b(i,j)
+    q, k <- rotate(q, k)                                         [encodings with rotates_qk]
+    e_ij = s q_i.k_j + sum of the logit pieces of every module   [adds_logits] + attn_mask
+    a = dropout(softmax_j(e)),   z_i = sum_j a_ij v_j + value terms  [adds_value]
+
+For the bucket tables the pieces are (``b(i,j)`` the bucket of the pair)::
+
+    [bias K] T_k[h, b(i,j)]   [bias Q] T_q[h, b(j,i)]   [ctx K] (s q_i).r^k_b(i,j)   [ctx Q] (s k_j).r^q_b(j,i)
 
 The query-site terms use the reversed pair, and so does bias on Q (the reference computes it as
-``rpe_q(k * scale).transpose(2, 3)``).
+``rpe_q(k * scale).transpose(2, 3)``). Attention never names a method: it asks each module for the
+hooks of `rpe.base.PositionEncoding`.
 
 Backends (``backend=``):
 
 * ``sdpa``: `F.scaled_dot_product_attention` with the summed terms (plus ``attn_mask``) as an
-  additive float mask; gradients reach the tables, q and k through the mask.
-* ``eager``: explicit softmax; the only path that can add the V term (it needs the probabilities).
+  additive float mask; gradients reach the tables, q and k through the mask. With rotations only
+  (RoPE) there is no mask and the fused kernel is used as for plain attention.
+* ``eager``: explicit softmax; the only path that can add a V term (it needs the probabilities).
 * ``flex``: FlexAttention with a ``score_mod`` gathering from the factorised terms (no ``(B, H, n, n)``
   bias is built); compiled on CUDA, eager (forward only, no dropout) elsewhere. Not for V.
 * ``naive``: the textbook computation that materialises every pair's encoding ``r_ij``
@@ -22,13 +29,10 @@ Backends (``backend=``):
   the cost baseline for the paper's naive-vs-efficient ablation (``sweep=cost``), not for training.
 * ``auto``: ``eager`` when a V term is present (it needs the probabilities) or, on CPU with
   gradients, when there is a logit term (SDPA's CPU kernel falls back to its unfused math path for
-  a float mask that needs a gradient); otherwise ``sdpa``. On CUDA that is the memory-efficient
-  kernel, the only fused one that returns the mask's gradient. Measured on one H200 (torch 2.11,
-  bf16, B=128, H=6, n=197, d=64, forward + backward, `scripts/profile_attention.py`): no RPE 0.36-0.50
-  ms (flash), contextual K 1.66-1.77 ms with sdpa, 1.63 with eager, 2.95 with flex (compiled); on
-  the whole DeiT-S step (measured before the one-hot gather of `rpe.tables`) sdpa is ahead: 1.58x vs
-  1.82x of plain, peak memory 1.25x vs 1.57x. Flex
-  is never chosen automatically: its gradient for the captured bucket rows goes through atomics.
+  a float mask that needs a gradient); otherwise ``sdpa`` (on CUDA the memory-efficient kernel, the
+  only fused one that returns the mask's gradient). Flex is never chosen automatically: its
+  gradient for the captured bucket rows goes through atomics. Measured step times of each choice
+  are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .base import Description, LogitPiece, PositionEncoding, materialize_pieces
 from .config import BACKENDS, RPEConfig, resolve_rpe
-from .tables import LogitPiece, build_rpe, materialize_pieces
+from .registry import build_rpe
 
-__all__ = ["rpe_attention", "RPEAttention", "split_grid"]
+__all__ = ["rpe_attention", "RPEAttention", "RPESites", "split_grid"]
 
 
 def split_grid(n: int, grid_size: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -147,16 +152,16 @@ def rpe_attention(
     scale: float | None = None,
     backend: str = "auto",
 ) -> Tensor:
-    """Self-attention with relative position terms.
+    """Self-attention with position encodings.
 
     Args:
         q, k, v: ``(B, H, n, d)``; the first ``n - h w`` tokens are skip tokens.
-        rpe_q, rpe_k, rpe_v: site modules from `build_rpe` (None where unused).
-        grid_size: ``(h, w)`` of the token grid; required when any site module is given.
+        rpe_q, rpe_k, rpe_v: encoding modules from `build_rpe` (None where unused).
+        grid_size: ``(h, w)`` of the token grid; required when any module is given.
         attn_mask: bool (True = attend) or additive float, broadcastable to ``(B, H, n, n)``.
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
         scale: logit scale ``s``, default ``d ** -0.5``.
-        backend: one of auto, sdpa, eager, flex (module docstring).
+        backend: one of auto, sdpa, eager, flex, naive (module docstring).
 
     Returns:
         ``(B, H, n, d)``.
@@ -169,9 +174,14 @@ def rpe_attention(
     sdpa_scale = scale  # None lets SDPA derive it exactly as timm's fused path does
     if scale is None:
         scale = d**-0.5
+    sites = [m for m in (rpe_q, rpe_k, rpe_v) if m is not None]
+    h_w_skip = split_grid(n, grid_size) if sites else None
+    q, k = _rotate(q, k, sites, h_w_skip)
+    logit_sites = [m for m in sites if m.adds_logits]
+    value_sites = [m for m in sites if m.adds_value]
     if backend == "naive":
-        return _naive(q, k, v, (rpe_q, rpe_k, rpe_v), grid_size, attn_mask, dropout_p, scale)
-    if rpe_v is not None and backend in ("sdpa", "flex"):
+        return _naive(q, k, v, logit_sites, value_sites, h_w_skip, attn_mask, dropout_p, scale)
+    if value_sites and backend in ("sdpa", "flex"):
         raise ValueError(
             f"backend={backend!r} cannot add the V relative term (it needs the attention probabilities);"
             " use backend='eager' or 'auto'"
@@ -180,10 +190,8 @@ def rpe_attention(
         raise ValueError(
             "backend='flex' does not support attention dropout; use dropout_p=0 or another backend"
         )
-    logit_sites = [m for m in (rpe_q, rpe_k) if m is not None]
-    chosen = backend if backend != "auto" else _auto_backend(q, bool(logit_sites), rpe_v is not None, attn_mask)
+    chosen = backend if backend != "auto" else _auto_backend(q, bool(logit_sites), bool(value_sites), attn_mask)
 
-    h_w_skip = split_grid(n, grid_size) if logit_sites or rpe_v is not None else None
     q_scaled = q * scale if logit_sites or chosen == "eager" else q  # plain SDPA scales internally
     pieces = _relative_pieces(q_scaled, k, scale, logit_sites, h_w_skip)
 
@@ -191,7 +199,7 @@ def rpe_attention(
         return _flex(q, k, v, pieces, attn_mask, scale)
 
     if chosen == "eager":
-        return _eager(q_scaled, k, v, pieces, attn_mask, dropout_p, rpe_v, h_w_skip)
+        return _eager(q_scaled, k, v, pieces, attn_mask, dropout_p, value_sites, h_w_skip)
 
     bias = materialize_pieces(pieces)
     if attn_mask is not None:
@@ -203,13 +211,23 @@ def rpe_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=sdpa_scale)
 
 
+def _rotate(
+    q: Tensor, k: Tensor, sites: list[PositionEncoding], h_w_skip: tuple[int, int, int] | None
+) -> tuple[Tensor, Tensor]:
+    """``q, k`` after every rotating module (RoPE), in slot order."""
+    for site in sites:
+        if site.rotates_qk:
+            q, k = site.rotate(q, k, *h_w_skip)
+    return q, k
+
+
 def _relative_pieces(
     q_scaled: Tensor, k: Tensor, scale: float, logit_sites: list[nn.Module], h_w_skip: tuple[int, int, int] | None
 ) -> list[LogitPiece]:
-    """The relative logit terms of the query and key sites, in factorised form."""
+    """The relative logit terms of every module that adds logits, in factorised form."""
     pieces: list[LogitPiece] = []
     if logit_sites:
-        # only query-site and XL terms read s k; a K-only model skips this (B, H, n, d) pass
+        # only query-site and XL-like terms read s k; a K-only model skips this (B, H, n, d) pass
         k_scaled = k * scale if any(site.uses_scaled_keys for site in logit_sites) else None
         for site in logit_sites:
             pieces += site.logit_pieces(q_scaled, k_scaled, *h_w_skip, scale)
@@ -233,16 +251,16 @@ def _eager(
     pieces: list[LogitPiece],
     attn_mask: Tensor | None,
     dropout_p: float,
-    rpe_v: nn.Module | None,
+    value_sites: list[PositionEncoding],
     h_w_skip: tuple[int, int, int] | None,
 ) -> Tensor:
-    """Explicit softmax over `_logits`, then the V term."""
+    """Explicit softmax over `_logits`, then the V terms."""
     attn = _logits(q_scaled, k, pieces, attn_mask).softmax(dim=-1)
     if dropout_p > 0:
         attn = F.dropout(attn, p=dropout_p, training=True)
     out = attn @ v
-    if rpe_v is not None:
-        out = out + rpe_v.value_term(attn, *h_w_skip)
+    for site in value_sites:
+        out = out + site.value_term(attn, *h_w_skip)
     return out
 
 
@@ -250,44 +268,85 @@ def _naive(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    sites: tuple[nn.Module | None, nn.Module | None, nn.Module | None],
-    grid_size: tuple[int, int] | None,
+    logit_sites: list[PositionEncoding],
+    value_sites: list[PositionEncoding],
+    h_w_skip: tuple[int, int, int] | None,
     attn_mask: Tensor | None,
     dropout_p: float,
     scale: float,
 ) -> Tensor:
     """Per-pair encodings materialised (module docstring); same result as the other backends."""
-    rpe_q, rpe_k, rpe_v = sites
     logits = (q * scale) @ k.transpose(-2, -1)  # (B, H, n, n)
-    if any(site is not None for site in sites):
-        h_w_skip = split_grid(q.shape[-2], grid_size)
-        for site in sites:
-            if site is not None and not hasattr(site, "pair_embeddings"):
-                raise ValueError(
-                    f"backend='naive' supports the iRPE-style lookup tables only, not {type(site).__name__}"
-                )
-        heads = q.shape[1]
-        for site, x, pattern in ((rpe_k, q, "bhid,hijd->bhij"), (rpe_q, k, "bhjd,hjid->bhij")):
-            if site is None:
-                continue
-            pairs = site.pair_embeddings(*h_w_skip, q.device).to(q.dtype)
-            if pairs.dim() == 3:  # bias mode; the query site reads the reversed pair
-                logits = logits + (pairs if site is rpe_k else pairs.transpose(-1, -2))
-            else:
-                logits = logits + torch.einsum(pattern, x * scale, pairs.expand(heads, -1, -1, -1))
+    for site in logit_sites:
+        term = site.naive_logits(q, k, *h_w_skip, scale)
+        if term is not None:
+            logits = logits + term
     if attn_mask is not None:
         logits = logits + _additive_mask(attn_mask, logits.dtype)
     attn = logits.softmax(dim=-1)
     if dropout_p > 0:
         attn = F.dropout(attn, p=dropout_p, training=True)
     out = attn @ v
-    if rpe_v is not None:
-        pairs = rpe_v.pair_embeddings(*h_w_skip, q.device).to(q.dtype).expand(q.shape[1], -1, -1, -1)
-        out = out + torch.einsum("bhij,hijd->bhid", attn, pairs)
+    for site in value_sites:
+        out = out + site.naive_value_term(attn, *h_w_skip)
     return out
 
 
-class RPEAttention(nn.Module):
+class RPESites:
+    """Mixin of an attention ``nn.Module``: its encoding slots ``rpe_q``, ``rpe_k``, ``rpe_v`` (the
+    reference's parameter names) and the one way to attend with them. DeiT's `RPEAttention`, Swin's
+    window attention and DETR's attention all use it; none of them names an encoding.
+    """
+
+    rpe_q: nn.Module | None
+    rpe_k: nn.Module | None
+    rpe_v: nn.Module | None
+
+    def init_rpe(
+        self, config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True,
+        device: Any = None, dtype: Any = None,
+    ) -> None:
+        """Build ``config``'s modules into the slots (all None for ``none``)."""
+        self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(
+            config, head_dim, num_heads, skip_bucket=skip_bucket, device=device, dtype=dtype
+        )
+
+    @property
+    def rpe_modules(self) -> list[PositionEncoding]:
+        """The non-empty slots, in q, k, v order."""
+        return [m for m in (getattr(self, f"rpe_{s}", None) for s in "qkv") if m is not None]
+
+    def rpe_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, grid_size: tuple[int, int] | None, *,
+        attn_mask: Tensor | None = None, dropout_p: float = 0.0, scale: float | None = None, backend: str = "auto",
+    ) -> Tensor:
+        """`rpe_attention` with this layer's modules: ``(B, H, n, d)`` each -> ``(B, H, n, d)``."""
+        return rpe_attention(
+            q, k, v, rpe_q=self.rpe_q, rpe_k=self.rpe_k, rpe_v=self.rpe_v, grid_size=grid_size,
+            attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, backend=backend,
+        )
+
+    def rpe_probs(
+        self, q: Tensor, k: Tensor, grid_size: tuple[int, int] | None, scale: float, attn_mask: Tensor | None = None
+    ) -> Tensor:
+        """Attention probabilities ``(B, H, n, n)`` (no dropout) with every rotation and logit term."""
+        sites = self.rpe_modules
+        h_w_skip = split_grid(q.shape[-2], grid_size) if sites else None
+        q, k = _rotate(q, k, sites, h_w_skip)
+        q_scaled = q * scale
+        pieces = _relative_pieces(q_scaled, k, scale, [m for m in sites if m.adds_logits], h_w_skip)
+        return _logits(q_scaled, k, pieces, attn_mask).softmax(dim=-1)
+
+    def reset_rpe_parameters(self) -> None:
+        for module in self.rpe_modules:
+            module.reset_parameters()
+
+    def describe_rpe(self, h: int, w: int) -> list[Description]:
+        """`PositionEncoding.describe` of every slot on an ``h x w`` grid."""
+        return [module.describe(h, w) for module in self.rpe_modules]
+
+
+class RPEAttention(RPESites, nn.Module):
     """Drop-in for timm 1.0's ``timm.layers.Attention`` with relative position encoding.
 
     Same parameters and child names as timm (``qkv``, ``q_norm``, ``k_norm``, ``attn_drop``, ``norm``,
@@ -347,7 +406,7 @@ class RPEAttention(nn.Module):
         self.norm = norm_layer(self.attn_dim, **dd) if scale_norm else nn.Identity()
         self.proj = nn.Linear(self.attn_dim, dim_out, bias=proj_bias, **dd)
         self.proj_drop = nn.Dropout(proj_drop)
-        self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(self.rpe_config, head_dim, num_heads, **dd)
+        self.init_rpe(self.rpe_config, head_dim, num_heads, **dd)
 
     def _qkv_and_mask(
         self, x: Tensor, attn_mask: Tensor | None, is_causal: bool
@@ -370,14 +429,11 @@ class RPEAttention(nn.Module):
         """``x`` ``(B, n, dim)`` -> ``(B, n, dim_out)``; ``attn_mask`` as in `rpe_attention`."""
         B, N, _ = x.shape
         q, k, v, attn_mask = self._qkv_and_mask(x, attn_mask, is_causal)
-        x = rpe_attention(
+        x = self.rpe_attend(
             q,
             k,
             v,
-            rpe_q=self.rpe_q,
-            rpe_k=self.rpe_k,
-            rpe_v=self.rpe_v,
-            grid_size=self.grid_size,
+            self.grid_size,
             attn_mask=attn_mask,
             dropout_p=self.attn_drop.p if self.training else 0.0,
             scale=None if self.scale == self.head_dim**-0.5 else self.scale,
@@ -397,11 +453,7 @@ class RPEAttention(nn.Module):
         grid is ``self.grid_size`` as set by the backbone.
         """
         q, k, _, attn_mask = self._qkv_and_mask(x, attn_mask, is_causal)
-        q_scaled = q * self.scale
-        logit_sites = [m for m in (self.rpe_q, self.rpe_k) if m is not None]
-        h_w_skip = split_grid(x.shape[1], self.grid_size) if logit_sites else None
-        pieces = _relative_pieces(q_scaled, k, self.scale, logit_sites, h_w_skip)
-        return _logits(q_scaled, k, pieces, attn_mask).softmax(dim=-1)
+        return self.rpe_probs(q, k, self.grid_size, self.scale, attn_mask)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, rpe={self.rpe_config.shorthand()!r}"

@@ -2,7 +2,9 @@
 shorthand grammar (`parse_shorthand`) and `resolve_rpe`, which turns whatever a user or a Hydra
 config hands over into a validated `RPEConfig`.
 
-An encoding is three independent choices (spec section 10):
+``method`` names a registered encoding (`rpe.registry`); the other fields are the knobs the
+encodings read (each encoding declares which, and validates them). For the bucket-table methods an
+encoding is three independent choices (docs/design.md):
 
 * an index (``method`` + ``index`` + ``ratio`` / ``window`` / ``num_buckets`` / ``max_distance``)
   mapping a pair of grid cells to a bucket id, see `rpe.index`;
@@ -20,8 +22,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from . import registry
+from .registry import PRESETS
+
 __all__ = [
-    "METHODS",
     "MODES",
     "INDEXES",
     "BACKENDS",
@@ -32,17 +36,6 @@ __all__ = [
     "resolve_rpe",
 ]
 
-METHODS: tuple[str, ...] = (
-    "none",
-    "euclidean",
-    "quant",
-    "quant_rank",
-    "cross",
-    "product",
-    "swin",
-    "t5",
-    "xl",
-)
 MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
 BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex", "naive")
@@ -62,7 +55,8 @@ class RPEConfig:
     """One relative position encoding, validated on construction.
 
     Fields:
-        method: index method, one of `METHODS` ("none" disables RPE).
+        method: a registered encoding (`rpe.registry.method_names`; "none" disables RPE); the
+            reference's alias ``euc`` is read as ``euclidean``.
         mode: "bias" (scalar per bucket, added to the scaled logits) or "ctx" (contextual: a vector
             per bucket, dotted with the scaled query/key, or summed into the output for V).
         on: injection sites, any non-empty subset of "qkv" in any order; stored canonically ("qk", ...).
@@ -71,6 +65,8 @@ class RPEConfig:
         index: "piecewise" (iRPE) or "clip" (Shaw 2018) for euclidean/quant/quant_rank/cross/product.
         window: swin table side M; the grid must fit (h, w <= M).
         num_buckets, max_distance: T5 buckets per axis and the distance where they saturate.
+        theta: rotary frequency base (RoPE); None = the encoding's default.
+        hidden_dim: hidden width of the continuous position bias MLP.
         backend: attention kernel, one of `BACKENDS` (see `rpe.attention.rpe_attention`).
     """
 
@@ -83,11 +79,14 @@ class RPEConfig:
     window: int = 14
     num_buckets: int = 32
     max_distance: int = 128
+    theta: float | None = None
+    hidden_dim: int = 512
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise _choices_error("method", self.method, METHODS)
+        object.__setattr__(self, "method", registry.canonical_method(self.method))
+        if self.method not in registry.method_names():
+            raise _choices_error("method", self.method, registry.method_names())
         if self.mode not in MODES:
             raise _choices_error("mode", self.mode, MODES)
         if self.index not in INDEXES:
@@ -108,7 +107,11 @@ class RPEConfig:
             raise RPEConfigError(f"rpe.ratio={self.ratio!r} must be > 0")
         if not isinstance(self.shared_head, bool):
             raise RPEConfigError(f"rpe.shared_head={self.shared_head!r} must be true or false")
-        for name, minimum in (("window", 1), ("num_buckets", 4), ("max_distance", 1)):
+        if self.theta is not None:
+            if isinstance(self.theta, bool) or not isinstance(self.theta, (int, float)) or not self.theta > 0:
+                raise RPEConfigError(f"rpe.theta={self.theta!r} must be a positive number or null")
+            object.__setattr__(self, "theta", float(self.theta))
+        for name, minimum in (("window", 1), ("num_buckets", 4), ("max_distance", 1), ("hidden_dim", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise RPEConfigError(f"rpe.{name}={value!r} must be an integer >= {minimum}")
@@ -122,19 +125,9 @@ class RPEConfig:
                 f" num_buckets // 4 = {self.num_buckets // 4}"
                 " (the last exact T5 distance)"
             )
-        if self.method == "none":
-            return
-        if self.mode == "bias" and "v" in self.on:
-            raise RPEConfigError(
-                f"rpe.mode='bias' with rpe.on={self.on!r}: bias mode is defined for q/k only, not v"
-                " (use mode='ctx' for v)"
-            )
-        if self.method == "xl" and (self.on != "k" or self.mode != "ctx"):
-            raise RPEConfigError(
-                "rpe.method='xl' needs rpe.on='k' and rpe.mode='ctx'"
-                f" (got on={self.on!r}, mode={self.mode!r}):"
-                " the Transformer-XL terms are a single logit term"
-            )
+        validate = registry.encoding(self.method).validate
+        if validate is not None:
+            validate(self)
 
     @property
     def enabled(self) -> bool:
@@ -154,36 +147,29 @@ class RPEConfig:
         return 8.0 * self.ratio
 
     def shorthand(self) -> str:
-        """The reference flag ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` (index etc. not included)."""
+        """The reference flag ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` (index etc. not included);
+        the method name alone for encodings that read none of those fields (RoPE, ALiBi, ...).
+        """
         if not self.enabled:
             return "none"
+        if not {"mode", "on", "ratio"} & set(registry.encoding(self.method).fields):
+            return self.method
         return f"rpe-{self.ratio:g}-{self.method}-{self.mode}-{int(self.shared_head)}-{self.on}"
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RPEConfig))
 
-# Shaw et al. 2018 uses clip; ratio 1.9 gives B = int(2 * 1.9) = 3, i.e. offsets clipped to [-3, 3]
-# per axis: the same 7x7 (+1 skip) table as irpe_k, so the two differ only in the index function.
-PRESETS: dict[str, RPEConfig] = {
-    "none": RPEConfig(method="none"),
-    "irpe_k": RPEConfig(method="product", mode="ctx", on="k", shared_head=True, ratio=1.9),
-    "irpe_qk": RPEConfig(method="product", mode="ctx", on="qk", shared_head=True, ratio=1.9),
-    "irpe_qkv": RPEConfig(method="product", mode="ctx", on="qkv", shared_head=True, ratio=1.9),
-    "irpe_euc_k": RPEConfig(method="euclidean", mode="ctx", on="k", shared_head=True, ratio=20.0),
-    "irpe_quant_k": RPEConfig(method="quant", mode="ctx", on="k", shared_head=True, ratio=33.0),
-    "irpe_cross_k": RPEConfig(method="cross", mode="ctx", on="k", shared_head=True, ratio=20.0),
-    "irpe_bias_k": RPEConfig(method="product", mode="bias", on="k", shared_head=False, ratio=1.9),
-    "swin": RPEConfig(method="swin", mode="bias", on="k", shared_head=False, window=14),
-    "shaw": RPEConfig(method="product", mode="ctx", on="kv", shared_head=True, ratio=1.9, index="clip"),
-    "t5": RPEConfig(method="t5", mode="bias", on="k", shared_head=False, num_buckets=32, max_distance=128),
-    "xl": RPEConfig(method="xl", mode="ctx", on="k", shared_head=False),
-}
+registry.register(registry.Encoding(
+    "none", build=lambda config, *args, **kwargs: (None, None, None), summary="no relative position encoding"
+))
+registry.register_preset("none", RPEConfig(method="none"))
 
 
 def parse_shorthand(text: str) -> RPEConfig:
     """Parse the reference flag ``rpe-{ratio}-{method}-{mode}-{shared_head 0|1}-{on}``.
 
-    Example: ``parse_shorthand("rpe-2.0-product-ctx-1-k")``; mode is ``ctx`` or ``bias``.
+    Example: ``parse_shorthand("rpe-2.0-product-ctx-1-k")``; mode is ``ctx`` or ``bias``; the method
+    is any registered one or the reference's alias ``euc`` (``rpe-2.0-euc-ctx-1-k``).
     """
     grammar = "rpe-{ratio}-{method}-{ctx|bias}-{shared 0|1}-{on}, e.g. 'rpe-1.9-product-ctx-1-k'"
     parts = text.split("-") if isinstance(text, str) else []

@@ -1,7 +1,7 @@
 """Index functions: a pair of grid cells -> bucket id, and a per-shape cache of the ids.
 
-Conventions (spec sections 1-3)
--------------------------------
+Conventions (docs/design.md)
+---------------------------
 * Tokens ``skip, ..., n-1`` lie on an ``h x w`` grid in row-major order: token ``skip + r*w + c``
   sits in cell ``(r, c)``. The first ``skip`` tokens (class, distillation) are not on the grid.
 * The relative offset of the pair (query ``i``, key ``j``) is **query minus key**:
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +56,9 @@ from .config import RPEConfig
 
 __all__ = [
     "IndexSpec",
+    "IndexMethod",
+    "INDEX_METHODS",
+    "register_index",
     "piecewise_index",
     "clip_index",
     "t5_bucket",
@@ -69,9 +73,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """The index part of an `RPEConfig`; irrelevant fields are normalised so the cache is shared.
-
-    ``axis`` selects one table of the cross method (0 = rows, 1 = cols); None otherwise.
+    """The index part of an `RPEConfig`; fields the method does not read are normalised (zero) so
+    that the cache is shared. ``axis`` selects one table of the cross method (0 = rows, 1 = cols).
     """
 
     method: str
@@ -84,20 +87,43 @@ class IndexSpec:
 
     @classmethod
     def from_config(cls, config: RPEConfig, axis: int | None = None) -> IndexSpec:
-        method = config.method
-        if method in ("euclidean", "quant", "quant_rank", "cross", "product"):
-            return cls(method, index=config.index, ratio=config.ratio, axis=axis)
-        if method == "swin":
-            return cls(method, window=config.window)
-        if method == "t5":
-            return cls(method, num_buckets=config.num_buckets, max_distance=config.max_distance)
-        if method == "xl":
-            return cls(method)
-        raise ValueError(f"rpe.method={method!r} has no bucket index")
+        method = INDEX_METHODS.get(config.method)
+        if method is None:
+            raise ValueError(f"rpe.method={config.method!r} has no bucket index")
+        return cls(config.method, axis=axis, **{name: getattr(config, name) for name in method.fields})
+
+    @classmethod
+    def tables_of(cls, config: RPEConfig) -> list[IndexSpec]:
+        """The index of each table ``config`` builds per site (cross: rows and cols), [] without an index."""
+        method = INDEX_METHODS.get(config.method)
+        return [] if method is None else [cls.from_config(config, axis=axis) for axis in method.axes]
 
     @property
     def beta_int(self) -> int:
         return int(2.0 * self.ratio)
+
+
+@dataclass(frozen=True)
+class IndexMethod:
+    """A bucket index: ``count(spec, h, w)`` buckets without the skip bucket, and
+    ``grid_ids(spec, dr, dc, h, w)``: the bucket ids ``(h w, h w)`` long of the grid pairs' offsets.
+    ``fields``: the `IndexSpec` fields it reads; ``axes``: the ``axis`` of each of its tables.
+    """
+
+    name: str
+    fields: tuple[str, ...]
+    count: Callable[[IndexSpec, int | None, int | None], int]
+    grid_ids: Callable[[IndexSpec, Tensor, Tensor, int, int], Tensor]
+    axes: tuple[int | None, ...] = (None,)
+
+
+INDEX_METHODS: dict[str, IndexMethod] = {}
+
+
+def register_index(method: IndexMethod) -> IndexMethod:
+    """Make bucket index ``method.name`` available to `IndexSpec` and `bucket_ids`."""
+    INDEX_METHODS[method.name] = method
+    return method
 
 
 def piecewise_index(x: Tensor, alpha: float, beta: float, gamma: float) -> Tensor:
@@ -165,54 +191,80 @@ def _norm_rank(squared: Tensor) -> Tensor:
 
 def num_buckets(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
     """Bucket count of one table WITHOUT the skip bucket (``xl`` needs the grid)."""
-    side = 2 * spec.beta_int + 1
-    if spec.method in ("euclidean", "quant", "quant_rank", "cross"):
-        return side
-    if spec.method == "product":
-        return side * side
-    if spec.method == "swin":
-        return (2 * spec.window - 1) ** 2
-    if spec.method == "t5":
-        return spec.num_buckets**2
-    if spec.method == "xl":
-        if h is None or w is None:
-            raise ValueError("rpe.method='xl' has one bucket per offset of the grid: pass h and w")
-        return (2 * h - 1) * (2 * w - 1)
-    raise ValueError(f"rpe.method={spec.method!r} has no bucket index")
+    return INDEX_METHODS[spec.method].count(spec, h, w)
 
 
 def _grid_bucket_ids(spec: IndexSpec, h: int, w: int, device: torch.device) -> Tensor:
     """Bucket ids of grid pairs only: ``(h*w, h*w)`` long, see the module docstring."""
     offsets = grid_offsets(h, w, device)
-    dr, dc = offsets[..., 0], offsets[..., 1]
+    return INDEX_METHODS[spec.method].grid_ids(spec, offsets[..., 0], offsets[..., 1], h, w)
+
+
+# --- the index methods of the module docstring's table ---------------------------------------------
+_PIECEWISE_FIELDS = ("index", "ratio")
+
+
+def _side(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+    return 2 * spec.beta_int + 1
+
+
+def _euclidean(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    distance = (dr * dr + dc * dc).to(torch.float64).sqrt().round()
+    return _one_axis_index(spec, distance) + spec.beta_int
+
+
+def _quant(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    return _one_axis_index(spec, dr * dr + dc * dc) + spec.beta_int
+
+
+def _quant_rank(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    return _one_axis_index(spec, _norm_rank(dr * dr + dc * dc)) + spec.beta_int
+
+
+def _cross(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    return _one_axis_index(spec, dr if spec.axis == 0 else dc) + spec.beta_int
+
+
+def _product(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     B = spec.beta_int
-    method = spec.method
-    if method == "euclidean":
-        distance = (dr * dr + dc * dc).to(torch.float64).sqrt().round()
-        return _one_axis_index(spec, distance) + B
-    if method == "quant":
-        return _one_axis_index(spec, dr * dr + dc * dc) + B
-    if method == "quant_rank":
-        return _one_axis_index(spec, _norm_rank(dr * dr + dc * dc)) + B
-    if method == "cross":
-        return _one_axis_index(spec, dr if spec.axis == 0 else dc) + B
-    if method == "product":
-        return (_one_axis_index(spec, dr) + B) * (2 * B + 1) + (_one_axis_index(spec, dc) + B)
-    if method == "swin":
-        M = spec.window
-        if h > M or w > M:
-            raise ValueError(
-                f"grid {h}x{w} does not fit the swin table of rpe.window={M};"
-                f" raise rpe.window to >= {max(h, w)}"
-            )
-        return (dr + M - 1) * (2 * M - 1) + (dc + M - 1)
-    if method == "t5":
-        return t5_bucket(dr, spec.num_buckets, spec.max_distance) * spec.num_buckets + t5_bucket(
-            dc, spec.num_buckets, spec.max_distance
+    return (_one_axis_index(spec, dr) + B) * (2 * B + 1) + (_one_axis_index(spec, dc) + B)
+
+
+def _swin(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    M = spec.window
+    if h > M or w > M:
+        raise ValueError(
+            f"grid {h}x{w} does not fit the swin table of rpe.window={M}; raise rpe.window to >= {max(h, w)}"
         )
-    if method == "xl":
-        return (dr + h - 1) * (2 * w - 1) + (dc + w - 1)
-    raise ValueError(f"rpe.method={method!r} has no bucket index")
+    return (dr + M - 1) * (2 * M - 1) + (dc + M - 1)
+
+
+def _t5(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    per_axis = spec.num_buckets
+    return t5_bucket(dr, per_axis, spec.max_distance) * per_axis + t5_bucket(dc, per_axis, spec.max_distance)
+
+
+def _xl_count(spec: IndexSpec, h: int | None, w: int | None) -> int:
+    if h is None or w is None:
+        raise ValueError("rpe.method='xl' has one bucket per offset of the grid: pass h and w")
+    return (2 * h - 1) * (2 * w - 1)
+
+
+def _xl(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+    return (dr + h - 1) * (2 * w - 1) + (dc + w - 1)
+
+
+for _method in (
+    IndexMethod("euclidean", _PIECEWISE_FIELDS, _side, _euclidean),
+    IndexMethod("quant", _PIECEWISE_FIELDS, _side, _quant),
+    IndexMethod("quant_rank", _PIECEWISE_FIELDS, _side, _quant_rank),
+    IndexMethod("cross", _PIECEWISE_FIELDS, _side, _cross, axes=(0, 1)),
+    IndexMethod("product", _PIECEWISE_FIELDS, lambda spec, h=None, w=None: _side(spec) ** 2, _product),
+    IndexMethod("swin", ("window",), lambda spec, h=None, w=None: (2 * spec.window - 1) ** 2, _swin),
+    IndexMethod("t5", ("num_buckets", "max_distance"), lambda spec, h=None, w=None: spec.num_buckets**2, _t5),
+    IndexMethod("xl", (), _xl_count, _xl),
+):
+    register_index(_method)
 
 
 def compute_bucket_ids(spec: IndexSpec, h: int, w: int, skip: int, device: torch.device) -> Tensor:

@@ -1,9 +1,11 @@
-"""Learned parametrisations of the buckets, one module per injection site (q, k or v).
+"""The bucket-table encodings (iRPE, Shaw, Swin, T5): a learned table per injection site (q, k or v)
+indexed by the bucket of a pair (`rpe.index`). Registers the methods of `rpe.index.INDEX_METHODS`
+except ``xl`` and their presets.
 
 A q/k site hands attention a list of `LogitPiece` (terms added to the scaled logits) through
 ``logit_pieces``; a v site adds ``value_term`` to the output. Pieces are kept factorised
 (a small table or a per-row lookup ``L`` plus the ``(n, n)`` bucket ids) so that fused kernels
-(FlexAttention) can gather on the fly and no ``(n, n, d)`` tensor is ever built (spec section 5).
+(FlexAttention) can gather on the fly and no ``(n, n, d)`` tensor is ever built.
 
 Parameter names follow the reference checkpoints: ``lookup_table_bias`` ``(Hs, nb)`` in bias mode,
 ``lookup_table_weight`` ``(Hs, d, nb)`` for contextual q/k and ``(Hs, nb, d)`` for contextual v;
@@ -14,102 +16,58 @@ on load.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import RPEConfig, resolve_rpe
+from . import registry
+from .base import (
+    ONEHOT_DEVICES,
+    Description,
+    LogitPiece,
+    PositionEncoding,
+    bucket_rows,
+    materialize_pieces,
+    offset_grid,
+    onehot_gather,
+    onehot_scatter,
+)
+from .config import RPEConfig, RPEConfigError
 from .index import IndexSpec, bucket_ids, bucket_onehot, num_buckets
 
 __all__ = [
     "LogitPiece",
     "RelativePositionTable",
     "CrossRelativePositionTable",
-    "TransformerXLTerm",
-    "build_rpe",
+    "ONEHOT_DEVICES",
+    "bucket_rows",
+    "is_swin_bias",
     "materialize_pieces",
+    "offset_bucket_ids",
+    "onehot_gather",
+    "onehot_scatter",
 ]
 
 
-@dataclass
-class LogitPiece:
-    """A term of the attention logits in factorised form.
+def offset_bucket_ids(ids: Tensor, h: int, w: int) -> Tensor:
+    """Bucket of each offset: ``ids`` ``(h w, h w)`` pair ids (row-major grid, no skip tokens) ->
+    ``(2h-1, 2w-1)`` long, entry ``[dr + h-1, dc + w-1]`` = id of a pair with offset ``(dr, dc)``.
 
-    kind "table": ``values`` ``(Hs, nb)``, term ``values[h, ids[i, j]]``.
-    kind "rows":  ``values`` ``(B, H, n, nb)``, term ``values[b, h, i, ids[i, j]]``.
-    kind "dense": ``values`` broadcastable to ``(B, H, n, n)``, added as is (``ids`` unused).
-    ``transposed`` swaps the pair: term(i, j) is the above evaluated at (j, i) (query-site terms).
-    ``onehot`` (optional, "rows" only): ``(n, n, nb')`` one-hot of ``ids`` with ``nb'`` the width of
-    ``values``; when given, the gather is a batched matrix product (`onehot_gather`).
+    Every offset with ``|dr| < h``, ``|dc| < w`` occurs on the grid: the query at
+    ``(max(dr, 0), max(dc, 0))`` and the key at ``(max(-dr, 0), max(-dc, 0))``. Reading the ids of
+    the real grid (not of a larger helper grid) keeps grid-dependent and window-limited indexes right.
     """
-
-    kind: str
-    values: Tensor
-    ids: Tensor | None = None
-    transposed: bool = False
-    onehot: Tensor | None = None
-
-    def materialize(self) -> Tensor:
-        """The term as a tensor broadcastable to ``(B, H, n, n)``."""
-        if self.kind == "dense":
-            return self.values
-        if self.kind == "table":
-            term = self.values[:, self.ids].unsqueeze(0)  # (1, Hs, n, n)
-        elif self.onehot is not None:
-            term = onehot_gather(self.values, self.onehot)
-        else:
-            B, H, n, _ = self.values.shape
-            term = torch.gather(self.values, -1, self.ids.expand(B, H, n, n))
-        return term.transpose(-1, -2) if self.transposed else term
+    dr, dc = offset_grid(h, w)
+    dr, dc = dr.to(ids.device), dc.to(ids.device)
+    query = dr.clamp(min=0) * w + dc.clamp(min=0)
+    key = (-dr).clamp(min=0) * w + (-dc).clamp(min=0)
+    return ids[query, key]
 
 
-# Devices where the bucket gather and scatter-add run as batched one-hot matrix products. On CUDA
-# that avoids atomics (deterministic gradients, fp32 accumulation) and measured faster: H200, bf16,
-# DeiT-S shapes at batch 128, gather + its backward 0.45-0.49 ms vs 0.25-0.32 ms one-hot (two calls of
-# scripts/profile_attention.py). On CPU gather/scatter_add is faster (2.4-2.8 vs 3.0-3.6 ms, batch 8).
-ONEHOT_DEVICES = {"cuda"}
-
-
-def onehot_gather(values: Tensor, onehot: Tensor) -> Tensor:
-    """``term[b, h, i, j] = values[b, h, i, ids[i, j]]``: ``values`` ``(B, H, n, w)``, ``onehot``
-    ``(n, n, w)`` -> ``(B, H, n, n)`` (a view with contiguous last dim), one ``(BH, w) @ (w, n)`` per query.
-    """
-    B, H, n, width = values.shape
-    per_query = values.reshape(B * H, n, width).transpose(0, 1)  # (n, BH, w)
-    return torch.bmm(per_query, onehot.transpose(1, 2)).transpose(0, 1).unflatten(0, (B, H))
-
-
-def onehot_scatter(attn: Tensor, onehot: Tensor) -> Tensor:
-    """``out[b, h, i, c] = sum_j attn[b, h, i, j] [ids[i, j] = c]``: ``(B, H, n, n)`` -> ``(B, H, n, w)``."""
-    B, H, n, _ = attn.shape
-    per_query = attn.reshape(B * H, n, n).transpose(0, 1)  # (n, BH, n)
-    return torch.bmm(per_query, onehot).transpose(0, 1).unflatten(0, (B, H))
-
-
-def bucket_rows(x: Tensor, table: Tensor, width: int) -> Tensor:
-    """``x . r_b`` for every bucket: ``x`` ``(B, H, n, d)``, ``table`` ``(Hs, d, nb)`` -> ``(B, H, n, width)``;
-    columns past ``nb`` are zero (padding to the one-hot width).
-    """
-    table = table.to(x.dtype)
-    if width > table.shape[-1]:
-        table = F.pad(table, (0, width - table.shape[-1]))
-    return x @ table.unsqueeze(0)
-
-
-def materialize_pieces(pieces: list[LogitPiece]) -> Tensor | None:
-    """Sum of all pieces, broadcastable to ``(B, H, n, n)``; None for no pieces."""
-    total = None
-    for piece in pieces:
-        term = piece.materialize()
-        total = term if total is None else total + term
-    return total
-
-
-class RelativePositionTable(nn.Module):
+class RelativePositionTable(PositionEncoding):
     """One learned lookup table at one site (``"q"``, ``"k"`` or ``"v"``).
 
     Parameters: bias mode ``lookup_table_bias`` ``(Hs, nb)``; contextual q/k ``lookup_table_weight``
@@ -132,6 +90,9 @@ class RelativePositionTable(nn.Module):
         if site not in ("q", "k", "v"):
             raise ValueError(f"site={site!r} is not one of: q, k, v")
         self.site = site
+        self.name = config.method
+        self.adds_logits = site != "v"
+        self.adds_value = site == "v"
         self.mode = config.mode
         self.index_spec = IndexSpec.from_config(config, axis=axis)
         self.head_dim = head_dim
@@ -218,7 +179,7 @@ class RelativePositionTable(nn.Module):
     def pair_embeddings(self, h: int, w: int, skip: int, device: torch.device) -> Tensor:
         """Every pair's encoding ``r_b(i,j)``: ``(Hs, n, n)`` in bias mode, else ``(Hs, n, n, d)``.
 
-        Only the ``naive`` backend builds this (the cost baseline of the spec's section 5).
+        Only the ``naive`` backend builds this (the cost baseline the efficient path is measured against).
         """
         ids = self.bucket_ids(h, w, skip, device)
         if self.mode == "bias":
@@ -241,6 +202,48 @@ class RelativePositionTable(nn.Module):
             table = F.pad(table, (0, 0, 0, onehot.shape[-1] - self.num_buckets))
         return per_bucket @ table.unsqueeze(0)
 
+    def naive_logits(self, q: Tensor, k: Tensor, h: int, w: int, skip: int, scale: float) -> Tensor:
+        """Contracts the materialised `pair_embeddings` ``(Hs, n, n, d)`` with ``s q`` (k site) or ``s k`` (q site)."""
+        pairs = self.pair_embeddings(h, w, skip, q.device).to(q.dtype)
+        if pairs.dim() == 3:  # bias mode; the query site reads the reversed pair
+            return (pairs if self.site == "k" else pairs.transpose(-1, -2)).unsqueeze(0)
+        pairs = pairs.expand(q.shape[1], -1, -1, -1)
+        if self.site == "k":
+            return torch.einsum("bhid,hijd->bhij", q * scale, pairs)
+        return torch.einsum("bhjd,hjid->bhij", k * scale, pairs)
+
+    def naive_value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
+        pairs = self.pair_embeddings(h, w, skip, attn.device).to(attn.dtype).expand(attn.shape[1], -1, -1, -1)
+        return torch.einsum("bhij,hijd->bhid", attn, pairs)
+
+    def bucket_values(self) -> Tensor:
+        """One number per head and bucket: ``(Hs, nb)`` float; bias values, or vector norms (contextual)."""
+        with torch.no_grad():
+            if self.mode == "bias":
+                values = self.lookup_table_bias
+            elif self.site == "v":
+                values = self.lookup_table_weight.norm(dim=2)  # (Hs, nb, d)
+            else:
+                values = self.lookup_table_weight.norm(dim=1)  # (Hs, d, nb)
+        return values.detach().float().cpu()
+
+    def offset_heatmap(self, h: int, w: int) -> Tensor:
+        """`bucket_values` at the bucket of each offset ``(dr, dc)``: ``(Hs, 2h-1, 2w-1)``. A q-site table
+        reads the reversed pair, so its entry at ``d`` is the bucket of ``-d``.
+        """
+        per_offset = offset_bucket_ids(bucket_ids(self.index_spec, h, w, 0, "cpu"), h, w)
+        if self.site == "q":
+            per_offset = per_offset.flip(0, 1)  # offset -d sits at the point reflection of d
+        return self.bucket_values()[:, per_offset]
+
+    def describe(self, h: int, w: int) -> Description:
+        shared = ", shared heads" if self.table_heads == 1 and self.num_heads > 1 else ""
+        value = "bias" if self.mode == "bias" else "contextual, L2 norm of each bucket's vector"
+        return Description(
+            self.index_spec.method, self.site, f"{self.index_spec.method} {value}{shared}",
+            [("", self.offset_heatmap(h, w))], signed=self.mode == "bias", buckets=self.num_buckets,
+        )
+
     def extra_repr(self) -> str:
         return (
             f"site={self.site!r}, mode={self.mode!r}, method={self.index_spec.method!r}, "
@@ -248,7 +251,7 @@ class RelativePositionTable(nn.Module):
         )
 
 
-class CrossRelativePositionTable(nn.Module):
+class CrossRelativePositionTable(PositionEncoding):
     """Cross method: two tables, ``rp_rows`` (index of ``dr``) and ``rp_cols`` (of ``dc``), summed."""
 
     def __init__(
@@ -263,6 +266,9 @@ class CrossRelativePositionTable(nn.Module):
     ) -> None:
         super().__init__()
         self.site = site
+        self.name = config.method
+        self.adds_logits = site != "v"
+        self.adds_value = site == "v"
         self.rp_rows = RelativePositionTable(
             config, site, head_dim, num_heads, axis=0, skip_bucket=skip_bucket, device=device, dtype=dtype
         )
@@ -287,100 +293,82 @@ class CrossRelativePositionTable(nn.Module):
     def value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
         return self.rp_rows.value_term(attn, h, w, skip) + self.rp_cols.value_term(attn, h, w, skip)
 
+    def naive_logits(self, q: Tensor, k: Tensor, h: int, w: int, skip: int, scale: float) -> Tensor:
+        return self.rp_rows.naive_logits(q, k, h, w, skip, scale) + self.rp_cols.naive_logits(q, k, h, w, skip, scale)
 
-class TransformerXLTerm(nn.Module):
-    """Transformer-XL relative terms on a 2-D grid, at the key site.
-
-    ``e_ij = s * (q_i.k_j + q_i.(W_R R_ij) + u.k_j + v'.(W_R R_ij))`` with ``R_ij`` the sinusoidal
-    embedding of the exact offset ``(dr, dc) = p_i - p_j``: ``F = ceil(H d / 4)`` frequencies per
-    axis, ``[sin, cos](dr f), [sin, cos](dc f)`` (so half the dims encode ``dr``, half ``dc``).
-    ``W_R`` (``r_proj``, per layer, ``(H d) <- 4F``) projects to a key-like vector per head;
-    ``u`` (``pos_bias_u``) and ``v'`` (``pos_bias_v``) are learned ``(H, d)``.
-    ``W_R R`` is evaluated once per distinct offset, ``(2h-1)(2w-1)`` of them, and gathered like a
-    contextual key table. Pairs with a skip token get no relative term (a zero column);
-    ``u.k_j`` is a content term and applies to every key. Heads are never shared.
-    Init: ``W_R`` truncated normal std .02, ``u = v' = 0``.
-    """
-
-    def __init__(
-        self, config: RPEConfig, head_dim: int, num_heads: int, device: Any = None, dtype: Any = None
-    ) -> None:
-        super().__init__()
-        self.site = "k"
-        self.head_dim = head_dim
-        self.num_heads = num_heads
-        self.index_spec = IndexSpec.from_config(config)
-        self.frequencies = math.ceil(num_heads * head_dim / 4)
-        dd = {"device": device, "dtype": dtype}
-        self.r_proj = nn.Linear(4 * self.frequencies, num_heads * head_dim, bias=False, **dd)
-        self.pos_bias_u = nn.Parameter(torch.empty(num_heads, head_dim, **dd))
-        self.pos_bias_v = nn.Parameter(torch.empty(num_heads, head_dim, **dd))
-        self.reset_parameters()
+    def naive_value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
+        return self.rp_rows.naive_value_term(attn, h, w, skip) + self.rp_cols.naive_value_term(attn, h, w, skip)
 
     def reset_parameters(self) -> None:
-        nn.init.trunc_normal_(self.r_proj.weight, std=0.02)
-        nn.init.zeros_(self.pos_bias_u)
-        nn.init.zeros_(self.pos_bias_v)
+        self.rp_rows.reset_parameters()
+        self.rp_cols.reset_parameters()
 
-    def offset_embedding(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """Sinusoids of all offsets in bucket-id order: ``((2h-1)(2w-1), 4F)``."""
-        dr = torch.arange(-(h - 1), h, device=device, dtype=torch.float64).repeat_interleave(2 * w - 1)
-        dc = torch.arange(-(w - 1), w, device=device, dtype=torch.float64).repeat(2 * h - 1)
-        inv_freq = 10000.0 ** (
-            -torch.arange(self.frequencies, device=device, dtype=torch.float64) / self.frequencies
+    def describe(self, h: int, w: int) -> Description:
+        rows = self.rp_rows.describe(h, w)
+        return dataclasses.replace(rows, panels=[
+            ("rp_rows (depends on Δrow)", self.rp_rows.offset_heatmap(h, w)),
+            ("rp_cols (depends on Δcol)", self.rp_cols.offset_heatmap(h, w)),
+        ], buckets=self.rp_rows.num_buckets + self.rp_cols.num_buckets)
+
+
+def _validate_table(config: RPEConfig) -> None:
+    if config.mode == "bias" and "v" in config.on:
+        raise RPEConfigError(
+            f"rpe.mode='bias' with rpe.on={config.on!r}: bias mode is defined for q/k only, not v"
+            " (use mode='ctx' for v)"
         )
-        parts = []
-        for offset in (dr, dc):
-            angle = offset[:, None] * inv_freq[None, :]
-            parts += [angle.sin(), angle.cos()]
-        return torch.cat(parts, dim=-1).to(dtype)
-
-    uses_scaled_keys = True  # the content term u.k_j
-
-    def logit_pieces(
-        self, q_scaled: Tensor, k_scaled: Tensor | None, h: int, w: int, skip: int, scale: float
-    ) -> list[LogitPiece]:
-        ids = bucket_ids(self.index_spec, h, w, skip, q_scaled.device)
-        dtype = q_scaled.dtype
-        weight = self.r_proj.weight.to(dtype)
-        projected = self.offset_embedding(h, w, q_scaled.device, dtype) @ weight.t()  # (n_off, H d)
-        n_off = projected.shape[0]
-        table = projected.view(n_off, self.num_heads, self.head_dim).permute(1, 2, 0)  # (H, d, n_off)
-        table = torch.cat([table, table.new_zeros(self.num_heads, self.head_dim, 1)], dim=-1)
-        # q_scaled = s q and the whole XL score is scaled by s, so u and v' are scaled here too
-        query = q_scaled + scale * self.pos_bias_v.to(dtype)[None, :, None, :]
-        rows = query @ table.unsqueeze(0)  # (B, H, n, n_off + 1)
-        key_bias = (
-            (k_scaled * self.pos_bias_u.to(dtype)[None, :, None, :]).sum(-1).unsqueeze(-2)
-        )  # (B, H, 1, n)
-        return [LogitPiece("rows", rows, ids), LogitPiece("dense", key_bias)]
 
 
-def build_rpe(
-    config: RPEConfig | Any,
-    head_dim: int,
-    num_heads: int,
-    *,
-    skip_bucket: bool = True,
-    device: Any = None,
+def _build_tables(
+    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
     dtype: Any = None,
-) -> tuple[nn.Module | None, nn.Module | None, nn.Module | None]:
-    """Build the ``(rpe_q, rpe_k, rpe_v)`` site modules of one attention layer (None where unused).
-
-    ``config`` is anything `resolve_rpe` accepts. ``skip_bucket`` reserves the extra bucket shared by
-    skip (class/distillation) tokens: True for DeiT (table of 49 + 1 at ratio 1.9, as in the reference
-    DeiT checkpoints), False for backbones without such tokens (DETR, Swin: 49).
-    """
-    config = resolve_rpe(config)
-    if not config.enabled:
-        return None, None, None
-    if config.method == "xl":
-        return None, TransformerXLTerm(config, head_dim, num_heads, device=device, dtype=dtype), None
+) -> registry.Sites:
+    """One table per site of ``config.on`` (two, ``rp_rows`` and ``rp_cols``, for cross)."""
     table_cls = CrossRelativePositionTable if config.method == "cross" else RelativePositionTable
-    sites = tuple(
+    return tuple(  # type: ignore[return-value]
         table_cls(config, site, head_dim, num_heads, skip_bucket=skip_bucket, device=device, dtype=dtype)
         if site in config.on
         else None
         for site in "qkv"
     )
-    return sites  # type: ignore[return-value]
+
+
+def is_swin_bias(config: RPEConfig) -> bool:
+    """Whether ``config`` is Swin's own bias (one scalar per window offset and head, on the logits):
+    a Swin backbone then keeps timm's ``relative_position_bias_table`` instead of building a table.
+    """
+    return config.method == "swin" and config.mode == "bias" and config.on == "k" and not config.shared_head
+
+
+_TABLE_FIELDS = ("mode", "on", "shared_head")
+_PIECEWISE = _TABLE_FIELDS + ("ratio", "index")
+for _name, _fields, _directed, _aliases, _summary in (
+    ("euclidean", _PIECEWISE, False, ("euc",), "iRPE: bucket of the rounded Euclidean distance"),
+    ("quant", _PIECEWISE, False, (), "iRPE: bucket of the squared distance (reference code)"),
+    ("quant_rank", _PIECEWISE, False, (), "iRPE: bucket of the distance's rank (the paper's quantisation)"),
+    ("cross", _PIECEWISE, True, (), "iRPE: a row table and a column table, summed"),
+    ("product", _PIECEWISE, True, (), "iRPE / Shaw: one bucket per (row, column) offset pair"),
+    ("swin", _TABLE_FIELDS + ("window",), True, (), "Swin: one bucket per exact offset in an M x M window"),
+    ("t5", _TABLE_FIELDS + ("num_buckets", "max_distance"), True, (), "T5 buckets per axis, product table"),
+):
+    registry.register(registry.Encoding(
+        _name, _build_tables, _summary, _fields, _validate_table, _aliases, _directed,
+        # a table sized by the window (swin) is rebuilt for the attention window it serves
+        fit_window=(lambda config, window: dataclasses.replace(config, window=window)) if _name == "swin" else None,
+    ))
+
+# Shaw et al. 2018 uses clip; ratio 1.9 gives B = int(2 * 1.9) = 3, i.e. offsets clipped to [-3, 3]
+# per axis: the same 7x7 (+1 skip) table as irpe_k, so the two differ only in the index function.
+for _name, _config in {
+    "irpe_k": RPEConfig(method="product", mode="ctx", on="k", shared_head=True, ratio=1.9),
+    "irpe_qk": RPEConfig(method="product", mode="ctx", on="qk", shared_head=True, ratio=1.9),
+    "irpe_qkv": RPEConfig(method="product", mode="ctx", on="qkv", shared_head=True, ratio=1.9),
+    "irpe_euc_k": RPEConfig(method="euclidean", mode="ctx", on="k", shared_head=True, ratio=20.0),
+    "irpe_quant_k": RPEConfig(method="quant", mode="ctx", on="k", shared_head=True, ratio=33.0),
+    "irpe_cross_k": RPEConfig(method="cross", mode="ctx", on="k", shared_head=True, ratio=20.0),
+    "irpe_bias_k": RPEConfig(method="product", mode="bias", on="k", shared_head=False, ratio=1.9),
+    "swin": RPEConfig(method="swin", mode="bias", on="k", shared_head=False, window=14),
+    "shaw": RPEConfig(method="product", mode="ctx", on="kv", shared_head=True, ratio=1.9, index="clip"),
+    "t5": RPEConfig(method="t5", mode="bias", on="k", shared_head=False, num_buckets=32, max_distance=128),
+}.items():
+    registry.register_preset(_name, _config)

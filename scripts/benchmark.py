@@ -6,6 +6,9 @@
     python scripts/benchmark.py --device cuda --bf16 --batch 128 # GPU, bf16 autocast
     python scripts/benchmark.py --json results.json
     python scripts/benchmark.py --presets none irpe_k irpe_k@naive irpe_qkv irpe_qkv@naive  # naive vs ours
+    python scripts/benchmark.py --presets none rope_axial rope_mixed alibi cpb  # newer encodings
+
+Measured figures and the commands that produced them: docs/benchmarks.md.
 
 All models are timed in one process, round-robin (one step of each, repeated), so that machine
 load drifts hit every model alike; the reported time is the median step. Memory on GPU is the
@@ -41,11 +44,12 @@ MODELS = {
     "micro": (None, "deit_micro_patch4_32", 32),
     "swin_tiny": ("swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 224),
 }
+NEWER = ["rope_axial", "rope_mixed", "cpb", "alibi", "huang", "sasa"]  # the encodings compared against today
 DEFAULT_PRESETS = {
-    "deit_small": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", "irpe_cross_k", "shaw", "t5", "xl"],
-    "deit_tiny": ["none", "irpe_k", "irpe_qkv"],
-    "micro": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k"],
-    "swin_tiny": ["swin", "irpe_k", "irpe_qkv"],
+    "deit_small": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", "irpe_cross_k", "shaw", "t5", "xl", *NEWER],
+    "deit_tiny": ["none", "irpe_k", "irpe_qkv", *NEWER],
+    "micro": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", *NEWER],
+    "swin_tiny": ["swin", "irpe_k", "irpe_qkv", "rope_axial", "rope_mixed", "cpb", "alibi"],
 }
 
 

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from rpe import encoding  # noqa: E402
 from rpe.config import FIELDS, PRESETS, RPEConfigError, parse_shorthand, resolve_rpe  # noqa: E402
 from rpe.index import IndexSpec, bucket_ids, num_buckets  # noqa: E402
 
@@ -146,8 +147,8 @@ def _bucket_count(rpe: dict[str, Any]) -> int | None:
     """Buckets of one table without the skip bucket (product 1.9: 49); None when undefined."""
     try:
         config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
-        return num_buckets(IndexSpec.from_config(config, axis=0 if config.method == "cross" else None))
-    except (RPEConfigError, ValueError, TypeError):
+        return num_buckets(IndexSpec.tables_of(config)[0])
+    except (RPEConfigError, ValueError, TypeError, IndexError):
         return None
 
 
@@ -165,9 +166,9 @@ def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
         return None
     try:
         config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
-        spec = IndexSpec.from_config(config, axis=0 if config.method == "cross" else None)
+        spec = IndexSpec.tables_of(config)[0]
         return int(bucket_ids(spec, side, side, 0, "cpu").unique().numel())
-    except (RPEConfigError, ValueError, TypeError):
+    except (RPEConfigError, ValueError, TypeError, IndexError):
         return None
 
 
@@ -378,7 +379,7 @@ def _swin_row(facts: dict[str, Any]) -> str:
     return facts["method"] if facts["method"] in ("none", "swin") else facts["rpe"]
 
 
-DIRECTED = {"euclidean": "undirected", "quant": "undirected", "cross": "directed", "product": "directed"}
+DIRECTED = {m: "directed" if encoding(m).directed else "undirected" for m in ("euclidean", "quant", "cross", "product")}
 TOP1 = ("val/top1", "val/top5")
 COCO = ("val/AP", "val/AP50", "val/AP75", "val/APs", "val/APm", "val/APl")
 LAYOUTS: dict[str, Layout] = {
@@ -428,6 +429,10 @@ LAYOUTS: dict[str, Layout] = {
         note="step time in ms (median) and relative to the `none` row of the same backend; memory in MiB:"
         " activations saved for backward (CPU) or peak allocation (GPU)",
         relative=("cost/step_vs_none", "cost/step_ms", "none"),
+    ),
+    "compare": Layout(
+        "Comparison with other encodings (paper Table 5)", "encoding", lambda f: f["row"] or f["rpe"],
+        lambda f: "ours", row_order=("none", "cpvt", "shaw", "xl", "huang", "sasa", "irpe_k", "irpe_qk", "irpe_qkv"),
     ),
     "runs": Layout(
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
@@ -619,6 +624,9 @@ FINDINGS: tuple[Finding, ...] = (
             (("sine, ctx 9x9, short", "ours", 1.0), ("sine, ctx clip 9x9, short", "ours", -1.0))),
     Finding("contextual beats bias for detection (9x9, sine APE)", "detr",
             (("sine, ctx 9x9, short", "ours", 1.0), ("sine, bias 9x9, short", "ours", -1.0))),
+    Finding("iRPE-K beats CPVT's conditional encoding", "compare", (("irpe_k", "ours", 1.0), ("cpvt", "ours", -1.0))),
+    Finding("iRPE-QKV beats the best earlier relative encoding (Huang's)", "compare",
+            (("irpe_qkv", "ours", 1.0), ("huang", "ours", -1.0))),
     Finding("Swin's bias beats no RPE on Swin", "swin", (("swin", "ours", 1.0), ("none", "ours", -1.0))),
     Finding("contextual iRPE-QKV beats Swin's bias on Swin", "swin",
             (("rpe-1.9-product-ctx-1-qkv", "ours", 1.0), ("swin", "ours", -1.0))),

@@ -17,7 +17,9 @@ What is drawn
   ``d``, the bucket of ``-d``. The cross method's two tables (``rp_rows``, ``rp_cols``) get one
   row of subplots each, as 2-D heatmaps (constant along the axis each one ignores). Swin's own
   table (timm's ``relative_position_bias_table``) is drawn the same way, as a k-site bias table.
-  Transformer-XL terms have no table (sinusoids projected per layer) and are skipped with a note.
+  Every other encoding draws what its ``describe()`` offers (a fixed or MLP bias per offset, the
+  score a unit query gets from a rotation, ...); one with nothing offset-shaped (Transformer-XL:
+  sinusoids projected per layer) is skipped with a note.
   The grid is the patch grid of a DeiT, the window of a Swin layer, or ``--grid H,W`` (needed for
   DETR, whose grid depends on the input image).
 * ``attention_image<I>_query_<cls|R_C>.png`` (DeiT runs only): validation image ``I`` (un-normalised)
@@ -51,11 +53,10 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from rpe import CrossRelativePositionTable, RelativePositionTable, RPEAttention, TransformerXLTerm  # noqa: E402
-from rpe.index import bucket_ids  # noqa: E402
+from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
+from rpe.tables import offset_bucket_ids  # noqa: E402
 
 PLOT_CHOICES = ("all", "tables", "attention")
-SITES = ("q", "k", "v")
 
 
 class PlotError(ValueError):
@@ -70,45 +71,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ----------------------------------------------------------------------------- offsets -> buckets
-def offset_bucket_ids(ids: Tensor, h: int, w: int) -> Tensor:
-    """Bucket of each offset: ``ids`` ``(h w, h w)`` pair ids (row-major grid, no skip tokens) ->
-    ``(2h-1, 2w-1)`` long, entry ``[dr + h-1, dc + w-1]`` = id of a pair with offset ``(dr, dc)``.
-
-    Every offset with ``|dr| < h``, ``|dc| < w`` occurs on the grid: the query at
-    ``(max(dr, 0), max(dc, 0))`` and the key at ``(max(-dr, 0), max(-dc, 0))``. Reading the ids of
-    the real grid (rather than of a larger helper grid) keeps grid-dependent indexes (xl) and
-    window-limited ones (swin: the ``(2h-1) x (2w-1)`` grid would not fit its table) correct.
-    """
-    dr = torch.arange(-(h - 1), h, device=ids.device)[:, None]
-    dc = torch.arange(-(w - 1), w, device=ids.device)[None, :]
-    query = dr.clamp(min=0) * w + dc.clamp(min=0)
-    key = (-dr).clamp(min=0) * w + (-dc).clamp(min=0)
-    return ids[query, key]
-
-
 def bucket_values(table: RelativePositionTable) -> Tensor:
     """One number per head and bucket: ``(Hs, nb)`` float; bias values, or vector norms (contextual)."""
-    with torch.no_grad():
-        if table.mode == "bias":
-            values = table.lookup_table_bias
-        elif table.site == "v":
-            values = table.lookup_table_weight.norm(dim=2)  # (Hs, nb, d)
-        else:
-            values = table.lookup_table_weight.norm(dim=1)  # (Hs, d, nb)
-    return values.detach().float().cpu()
+    return table.bucket_values()
 
 
 def offset_heatmap(table: RelativePositionTable, h: int, w: int) -> Tensor:
-    """What a pair with offset ``(dr, dc)`` (query minus key) gets from ``table`` on an ``h x w`` grid.
-
-    Returns ``(Hs, 2h-1, 2w-1)``: ``[:, dr + h-1, dc + w-1]`` is `bucket_values` at the pair's
-    bucket. q-site tables are indexed by the reversed pair, hence by the bucket of ``-(dr, dc)``.
+    """What a pair with offset ``(dr, dc)`` (query minus key) gets from ``table`` on an ``h x w`` grid:
+    ``(Hs, 2h-1, 2w-1)``, the first panel of the table's ``describe``.
     """
-    ids = bucket_ids(table.index_spec, h, w, 0, "cpu")
-    per_offset = offset_bucket_ids(ids, h, w)
-    if table.site == "q":
-        per_offset = per_offset.flip(0, 1)  # offset -d sits at the point reflection of d
-    return bucket_values(table)[:, per_offset]
+    return table.describe(h, w).panels[0][1]
 
 
 def swin_table_heatmap(attn: nn.Module) -> Tensor:
@@ -146,8 +118,7 @@ def attention_layers(net: nn.Module) -> list[tuple[str, nn.Module]]:
     return [
         (name, module)
         for name, module in net.named_modules()
-        if any(hasattr(module, site) for site in ("rpe_q", "rpe_k", "rpe_v"))
-        or getattr(module, "relative_position_bias_table", None) is not None
+        if isinstance(module, RPESites) or getattr(module, "relative_position_bias_table", None) is not None
     ]
 
 
@@ -163,12 +134,6 @@ def layer_grid(net: nn.Module, attn: nn.Module, override: tuple[int, int] | None
     return None
 
 
-def _table_description(table: RelativePositionTable) -> str:
-    shared = ", shared heads" if table.table_heads == 1 and table.num_heads > 1 else ""
-    value = "bias" if table.mode == "bias" else "contextual, L2 norm of each bucket's vector"
-    return f"{table.index_spec.method} {value}{shared}"
-
-
 def collect_tables(
     net: nn.Module, layers: list[int], grid_override: tuple[int, int] | None
 ) -> tuple[list[TablePlot], list[str]]:
@@ -178,9 +143,9 @@ def collect_tables(
     all_layers = attention_layers(net)
     for index in layers:
         path, attn = all_layers[index]
-        sites = {site: getattr(attn, f"rpe_{site}", None) for site in SITES}
+        modules = attn.rpe_modules if isinstance(attn, RPESites) else []
         swin_table = getattr(attn, "relative_position_bias_table", None) is not None
-        if not swin_table and all(module is None for module in sites.values()):
+        if not swin_table and not modules:
             continue
         grid = layer_grid(net, attn, grid_override)
         if grid is None:
@@ -190,23 +155,14 @@ def collect_tables(
         if swin_table:
             plots.append(TablePlot(index, path, "k", "Swin's own table (exact window offsets), bias", grid,
                                    [("", swin_table_heatmap(attn))], signed=True))
-        for site, module in sites.items():
-            if module is None:
+        for module in modules:
+            description = module.describe(h, w)
+            if not description.panels:
+                what = description.note or f"{description.summary} on {description.site} has nothing to draw"
+                notes.append(f"layer {index} ({path}): {what}; skipped")
                 continue
-            if isinstance(module, TransformerXLTerm):
-                notes.append(f"layer {index} ({path}): Transformer-XL term on {site} has no lookup table; skipped")
-                continue
-            if isinstance(module, CrossRelativePositionTable):
-                tables = [("rp_rows (depends on Δrow)", module.rp_rows), ("rp_cols (depends on Δcol)", module.rp_cols)]
-            elif isinstance(module, RelativePositionTable):
-                tables = [("", module)]
-            else:
-                notes.append(f"layer {index} ({path}): {type(module).__name__} on {site} is not a table; skipped")
-                continue
-            first = tables[0][1]
-            panels = [(name, offset_heatmap(table, h, w)) for name, table in tables]
-            plots.append(TablePlot(index, path, site, _table_description(first), grid, panels,
-                                   signed=first.mode == "bias"))
+            plots.append(TablePlot(index, path, description.site, description.summary, grid, description.panels,
+                                   signed=description.signed))
     return plots, notes
 
 

@@ -299,3 +299,18 @@ def test_missing_checkpoint_and_cli_exit_code(trained_run: Path, tmp_path: Path)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith(f"error: --ckpt best: checkpoint {run_dir / 'checkpoints' / 'best.ckpt'}")
+
+
+@pytest.mark.parametrize("preset", ["rope_axial", "rope_mixed", "cpb", "alibi", "huang", "sasa"])
+def test_every_encoding_with_something_to_draw_is_drawn(preset: str, tmp_path: Path) -> None:
+    """plot_rpe asks each layer's modules for describe(); the newer encodings draw a panel per layer."""
+    from models import create_model
+
+    net = create_model("deit_micro_patch4_32", rpe=preset, num_classes=4)
+    plots, notes = plot_rpe.collect_tables(net, [0, 3], None)
+    assert notes == [] and [p.layer for p in plots] == [0, 3]
+    heads = plots[0].panels[0][1].shape[0]
+    assert plots[0].panels[0][1].shape == (heads, 15, 15) and heads in (1, 4)  # 8x8 patch grid
+    save_figure_path = tmp_path / f"{preset}.png"
+    plot_rpe.save_figure(plot_rpe.draw_table(plots[0]), save_figure_path)
+    assert_png(save_figure_path)

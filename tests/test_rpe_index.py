@@ -1,4 +1,4 @@
-"""Hand-worked values of the index functions (rpe-spec sections 2-3), bucket counts and the cache."""
+"""Hand-worked values of the index functions (docs/design.md, section 1), bucket counts and the cache."""
 
 from __future__ import annotations
 

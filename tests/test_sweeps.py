@@ -37,6 +37,7 @@ def _without_pe(model) -> dict:
     container.pop("position_embedding", None)
     container.pop("lr_drop", None)
     container.get("net", {}).pop("ape", None)
+    container.get("net", {}).pop("peg_blocks", None)
     return container
 
 
@@ -58,6 +59,7 @@ def test_sweep_grid_expands_like_hydra_multirun() -> None:
 # seeds 0, 1, 2 of every classification cell, one seed of the DETR rows and of the cost grid.
 EXPECTED_GRID = {
     "method_mode": 8, "shared_head": 12, "index": 4, "buckets": 5, "where": 14, "detr": 9, "swin": 3, "cost": 6,
+    "compare": 13,
 }
 MINI_SEEDS = {"detr": 1, "cost": 1, "shared_head": 1}  # shared_head's paper grid already has three seeds
 BASE_EXPERIMENTS = {  # (paper, mini); else DeiT-S
@@ -78,6 +80,8 @@ EXPECTED_CELLS = {
         "sine, ctx clip 9x9, short", "sine, ctx 9x9, short", "sine, ctx 15x15, short", "sine, none, long",
         "sine, ctx 9x9, long")},
     "swin": {("none", "ours"), ("swin", "ours"), ("rpe-1.9-product-ctx-1-qkv", "ours")},
+    "compare": {(row, "ours") for row in ("none", "cpvt", "shaw", "xl", "huang", "sasa", "irpe_k", "irpe_qk",
+                                          "irpe_qkv", "rope_axial", "rope_mixed", "cpb", "alibi")},
     "cost": {(rpe, f"backend {b}") for rpe in ("none", PRODUCT_K, "rpe-1.9-product-ctx-1-qkv")
              for b in ("naive", "auto")},
 }
@@ -94,7 +98,7 @@ def _job_configs(sweep: str) -> list:
 
 def _resolved(cfg) -> dict:
     """What the tables read of a job's config, resolved (the rest needs Hydra's runtime)."""
-    keys = ("rpe", "model", "data", "seed", "schedule", "ablation", "sweep_name")
+    keys = ("rpe", "model", "data", "seed", "schedule", "row", "ablation", "sweep_name")
     container: dict = {}
     for key in keys:
         if key in cfg:
@@ -133,7 +137,7 @@ def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
     for ablation, paper in make_tables.PAPER.items():
         assert set(paper.values) <= EXPECTED_CELLS[ablation], ablation
         extra = {row for row, _ in EXPECTED_CELLS[ablation]} - {row for row, _ in paper.values}
-        if ablation in ("method_mode", "shared_head", "index", "where", "detr", "swin"):  # full paper tables
+        if ablation in ("method_mode", "shared_head", "index", "where", "detr", "swin", "compare"):  # full tables
             assert extra == set(paper.extra_rows), ablation
 
 

@@ -1,4 +1,4 @@
-"""DETR detection with relative position encodings in the encoder (iRPE, spec sections 4, 6, 7).
+"""DETR detection with relative position encodings in the encoder (iRPE; docs/design.md).
 
 Public API:
     DETR, HungarianMatcher, SetCriterion, PostProcess, build_weight_dict -- the detector and its loss

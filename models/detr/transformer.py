@@ -26,6 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rpe import RPESites
+from rpe.base import own_init_parameters
+
 
 class DecoderCrossRPEError(ValueError):
     """``dec_cross_rpe`` was set although DETR's object queries have no position to measure from."""
@@ -35,13 +38,13 @@ def resolve_site_rpe(spec: Any) -> Any:
     """``spec`` (None, preset name, shorthand, dict, RPEConfig) -> RPEConfig, or None when disabled."""
     if spec is None:
         return None
-    from rpe import resolve_rpe  # imported lazily: the baseline DETR does not need the RPE library
+    from rpe import resolve_rpe
 
     cfg = resolve_rpe(spec)
-    return None if cfg.method == "none" else cfg
+    return cfg if cfg.enabled else None
 
 
-class Attention(nn.Module):
+class Attention(RPESites, nn.Module):
     """Multi-head attention with nn.MultiheadAttention's parameters and DETR's semantics.
 
     Queries and keys/values come in separately (DETR adds position codes to q and k but not v).
@@ -68,9 +71,7 @@ class Attention(nn.Module):
         self.rpe_k: nn.Module | None = None
         self.rpe_v: nn.Module | None = None
         if self.rpe_cfg is not None:
-            from rpe import build_rpe
-
-            self.rpe_q, self.rpe_k, self.rpe_v = build_rpe(self.rpe_cfg, self.head_dim, num_heads, skip_bucket=False)
+            self.init_rpe(self.rpe_cfg, self.head_dim, num_heads, skip_bucket=False)
 
     def _heads(self, x: Tensor, i: int) -> Tensor:
         """Project x (B, n, C) with the i-th slice of the packed weight -> (B, H, n, d)."""
@@ -96,21 +97,7 @@ class Attention(nn.Module):
         else:
             if grid_size is None:
                 raise ValueError("attention with RPE needs the tokens' grid_size")
-            from rpe import rpe_attention
-
-            out = rpe_attention(
-                q,
-                k,
-                v,
-                rpe_q=self.rpe_q,
-                rpe_k=self.rpe_k,
-                rpe_v=self.rpe_v,
-                grid_size=grid_size,
-                attn_mask=mask,
-                dropout_p=p,
-                scale=None,
-                backend=self.rpe_cfg.backend,
-            )
+            out = self.rpe_attend(q, k, v, grid_size, attn_mask=mask, dropout_p=p, backend=self.rpe_cfg.backend)
         return self.out_proj(out.transpose(1, 2).flatten(2))
 
 
@@ -227,9 +214,11 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(dim) if pre_norm else None
         self.decoder_norm = nn.LayerNorm(dim)
         self.dim = dim
-        # The DETR reference: Xavier-uniform for every parameter with >1 dims, RPE tables included.
+        # The DETR reference: Xavier-uniform for every parameter with >1 dims, RPE tables included
+        # (not an encoding's frequencies, which are no weights).
+        own_init = own_init_parameters(self)
         for p in self.parameters():
-            if p.dim() > 1:
+            if p.dim() > 1 and id(p) not in own_init:
                 nn.init.xavier_uniform_(p)
 
     def encode(self, src: Tensor, mask: Tensor, pos: Tensor) -> Tensor:
