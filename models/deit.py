@@ -24,6 +24,23 @@ class ModelConfigError(ValueError):
     """A bad model option; the message is one line naming the value and the valid choices."""
 
 
+def check_patch_grid(img_size: Any, patch_size: Any) -> None:
+    """An image side that the patch size does not divide would lose its last pixels in the patch
+    embedding (a strided convolution) without a word: that is a `ModelConfigError` naming both values."""
+    for side, patch in zip(_pair(img_size), _pair(patch_size), strict=True):
+        if side % patch:
+            below, above = side - side % patch, side - side % patch + patch
+            valid = f"{below} or {above}" if below else f"{above}"
+            raise ModelConfigError(
+                f"img_size={side} is not divisible by patch_size={patch}: the patch embedding would drop the last"
+                f" {side % patch} pixel rows/columns; valid: a multiple of {patch}, e.g. {valid}"
+            )
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, (int, float)) else tuple(int(v) for v in value)
+
+
 class _PendingRPEAttention(RPEAttention):
     """``RPEAttention`` taking its RPE from the model under construction.
 
@@ -59,6 +76,8 @@ class RPEVisionTransformer(VisionTransformer):
             super().__init__(attn_layer=_PendingRPEAttention, **kwargs)
         finally:
             _PendingRPEAttention.pending = None
+        if not getattr(self, "dynamic_img_size", False):
+            check_patch_grid(self.patch_embed.img_size, self.patch_embed.patch_size)
         if ape == "sincos":
             self._fill_sincos_pos_embed()
 
