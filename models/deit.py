@@ -118,13 +118,32 @@ DEIT_ARCHS: dict[str, dict[str, Any]] = {
 }
 
 
+def load_pretrained_files_safely(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of ``build_model_with_cfg`` with any ``pretrained_cfg(_overlay)=dict(file=...)`` loaded here,
+    with ``weights_only=True``, and handed to timm as its ``state_dict`` source.
+
+    timm 1.0.23-1.0.25 load such files with ``weights_only=False`` (any pickle runs); reading the file
+    here keeps a pretrained file from running code whatever timm version is installed.
+    """
+    from timm.models import load_state_dict
+
+    out = dict(kwargs)
+    for key in ("pretrained_cfg", "pretrained_cfg_overlay"):
+        cfg = out.get(key)
+        if isinstance(cfg, dict) and cfg.get("file") and cfg.get("state_dict") is None:
+            cfg = dict(cfg)
+            cfg["state_dict"] = load_state_dict(cfg.pop("file"), weights_only=True)
+            out[key] = cfg
+    return out
+
+
 def _build(variant: str, arch: str, pretrained: bool = False, **kwargs: Any) -> RPEVisionTransformer:
     return build_model_with_cfg(
         RPEVisionTransformer,
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
-        **dict(DEIT_ARCHS[arch], **kwargs),
+        **load_pretrained_files_safely(dict(DEIT_ARCHS[arch], **kwargs)),
     )
 
 

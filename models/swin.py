@@ -72,7 +72,7 @@ from timm.models.swin_transformer import SwinTransformer, WindowAttention
 from timm.models.vision_transformer import get_init_weights_vit
 from torch import Tensor, nn
 
-from models.deit import ModelConfigError
+from models.deit import ModelConfigError, load_pretrained_files_safely
 from rpe import RPEConfig, build_rpe, resolve_rpe, rpe_attention
 
 __all__ = [
@@ -361,7 +361,8 @@ def create_swin(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: 
             raise ModelConfigError(f"{name} has no pretrained weights; use load_swin_checkpoint")
         return RPESwinTransformer(**kwargs)
     return build_model_with_cfg(
-        RPESwinTransformer, name, pretrained, pretrained_filter_fn=checkpoint_filter_fn, **kwargs
+        RPESwinTransformer, name, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
+        **load_pretrained_files_safely(kwargs),
     )
 
 
