@@ -99,14 +99,16 @@ def load_run_config(path: str | Path) -> DictConfig:
         raise RunConfigError(f"{path} is not a readable run config ({type(err).__name__}: {reason})") from None
     if not isinstance(cfg, DictConfig):
         raise RunConfigError(f"{path} is not a run config: expected a mapping with data and model keys")
-    for key in ("data", "model"):
-        if not isinstance(cfg.get(key), DictConfig):
-            raise RunConfigError(f"{path} has no {key} mapping; expected the config.yaml that train.py writes")
-        if OmegaConf.select(cfg, f"{key}._target_") is None:
-            raise RunConfigError(f"{path}: {key}._target_ is missing; valid: {', '.join(ALLOWED_TARGETS[key])}")
+    present = set(cfg.keys())  # never `key in cfg` or `cfg.get`: they resolve interpolations
     for key in USED_KEYS:
-        if key in cfg:
+        if key in present:
             _walk(cfg, key, str(path), only=key)
+    for key in ("data", "model"):
+        node = cfg._get_node(key) if key in present else None
+        if not isinstance(node, DictConfig) or node._is_none():
+            raise RunConfigError(f"{path} has no {key} mapping; expected the config.yaml that train.py writes")
+        if "_target_" not in set(node.keys()):
+            raise RunConfigError(f"{path}: {key}._target_ is missing; valid: {', '.join(ALLOWED_TARGETS[key])}")
     return cfg
 
 
@@ -122,7 +124,7 @@ def build_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     datamodule = data_cls(**data)
     model = OmegaConf.to_container(cfg.model, resolve=False)
     model_cls = _load_allowed(LIGHTNING_MODULES, model.pop("_target_"))
-    rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in cfg else None
+    rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in set(cfg.keys()) else None
     return datamodule, model_cls(**model, rpe=rpe, num_classes=datamodule.num_classes)
 
 

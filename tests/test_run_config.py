@@ -208,3 +208,17 @@ def test_eval_on_a_detr_run(tmp_path: Path, data_dir: Path) -> None:
     metrics = eval_script.evaluate(cfg)
     assert metrics["val/AP"] == pytest.approx(stored["val/AP"], abs=1e-6)
     assert metrics["params_M"] > 0.1 and "MACs_M" not in metrics
+
+
+def test_resolvers_are_never_called(tmp_path: Path) -> None:
+    """Interpolations anywhere in the parts that are read, even at the top, are refused unresolved."""
+    calls: list = []
+    OmegaConf.register_new_resolver("spy_11", lambda *args: calls.append(args) or {}, replace=True)
+    model = "model: {_target_: models.classification.ClassificationModule}\n"
+    for text in ("data: ${spy_11:a}\n" + model, "data: {_target_: '${spy_11:b}'}\n" + model,
+                 "rpe: ${spy_11:c}\ndata: {_target_: data.ImageFolderDataModule}\n" + model):
+        path = tmp_path / "config.yaml"
+        path.write_text(text)
+        with pytest.raises(RunConfigError, match="is an interpolation"):
+            load_run_config(path)
+    assert calls == []
