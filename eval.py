@@ -12,10 +12,10 @@ from typing import Any
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
-from train import _scalar_metrics, _user_error_types, build_data_and_model, build_trainer, cli, report_user_error
+from train import _scalar_metrics, _user_error_types, build_trainer, cli, report_user_error
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -38,8 +38,12 @@ def measure_throughput(model: torch.nn.Module, image_shape: tuple[int, ...], bat
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Evaluate ``cfg.ckpt_path`` with its run's config; returns the metrics."""
-    from models.training import load_checkpoint
+    """Evaluate ``cfg.ckpt_path`` with its run's config; returns the metrics.
+
+    The run's ``config.yaml`` is checked and built by `models.run_config` (never Hydra's ``instantiate``),
+    so a run dir from elsewhere cannot run code.
+    """
+    from models.run_config import backbone, build_data_and_model, load_run_checkpoint, load_run_config
 
     ckpt_path = Path(cfg.ckpt_path)
     if not ckpt_path.is_file():
@@ -47,19 +51,20 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     run_config = ckpt_path.resolve().parent.parent / "config.yaml"
     if not run_config.is_file():
         raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
-    run_cfg = OmegaConf.load(run_config)
+    run_cfg = load_run_config(run_config)
     if cfg.batch_size:
         run_cfg.data.batch_size = cfg.batch_size
+    checkpoint = load_run_checkpoint(ckpt_path)
     datamodule, model = build_data_and_model(run_cfg)
-    model.load_state_dict(load_checkpoint(ckpt_path)["state_dict"])
+    model.load_state_dict(checkpoint["state_dict"])
     trainer = build_trainer(cfg.trainer)
     trainer.test(model, datamodule=datamodule, verbose=False)
     metrics = _scalar_metrics(trainer.callback_metrics)
 
-    net = model.net.eval()
-    image_shape = (3, datamodule.img_size, datamodule.img_size) if hasattr(datamodule, "img_size") else None
-    if image_shape is not None:
-        metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
+    net = backbone(model).eval()
+    metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
+    if hasattr(datamodule, "img_size"):  # fixed-size classification input; DETR's input size varies
+        image_shape = (3, datamodule.img_size, datamodule.img_size)
         metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
         metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     return metrics
@@ -89,4 +94,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    cli(main)
+    cli(main, "eval")

@@ -48,7 +48,8 @@ class CommandLineError(ValueError):
 
 
 def _group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    """The options a user may pick: ``_``-prefixed files (``rpe/_base``) are shared bases, not choices."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 def check_group_choices(argv: list[str]) -> None:
@@ -69,6 +70,59 @@ def check_group_choices(argv: list[str]) -> None:
                 continue
             if choice not in options:
                 raise CommandLineError(f"{group}={choice!r} is not a config option; valid: {', '.join(options)}")
+
+
+def normalize_overrides(argv: list[str]) -> list[str]:
+    """``+a.b=v`` on a key the config already declares is Hydra's "already at" error; on a dotted key
+    ``+`` means add-or-set (``++``), so old commands such as ``+trainer.limit_train_batches=3`` keep working."""
+    return [f"+{arg}" if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", arg) else arg for arg in argv]
+
+
+def check_overrides(argv: list[str], config_name: str) -> None:
+    """Compose once before Hydra does, so that a bad key is one line (Hydra's message spans five).
+
+    A sweep is checked with the first value of each swept key; intervals (optuna) are left to the sweeper.
+    """
+    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
+        return  # --cfg, --config-path (DDP workers), ...: Hydra's own modes
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    overrides = [arg for arg in argv if arg not in ("-m", "--multirun")]
+    try:
+        single = []
+        for override in OverridesParser.create().parse_overrides(overrides):
+            if override.is_sweep_override():
+                try:
+                    first = next(iter(override.sweep_string_iterator()))
+                except HydraException:
+                    continue
+                single.append(f"{override.get_key_element()}={first}")
+            else:
+                single.append(override.input_line)
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            compose(config_name, overrides=single, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise CommandLineError(_override_error(err)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _override_error(err: BaseException) -> str:
+    """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them."""
+    cause = _root_cause(err)
+    if getattr(err, "override", None):  # a parse error: OverrideParseException
+        return f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}"
+    full_key = getattr(cause, "full_key", None)
+    parent = getattr(cause, "parent_node", None)
+    if full_key and isinstance(parent, DictConfig) and "not in struct" in str(cause):
+        where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
+        valid = ", ".join(sorted(str(k) for k in parent.keys()))
+        return f"{full_key} is not a config key; valid keys of {where}: {valid} (a new key needs +{full_key}=...)"
+    text = " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
+    return text
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
@@ -311,13 +365,15 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("val/top1", metrics.get("val/AP"))
 
 
-def cli(hydra_main: Any) -> None:
-    """Entry point: reject bad group choices in one line, then hand over to Hydra.
+def cli(hydra_main: Any, config_name: str = "train") -> None:
+    """Entry point: reject bad group choices and keys in one line, then hand over to Hydra.
 
     After a multirun, exits 1 if any job failed (each failure is listed and recorded in its run dir).
     """
+    sys.argv[1:] = normalize_overrides(sys.argv[1:])
     try:
         check_group_choices(sys.argv[1:])
+        check_overrides(sys.argv[1:], config_name)
     except CommandLineError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -34,12 +35,13 @@ from torchvision.ops import box_convert
 from torchvision.transforms import v2
 
 from data.datamodule import make_loader, trainer_world
-from data.errors import DataConfigError
+from data.errors import DataConfigError, load_rgb_image
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # DETR's multi-scale training: shorter side 480..800 in steps of 32.
 DETR_SCALES = tuple(range(480, 801, 32))
+log = logging.getLogger(__name__)
 LAYOUT = "expected train2017/, val2017/ and annotations/instances_{train,val}2017.json"
 
 
@@ -120,6 +122,24 @@ def detr_eval_transforms(
 
 
 # ---------------------------------------------------------------------------------------- dataset
+INVALID_BOX_CHOICES = ("error", "drop")
+
+
+def _box_problem(bbox: Any, image: dict[str, Any]) -> str | None:
+    """Why a COCO ``[x, y, w, h]`` box is unusable, or None; ``image`` is its images entry (width, height)."""
+    if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
+        return "a box must be 4 numbers [x, y, width, height]"
+    x, y, w, h = (float(v) for v in bbox)
+    if not all(np.isfinite([x, y, w, h])):
+        return "not finite"
+    if w <= 0 or h <= 0:
+        return "width or height <= 0"
+    width, height = image.get("width"), image.get("height")
+    if width and height and (x >= width or y >= height or x + w <= 0 or y + h <= 0):
+        return f"wholly outside its {width}x{height} image"
+    return None
+
+
 class CocoDetectionDataset(CocoDetection):
     """torchvision's CocoDetection returning DETR targets (see the module docstring).
 
@@ -127,12 +147,74 @@ class CocoDetectionDataset(CocoDetection):
     crowd regions of the JSON as ignore regions), boxes are clipped to the image and empty ones removed.
     """
 
-    def __init__(self, img_folder: str | Path, ann_file: str | Path, transforms: v2.Transform | None) -> None:
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints while loading
-            super().__init__(str(img_folder), str(ann_file))
+    def __init__(
+        self,
+        img_folder: str | Path,
+        ann_file: str | Path,
+        transforms: v2.Transform | None,
+        invalid_boxes: str = "error",
+    ) -> None:
+        if invalid_boxes not in INVALID_BOX_CHOICES:
+            raise DataConfigError(
+                f"data.invalid_boxes={invalid_boxes!r} is not one of: {', '.join(INVALID_BOX_CHOICES)}"
+            )
+        self.ann_file = Path(ann_file)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints while loading
+                super().__init__(str(img_folder), str(ann_file))
+        except json.JSONDecodeError as err:
+            raise DataConfigError(
+                f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
+                "is the file truncated?"
+            ) from None
+        except (UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError) as err:
+            raise DataConfigError(  # pycocotools asserts that the JSON is an object
+                f"{ann_file} is not a COCO annotation file ({type(err).__name__}: {err}); "
+                "expected a JSON object with images, annotations and categories"
+            ) from None
         self.detr_transforms = transforms
         self.label_to_cat: list[int] = sorted(self.coco.cats.keys())
         self.cat_to_label = {cat: i for i, cat in enumerate(self.label_to_cat)}
+        self.dropped_boxes = self._check_annotations(invalid_boxes)
+
+    def _check_annotations(self, invalid_boxes: str) -> int:
+        """Unknown category ids are an error; boxes with width or height <= 0 (or not 4 finite numbers, or
+        wholly outside their image) too, or with ``invalid_boxes="drop"`` they are removed from training and
+        evaluation alike, counted and logged. Returns the number dropped."""
+        images = self.coco.imgs
+        invalid: list[tuple[dict, str]] = []
+        for ann in self.coco.dataset.get("annotations", []):
+            where = f"{self.ann_file}: annotation id {ann.get('id')} (image {ann.get('image_id')})"
+            if ann.get("category_id") not in self.cat_to_label:
+                valid = ", ".join(str(c) for c in self.label_to_cat) or "none (the file lists no categories)"
+                raise DataConfigError(
+                    f"{where} has category_id {ann.get('category_id')!r}, which is not in the file's categories;"
+                    f" valid ids: {valid}"
+                )
+            problem = _box_problem(ann.get("bbox"), images.get(ann.get("image_id"), {}))
+            if problem:
+                if invalid_boxes == "error":
+                    raise DataConfigError(
+                        f"{where} has bbox {ann.get('bbox')!r}: {problem}; fix the file, or set "
+                        "data.invalid_boxes=drop to leave such boxes out (they are counted and logged)"
+                    )
+                invalid.append((ann, problem))
+        if invalid:
+            dropped = {id(ann) for ann, _ in invalid}
+            self.coco.dataset["annotations"] = [a for a in self.coco.dataset["annotations"] if id(a) not in dropped]
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.coco.createIndex()
+            shown = ", ".join(str(ann.get("id")) for ann, _ in invalid[:10])
+            more = f" and {len(invalid) - 10} more" if len(invalid) > 10 else ""
+            log.warning(
+                "data.invalid_boxes=drop: dropped %d of %d annotations of %s (%s; annotation ids %s%s)",
+                len(invalid), len(invalid) + len(self.coco.dataset["annotations"]), self.ann_file,
+                invalid[0][1], shown, more,
+            )
+        return len(invalid)
+
+    def _load_image(self, id: int) -> Image.Image:
+        return load_rgb_image(os.path.join(self.root, self.coco.loadImgs(id)[0]["file_name"]))
 
     def __getitem__(self, index: int) -> tuple[Tensor, dict[str, Tensor]]:
         image, anns = super().__getitem__(index)
@@ -304,8 +386,18 @@ def generate_shapes_coco(
 
 # ---------------------------------------------------------------------------------------- data module
 def _categories(ann_file: Path) -> list[int]:
-    with ann_file.open() as f:
-        return sorted(c["id"] for c in json.load(f)["categories"])
+    try:
+        with ann_file.open() as f:
+            return sorted(c["id"] for c in json.load(f)["categories"])
+    except json.JSONDecodeError as err:
+        raise DataConfigError(
+            f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); is the file truncated?"
+        ) from None
+    except (UnicodeDecodeError, KeyError, TypeError) as err:
+        raise DataConfigError(
+            f"{ann_file} has no list of categories with ids ({type(err).__name__}: {err}); expected a COCO "
+            "annotation file"
+        ) from None
 
 
 class CocoDataModule(L.LightningDataModule):
@@ -319,6 +411,9 @@ class CocoDataModule(L.LightningDataModule):
         generator: kwargs of `generate_shapes_coco`; when set, ``prepare_data`` writes the synthetic
             set to ``root`` if it is missing (and ``num_classes`` is that set's class count).
         num_classes: class count; by default read from the val annotation file's categories.
+        invalid_boxes: ``error`` (default): a box with width or height <= 0 (or wholly outside its
+            image) stops with its file and annotation id; ``drop``: such boxes are left out of training
+            and evaluation, counted and logged.
     """
 
     def __init__(
@@ -337,8 +432,14 @@ class CocoDataModule(L.LightningDataModule):
         std: Sequence[float] = IMAGENET_STD,
         generator: dict[str, Any] | None = None,
         num_classes: int | None = None,
+        invalid_boxes: str = "error",
     ) -> None:
         super().__init__()
+        if invalid_boxes not in INVALID_BOX_CHOICES:
+            raise DataConfigError(
+                f"data.invalid_boxes={invalid_boxes!r} is not one of: {', '.join(INVALID_BOX_CHOICES)}"
+            )
+        self.invalid_boxes = invalid_boxes
         self.root = Path(str(root)).expanduser()
         self.batch_size, self.num_workers, self.pin_memory = (
             int(batch_size),
@@ -387,9 +488,9 @@ class CocoDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = CocoDetectionDataset(*self._check("train"), self.train_tf)
+            self.train_set = CocoDetectionDataset(*self._check("train"), self.train_tf, self.invalid_boxes)
         if self.val_set is None:
-            self.val_set = CocoDetectionDataset(*self._check("val"), self.eval_tf)
+            self.val_set = CocoDetectionDataset(*self._check("val"), self.eval_tf, self.invalid_boxes)
         if self.train_set is not None and self.train_set.label_to_cat != self.val_set.label_to_cat:
             raise CocoLayoutError(
                 f"data.root={self.root}: train and val annotation files list different categories"

@@ -15,7 +15,7 @@ from timm.data.distributed_sampler import RepeatAugSampler
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets import ImageFolder
 
-from data.errors import DataConfigError
+from data.errors import DataConfigError, load_rgb_image
 from data.generation import Generator, _plain, ensure_generated, resolve_generator
 
 LAYOUT_HINT = (
@@ -210,7 +210,7 @@ class ImageFolderDataModule(L.LightningDataModule):
     def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
         split_dir = self._check_split_dir(split)
         try:
-            return ImageFolder(str(split_dir), transform=transform)
+            return ImageFolder(str(split_dir), transform=transform, loader=load_rgb_image)
         except FileNotFoundError as err:  # no class folders, or class folders without images
             reason = str(err).splitlines()[0].rstrip(".")
             raise DataConfigError(

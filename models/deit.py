@@ -28,6 +28,23 @@ class ModelConfigError(ValueError):
     """A bad model option; the message is one line naming the value and the valid choices."""
 
 
+def check_patch_grid(img_size: Any, patch_size: Any) -> None:
+    """An image side that the patch size does not divide would lose its last pixels in the patch
+    embedding (a strided convolution) without a word: that is a `ModelConfigError` naming both values."""
+    for side, patch in zip(_pair(img_size), _pair(patch_size), strict=True):
+        if side % patch:
+            below, above = side - side % patch, side - side % patch + patch
+            valid = f"{below} or {above}" if below else f"{above}"
+            raise ModelConfigError(
+                f"img_size={side} is not divisible by patch_size={patch}: the patch embedding would drop the last"
+                f" {side % patch} pixel rows/columns; valid: a multiple of {patch}, e.g. {valid}"
+            )
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, (int, float)) else tuple(int(v) for v in value)
+
+
 class _PendingRPEAttention(RPEAttention):
     """``RPEAttention`` taking its RPE from the model under construction.
 
@@ -69,6 +86,8 @@ class RPEVisionTransformer(VisionTransformer):
             super().__init__(attn_layer=_PendingRPEAttention, **kwargs)
         finally:
             _PendingRPEAttention.pending = None
+        if not getattr(self, "dynamic_img_size", False):
+            check_patch_grid(self.patch_embed.img_size, self.patch_embed.patch_size)
         if ape == "sincos":
             self._fill_sincos_pos_embed()
         self.pegs: nn.ModuleDict | None = None
@@ -133,13 +152,32 @@ DEIT_ARCHS: dict[str, dict[str, Any]] = {
 }
 
 
+def load_pretrained_files_safely(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of ``build_model_with_cfg`` with any ``pretrained_cfg(_overlay)=dict(file=...)`` loaded here,
+    with ``weights_only=True``, and handed to timm as its ``state_dict`` source.
+
+    timm 1.0.23-1.0.25 load such files with ``weights_only=False`` (any pickle runs); reading the file
+    here keeps a pretrained file from running code whatever timm version is installed.
+    """
+    from timm.models import load_state_dict
+
+    out = dict(kwargs)
+    for key in ("pretrained_cfg", "pretrained_cfg_overlay"):
+        cfg = out.get(key)
+        if isinstance(cfg, dict) and cfg.get("file") and cfg.get("state_dict") is None:
+            cfg = dict(cfg)
+            cfg["state_dict"] = load_state_dict(cfg.pop("file"), weights_only=True)
+            out[key] = cfg
+    return out
+
+
 def _build(variant: str, arch: str, pretrained: bool = False, **kwargs: Any) -> RPEVisionTransformer:
     return build_model_with_cfg(
         RPEVisionTransformer,
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
-        **dict(DEIT_ARCHS[arch], **kwargs),
+        **load_pretrained_files_safely(dict(DEIT_ARCHS[arch], **kwargs)),
     )
 
 

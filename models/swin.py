@@ -71,7 +71,7 @@ from timm.models.swin_transformer import SwinTransformer, WindowAttention
 from timm.models.vision_transformer import get_init_weights_vit
 from torch import Tensor, nn
 
-from models.deit import ModelConfigError
+from models.deit import ModelConfigError, load_pretrained_files_safely
 from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
 from rpe.base import no_weight_decay_names
 
@@ -208,6 +208,41 @@ class RPEWindowAttention(RPESites, WindowAttention):
         return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}, rpe={rpe!r}"
 
 
+def swin_grid_problem(side: int, patch: int, window: int, stages: int) -> str | None:
+    """Why an image side does not give exact Swin windows, or None.
+
+    The patch size must divide the side; each stage's token grid must be tiled by its windows (a grid
+    no larger than the window is one window) and be even where patch merging halves it. timm pads what
+    does not fit with zero tokens, which then take part in the windows' attention.
+    """
+    if side % patch:
+        return (
+            f"img_size={side} is not divisible by patch_size={patch} (its last {side % patch} pixels"
+            " would be dropped)"
+        )
+    grid = side // patch
+    for stage in range(stages):
+        if stage and grid % 2:
+            return f"stage {stage - 1} has an odd {grid}-token side that patch merging would pad"
+        grid = grid // 2 if stage else grid
+        if grid > window and grid % window:
+            return f"stage {stage} has a {grid}-token side that {window}-token windows do not tile (timm would pad it)"
+    return None
+
+
+def check_swin_grid(img_size: Any, patch_size: Any, window_size: Any, stages: int) -> None:
+    """`ModelConfigError` naming the values and nearby valid sizes when `swin_grid_problem` finds one."""
+    for side, patch, window in zip(to_2tuple(img_size), to_2tuple(patch_size), to_2tuple(window_size), strict=True):
+        problem = swin_grid_problem(int(side), int(patch), int(window), stages)
+        if problem:
+            fits = [s for s in range(patch, 4 * side + 1, patch) if swin_grid_problem(s, patch, window, stages) is None]
+            nearest = sorted(sorted(fits, key=lambda s: abs(s - side))[:2])
+            raise ModelConfigError(
+                f"img_size={side} does not fit Swin with patch {patch}, window {window} and {stages} stages: {problem};"
+                f" valid: e.g. {' or '.join(str(s) for s in nearest)}"
+            )
+
+
 class RPESwinTransformer(SwinTransformer):
     """timm ``SwinTransformer`` whose window attention carries a relative position encoding.
 
@@ -227,6 +262,8 @@ class RPESwinTransformer(SwinTransformer):
         self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
         weight_init = kwargs.get("weight_init", "")
         super().__init__(**kwargs)
+        check_swin_grid(self.patch_embed.img_size, self.patch_embed.patch_size, kwargs.get("window_size", 7),
+                        len(self.layers))
         for stage in self.layers:
             for block in stage.blocks:
                 old = block.attn
@@ -321,7 +358,8 @@ def create_swin(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: 
             raise ModelConfigError(f"{name} has no pretrained weights; use load_swin_checkpoint")
         return RPESwinTransformer(**kwargs)
     return build_model_with_cfg(
-        RPESwinTransformer, name, pretrained, pretrained_filter_fn=checkpoint_filter_fn, **kwargs
+        RPESwinTransformer, name, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
+        **load_pretrained_files_safely(kwargs),
     )
 
 

@@ -53,6 +53,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from models.run_config import backbone  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
 
@@ -308,11 +309,12 @@ def _one_line(err: BaseException) -> str:
 
 
 def load_run(run_dir: Path, ckpt: str) -> tuple[Any, nn.Module]:
-    """``(datamodule, LightningModule)`` of a run dir with the checkpoint's weights loaded."""
-    from omegaconf import OmegaConf
+    """``(datamodule, LightningModule)`` of a run dir with the checkpoint's weights loaded.
 
-    from models.training import load_checkpoint
-    from train import _user_error_types, build_data_and_model
+    The run's config is checked and built by `models.run_config`: nothing named in the run dir is called.
+    """
+    from models.run_config import RunConfigError, build_data_and_model, load_run_checkpoint, load_run_config
+    from train import _user_error_types
 
     if not run_dir.is_dir():
         raise PlotError(f"run dir {run_dir} does not exist; expected a train.py run dir such as runs/<name>/")
@@ -321,12 +323,17 @@ def load_run(run_dir: Path, ckpt: str) -> tuple[Any, nn.Module]:
         raise PlotError(f"run dir {run_dir} has no config.yaml; expected a train.py run dir such as runs/<name>/")
     ckpt_path = resolve_checkpoint(run_dir, ckpt)
     try:
-        datamodule, module = build_data_and_model(OmegaConf.load(config))
+        run_cfg = load_run_config(config)
+        checkpoint = load_run_checkpoint(ckpt_path)
+    except RunConfigError as err:
+        raise PlotError(str(err)) from None
+    try:
+        datamodule, module = build_data_and_model(run_cfg)
     except _user_error_types() as err:
         raise PlotError(f"cannot build the model of {config}: {_one_line(err)}") from None
     try:
-        module.load_state_dict(load_checkpoint(ckpt_path)["state_dict"])
-    except Exception as err:  # unpickling, missing key or shape mismatch: all mean "not this run's weights"
+        module.load_state_dict(checkpoint["state_dict"])
+    except Exception as err:  # missing key or shape mismatch: both mean "not this run's weights"
         raise PlotError(f"checkpoint {ckpt_path} does not load into the run's model: {_one_line(err)}") from None
     return datamodule, module
 
@@ -424,7 +431,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
             raise PlotError(f"--grid {args.grid} must be positive; valid: H,W with H, W >= 1")
     run_dir: Path = args.run_dir
     datamodule, module = load_run(run_dir, args.ckpt)
-    net = module.net.eval()
+    net = backbone(module).eval()
     layers_all = attention_layers(net)
     layers = parse_layers(args.layers, len(layers_all))
     out_dir: Path = args.out if args.out is not None else run_dir / "plots"

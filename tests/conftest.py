@@ -34,9 +34,11 @@ def compose_config(
     The Hydra runtime (output dir, cwd) is set as ``hydra.main`` would set it, so
     ``train.run(cfg)`` behaves as on the command line.
     """
+    from train import normalize_overrides  # `+trainer.limit_train_batches=...` works as on the command line
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     with open_dict(cfg):
         cfg.hydra.runtime.output_dir = str(output_dir)

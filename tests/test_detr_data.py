@@ -66,7 +66,8 @@ def _write_tiny_coco(root: Path) -> None:
 
 def test_targets_drop_crowd_and_degenerate_boxes_and_map_categories(tmp_path: Path) -> None:
     _write_tiny_coco(tmp_path)
-    ds = CocoDetectionDataset(tmp_path / "val2017", tmp_path / "annotations" / "instances_val2017.json", None)
+    # the zero-width box is an error by default (tests/test_data_errors.py); "drop" leaves it out
+    ds = CocoDetectionDataset(tmp_path / "val2017", tmp_path / "annotations" / "instances_val2017.json", None, "drop")
     image, target = ds[0]
     assert image.shape == (3, 40, 50)
     assert ds.label_to_cat == [2, 5]
@@ -80,8 +81,8 @@ def test_targets_drop_crowd_and_degenerate_boxes_and_map_categories(tmp_path: Pa
 def test_eval_transform_resizes_and_keeps_normalised_boxes(tmp_path: Path) -> None:
     _write_tiny_coco(tmp_path)
     ann = tmp_path / "annotations" / "instances_val2017.json"
-    plain = CocoDetectionDataset(tmp_path / "val2017", ann, None)[0][1]
-    image, target = CocoDetectionDataset(tmp_path / "val2017", ann, detr_eval_transforms(80, 1333))[0]
+    plain = CocoDetectionDataset(tmp_path / "val2017", ann, None, "drop")[0][1]
+    image, target = CocoDetectionDataset(tmp_path / "val2017", ann, detr_eval_transforms(80, 1333), "drop")[0]
     assert image.shape == (3, 80, 100)  # shorter side 80, aspect kept
     assert target["size"].tolist() == [80, 100] and target["orig_size"].tolist() == [40, 50]
     torch.testing.assert_close(target["boxes"], plain["boxes"], atol=1e-4, rtol=0)

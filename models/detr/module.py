@@ -85,6 +85,18 @@ class DetectionModule(L.LightningModule):
     def forward(self, images: Tensor, mask: Tensor) -> dict[str, Any]:
         return self.model(images, mask)
 
+    def setup(self, stage: str) -> None:
+        """Refuse data without COCO boxes before the first batch (it would be a TypeError deep in a step)."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and not hasattr(type(datamodule), "label_to_cat"):
+            from models.deit import ModelConfigError
+
+            raise ModelConfigError(
+                f"the DETR model (DetectionModule) needs COCO-format detection data, but the data module is "
+                f"{type(datamodule).__name__} (images with class labels); valid: data=shapes_coco or data=coco with"
+                " a DETR model, or a classification model (model=deit_micro, swin_micro, ...) with this data"
+            )
+
     # ------------------------------------------------------------------ training
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         outputs = self.model(batch["images"], batch["mask"])

@@ -1,0 +1,129 @@
+"""Command-line input: Trainer keys without Hydra's ``+``, one-line errors for unknown keys and bad syntax,
+group choices without internal ``_`` bases, and model/data mismatches (DETR on classification data, an image
+size the patch or window grid does not divide) as one line naming the values."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import train
+from models import ModelConfigError, create_model
+from models.swin import swin_grid_problem
+from tests.conftest import SMALL_RELATIONAL, compose_config, run_cli
+
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
+    return lines[0]
+
+
+def test_trainer_limits_work_without_plus(tmp_path: Path, data_dir: Path) -> None:
+    """No debug=fast (which sets them): the limits are declared by configs/trainer/_base.yaml."""
+    result = run_cli("train.py", [
+        *SMALL_RELATIONAL, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1", "callbacks=none", "print_config=false", f"paths.data_dir={data_dir}",
+        f"paths.log_dir={tmp_path}", "run_name=limits",
+    ], env_extra=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "limits" / "metrics.json").read_text())["global_step"] == 2
+
+
+def test_declared_trainer_keys_equal_lightning_defaults_and_plus_still_works(tmp_path: Path, data_dir: Path) -> None:
+    import inspect
+
+    import lightning as L
+
+    defaults = inspect.signature(L.Trainer.__init__).parameters
+    cfg = compose_config(["trainer=cpu"], tmp_path, data_dir)
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                "val_check_interval", "num_sanity_val_steps", "max_steps", "overfit_batches", "fast_dev_run",
+                "strategy", "gradient_clip_algorithm", "benchmark", "detect_anomaly", "profiler", "max_time"):
+        assert cfg.trainer[key] == defaults[key].default, key
+    # the old spelling with + keeps working (on the command line and in compose)
+    assert train.normalize_overrides(["+trainer.limit_train_batches=3", "+experiment=x", "a=1"]) == [
+        "++trainer.limit_train_batches=3", "+experiment=x", "a=1"]
+    cfg = compose_config(["+trainer.limit_train_batches=3", "trainer=ddp_cpu"], tmp_path, data_dir)
+    assert cfg.trainer.limit_train_batches == 3 and cfg.trainer.strategy.process_group_backend == "gloo"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["trainer.limit_train_batchez=3"],
+         "error: trainer.limit_train_batchez is not a config key; valid keys of trainer: _target_, accelerator,"),
+        (["model.net.dropout=0.1"], "valid keys of model.net: ape, drop_path_rate, img_size, name"),
+        (["-m", "rpe=none,irpe_k", "model.optimizer.lrr=1e-3,1e-4"],
+         "model.optimizer.lrr is not a config key; valid keys of model.optimizer: betas, eps, lr, lr_base_batch"),
+        (["model.net=["], "error: override 'model.net=[' is not valid override syntax"),
+        (["rpe=_base"], "error: rpe='_base' is not a config option; valid: irpe_bias_k,"),
+    ],
+    ids=["trainer", "nested", "multirun", "syntax", "internal_base"],
+)
+def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Path) -> None:
+    result = run_cli("train.py", [*args, f"paths.log_dir={tmp_path}"], env_extra=ENV)
+    assert result.returncode == 2
+    line = _one_error_line(result.stderr)
+    assert expected in line and not re.search(r"(?<![\w'])_base\b", line), line  # never offered as a choice
+    assert not any(tmp_path.iterdir())  # nothing was started
+
+
+def test_eval_unknown_key_is_one_line() -> None:
+    result = run_cli("eval.py", ["ckpt_path=x.ckpt", "batch=3"], env_extra=ENV)
+    assert result.returncode == 2
+    assert "batch is not a config key; valid keys of the root config: batch_size," in _one_error_line(result.stderr)
+
+
+def test_group_choices_hide_internal_bases() -> None:
+    with pytest.raises(train.CommandLineError) as err:
+        train.check_group_choices(["rpe=nope"])
+    assert "_base" not in str(err.value) and "irpe_k" in str(err.value)
+    with pytest.raises(train.CommandLineError):
+        train.check_group_choices(["experiment=_deit_imagenet"])
+    train.check_group_choices(["rpe=irpe_k,none", "experiment=deit_tiny_baseline"])  # real options pass
+
+
+def test_detr_on_classification_data_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    result = run_cli("train.py", [
+        "model=detr_small", *SMALL_RELATIONAL, "debug=fast", f"paths.data_dir={data_dir}",
+        f"paths.log_dir={tmp_path}", "run_name=mismatch",
+    ], env_extra=ENV)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "DETR model (DetectionModule) needs COCO-format detection data" in errors[0]
+    assert "ImageFolderDataModule" in errors[0] and "data=shapes_coco" in errors[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "img_size", "expected"),
+    [
+        ("deit_micro_patch4_32", 30, "img_size=30 is not divisible by patch_size=4: the patch embedding would drop"
+                                     " the last 2 pixel rows/columns; valid: a multiple of 4, e.g. 28 or 32"),
+        ("deit_tiny_patch16_224", 200, "img_size=200 is not divisible by patch_size=16"),
+        ("swin_micro_patch4_window4_32", 30, "img_size=30 is not divisible by patch_size=4"),
+        ("swin_micro_patch4_window4_32", 24, "stage 0 has a 6-token side that 4-token windows do not tile"),
+        ("swin_tiny_patch4_window7_224", 256,
+         "64-token side that 7-token windows do not tile (timm would pad it); valid: e.g. 224 or 448"),
+    ],
+)
+def test_image_size_must_fit_the_patch_and_window_grid(name: str, img_size: int, expected: str) -> None:
+    with pytest.raises(ModelConfigError) as err:
+        create_model(name, img_size=img_size, num_classes=3)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_swin_grid_rule_against_hand_worked_sizes() -> None:
+    """Swin-T (patch 4, window 7, 4 stages): grids 56-28-14-7 fit; micro (patch 4, window 4, 2 stages)."""
+    assert swin_grid_problem(224, 4, 7, 4) is None
+    assert swin_grid_problem(448, 4, 7, 4) is None  # 112-56-28-14, all tiled by 7
+    assert swin_grid_problem(32, 4, 4, 2) is None and swin_grid_problem(64, 4, 4, 2) is None
+    assert swin_grid_problem(16, 4, 4, 2) is None  # 4 tokens: one window; 2 tokens: smaller than the window
+    assert "odd 3-token side" in swin_grid_problem(12, 4, 4, 2)  # 3 tokens fit one window but cannot merge
+    assert "stage 1 has a 6-token side" in swin_grid_problem(48, 4, 4, 2)  # 12 tokens tile, then 6 do not

@@ -1,0 +1,170 @@
+"""Bad data is a one-line error naming the file and the record: COCO JSON that does not parse, boxes with
+width or height <= 0 (or the explicit ``invalid_boxes=drop``, which counts and logs), unknown category ids,
+unreadable images (COCO and ImageFolder, also from DataLoader worker processes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from data import DataConfigError, ImageFolderDataModule
+from data.coco import CocoDataModule, CocoDetectionDataset, generate_shapes_coco
+from tests.conftest import run_cli
+
+
+def _write_coco(root: Path, anns: list[dict], split: str = "val") -> Path:
+    """Two 50x40 images (ids 9, 10), categories 2 and 5, the given annotations; returns the JSON path."""
+    (root / f"{split}2017").mkdir(parents=True, exist_ok=True)
+    (root / "annotations").mkdir(exist_ok=True)
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (50, 40), (100, 100, 100)).save(root / f"{split}2017" / name)
+    images = [{"id": 9, "file_name": "a.png", "width": 50, "height": 40},
+              {"id": 10, "file_name": "b.png", "width": 50, "height": 40}]
+    cats = [{"id": 2, "name": "two"}, {"id": 5, "name": "five"}]
+    path = root / "annotations" / f"instances_{split}2017.json"
+    path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return path
+
+
+def _ann(ann_id: int, bbox: list, category: int = 2, image: int = 9) -> dict:
+    return {"id": ann_id, "image_id": image, "category_id": category, "bbox": bbox, "area": 1.0, "iscrowd": 0}
+
+
+GOOD = [_ann(1, [10, 5, 20, 10]), _ann(2, [1, 1, 5, 5], category=5, image=10)]
+
+
+def _dataset(root: Path, **kwargs) -> CocoDetectionDataset:
+    return CocoDetectionDataset(root / "val2017", root / "annotations" / "instances_val2017.json", None, **kwargs)
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert isinstance(err.value, DataConfigError) and "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("bbox", "problem"),
+    [([5, 5, -3, 10], "width or height <= 0"), ([5, 5, 10, 0], "width or height <= 0"),
+     ([60, 5, 10, 10], "wholly outside its 50x40 image"), ([1, 2, 3], "4 numbers"),
+     ([1, 2, float("nan"), 3], "not finite")],
+)
+def test_invalid_boxes_are_an_error_naming_file_and_annotation(tmp_path: Path, bbox: list, problem: str) -> None:
+    ann_file = _write_coco(tmp_path, [*GOOD, _ann(7, bbox, image=10)])
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    message = _one_line(err)
+    assert f"{ann_file}: annotation id 7 (image 10) has bbox" in message and problem in message
+    assert "data.invalid_boxes=drop" in message
+
+
+def test_invalid_boxes_drop_counts_logs_and_leaves_them_out_of_eval(tmp_path: Path, caplog) -> None:
+    bad = [_ann(3, [5, 5, 0, 10]), _ann(4, [5, 5, -1, -1], image=10)]
+    _write_coco(tmp_path, [*GOOD, *bad])
+    with caplog.at_level(logging.WARNING, logger="data.coco"):
+        ds = _dataset(tmp_path, invalid_boxes="drop")
+    assert ds.dropped_boxes == 2
+    assert "dropped 2 of 4 annotations" in caplog.text and "annotation ids 3, 4" in caplog.text
+    assert sorted(ds.coco.getAnnIds()) == [1, 2]  # the ground truth COCOeval reads: same boxes as training
+    assert [len(ds[i][1]["boxes"]) for i in range(2)] == [1, 1]
+
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path, invalid_boxes="keep")
+    assert "data.invalid_boxes='keep' is not one of: error, drop" in _one_line(err)
+    with pytest.raises(DataConfigError):
+        CocoDataModule(root=str(tmp_path), invalid_boxes="keep", num_classes=2)
+
+
+def test_unknown_category_id_names_file_annotation_and_valid_ids(tmp_path: Path) -> None:
+    ann_file = _write_coco(tmp_path, [*GOOD, _ann(8, [1, 1, 4, 4], category=99)])
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path, invalid_boxes="drop")  # never dropped: a wrong label is not a bad box
+    message = _one_line(err)
+    assert f"{ann_file}: annotation id 8 (image 9) has category_id 99" in message and "valid ids: 2, 5" in message
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("{\"images\": [{\"id\": 1", "is not valid JSON"), ("\xff\xfe", "is not"), ("[1, 2]", "is not a COCO")],
+    ids=["truncated", "binary", "list"],
+)
+def test_bad_annotation_json_names_the_file(tmp_path: Path, content: str, expected: str) -> None:
+    ann_file = _write_coco(tmp_path, GOOD)
+    ann_file.write_bytes(content.encode("latin-1"))
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert str(ann_file) in _one_line(err) and expected in str(err.value)
+    (tmp_path / "train2017").mkdir()
+    with pytest.raises(DataConfigError) as err:  # the data module reads the categories when it is built
+        CocoDataModule(root=str(tmp_path))
+    assert str(ann_file) in _one_line(err)
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[:60])
+    elif how == "not_an_image":
+        path.write_bytes(b"definitely not a PNG file")
+    else:
+        path.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "not_an_image", "missing"])
+def test_unreadable_coco_image_names_the_file(tmp_path: Path, how: str) -> None:
+    _write_coco(tmp_path, GOOD)
+    # a noisy image so that cutting the file short leaves PIL with an incomplete stream
+    Image.effect_noise((50, 40), 60).convert("RGB").save(tmp_path / "val2017" / "b.png")
+    _damage(tmp_path / "val2017" / "b.png", how)
+    ds = _dataset(tmp_path)
+    ds[0]  # the intact image
+    with pytest.raises(DataConfigError) as err:
+        ds[1]
+    assert f"image {tmp_path / 'val2017' / 'b.png'} cannot be read" in _one_line(err)
+
+
+def test_unreadable_image_in_a_worker_process_keeps_the_one_line(tmp_path: Path) -> None:
+    from data.coco import collate_detection
+
+    _write_coco(tmp_path, GOOD)
+    _damage(tmp_path / "val2017" / "b.png", "not_an_image")
+    loader = DataLoader(_dataset(tmp_path), batch_size=2, num_workers=1, collate_fn=collate_detection)
+    with pytest.raises(DataConfigError) as err:
+        next(iter(loader))
+    assert _one_line(err).startswith(f"image {tmp_path / 'val2017' / 'b.png'} cannot be read")
+
+
+def test_unreadable_imagefolder_image_names_the_file(tmp_path: Path) -> None:
+    from data import make_fake_imagefolder
+
+    make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=2, img_size=16, seed=0)
+    broken = sorted((tmp_path / "fake" / "val").rglob("*.*"))[0]
+    _damage(broken, "truncated")
+    dm = ImageFolderDataModule(root=str(tmp_path / "fake"), img_size=16, batch_size=2, num_workers=0)
+    dm.setup("validate")
+    with pytest.raises(DataConfigError) as err:
+        [dm.val_set[i] for i in range(len(dm.val_set))]
+    assert f"image {broken} cannot be read" in _one_line(err)
+
+
+def test_train_cli_stops_on_a_negative_width_box(tmp_path: Path) -> None:
+    """End to end: the COCO run stops before training with one line naming the file and the annotation."""
+    root = generate_shapes_coco(tmp_path / "shapes", num_train=8, num_val=4, image_size=[48, 56], object_size=[8, 20])
+    ann_file = root / "annotations" / "instances_train2017.json"
+    coco = json.loads(ann_file.read_text())
+    coco["annotations"][4]["bbox"][2] = -6.0
+    ann_file.write_text(json.dumps(coco))
+    result = run_cli("train.py", [
+        "experiment=detr_shapes", "debug=fast", f"data.root={root}", f"paths.log_dir={tmp_path / 'runs'}",
+        "run_name=bad_box", "data.train_scales=[48]", "data.val_size=48",
+    ], env_extra={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.rstrip("\n").splitlines()[-1] == errors[0]  # the last line, Lightning's notes before it
+    assert f"{ann_file}: annotation id 5 (image" in errors[0] and "width or height <= 0" in errors[0]
+    assert not (tmp_path / "runs" / "bad_box" / "metrics.json").exists()
