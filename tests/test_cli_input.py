@@ -62,7 +62,7 @@ def test_declared_trainer_keys_equal_lightning_defaults_and_plus_still_works(tmp
         (["-m", "rpe=none,irpe_k", "model.optimizer.lrr=1e-3,1e-4"],
          "model.optimizer.lrr is not a config key; valid keys of model.optimizer: betas, eps, lr, lr_base_batch"),
         (["model.net=["], "error: override 'model.net=[' is not valid override syntax"),
-        (["rpe=_base"], "error: rpe='_base' is not a config option; valid: irpe_bias_k,"),
+        (["rpe=_base"], "error: rpe='_base' is not a config option; valid: alibi, cpb, huang, irpe_bias_k,"),
     ],
     ids=["trainer", "nested", "multirun", "syntax", "internal_base"],
 )

@@ -81,7 +81,8 @@ def test_every_preset_trains_in_shifted_windows(preset: str) -> None:
     has_swin_table = any(k.endswith("relative_position_bias_table") for k in state)
     assert has_swin_table == (preset == "swin")
     rpe_keys = [k for k in state if ".attn.rpe_" in k]
-    assert bool(rpe_keys) == (preset not in ("swin", "none"))
+    stateless = ("swin", "none", "alibi", "rope_axial")  # fixed slopes / fixed rotation frequencies: no state
+    assert bool(rpe_keys) == (preset not in stateless)
     if preset == "irpe_qkv":
         assert {"layers.0.blocks.1.attn.rpe_q.lookup_table_weight", "layers.0.blocks.1.attn.rpe_k.lookup_table_weight",
                 "layers.0.blocks.1.attn.rpe_v.lookup_table_weight"} <= set(state)
