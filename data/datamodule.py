@@ -41,51 +41,27 @@ def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
 class ResumableSampler(DistributedSampler):
     """The training order: a shuffle fixed by ``(seed, epoch)``, sharded over ranks, resumable mid-epoch.
 
-    The order depends on the run's seed and the epoch (``set_epoch``, which Lightning calls), never on the
-    global RNG, so a resumed run sees the same order. ``skip`` (set when a mid-epoch checkpoint is restored)
-    drops that many of this rank's samples from the next iteration only; ``len`` stays the full epoch.
-    A ``DistributedSampler`` also with one process, so that Lightning never wraps it.
+    The order depends on the run's seed and the epoch (``set_epoch``, which Lightning calls), never on
+    the global RNG, so a resumed run sees the same order. ``start_at(epoch, skip)`` (a run resumed from
+    a checkpoint taken mid-epoch) drops the first ``skip`` samples of this rank in that epoch only;
+    ``len`` stays the full epoch. A ``DistributedSampler`` also with one process, so Lightning never
+    wraps it.
     """
 
     def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
-        self.skip = 0
+        self._skip_epoch, self._skip = -1, 0
+
+    def start_at(self, epoch: int, skip: int) -> None:
+        self.set_epoch(epoch)
+        self._skip_epoch, self._skip = epoch, skip
 
     def __iter__(self):
         indices = list(super().__iter__())
-        skip, self.skip = self.skip, 0
-        return iter(indices[skip:])
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader whose position in the epoch goes into Lightning checkpoints (``state_dict``).
-
-    Lightning saves ``state_dict()`` with every checkpoint and, when it restores a checkpoint taken
-    mid-epoch, calls ``load_state_dict`` before iterating: the sampler then skips the batches already
-    trained on. ``progress`` returns the number of batches trained in the current epoch.
-    """
-
-    progress: Callable[[], int] | None = None
-
-    def state_dict(self) -> dict[str, int]:
-        if self.progress is None or not hasattr(self.sampler, "skip"):
-            return {}
-        return {"epoch": int(self.sampler.epoch), "batches": int(self.progress()), "batch_size": int(self.batch_size)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        if not state:
-            return
-        if not hasattr(self.sampler, "skip") or state["batch_size"] != self.batch_size:
-            warnings.warn("the training sampler cannot skip the part of the epoch already trained; it is repeated",
-                          stacklevel=2)
-            return
-        self.sampler.set_epoch(state["epoch"])
-        self.sampler.skip = state["batches"] * state["batch_size"]
-
-
-def _batches_trained_this_epoch(datamodule: L.LightningDataModule) -> int:
-    trainer = getattr(datamodule, "trainer", None)
-    return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed) if trainer is not None else 0
+        if self.epoch == self._skip_epoch:
+            indices = indices[self._skip:]
+            self._skip_epoch, self._skip = -1, 0
+        return iter(indices)
 
 
 def make_loader(
@@ -97,7 +73,9 @@ def make_loader(
 ) -> DataLoader:
     """The loader every datamodule uses: its ``batch_size``/``num_workers``/``pin_memory``; drop the last
     partial batch for training only. Training without a given ``sampler`` shuffles with a
-    ``ResumableSampler`` seeded by the run's seed (``torch.initial_seed()``, set by ``seed_everything``).
+    ``ResumableSampler`` seeded by the run's seed (``torch.initial_seed()``, set by ``seed_everything``)
+    and starts at ``datamodule.resume_position = (epoch, batches done)`` when a resumed run set it
+    (``models.training.ResumeCheckpoint``).
 
     Every loader draws its worker seeds from its own generator, so iterating a loader never moves the
     global RNG: a run resumed from a checkpoint continues with the RNG state it saved.
@@ -106,7 +84,12 @@ def make_loader(
     if train and sampler is None:
         world_size, rank = trainer_world(datamodule)
         sampler = ResumableSampler(dataset, world_size, rank, seed=seed)
-    loader = ResumableDataLoader(
+        position = getattr(datamodule, "resume_position", None)
+        if position is not None:
+            epoch, batches = position
+            sampler.start_at(epoch, batches * datamodule.batch_size)
+            datamodule.resume_position = None
+    return DataLoader(
         dataset,
         batch_size=datamodule.batch_size,
         shuffle=False,  # training always has a sampler that shuffles
@@ -118,9 +101,6 @@ def make_loader(
         persistent_workers=datamodule.num_workers > 0,
         generator=torch.Generator().manual_seed(seed),
     )
-    if train:
-        loader.progress = lambda: _batches_trained_this_epoch(datamodule)
-    return loader
 
 
 class RepeatAugDistributedSampler(DistributedSampler):

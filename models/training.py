@@ -155,9 +155,8 @@ class ResumeCheckpoint(Checkpoint):
     Saved at the end of every training epoch (whether or not the monitored metric improved), every
     ``every_n_train_steps`` steps when set, and when a signal stops the run (``stop_signal`` set by a
     signal handler; the run stops at the next batch boundary). Every checkpoint of the run (also
-    ``best.ckpt``) carries the run's ``identity`` and the global RNG states; the RNG states are restored
-    when training starts from a checkpoint, and the training loader's position in the epoch is saved
-    by the loader itself (``data.datamodule.ResumableDataLoader``).
+    ``best.ckpt``) carries the run's ``identity``, the global RNG states and the training loader's
+    position (epoch, batches done); both are restored when training resumes from it.
     """
 
     def __init__(self, dirpath: str, every_n_train_steps: int | None = None, filename: str = "last") -> None:
@@ -198,12 +197,25 @@ class ResumeCheckpoint(Checkpoint):
         if isinstance(exception, SIGTERMException) and trainer.global_step > 0:
             self._save(trainer)
 
+    @staticmethod
+    def loader_position(trainer: L.Trainer) -> tuple[int, int]:
+        """``(epoch, batches of it trained)``: where the training loader resumes (0 batches once the
+        epoch's training part is done)."""
+        epochs = trainer.fit_loop.epoch_progress.current
+        in_epoch = epochs.started > epochs.processed
+        return epochs.processed, trainer.fit_loop.epoch_loop.batch_progress.current.processed if in_epoch else 0
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[IDENTITY_KEY] = self.identity
         checkpoint["rng_states"] = rng_states()
+        checkpoint["loader_position"] = list(self.loader_position(trainer))
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        # Restored before the Trainer first builds the training loader (the datamodule hands the
+        # position to its sampler, ``data.datamodule.make_loader``); the RNG states once training starts.
         self._rng_to_restore = checkpoint.get("rng_states")
+        if trainer.datamodule is not None and "loader_position" in checkpoint:
+            trainer.datamodule.resume_position = tuple(checkpoint["loader_position"])
 
 
 class FiniteLossGuard(L.Callback):
