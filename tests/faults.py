@@ -23,9 +23,3 @@ class SignalAt(L.Callback):
             self.marker.write_text(str(self.signum))
             os.kill(os.getpid(), self.signum)
 
-
-class PrintBatches(L.Callback):
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        import torch
-        print("DBG", trainer.global_step, batch_idx, batch[1].tolist()[:6], float(batch[0].sum()),
-              trainer.optimizers[0].param_groups[0]["lr"], float(torch.rand(1)), flush=True)
