@@ -183,8 +183,13 @@ class ResumeCheckpoint(Checkpoint):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         if self.stop_signal is not None:
-            self._save(trainer)
-            raise RunInterrupted(self.stop_signal)
+            if trainer.world_size > 1:
+                # Ranks may see the signal at different steps: let Lightning broadcast rank 0's flag and
+                # stop every rank together at the next step (SIGTERMException, saved in on_exception).
+                trainer._signal_connector.received_sigterm = True
+            else:
+                self._save(trainer)
+                raise RunInterrupted(self.stop_signal)
         if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
             self._save(trainer)
 
