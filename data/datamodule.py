@@ -38,6 +38,32 @@ def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
     return int(getattr(trainer, "world_size", 1)), int(getattr(trainer, "global_rank", 0))
 
 
+class ResumableSampler(DistributedSampler):
+    """The training order: a shuffle fixed by ``(seed, epoch)``, sharded over ranks, resumable mid-epoch.
+
+    The order depends on the run's seed and the epoch (``set_epoch``, which Lightning calls), never on
+    the global RNG, so a resumed run sees the same order. ``start_at(epoch, skip)`` (a run resumed from
+    a checkpoint taken mid-epoch) drops the first ``skip`` samples of this rank in that epoch only;
+    ``len`` stays the full epoch. A ``DistributedSampler`` also with one process, so Lightning never
+    wraps it.
+    """
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, seed: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        self._skip_epoch, self._skip = -1, 0
+
+    def start_at(self, epoch: int, skip: int) -> None:
+        self.set_epoch(epoch)
+        self._skip_epoch, self._skip = epoch, skip
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        if self.epoch == self._skip_epoch:
+            indices = indices[self._skip:]
+            self._skip_epoch, self._skip = -1, 0
+        return iter(indices)
+
+
 def make_loader(
     datamodule: L.LightningDataModule,
     dataset: Dataset,
@@ -45,18 +71,35 @@ def make_loader(
     sampler: Sampler | None = None,
     collate_fn: Callable | None = None,
 ) -> DataLoader:
-    """The loader every datamodule uses: its ``batch_size``/``num_workers``/``pin_memory``; shuffle and
-    drop the last partial batch for training only (a given ``sampler`` does its own shuffling)."""
+    """The loader every datamodule uses: its ``batch_size``/``num_workers``/``pin_memory``; drop the last
+    partial batch for training only. Training without a given ``sampler`` shuffles with a
+    ``ResumableSampler`` seeded by the run's seed (``torch.initial_seed()``, set by ``seed_everything``)
+    and starts at ``datamodule.resume_position = (epoch, batches done)`` when a resumed run set it
+    (``models.training.ResumeCheckpoint``).
+
+    Every loader draws its worker seeds from its own generator, so iterating a loader never moves the
+    global RNG: a run resumed from a checkpoint continues with the RNG state it saved.
+    """
+    seed = torch.initial_seed()
+    if train and sampler is None:
+        world_size, rank = trainer_world(datamodule)
+        sampler = ResumableSampler(dataset, world_size, rank, seed=seed)
+        position = getattr(datamodule, "resume_position", None)
+        if position is not None:
+            epoch, batches = position
+            sampler.start_at(epoch, batches * datamodule.batch_size)
+            datamodule.resume_position = None
     return DataLoader(
         dataset,
         batch_size=datamodule.batch_size,
-        shuffle=train and sampler is None,
+        shuffle=False,  # training always has a sampler that shuffles
         sampler=sampler,
         num_workers=datamodule.num_workers,
         collate_fn=collate_fn,
         pin_memory=datamodule.pin_memory and torch.cuda.is_available(),
         drop_last=train,
         persistent_workers=datamodule.num_workers > 0,
+        generator=torch.Generator().manual_seed(seed),
     )
 
 

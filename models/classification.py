@@ -92,9 +92,14 @@ class ClassificationModule(L.LightningModule):
         self.log("lr", self.optimizers().param_groups[0]["lr"], prog_bar=False)
         return loss
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # Here, not in on_train_batch_end: callbacks (checkpoints) run before the module's batch-end
+        # hook, so a checkpoint taken there would miss this step's EMA update.
         if self.ema is not None:
-            self.ema.update(self.net, step=self.global_step)
+            self.ema.update(self.net, step=self.global_step + 1)  # global_step counts this step after the hook
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._step_started is not None:
             images_per_s = len(batch[0]) * self.trainer.world_size / (time.perf_counter() - self._step_started)
             self.log("train/img_per_s", images_per_s)

@@ -13,43 +13,78 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (a rename into it) to disk; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _replace_durably(tmp: str | os.PathLike, path: Path) -> None:
+    """Flush ``tmp``, rename it over ``path`` and flush the folder: after a crash, old or new, never half."""
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _replace_durably(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    """Strict JSON (a NaN or inf raises ``ValueError`` instead of writing invalid JSON), atomically."""
+    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode())
+
+
+TMP_SUFFIX = ".tmp"  # temporary files of atomic writes: ``.<name>.<random>.tmp`` next to the target
+
+
+def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files a killed atomic write left in ``folder`` and ``folder/checkpoints``."""
+    stale = [p for sub in (Path(folder), Path(folder) / "checkpoints") if sub.is_dir()
+             for p in sub.glob(f".*{TMP_SUFFIX}") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints are written to a temporary file and renamed, and loaded with ``weights_only``."""
+    """Checkpoints are written to a temporary file, flushed and renamed, and loaded with ``weights_only``."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if get_filesystem(path).protocol not in ("file", ("file", "local")):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
         os.close(fd)
         try:
             torch.save(checkpoint, tmp)
-            os.replace(tmp, path)
+            _replace_durably(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -58,9 +93,186 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         return torch.load(path, map_location=map_location or "cpu", weights_only=True)
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a Lightning checkpoint on the CPU without unpickling arbitrary objects."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:
+    """Load a Lightning checkpoint on the CPU without unpickling arbitrary objects.
+
+    ``mmap=True`` maps the tensors instead of reading them: cheap for checking a large checkpoint.
+    """
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+
+
+# ----------------------------------------------------------------------------- resume and faults
+IDENTITY_KEY = "run_identity"  # checkpoint entry: the identity hash of the run that saved it
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNG states a training step draws from: Python, NumPy, torch CPU and CUDA."""
+    import random
+
+    import numpy as np
+
+    np_state = np.random.get_state()
+    states: dict[str, Any] = {
+        "python": list(random.getstate()[1]), "python_pos": random.getstate()[2],
+        "numpy": torch.from_numpy(np_state[1].copy()), "numpy_pos": int(np_state[2]),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what ``rng_states`` returned (the pieces ``weights_only`` loading accepts: lists, tensors)."""
+    import random
+
+    import numpy as np
+
+    random.setstate((3, tuple(states["python"]), states["python_pos"]))
+    np.random.set_state(("MT19937", states["numpy"].numpy().astype(np.uint32), states["numpy_pos"], 0, 0.0))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class RunInterrupted(Exception):
+    """Raised when a signal (SIGTERM, SIGUSR1, SIGUSR2) stopped a run after its checkpoint was saved."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+class NonFiniteLossError(ValueError):
+    """The training loss became NaN or infinite."""
+
+
+class ResumeCheckpoint(Checkpoint):
+    """Writes ``<dirpath>/last.ckpt``, the point a rerun resumes from, with everything an exact resume needs.
+
+    Saved at the end of every training epoch (whether or not the monitored metric improved), every
+    ``every_n_train_steps`` steps when set, and when a signal stops the run (``stop_signal`` set by a
+    signal handler; the run stops at the next batch boundary). Every checkpoint of the run (also
+    ``best.ckpt``) carries the run's ``identity``, the global RNG states and the training loader's
+    position (epoch, batches done); both are restored when training resumes from it.
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int | None = None, filename: str = "last") -> None:
+        if every_n_train_steps is not None and every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 1 or null")
+        self.dirpath = dirpath
+        self.filename = filename
+        self.every_n_train_steps = every_n_train_steps
+        self.identity: str | None = None  # set by train.py
+        self.stop_signal: int | None = None
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.dirpath, f"{self.filename}.ckpt")
+
+    def _save(self, trainer: L.Trainer) -> None:
+        trainer.save_checkpoint(self.path)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if self.stop_signal is not None:
+            if trainer.world_size > 1:
+                # Ranks may see the signal at different steps: let Lightning broadcast rank 0's flag and
+                # stop every rank together at the next step (SIGTERMException, saved in on_exception).
+                trainer._signal_connector.received_sigterm = True
+            else:
+                self._save(trainer)
+                raise RunInterrupted(self.stop_signal)
+        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # Lightning stops on SIGTERM at a loop boundary (validation, epoch end, DDP step start): a
+        # consistent state to save. Other exceptions may strike mid-step: resume from the last save.
+        if isinstance(exception, SIGTERMException) and trainer.global_step > 0:
+            self._save(trainer)
+
+    @staticmethod
+    def loader_position(trainer: L.Trainer) -> tuple[int, int]:
+        """``(epoch, batches of it trained)``: where the training loader resumes (0 batches once the
+        epoch's training part is done)."""
+        epochs = trainer.fit_loop.epoch_progress.current
+        in_epoch = epochs.started > epochs.processed
+        return epochs.processed, trainer.fit_loop.epoch_loop.batch_progress.current.processed if in_epoch else 0
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[IDENTITY_KEY] = self.identity
+        checkpoint["rng_states"] = rng_states()
+        checkpoint["loader_position"] = list(self.loader_position(trainer))
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        # Restored before the Trainer first builds the training loader (the datamodule hands the
+        # position to its sampler, ``data.datamodule.make_loader``); the RNG states once training starts.
+        self._rng_to_restore = checkpoint.get("rng_states")
+        if trainer.datamodule is not None and "loader_position" in checkpoint:
+            trainer.datamodule.resume_position = tuple(checkpoint["loader_position"])
+
+
+class FiniteLossGuard(L.Callback):
+    """Stops the run on a NaN/inf training loss and keeps non-finite weights out of every checkpoint.
+
+    Each step only folds ``isfinite(loss)`` into a flag on the loss's device (no host sync); the flag
+    is read every ``trainer.log_every_n_steps`` steps and before any checkpoint is written, which
+    raises ``NonFiniteLossError`` naming the first bad step and its loss instead of saving.
+    """
+
+    def __init__(self) -> None:
+        self._first_bad_step: torch.Tensor | None = None  # -1 while every loss was finite
+        self._first_bad_loss: torch.Tensor | None = None
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if not torch.is_tensor(loss):
+            return
+        loss = loss.detach().float()
+        if self._first_bad_step is None or self._first_bad_step.device != loss.device:
+            self._first_bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+            self._first_bad_loss = torch.zeros((), device=loss.device)
+        first = (self._first_bad_step < 0) & ~torch.isfinite(loss)
+        self._first_bad_step = torch.where(first, trainer.global_step, self._first_bad_step)
+        self._first_bad_loss = torch.where(first, loss, self._first_bad_loss)
+        if trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
+            self.check_loss()
+
+    def check_loss(self) -> None:
+        """Raise if a training loss so far was not finite (one host sync)."""
+        if self._first_bad_step is not None and int(self._first_bad_step) >= 0:
+            raise NonFiniteLossError(
+                f"training loss is {float(self._first_bad_loss)} at step {int(self._first_bad_step)}; the run "
+                "stopped without saving a checkpoint (lower model.optimizer.lr or check the data)"
+            )
+
+    @staticmethod
+    def check_weights(pl_module: L.LightningModule) -> None:
+        """Raise if a weight is not finite (one host sync; the name is looked up only on failure)."""
+        params = list(pl_module.parameters())
+        if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):
+            name = next(n for n, p in pl_module.named_parameters() if not torch.isfinite(p).all())
+            raise NonFiniteLossError(
+                f"non-finite weights ({name}) after step {pl_module.global_step}; the run stopped without "
+                "saving a checkpoint (lower model.optimizer.lr or check the data)"
+            )
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self.check_loss()
+        self.check_weights(pl_module)
 
 
 def wandb_logger(

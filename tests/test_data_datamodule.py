@@ -14,6 +14,7 @@ from PIL import Image
 from torch.utils.data import DistributedSampler
 
 from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
+from data.datamodule import RepeatAugDistributedSampler
 from data.generation import MARKER_NAME, ensure_generated
 from data.relational import generate_relational_shapes
 
@@ -230,7 +231,7 @@ def test_repeated_aug_only_when_distributed(tmp_path: Path) -> None:
     root = make_fake_imagefolder(tmp_path / "fake", num_classes=4, per_class=8, img_size=16)
     dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=4, num_workers=0, repeated_aug=True)
     dm.setup("fit")
-    assert not isinstance(dm.train_dataloader().sampler, DistributedSampler)  # single process: plain shuffle
+    assert not isinstance(dm.train_dataloader().sampler, RepeatAugDistributedSampler)  # single process: plain shuffle
 
     per_rank = []
     for rank in range(2):

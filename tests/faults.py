@@ -1,0 +1,25 @@
+"""Faults injected into real training runs by the reliability tests (loaded through Hydra ``_target_``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import lightning as L
+
+
+class SignalAt(L.Callback):
+    """Sends ``signum`` to this process once, after training step ``step``; ``marker`` records that it did.
+
+    A second run with the same command (the resume) finds the marker and lets training go on.
+    """
+
+    def __init__(self, step: int, marker: str, signum: int = int(signal.SIGKILL)) -> None:
+        self.step, self.marker, self.signum = step, Path(marker), signum
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step == self.step and not self.marker.exists():
+            self.marker.write_text(str(self.signum))
+            os.kill(os.getpid(), self.signum)
+

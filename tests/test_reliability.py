@@ -1,0 +1,260 @@
+"""Run lifecycle under faults: reruns, other configs, kill -9, SIGTERM/SIGUSR1, NaN, damaged files, W&B.
+
+Each case runs the real ``train.py`` (a subprocess) on a few batches of the embedded data; faults are
+real signals sent at a chosen step (``tests/faults.py``) or damaged files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from models.training import AtomicCheckpointIO, atomic_write_json, load_checkpoint
+from tests.conftest import SMALL_RELATIONAL, run_cli
+
+TINY = ["debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3", "trainer.limit_val_batches=1"]
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _args(log_dir: Path, data_dir: Path, *extra: str) -> list[str]:
+    return [*TINY, f"paths.log_dir={log_dir}", f"paths.data_dir={data_dir}", *extra]
+
+
+def _fingerprint(run_dir: Path) -> dict[str, str]:
+    """Every file below ``run_dir`` (hidden ones too) and the SHA-1 of its bytes."""
+    return {p.relative_to(run_dir).as_posix(): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def _fault(step: int, marker: Path, signum: int) -> list[str]:
+    return ["+callbacks.fault._target_=tests.faults.SignalAt", f"+callbacks.fault.step={step}",
+            f"+callbacks.fault.marker={marker}", f"+callbacks.fault.signum={signum}"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, list[str]]:
+    """A finished 2-epoch run (the "victim"), and the command that made it."""
+    log_dir = tmp_path_factory.mktemp("victim")
+    args = _args(log_dir, data_dir, "run_name=victim", "trainer.max_epochs=2")
+    result = run_cli("train.py", args, env_extra=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return log_dir / "victim", args
+
+
+# ----------------------------------------------------------------------------- run identity
+def test_another_config_never_writes_into_a_finished_run(finished_run) -> None:
+    run_dir, args = finished_run
+    state = json.loads((run_dir / "run.json").read_text())
+    assert state["state"] == "finished"
+    before = _fingerprint(run_dir)
+    for _ in range(2):  # the second attempt used to "resume" from the first attempt's blank model
+        result = run_cli("train.py", [*args, "rpe=irpe_qkv"], env_extra=ENV)
+        assert result.returncode == 2
+        [line] = _error_lines(result.stderr)
+        assert "rpe.preset: irpe_k -> irpe_qkv" in line and "run_name" in line, line
+        assert "Traceback" not in result.stderr
+        assert _fingerprint(run_dir) == before  # not config.yaml, not .hydra/, not a checkpoint
+
+
+def test_a_finished_run_is_not_trained_again(finished_run) -> None:
+    run_dir, args = finished_run
+    before = _fingerprint(run_dir)
+    result = run_cli("train.py", args, env_extra=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "is finished" in result.stdout
+    assert _fingerprint(run_dir) == before  # checkpoints and metrics bit for bit
+
+
+def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path) -> None:
+    import shutil
+
+    run_dir, args = finished_run
+    copy = tmp_path / "victim"
+    shutil.copytree(run_dir, copy)
+    args = [a for a in args if not a.startswith("paths.log_dir=")] + [f"paths.log_dir={tmp_path}"]
+    result = run_cli("train.py", [*args, "trainer.max_epochs=3"], env_extra=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {copy}/checkpoints/last.ckpt" in result.stdout
+    assert json.loads((copy / "metrics.json").read_text())["global_step"] == 9
+
+
+def test_a_run_that_failed_before_training_can_be_rerun_fixed(tmp_path: Path, data_dir: Path) -> None:
+    failed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "rpe.ratio=-1"), env_extra=ENV)
+    assert failed.returncode == 2 and "rpe.ratio=-1.0 must be > 0" in failed.stderr
+    run_dir = tmp_path / "typo"
+    assert (run_dir / "failed.json").is_file()
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "failed"
+    fixed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "rpe.ratio=1.9"), env_extra=ENV)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "never trained" in fixed.stdout  # nothing of value was in the dir: reused, and said so
+    assert not (run_dir / "failed.json").exists() and (run_dir / "metrics.json").is_file()
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
+
+
+def _save_checkpoint(path: Path, step: int, identity: str = "abc") -> None:
+    AtomicCheckpointIO().save_checkpoint(
+        {"global_step": step, "epoch": 0, "state_dict": {"w": torch.ones(3)}, "run_identity": identity}, path)
+
+
+def test_resume_point_is_an_intact_trained_checkpoint_of_this_run(tmp_path: Path) -> None:
+    ckpts = tmp_path / "checkpoints"
+    assert train.resume_checkpoint(tmp_path, "abc") is None  # nothing there: start
+    _save_checkpoint(ckpts / "last.ckpt", step=0)  # saved before any step (e.g. a crash in setup)
+    assert train.resume_checkpoint(tmp_path, "abc") is None
+    _save_checkpoint(ckpts / "best.ckpt", step=4)
+    _save_checkpoint(ckpts / "last.ckpt", step=6)
+    assert train.resume_checkpoint(tmp_path, "abc") == str(ckpts / "last.ckpt")
+    # a truncated last.ckpt: resume from the intact best.ckpt (earlier, never from scratch)
+    data = (ckpts / "last.ckpt").read_bytes()
+    (ckpts / "last.ckpt").write_bytes(data[: len(data) // 2])
+    assert train.resume_checkpoint(tmp_path, "abc") == str(ckpts / "best.ckpt")
+    # a checkpoint of another config is never resumed; nothing usable left: an error, not a fresh start
+    _save_checkpoint(ckpts / "best.ckpt", step=4, identity="other")
+    with pytest.raises(train.ResumeError, match="last.ckpt is unreadable.*best.ckpt was saved by a run of another"):
+        train.resume_checkpoint(tmp_path, "abc")
+
+
+def test_identity_ignores_what_may_change_on_resume() -> None:
+    base = {"trainer": {"max_epochs": 3, "lr": 1}, "logger": {"csv": {}}, "paths": {"log_dir": "a"}, "rpe": {"k": 1}}
+    other = {"trainer": {"max_epochs": 9, "lr": 1}, "logger": {}, "paths": {"log_dir": "b"}, "rpe": {"k": 1}}
+    assert train.identity_hash(train.identity_config(base)) == train.identity_hash(train.identity_config(other))
+    changed = {**other, "rpe": {"k": 2}}
+    assert train.identity_hash(train.identity_config(base)) != train.identity_hash(train.identity_config(changed))
+    assert train.config_differences(train.identity_config(base), train.identity_config(changed)) == "rpe.k: 1 -> 2"
+
+
+# ----------------------------------------------------------------------------- exact resume
+def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_weights(tmp_path: Path, data_dir: Path) -> None:
+    """last.ckpt every 3 steps; SIGKILL after step 7 (mid second epoch) loses step 7; the rerun redoes it."""
+    common = _args(tmp_path, data_dir, "trainer.max_epochs=2", "trainer.limit_train_batches=4",
+                   "trainer.deterministic=true", "callbacks.last_checkpoint.every_n_train_steps=3")
+    done = tmp_path / "reference-marker"
+    done.write_text("")  # the reference run is never killed
+    reference = run_cli("train.py", [*common, "run_name=reference", *_fault(7, done, signal.SIGKILL)], env_extra=ENV)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    marker = tmp_path / "kill-marker"
+    args = [*common, "run_name=killed", *_fault(7, marker, signal.SIGKILL)]
+    killed = run_cli("train.py", args, env_extra=ENV)
+    assert killed.returncode == -signal.SIGKILL and marker.exists()
+    assert load_checkpoint(tmp_path / "killed/checkpoints/last.ckpt")["global_step"] == 6
+    resumed = run_cli("train.py", args, env_extra=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout
+
+    want, got = (load_checkpoint(tmp_path / name / "checkpoints/last.ckpt") for name in ("reference", "killed"))
+    assert got["global_step"] == want["global_step"] == 8
+    for key, value in want["state_dict"].items():
+        assert torch.equal(got["state_dict"][key], value), key
+    for moments_want, moments_got in zip(want["optimizer_states"][0]["state"].values(),
+                                         got["optimizer_states"][0]["state"].values(), strict=True):
+        assert torch.equal(moments_want["exp_avg_sq"], moments_got["exp_avg_sq"])
+
+
+# ----------------------------------------------------------------------------- signals
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir: Path, signum: int) -> None:
+    marker = tmp_path / "marker"
+    args = _args(tmp_path, data_dir, "run_name=preempted", "trainer.max_epochs=2", *_fault(4, marker, signum))
+    first = run_cli("train.py", args, env_extra=ENV)
+    run_dir = tmp_path / "preempted"
+    assert first.returncode == 128 + signum, first.stderr[-3000:]
+    [line] = _error_lines(first.stderr)
+    assert signal.Signals(signum).name in line and "resume" in line
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "interrupted"
+    assert load_checkpoint(run_dir / "checkpoints/last.ckpt")["global_step"] == 4
+    assert not (run_dir / "metrics.json").exists() and not (run_dir / "failed.json").exists()
+
+    stale = run_dir / "checkpoints" / ".last.ckpt.k3j4.tmp"  # what a kill during a save leaves
+    stale.write_bytes(b"half a checkpoint")
+    second = run_cli("train.py", args, env_extra=ENV)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resuming from {run_dir}/checkpoints/last.ckpt" in second.stdout
+    assert not stale.exists()
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 6
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
+
+
+def test_sigterm_stops_a_sweep_and_reports_the_interrupted_job(tmp_path: Path, data_dir: Path) -> None:
+    sweep = tmp_path / "sweep"
+    marker = tmp_path / "marker"
+    result = run_cli("train.py", [
+        "-m", "rpe=none,irpe_k", *_args(tmp_path, data_dir, f"hydra.sweep.dir={sweep}"),
+        *_fault(2, marker, signal.SIGTERM),
+    ], env_extra=ENV)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    [line] = _error_lines(result.stderr)
+    assert f"sweep interrupted during job {sweep / '0'}" in line and "SIGTERM" in line
+    assert json.loads((sweep / "0" / "run.json").read_text())["state"] == "interrupted"
+    assert load_checkpoint(sweep / "0" / "checkpoints/last.ckpt")["global_step"] == 2
+    assert not (sweep / "1" / "metrics.json").exists()  # the sweep stopped: the scheduler requeues it
+
+
+# ----------------------------------------------------------------------------- finite or stop
+def test_a_nan_loss_stops_the_run_without_a_checkpoint(tmp_path: Path, data_dir: Path) -> None:
+    result = run_cli("train.py", _args(tmp_path, data_dir, "run_name=nan", "model.optimizer.lr=1e6",
+                                       "trainer.max_epochs=2"), env_extra=ENV)
+    run_dir = tmp_path / "nan"
+    assert result.returncode != 0
+    [line] = _error_lines(result.stderr)
+    assert "at step" in line and ("nan" in line or "non-finite" in line), line
+    assert json.loads((run_dir / "failed.json").read_text())["type"] == "NonFiniteLossError"
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "failed"
+    assert not (run_dir / "metrics.json").exists()
+    for ckpt in (run_dir / "checkpoints").glob("*.ckpt"):  # whatever was saved before the blow-up is finite
+        assert all(torch.isfinite(v).all() for v in load_checkpoint(ckpt)["state_dict"].values()), ckpt
+
+
+def test_metrics_json_is_strict(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        atomic_write_json(tmp_path / "m.json", {"val/top1": float("nan")})
+    assert not (tmp_path / "m.json").exists()
+    assert train._finite_metrics({"a": float("inf"), "b": 1.0, "c": "x"}) == {"a": None, "b": 1.0, "c": "x"}
+
+
+def test_writes_are_flushed_to_disk(tmp_path: Path, monkeypatch) -> None:
+    import os
+    import stat
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_json(tmp_path / "m.json", {"a": 1})
+    assert synced == ["file", "dir"]
+    synced.clear()
+    AtomicCheckpointIO().save_checkpoint({"w": torch.ones(2)}, tmp_path / "c.ckpt")
+    assert synced == ["file", "dir"] and not list(tmp_path.glob(".*.tmp"))
+
+
+# ----------------------------------------------------------------------------- W&B
+def test_wandb_one_finished_run_per_sweep_job(tmp_path: Path, data_dir: Path) -> None:
+    pytest.importorskip("wandb")
+    sweep = tmp_path / "sweep"
+    result = run_cli("train.py", [
+        "-m", "rpe=none,irpe_k", *_args(tmp_path, data_dir, f"hydra.sweep.dir={sweep}"), "logger=wandb",
+        "trainer.limit_train_batches=1",
+    ], env_extra={**ENV, "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reuse this run" not in result.stderr + result.stdout
+    names = {0: b'"deit_micro_none"', 1: b'"deit_micro_irpe_k"'}  # each job's config columns (name)
+    for job in (0, 1):
+        [run] = (sweep / str(job) / "wandb").glob("offline-run-*")  # one W&B run per job, in its own dir
+        record = next(run.glob("run-*.wandb")).read_bytes()
+        assert names[job] in record and names[1 - job] not in record
+        log = (run / "logs" / "debug.log").read_text()
+        assert "finishing run" in log and "got exitcode: 0" in log  # closed by the job, not left abandoned
