@@ -62,16 +62,20 @@ class RotaryPositionEncoding(PositionEncoding):
             self.rope = RotaryEmbeddingCat(head_dim, temperature=self.theta, in_pixels=False, device=device)
         self._cache: dict[tuple, Tensor] = {}
 
-    def embedding(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """sin/cos of every grid cell: ``(n_grid, 2d)`` (axial, cached per shape) or ``(H, n_grid, 2d)`` (mixed)."""
+    def embedding(self, h: int, w: int, skip: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """sin/cos of every token ``(n, 2d)`` (axial, cached per shape) or ``(H, n, 2d)`` (mixed); the ``skip``
+        leading rows are the identity rotation (sin 0, cos 1), so q and k are rotated whole, without slicing.
+        """
         if self.mixed:
-            return self.rope.get_embed((h, w))[0].to(device=device, dtype=dtype)
-        key = (h, w, device, dtype)
+            grid = self.rope.get_embed((h, w))[0].to(device=device, dtype=dtype)  # learned: per forward
+            return _with_identity_rows(grid, skip)
+        key = (h, w, skip, device, dtype)
         embed = self._cache.get(key)
         if embed is None:
             if len(self._cache) >= 16:
                 self._cache.clear()
-            embed = self._cache[key] = self.rope.get_embed((h, w)).to(device=device, dtype=dtype)
+            grid = self.rope.get_embed((h, w)).to(device=device, dtype=dtype)
+            embed = self._cache[key] = _with_identity_rows(grid, skip)
         return embed
 
     def _apply(self, fn, *args, **kwargs):
@@ -80,13 +84,8 @@ class RotaryPositionEncoding(PositionEncoding):
 
     def rotate(self, q: Tensor, k: Tensor, h: int, w: int, skip: int) -> tuple[Tensor, Tensor]:
         # sin/cos stay float32 (or float64) for low-precision q, k; timm casts the rotated result back
-        embed = self.embedding(h, w, q.device, torch.float64 if q.dtype == torch.float64 else torch.float32)
-
-        def one(x: Tensor) -> Tensor:
-            grid = apply_rot_embed_cat(x[:, :, skip:], embed)
-            return grid if skip == 0 else torch.cat([x[:, :, :skip], grid], dim=2)
-
-        return one(q), one(k)
+        embed = self.embedding(h, w, skip, q.device, torch.float64 if q.dtype == torch.float64 else torch.float32)
+        return apply_rot_embed_cat(q, embed), apply_rot_embed_cat(k, embed)
 
     def pair_frequencies(self) -> tuple[Tensor, Tensor]:
         """Per head and channel pair, the angle per unit row and per unit column step: two ``(Hs, d/2)``."""
@@ -126,6 +125,15 @@ class RotaryPositionEncoding(PositionEncoding):
 
     def extra_repr(self) -> str:
         return f"method={self.name!r}, theta={self.theta:g}, head_dim={self.head_dim}, heads={self.num_heads}"
+
+
+def _with_identity_rows(embed: Tensor, skip: int) -> Tensor:
+    """``embed`` ``(..., n_grid, 2d)`` [sin, cos] with ``skip`` identity rows (sin 0, cos 1) in front."""
+    if skip == 0:
+        return embed
+    identity = torch.cat([embed.new_zeros(*embed.shape[:-2], skip, embed.shape[-1] // 2),
+                          embed.new_ones(*embed.shape[:-2], skip, embed.shape[-1] // 2)], dim=-1)
+    return torch.cat([identity, embed], dim=-2)
 
 
 def _build(
