@@ -15,7 +15,7 @@ from timm.optim import create_optimizer_v2
 import train
 from models import create_model
 from models.swin import RPESwinTransformer, RPEWindowAttention, load_swin_checkpoint
-from rpe import PRESETS, build_rpe
+from rpe import PRESETS
 from tests.conftest import compose_config
 
 # img 32, patch 4: stage 1 is 8x8 tokens in 4x4 windows (the odd blocks shifted by 2), stage 2 is 4x4.
