@@ -65,3 +65,23 @@ def run_cli(script: str, args: list[str], env_extra: dict[str, str] | None = Non
         [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=timeout,
     )
+
+
+def check_encoding_everywhere(preset: str, log_dir: Path, data_dir: Path) -> None:
+    """``rpe=<preset>``: forward and backward on the micro DeiT and Swin, DETR's encoder on a 3x5 map,
+    and a 3-step training run from the command line that writes its metrics."""
+    import torch
+
+    from models import create_model
+    from models.detr import Transformer
+
+    for name in ("deit_micro_patch4_32", "swin_micro_patch4_window4_32"):
+        create_model(name, rpe=preset, num_classes=4)(torch.randn(2, 3, 32, 32)).sum().backward()
+    detr = Transformer(dim=32, heads=2, enc_layers=1, dec_layers=1, ffn=32, enc_rpe=preset)
+    detr.encode(torch.randn(2, 32, 3, 5), torch.zeros(2, 3, 5, dtype=torch.bool), torch.randn(2, 32, 3, 5))
+    result = run_cli("train.py", [
+        f"rpe={preset}", "debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1", f"paths.log_dir={log_dir}", f"run_name={preset}", f"paths.data_dir={data_dir}",
+    ])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (log_dir / preset / "metrics.json").is_file()

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from rpe import build_rpe, rpe_attention
-from tests.conftest import SMALL_RELATIONAL, run_cli
+from tests.conftest import check_encoding_everywhere
 
 H, D = 2, 8
 
@@ -61,16 +61,4 @@ def test_same_function_of_the_offset_on_every_grid() -> None:
 
 
 def test_backbones_and_training(tmp_path: Path, data_dir: Path) -> None:
-    from models import create_model
-    from models.detr import Transformer
-
-    for name in ("deit_micro_patch4_32", "swin_micro_patch4_window4_32"):
-        create_model(name, rpe="cpb", num_classes=4)(torch.randn(2, 3, 32, 32)).sum().backward()
-    detr = Transformer(dim=32, heads=2, enc_layers=1, dec_layers=1, ffn=32, enc_rpe="cpb")
-    detr.encode(torch.randn(2, 32, 3, 5), torch.zeros(2, 3, 5, dtype=torch.bool), torch.randn(2, 32, 3, 5))
-    result = run_cli("train.py", [
-        "rpe=cpb", "debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
-        "trainer.limit_val_batches=1", f"paths.log_dir={tmp_path}", "run_name=cpb", f"paths.data_dir={data_dir}",
-    ])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "cpb" / "metrics.json").is_file()
+    check_encoding_everywhere("cpb", tmp_path, data_dir)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from rpe import build_rpe, parse_shorthand, rpe_attention
-from tests.conftest import SMALL_RELATIONAL, run_cli
+from tests.conftest import check_encoding_everywhere
 
 H, D = 2, 8
 
@@ -67,18 +67,6 @@ def test_matches_naive_formula_forward_and_gradients() -> None:
 
 
 def test_config_and_backbones(tmp_path: Path, data_dir: Path) -> None:
-    from models import create_model
-    from models.detr import Transformer
-
     assert build_rpe("huang", D, H)[1].lookup_table_weight.shape == (1, D, 7 * 7 + 1)  # shared heads, 49 + skip
     assert parse_shorthand("rpe-1.9-huang-ctx-1-qk").method == "huang"
-    for name in ("deit_micro_patch4_32", "swin_micro_patch4_window4_32"):
-        create_model(name, rpe="huang", num_classes=4)(torch.randn(2, 3, 32, 32)).sum().backward()
-    detr = Transformer(dim=32, heads=2, enc_layers=1, dec_layers=1, ffn=32, enc_rpe="huang")
-    detr.encode(torch.randn(2, 32, 3, 5), torch.zeros(2, 3, 5, dtype=torch.bool), torch.randn(2, 32, 3, 5))
-    result = run_cli("train.py", [
-        "rpe=huang", "debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
-        "trainer.limit_val_batches=1", f"paths.log_dir={tmp_path}", "run_name=huang", f"paths.data_dir={data_dir}",
-    ])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "huang" / "metrics.json").is_file()
+    check_encoding_everywhere("huang", tmp_path, data_dir)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from rpe import build_rpe, rpe_attention
-from tests.conftest import SMALL_RELATIONAL, run_cli
+from tests.conftest import check_encoding_everywhere
 
 H, D = 2, 8
 
@@ -54,20 +54,8 @@ def test_matches_naive_formula_forward_and_gradients() -> None:
 
 
 def test_preset_is_exact_on_a_14x14_grid_and_backbones(tmp_path: Path, data_dir: Path) -> None:
-    from models import create_model
-    from models.detr import Transformer
-
     _, module, _ = build_rpe("sasa", 64, 6)
     assert module.rel_rows.shape == (1, 32, 27 + 1)  # offsets -13..13 each exact, plus the skip bucket
     panel = module.describe(14, 14).panels[0][1]
     assert panel.shape == (1, 27, 27)
-    for name in ("deit_micro_patch4_32", "swin_micro_patch4_window4_32"):
-        create_model(name, rpe="sasa", num_classes=4)(torch.randn(2, 3, 32, 32)).sum().backward()
-    detr = Transformer(dim=32, heads=2, enc_layers=1, dec_layers=1, ffn=32, enc_rpe="sasa")
-    detr.encode(torch.randn(2, 32, 3, 5), torch.zeros(2, 3, 5, dtype=torch.bool), torch.randn(2, 32, 3, 5))
-    result = run_cli("train.py", [
-        "rpe=sasa", "debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
-        "trainer.limit_val_batches=1", f"paths.log_dir={tmp_path}", "run_name=sasa", f"paths.data_dir={data_dir}",
-    ])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "sasa" / "metrics.json").is_file()
+    check_encoding_everywhere("sasa", tmp_path, data_dir)
