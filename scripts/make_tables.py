@@ -364,6 +364,11 @@ def _ratio(facts: dict[str, Any]) -> str:
     return f"ratio {ratio:g}" if isinstance(ratio, (int, float)) else f"ratio {ratio}"
 
 
+def _ape_col(facts: dict[str, Any]) -> str:
+    """Table 4's column: whether the model has an absolute encoding (learned, or sin-cos at mini scale)."""
+    return "no APE" if facts["ape"] in (None, "none") else "with APE"
+
+
 def _detr_row(facts: dict[str, Any]) -> str:
     """A row of the paper's Table 6: ``<APE>, <encoder RPE>, <schedule>``, e.g. ``sine, ctx clip 9x9, short``."""
     if facts["method"] == "none":
@@ -407,8 +412,8 @@ LAYOUTS: dict[str, Layout] = {
     ),
     "where": Layout(
         "Where: Q, K, V, with and without APE (paper Table 4)", "RPE on", lambda f: f["on"],
-        lambda f: f"APE {f['ape']}", metrics=TOP1, row_order=("none", "q", "k", "v", "qk", "kv", "qkv"),
-        col_order=("APE learned", "APE none"),
+        _ape_col, metrics=TOP1, row_order=("none", "q", "k", "v", "qk", "kv", "qkv"),
+        col_order=("with APE", "no APE"),
     ),
     "detr": Layout(
         "DETR: encoder RPE, absolute encoding and schedule (paper Table 6)", "APE, encoder RPE, schedule",
@@ -612,10 +617,10 @@ FINDINGS: tuple[Finding, ...] = (
             (("49 (ratio 1.9)", "ours", 2.0), ("9 (ratio 0.5)", "ours", -1.0), ("121 (ratio 2.9)", "ours", -1.0)),
             paper_text="flat after 50 (Figure 3)"),
     Finding("keys carry more than values (mean over both APE columns)", "where",
-            _mean_of([("k", "APE learned"), ("k", "APE none")], 1)
-            + _mean_of([("v", "APE learned"), ("v", "APE none")], -1)),
+            _mean_of([("k", "with APE"), ("k", "no APE")], 1)
+            + _mean_of([("v", "with APE"), ("v", "no APE")], -1)),
     Finding("RPE replaces APE: QKV without APE beats APE alone", "where",
-            (("qkv", "APE none", 1.0), ("none", "APE learned", -1.0))),
+            (("qkv", "no APE", 1.0), ("none", "with APE", -1.0))),
     Finding("RPE helps DETR (contextual 9x9 minus none, sine APE)", "detr",
             (("sine, ctx 9x9, short", "ours", 1.0), ("sine, none, short", "ours", -1.0))),
     Finding("detection needs the absolute encoding (sine minus none, no RPE)", "detr",

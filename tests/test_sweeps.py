@@ -74,7 +74,7 @@ EXPECTED_CELLS = {
     "shared_head": {(mode, share) for mode in ("bias", "ctx") for share in ("shared", "per head")},
     "index": {(index, mode) for index in ("piecewise", "clip") for mode in ("bias", "ctx")},
     "buckets": {(f"{n} (ratio {r})", "ours") for n, r in ((9, "0.5"), (25, "1"), (49, "1.9"), (81, "2"), (121, "2.9"))},
-    "where": {(on, f"APE {ape}") for on in ("none", "q", "k", "v", "qk", "kv", "qkv") for ape in ("learned", "none")},
+    "where": {(on, ape) for on in ("none", "q", "k", "v", "qk", "kv", "qkv") for ape in ("with APE", "no APE")},
     "detr": {(row, "ours") for row in (
         "sine, none, short", "none, none, short", "sine, bias 9x9, short", "none, ctx 9x9, short",
         "sine, ctx clip 9x9, short", "sine, ctx 9x9, short", "sine, ctx 15x15, short", "sine, none, long",
@@ -123,6 +123,9 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
         resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True))  # every grid point is a valid RPE config
         facts.append(make_tables.run_facts(_resolved(cfg)))
         assert _without_pe(cfg.model) == _without_pe(experiment.model)
+        ape = (cfg.model.get("net") or {}).get("ape")
+        if ape is not None:  # a DeiT cell has the recipe's APE (learned; sin-cos at mini scale), none or PEGs
+            assert ape in (experiment.model.net.ape, "none", "peg"), (sweep, ape)
         assert cfg.data == experiment.data
         if ablation not in ("detr", "cost"):  # Table 6 has two schedules; the cost sweep times 300 steps
             assert cfg.trainer.max_epochs == experiment.trainer.max_epochs
@@ -305,16 +308,16 @@ def test_table_layout_seeds_and_statuses(tmp_path: Path) -> None:
     assert [t.name for t in tables] == ["where_mini", "runs"]
     where = tables[0]
     assert where.rows == ["none", "k", "qkv"]  # the paper's row order, present rows only
-    assert where.cols == ["APE learned", "APE none"]
-    cell = where.cells[("k", "APE learned")]
+    assert where.cols == ["with APE", "no APE"]
+    cell = where.cells[("k", "with APE")]
     mean, std, n = cell.stats("val/top1")
     assert (mean, n) == (81.0, 2) and std == pytest.approx(math.sqrt(2))
     assert cell.text("val/top1") == "81.00 ± 1.41 (n=2), 1 failed"
-    assert where.cells[("qkv", "APE none")].text("val/top1") == "unfinished"
+    assert where.cells[("qkv", "no APE")].text("val/top1") == "unfinished"
 
     markdown = make_tables.to_markdown(tables)
     # per column: ours, the paper's (Table 4: learned APE, then no APE) and ours - paper
-    assert "| RPE on | APE learned | paper APE learned | Δ APE learned | APE none | paper APE none | Δ APE none |" \
+    assert "| RPE on | with APE | paper with APE | Δ with APE | no APE | paper no APE | Δ no APE |" \
         in markdown
     assert "| k | 81.00 ± 1.41 (n=2), 1 failed | 80.9 | +0.10 | – | 80.9 |  |" in markdown
     assert "| none | 70.00 | 79.9 | -9.90 | – | 77.6 |  |" in markdown
@@ -327,13 +330,13 @@ def test_table_layout_seeds_and_statuses(tmp_path: Path) -> None:
     assert {r["row"] for r in rows if r["table"] == "where_mini"} == {"none", "k", "qkv"}
     parsed = {(r["table"], r["row"], r["col"]): r for r in make_tables.read_csv(out.with_suffix(".csv"))
               if r["metric"] == "val/top1"}
-    assert parsed[("where_mini", "k", "APE learned")] | {"runs": "", "errors": ""} == {
-        "table": "where_mini", "row": "k", "col": "APE learned", "metric": "val/top1", "mean": 81.0,
+    assert parsed[("where_mini", "k", "with APE")] | {"runs": "", "errors": ""} == {
+        "table": "where_mini", "row": "k", "col": "with APE", "metric": "val/top1", "mean": 81.0,
         "std": pytest.approx(math.sqrt(2), abs=1e-4), "n": 2, "ok": 2, "failed": 1, "unfinished": 0,
         "missing": 0, "paper": 80.9, "delta": pytest.approx(0.1), "runs": "", "errors": ""}
-    assert parsed[("where_mini", "qkv", "APE none")]["unfinished"] == 1
+    assert parsed[("where_mini", "qkv", "no APE")]["unfinished"] == 1
     latex = out.with_suffix(".tex").read_text()
-    assert r"81.00 $\pm$ 1.41 (n=2), 1 failed" in latex and r"RPE on & APE learned" in latex
+    assert r"81.00 $\pm$ 1.41 (n=2), 1 failed" in latex and r"RPE on & with APE" in latex
 
 
 def test_a_cell_pools_only_runs_that_differ_in_the_seed(tmp_path: Path) -> None:
@@ -350,8 +353,8 @@ def test_a_cell_pools_only_runs_that_differ_in_the_seed(tmp_path: Path) -> None:
 
     where = make_tables.build_tables(make_tables.collect([tmp_path]))[0]
     assert sorted(where.rows) == ["k [rpe.backend=<unset>]", "k [rpe.backend=naive]"]
-    assert where.cells[("k [rpe.backend=<unset>]", "APE learned")].stats("val/top1") == (82.0, 2.0, 3)
-    assert where.cells[("k [rpe.backend=naive]", "APE learned")].stats("val/top1") == (50.0, None, 1)
+    assert where.cells[("k [rpe.backend=<unset>]", "with APE")].stats("val/top1") == (82.0, 2.0, 3)
+    assert where.cells[("k [rpe.backend=naive]", "with APE")].stats("val/top1") == (50.0, None, 1)
 
 
 def _shared_head_runs(root: Path, bias_per_head: list[float], bias_shared: list[float]) -> None:
