@@ -310,6 +310,37 @@ def load_into(model: DETR, state: dict[str, Tensor], path: str | Path, describe:
     model.load_state_dict(mapped, strict=True)
 
 
+# args fields that fix the architecture, and the `DETR` argument each one must agree with.
+ARGS_TO_KWARGS = {
+    "hidden_dim": "hidden_dim",
+    "nheads": "nheads",
+    "enc_layers": "enc_layers",
+    "dec_layers": "dec_layers",
+    "dim_feedforward": "dim_feedforward",
+    "num_queries": "num_queries",
+    "pre_norm": "pre_norm",
+}
+
+
+def check_args(args: dict[str, Any], kwargs: dict[str, Any], path: str | Path) -> None:
+    """Refuse (one line) a model whose architecture differs from the checkpoint's ``args`` where the
+    tensors' shapes could not tell (``nheads``, the RPE flag...)."""
+    from rpe import resolve_rpe
+
+    for field, name in ARGS_TO_KWARGS.items():
+        if field in args and name in kwargs and args[field] != kwargs[name]:
+            raise ReferenceCheckpointError(
+                f"checkpoint {path} was trained with {field}={args[field]!r}, the model has {name}={kwargs[name]!r}"
+            )
+    if isinstance(args.get("enc_rpe2d"), str):
+        theirs, ours = resolve_rpe(args["enc_rpe2d"] or None), resolve_rpe(kwargs.get("enc_rpe"))
+        if theirs.shorthand() != ours.shorthand() or (ours.enabled and ours.index != theirs.index):
+            raise ReferenceCheckpointError(
+                f"checkpoint {path} was trained with enc_rpe2d={args['enc_rpe2d']!r}, the model's encoder RPE is"
+                f" {ours.shorthand()!r}"
+            )
+
+
 def _describe(kwargs: dict[str, Any]) -> str:
     rpe = kwargs.get("enc_rpe")
     backbone = kwargs.get("backbone") or {}
@@ -325,6 +356,22 @@ def build_detr(**kwargs: Any) -> DETR:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*frozen BatchNorm but no backbone checkpoint.*")
         return DETR(**kwargs)
+
+
+def load_reference_weights(path: str | Path, kwargs: dict[str, Any]) -> DETR:
+    """`DETR` built from ``kwargs`` (the config's architecture) holding the checkpoint's weights.
+
+    The checkpoint's class rows decide ``num_classes``; everything else must agree with ``args`` and
+    fit key for key and shape for shape, else `ReferenceCheckpointError` (one line).
+    """
+    state, args = load_reference_state(path)
+    if "class_embed.weight" not in state:
+        raise ReferenceCheckpointError(f"checkpoint {path} has no 'class_embed.weight'; expected a DETR checkpoint")
+    kwargs = {**kwargs, "num_classes": state["class_embed.weight"].shape[0] - 1}
+    check_args(args, kwargs, path)
+    model = build_detr(**kwargs)
+    load_into(model, state, path, _describe(kwargs))
+    return model
 
 
 def from_reference_checkpoint(path: str | Path, enc_rpe2d: str | None = None, **overrides: Any) -> DETR:
