@@ -5,6 +5,7 @@ module tree), independently of `models.detr.reference`."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 import torchvision
 
+from data.coco import generate_shapes_coco
 from models.detr import DETR, DetectionModule
 from models.detr.reference import (
     ReferenceCheckpointError,
@@ -332,24 +334,69 @@ def test_labels_are_category_ids_for_a_reference_sized_head() -> None:
         module._label_to_cat()
 
 
-@pytest.mark.filterwarnings("ignore")
-def test_eval_cli_prints_coco_ap_for_a_reference_file(tmp_path: Path) -> None:
-    """``eval.py experiment=detr_shapes model.weights=<reference-layout file>`` on the embedded shapes-COCO."""
+@pytest.fixture(scope="module")
+def centred_coco(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shapes-COCO whose val images each hold one object of category 1 filling the central half of the
+    image, [W/4, H/4, W/2, H/2]: a model that always predicts that box and class scores AP 100."""
+    root = tmp_path_factory.mktemp("centred") / "coco"
+    generate_shapes_coco(root, num_train=2, num_val=4, image_size=[72, 88], object_size=[10, 30])
+    ann_file = root / "annotations" / "instances_val2017.json"
+    coco = json.loads(ann_file.read_text())
+    coco["annotations"] = [
+        {"id": i + 1, "image_id": im["id"], "category_id": 1, "iscrowd": 0, "area": im["width"] * im["height"] / 4,
+         "bbox": [im["width"] / 4, im["height"] / 4, im["width"] / 2, im["height"] / 2]}
+        for i, im in enumerate(coco["images"])
+    ]
+    ann_file.write_text(json.dumps(coco))
+    return root
+
+
+def truth_predicting_detr(num_classes: int, label: int) -> DETR:
+    """configs/model/detr_small.yaml's architecture (irpe_k encoder RPE) with one query whose box is the
+    central half of the image (zero last box layer: sigmoid(0) = 0.5) and whose best class is ``label``."""
     torch.manual_seed(0)
-    model = DETR(  # configs/model/detr_small.yaml's architecture with the irpe_k preset's encoder RPE
-        3, {"name": "tiny", "norm": "bn", "channels": [32, 64, 128]}, hidden_dim=128, nheads=4, enc_layers=2,
-        dec_layers=2, dim_feedforward=512, dropout=0.0, num_queries=10, enc_rpe="irpe_k",
+    model = DETR(
+        num_classes, {"name": "tiny", "norm": "bn", "channels": [32, 64, 128]}, hidden_dim=128, nheads=4,
+        enc_layers=2, dec_layers=2, dim_feedforward=512, dropout=0.0, num_queries=1, enc_rpe="irpe_k",
     )
-    weights = to_reference_checkpoint(model, tmp_path / "detr_small_ref.pth")
-    data = [f"data.root={tmp_path / 'shapes'}", "data.generator.num_train=2", "data.generator.num_val=6",
-            "data.val_size=64", "data.max_size=96", "data.num_workers=0"]
-    result = run_cli("eval.py", ["experiment=detr_shapes", f"model.weights={weights}", *data],
-                     env_extra={"OMP_NUM_THREADS": "1"})
+    with torch.no_grad():
+        model.bbox_embed.layers[2].weight.zero_()
+        model.bbox_embed.layers[2].bias.zero_()
+        model.class_embed.weight.zero_()
+        model.class_embed.bias.zero_()
+        model.class_embed.bias[label] = 5.0
+    return model
+
+
+EVAL_DATA = ["data.generator=null", "data.val_size=64", "data.max_size=96", "data.num_workers=0",
+             "model.num_queries=1"]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_eval_cli_prints_coco_ap_for_a_reference_file(centred_coco: Path, tmp_path: Path) -> None:
+    """``eval.py experiment=detr_shapes model.weights=<reference-layout file>`` on shapes-COCO: our
+    contiguous labels (label 0 = category 1)."""
+    weights = to_reference_checkpoint(truth_predicting_detr(3, label=0), tmp_path / "detr_small_ref.pth")
+    result = run_cli("eval.py", ["experiment=detr_shapes", f"model.weights={weights}", f"data.root={centred_coco}",
+                                 *EVAL_DATA], env_extra={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
     header = next(line for line in result.stdout.splitlines() if "val/AP" in line)
-    values = next(line for line in result.stdout.splitlines()[1:] if line.startswith("│") and "." in line)
+    values = next(line for line in result.stdout.splitlines() if line.startswith("│") and "." in line)
     columns = [c.strip() for c in header.strip("┃").split("┃")]
     numbers = dict(zip(columns, (float(c) for c in values.strip("│").split("│")), strict=True))
-    assert 0.0 <= numbers["val/AP"] <= 100.0 and numbers["params_M"] == pytest.approx(
-        sum(p.numel() for p in model.parameters()) / 1e6, abs=0.01
-    )
+    assert numbers["val/AP"] == 100.0 and numbers["val/AP50"] == 100.0
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_eval_reads_reference_labels_as_category_ids(centred_coco: Path, tmp_path: Path) -> None:
+    """A reference-convention head (max category id + 1 = 4 classes; label 1 is category 1) scores 100;
+    the same file with label 2 (category 2) scores 0."""
+    import eval as eval_script
+    from tests.conftest import compose_config
+
+    for label, expected in ((1, 100.0), (2, 0.0)):
+        weights = to_reference_checkpoint(truth_predicting_detr(4, label), tmp_path / f"ref_{label}.pth")
+        overrides = ["experiment=detr_shapes", f"model.weights={weights}", f"data.root={centred_coco}", *EVAL_DATA]
+        cfg = compose_config(overrides, tmp_path / "eval", tmp_path / "data", config_name="eval")
+        metrics = eval_script.evaluate(cfg)
+        assert metrics["val/AP"] == pytest.approx(expected, abs=1e-6), label
