@@ -155,7 +155,7 @@ def test_rpe_tables_keep_the_reference_names_and_shapes(flag: str, tmp_path: Pat
                 expected[key + "lookup_table_weight"] = (heads, d, buckets)
         assert {k: tuple(v.shape) for k, v in tables.items()} == expected
     assert not any("rpe" in k for k in state if ".decoder." in k)
-    assert args["enc_rpe2d"] == model.transformer.encoder[0].self_attn.rpe_cfg.shorthand()
+    assert args["enc_rpe2d"] == flag  # the reference's spelling (ratio 2.0, not 2)
 
     # The flag from args, given explicitly, or (without args) read from the tables' names and shapes.
     bare = tmp_path / "bare.pth"
@@ -394,9 +394,33 @@ def test_eval_reads_reference_labels_as_category_ids(centred_coco: Path, tmp_pat
     import eval as eval_script
     from tests.conftest import compose_config
 
-    for label, expected in ((1, 100.0), (2, 0.0)):
-        weights = to_reference_checkpoint(truth_predicting_detr(4, label), tmp_path / f"ref_{label}.pth")
+    cases = [
+        (truth_predicting_detr(4, 1), None, 100.0),
+        (truth_predicting_detr(4, 2), None, 0.0),
+        (truth_predicting_detr(3, 0), [1, 2, 3], 100.0),  # our labels written in the reference's layout
+    ]
+    for i, (model, label_to_cat, expected) in enumerate(cases):
+        weights = to_reference_checkpoint(model, tmp_path / f"ref_{i}.pth", label_to_cat=label_to_cat)
         overrides = ["experiment=detr_shapes", f"model.weights={weights}", f"data.root={centred_coco}", *EVAL_DATA]
         cfg = compose_config(overrides, tmp_path / "eval", tmp_path / "data", config_name="eval")
         metrics = eval_script.evaluate(cfg)
-        assert metrics["val/AP"] == pytest.approx(expected, abs=1e-6), label
+        assert metrics["val/AP"] == pytest.approx(expected, abs=1e-6), i
+
+
+def test_category_id_layout_keeps_every_probability(tmp_path: Path) -> None:
+    """label_to_cat=[2, 5, 7]: row 2, 5, 7 hold our classes 0, 1, 2, row 8 "no object"; the other rows
+    never win and the probabilities of the real classes are unchanged."""
+    model = small_detr("rpe-2.0-product-ctx-1-k")
+    path = to_reference_checkpoint(model, tmp_path / "cats.pth", label_to_cat=[2, 5, 7])
+    state, _ = load_reference_state(path)
+    assert state["class_embed.weight"].shape == (9, DIM)
+    assert torch.equal(state["class_embed.weight"][[2, 5, 7, 8]], model.class_embed.weight)
+    loaded = from_reference_checkpoint(path)
+    images, mask = inputs()
+    with torch.no_grad():
+        ours = model(images, mask)["pred_logits"].softmax(-1)
+        theirs = loaded(images, mask)["pred_logits"].softmax(-1)
+    torch.testing.assert_close(theirs[..., [2, 5, 7, 8]], ours, rtol=1e-6, atol=1e-7)
+    assert theirs[..., [0, 1, 3, 4, 6]].max() == 0
+    with pytest.raises(ReferenceCheckpointError, match="label_to_cat has 2 category ids"):
+        to_reference_checkpoint(model, tmp_path / "bad.pth", label_to_cat=[1, 2])

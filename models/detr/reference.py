@@ -11,8 +11,9 @@ from the tensors' shapes otherwise (docs/detr_checkpoints.md).
 Files are read with ``weights_only=True``; the only class they may name is ``argparse.Namespace``
 (the reference's ``args``), so a file that needs any other code to load is refused in one line.
 
-Class rows are kept as they are: a reference model trained on COCO has ``max category id + 1`` = 91 real
-classes whose label *is* the COCO category id (plus "no object"), unlike our contiguous labels.
+Class rows are loaded as they are: a reference model trained on COCO has ``max category id + 1`` = 91 real
+classes whose label *is* the COCO category id (plus "no object"), unlike our contiguous labels;
+`to_reference_checkpoint` can lay our rows out that way (``label_to_cat``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
 # ratio only up to rounding, so only the ratios the reference documents are inferred from it.
 PRODUCT_RATIO_OF_BUCKETS = {49: 1.9, 81: 2.0, 121: 2.5, 169: 3.0}
 QKV = ("q", "k", "v")
+# Bias of a class row no category uses: exp(-1e4 - max logit) is 0 in float32 (and float64).
+ABSENT_CLASS_LOGIT = -1.0e4
 
 
 def reference_name(name: str, model: DETR) -> str | None:
@@ -85,13 +88,32 @@ def reference_name(name: str, model: DETR) -> str | None:
     raise ReferenceCheckpointError(f"parameter {name!r} has no reference-layout name")
 
 
-def reference_state_dict(model: DETR) -> dict[str, Tensor]:
-    """Our DETR's state dict under the reference's names (packed ``in_proj_weight``)."""
+def reference_state_dict(model: DETR, label_to_cat: list[int] | None = None) -> dict[str, Tensor]:
+    """Our DETR's state dict under the reference's names (packed ``in_proj_weight``).
+
+    With ``label_to_cat`` (our label -> category id), the class head is laid out as the reference's:
+    row ``label_to_cat[l]`` holds our row ``l``, "no object" is the last of ``max id + 2`` rows, and
+    the rows of absent ids get weight 0 and bias `ABSENT_CLASS_LOGIT`, whose softmax probability is
+    exactly 0 in float32, so every probability the model gives stays the same.
+    """
     out = {}
     for name, value in model.state_dict().items():
         ref = reference_name(name, model)
         if ref is not None:
             out[ref] = value.detach().clone()
+    if label_to_cat is not None:
+        if len(label_to_cat) != model.num_classes or len(set(label_to_cat)) != len(label_to_cat):
+            raise ReferenceCheckpointError(
+                f"label_to_cat has {len(label_to_cat)} category ids ({len(set(label_to_cat))} distinct), the model"
+                f" {model.num_classes} classes"
+            )
+        weight, bias = out["class_embed.weight"], out["class_embed.bias"]
+        rows = max(label_to_cat) + 2
+        new_weight = weight.new_zeros(rows, weight.shape[1])
+        new_bias = bias.new_full((rows,), ABSENT_CLASS_LOGIT)
+        index = torch.tensor([*label_to_cat, rows - 1])
+        new_weight[index], new_bias[index] = weight, bias
+        out["class_embed.weight"], out["class_embed.bias"] = new_weight, new_bias
     return out
 
 
@@ -115,20 +137,32 @@ def reference_args(model: DETR) -> argparse.Namespace:
         num_queries=model.query_embed.num_embeddings,
         pre_norm=model.transformer.encoder_norm is not None,
         aux_loss=model.aux_loss,
-        enc_rpe2d=rpe.shorthand() if rpe is not None else "",
+        enc_rpe2d=reference_flag(rpe),
     )
 
 
-def to_reference_checkpoint(model: DETR, path: str | Path) -> Path:
+def reference_flag(rpe: Any) -> str:
+    """The reference's ``enc_rpe2d`` for an `rpe.RPEConfig` (``""`` without RPE): its spelling (``euc``,
+    ``2.0``) for the methods it has; our shorthand for the others, which only this project reads."""
+    if rpe is None:
+        return ""
+    if rpe.method in ("euclidean", "quant", "cross", "product") and rpe.index == "piecewise":
+        method = "euc" if rpe.method == "euclidean" else rpe.method
+        return f"rpe-{rpe.ratio}-{method}-{rpe.mode}-{int(rpe.shared_head)}-{rpe.on}"
+    return rpe.shorthand()
+
+
+def to_reference_checkpoint(model: DETR, path: str | Path, label_to_cat: list[int] | None = None) -> Path:
     """Write ``{"model": reference-layout state dict, "args": Namespace}`` to ``path`` atomically.
 
     The reference's own ``main.py --resume <path> --eval`` loads it (with the matching architecture
-    flags, e.g. ``--enc_rpe2d``, which ``args`` records). Class rows are written as they are (see the
-    module docstring).
+    flags, e.g. ``--enc_rpe2d``, which ``args`` records). Its COCO evaluation reads a label as a category
+    id: pass the data's ``label_to_cat`` to lay the class rows out that way (`reference_state_dict`);
+    without it they are written as they are.
     """
     path = Path(path)
     buffer = io.BytesIO()
-    torch.save({"model": reference_state_dict(model), "args": reference_args(model)}, buffer)
+    torch.save({"model": reference_state_dict(model, label_to_cat), "args": reference_args(model)}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
     return path
 
