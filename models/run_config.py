@@ -124,6 +124,9 @@ def build_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     datamodule = data_cls(**data)
     model = OmegaConf.to_container(cfg.model, resolve=False)
     model_cls = _load_allowed(LIGHTNING_MODULES, model.pop("_target_"))
+    # A run started from reference weights (model.weights) holds its own in its checkpoint: the file
+    # it started from is neither needed nor read again.
+    model.pop("weights", None)
     rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in set(cfg.keys()) else None
     return datamodule, model_cls(**model, rpe=rpe, num_classes=datamodule.num_classes)
 

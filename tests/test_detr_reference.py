@@ -14,13 +14,14 @@ import torch
 import torchvision
 
 from data.coco import generate_shapes_coco
-from models.detr import DETR, DetectionModule
-from models.detr.reference import (
+from models.detr import (
+    DETR,
+    DetectionModule,
     ReferenceCheckpointError,
     from_reference_checkpoint,
-    load_reference_state,
     to_reference_checkpoint,
 )
+from models.detr.reference import load_reference_state
 from tests.conftest import run_cli
 
 DIM, HEADS, FFN, QUERIES, ENC, DEC = 32, 4, 64, 5, 2, 2
