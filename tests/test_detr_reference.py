@@ -425,3 +425,33 @@ def test_category_id_layout_keeps_every_probability(tmp_path: Path) -> None:
     assert theirs[..., [0, 1, 3, 4, 6]].max() == 0
     with pytest.raises(ReferenceCheckpointError, match="label_to_cat has 2 category ids"):
         to_reference_checkpoint(model, tmp_path / "bad.pth", label_to_cat=[1, 2])
+
+
+def test_reference_weights_with_category_id_classes_are_not_trained_on(tmp_path: Path) -> None:
+    """Fine-tuning needs the data's labels: a 4-class (category-id) head on 3-class data is refused at fit
+    in one line; a run config that names model.weights is rebuilt without reading that file again."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from data.coco import CocoDataModule
+    from models.run_config import build_data_and_model
+
+    path = to_reference_checkpoint(truth_predicting_detr(4, 1), tmp_path / "ref.pth")
+    small = dict(backbone={"name": "tiny", "norm": "bn", "channels": [32, 64, 128]}, hidden_dim=128, nheads=4,
+                 enc_layers=2, dec_layers=2, dim_feedforward=512, num_queries=1, enc_rpe2d="irpe_k")
+    module = DetectionModule(num_classes=3, weights=str(path), **small)
+    datamodule = CocoDataModule.__new__(CocoDataModule)
+    datamodule.num_classes = 3
+    module._trainer = SimpleNamespace(datamodule=datamodule)
+    with pytest.raises(ValueError) as err:
+        module.setup("fit")
+    assert "has 4 classes (reference layout: labels are category ids), the data has 3" in _one_line(err)
+    module.setup("validate")  # evaluating is fine
+
+    cfg = OmegaConf.create({
+        "data": {"_target_": "data.coco.CocoDataModule", "root": str(tmp_path / "absent"), "num_classes": 3},
+        "model": {"_target_": "models.detr.DetectionModule", "weights": str(tmp_path / "gone.pth"), **small},
+    })
+    _, rebuilt = build_data_and_model(cfg)
+    assert rebuilt.model.num_classes == 3 and rebuilt.hparams.get("weights") is None
