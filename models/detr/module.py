@@ -24,7 +24,8 @@ class DetectionModule(L.LightningModule):
     ``weights``: a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) whose
     weights replace the initial ones; the model built from the other arguments must fit it exactly.
     Its class rows decide ``num_classes``: the reference labels COCO classes by category id (91 rows
-    plus "no object"), which evaluation then follows; such a model cannot be fine-tuned here.
+    plus "no object"), which evaluation then follows; weights whose class count differs from the data's
+    are evaluated only, never trained on (`setup` refuses).
     """
 
     def __init__(
