@@ -311,6 +311,12 @@ def test_args_that_contradict_the_model_are_refused(tmp_path: Path) -> None:
         DetectionModule(nheads=HEADS, weights=str(path), rpe="irpe_k", **{**small, "enc_rpe2d": None})
     assert "trained with enc_rpe2d='rpe-2.0-product-ctx-1-k', the model's encoder RPE is 'rpe-1.9-" in _one_line(err)
 
+    torch.save({"model": hand_reference_state(model), "args": argparse.Namespace(dilation=True)}, path)
+    with pytest.raises(ReferenceCheckpointError, match="is a DC5 model"):
+        DetectionModule(nheads=HEADS, weights=str(path), **small)
+    with pytest.raises(ReferenceCheckpointError, match="is a DC5 model"):
+        from_reference_checkpoint(path)
+
     torch.save({"model": hand_reference_state(model), "args": argparse.Namespace(nheads=HEADS)}, path)
     module = DetectionModule(nheads=HEADS, weights=str(path), **small)
     assert module.model.num_classes == 3  # the checkpoint's class rows, not the data's 80

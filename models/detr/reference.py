@@ -193,12 +193,17 @@ def _layer_count(state: dict[str, Tensor], prefix: str) -> int:
     return max(found) + 1 if found else 0
 
 
-def _infer_backbone(state: dict[str, Tensor], args: dict[str, Any], path: str | Path) -> dict[str, Any]:
-    """The backbone options of the checkpoint: a torchvision ResNet (by name or block counts) or ``tiny``."""
+def refuse_dc5(args: dict[str, Any], path: str | Path) -> None:
+    """DC5 models (a dilated last stage) have the same tensors as the stride-32 ones; only ``args`` tell."""
     if args.get("dilation"):
         raise ReferenceCheckpointError(
             f"checkpoint {path} is a DC5 model (args.dilation=True); only the stride-32 backbones are supported"
         )
+
+
+def _infer_backbone(state: dict[str, Tensor], args: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """The backbone options of the checkpoint: a torchvision ResNet (by name or block counts) or ``tiny``."""
+    refuse_dc5(args, path)
     name = args.get("backbone")
     if name is None and "backbone.0.body.conv1.weight" in state:
         blocks = _layer_count(state, "backbone.0.body.layer3.")
@@ -361,6 +366,7 @@ def check_args(args: dict[str, Any], kwargs: dict[str, Any], path: str | Path) -
     tensors' shapes could not tell (``nheads``, the RPE flag...)."""
     from rpe import resolve_rpe
 
+    refuse_dc5(args, path)
     for field, name in ARGS_TO_KWARGS.items():
         if field in args and name in kwargs and args[field] != kwargs[name]:
             raise ReferenceCheckpointError(
