@@ -2,6 +2,10 @@
 
 Reads the run's resolved ``config.yaml`` beside ``checkpoints/``, evaluates the validation split,
 and prints params, MACs, the accuracy (or COCO AP) numbers and inference throughput.
+
+``python eval.py experiment=detr_r50_rpe20_150ep model.weights=<file> data.root=<coco>`` instead evaluates
+a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) with that experiment's
+model and data.
 """
 
 from __future__ import annotations
@@ -38,12 +42,47 @@ def measure_throughput(model: torch.nn.Module, image_shape: tuple[int, ...], bat
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
-    """Evaluate ``cfg.ckpt_path`` with its run's config; returns the metrics.
+    """Evaluate ``cfg.ckpt_path`` with its run's config, or ``cfg.model.weights`` with the composed
+    experiment; returns the metrics.
 
     The run's ``config.yaml`` is checked and built by `models.run_config` (never Hydra's ``instantiate``),
-    so a run dir from elsewhere cannot run code.
+    so a run dir from elsewhere cannot run code; a weights file is only read with ``weights_only=True``.
     """
-    from models.run_config import backbone, build_data_and_model, load_run_checkpoint, load_run_config
+    from models.run_config import backbone
+
+    weights = cfg.model.get("weights") if "model" in cfg else None
+    if (cfg.ckpt_path is None) == (weights is None):
+        raise ValueError(
+            "give either ckpt_path=runs/<run>/checkpoints/<file>.ckpt or experiment=<detr experiment>"
+            " model.weights=<reference-layout DETR checkpoint>"
+            + (" (not both)" if weights is not None else "")
+        )
+    if cfg.ckpt_path is not None:
+        datamodule, model = _run_data_and_model(cfg)
+    else:
+        from train import build_data_and_model
+
+        if not Path(weights).is_file():
+            raise FileNotFoundError(f"model.weights={weights!r} does not exist")
+        if cfg.batch_size:
+            cfg.data.batch_size = cfg.batch_size
+        datamodule, model = build_data_and_model(cfg)
+    trainer = build_trainer(cfg.trainer)
+    trainer.test(model, datamodule=datamodule, verbose=False)
+    metrics = _scalar_metrics(trainer.callback_metrics)
+
+    net = backbone(model).eval()
+    metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
+    if hasattr(datamodule, "img_size"):  # fixed-size classification input; DETR's input size varies
+        image_shape = (3, datamodule.img_size, datamodule.img_size)
+        metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
+        metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
+    return metrics
+
+
+def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
+    """The data module and the LightningModule of ``cfg.ckpt_path``'s run, with the checkpoint's weights."""
+    from models.run_config import build_data_and_model, load_run_checkpoint, load_run_config
 
     ckpt_path = Path(cfg.ckpt_path)
     if not ckpt_path.is_file():
@@ -57,17 +96,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     checkpoint = load_run_checkpoint(ckpt_path)
     datamodule, model = build_data_and_model(run_cfg)
     model.load_state_dict(checkpoint["state_dict"])
-    trainer = build_trainer(cfg.trainer)
-    trainer.test(model, datamodule=datamodule, verbose=False)
-    metrics = _scalar_metrics(trainer.callback_metrics)
-
-    net = backbone(model).eval()
-    metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
-    if hasattr(datamodule, "img_size"):  # fixed-size classification input; DETR's input size varies
-        image_shape = (3, datamodule.img_size, datamodule.img_size)
-        metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
-        metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
-    return metrics
+    return datamodule, model
 
 
 def print_table(metrics: dict[str, Any], title: str) -> None:
@@ -90,7 +119,7 @@ def main(cfg: DictConfig) -> None:
         metrics = evaluate(cfg)
     except _user_error_types() as err:
         report_user_error(err)
-    print_table(metrics, title=str(cfg.ckpt_path))
+    print_table(metrics, title=str(cfg.ckpt_path or cfg.model.weights))
 
 
 if __name__ == "__main__":

@@ -124,22 +124,36 @@ def build_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     datamodule = data_cls(**data)
     model = OmegaConf.to_container(cfg.model, resolve=False)
     model_cls = _load_allowed(LIGHTNING_MODULES, model.pop("_target_"))
+    # A run started from reference weights (model.weights) holds its own in its checkpoint: the file
+    # it started from is neither needed nor read again.
+    model.pop("weights", None)
     rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in set(cfg.keys()) else None
     return datamodule, model_cls(**model, rpe=rpe, num_classes=datamodule.num_classes)
 
 
-def load_run_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint's dict, loaded with ``weights_only=True``; anything unreadable is one `RunConfigError` line."""
+def read_checkpoint_file(
+    path: str | Path, safe_globals: list[Any] | tuple[Any, ...] = (), error: type[Exception] = RunConfigError
+) -> Any:
+    """``torch.load(path, weights_only=True)`` allowing exactly the classes in ``safe_globals``; anything
+    unreadable (missing, truncated, random bytes, a pickle needing other code) is one ``error`` line."""
+    if not Path(path).is_file():
+        raise error(f"checkpoint {path} does not exist")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, random bytes, a pickle needing globals: never unpickle arbitrarily
+        with torch.serialization.safe_globals(list(safe_globals)):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # never unpickle arbitrarily
         text = str(err)
         blocked = re.search(r"GLOBAL ([\w.]+)", text)
         reason = (
             f"it needs code to load (global {blocked.group(1)}), which weights_only=True refuses" if blocked
             else f"corrupt, truncated or not written by torch.save: {type(err).__name__}"
         )
-        raise RunConfigError(f"checkpoint {path} is not a readable PyTorch checkpoint ({reason})") from None
+        raise error(f"checkpoint {path} is not a readable PyTorch checkpoint ({reason})") from None
+
+
+def load_run_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's dict, loaded with ``weights_only=True``; anything unreadable is one `RunConfigError` line."""
+    checkpoint = read_checkpoint_file(path)
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise RunConfigError(f"checkpoint {path} holds no state_dict; expected a checkpoint written by train.py")
     return checkpoint

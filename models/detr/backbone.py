@@ -41,6 +41,7 @@ class ResNetBackbone(nn.Module):
             raise ValueError(f"unknown ResNet backbone {name!r}; expected one of {RESNETS}")
         if norm not in ("frozen_bn", "bn"):
             raise ValueError(f"backbone norm must be 'frozen_bn' or 'bn', got {norm!r}")
+        self.name = name
         norm_layer = FrozenBatchNorm2d if norm == "frozen_bn" else nn.BatchNorm2d
         net = getattr(torchvision.models, name)(weights=None, norm_layer=norm_layer)
         if checkpoint is not None:

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from .coco_eval import METRIC_NAMES, evaluate_coco, gather_detections, to_coco_results
 from .detr import DETR, HungarianMatcher, PostProcess, SetCriterion, build_weight_dict
+from .reference import load_reference_weights
 
 
 class DetectionModule(L.LightningModule):
@@ -19,6 +20,12 @@ class DetectionModule(L.LightningModule):
     train.py passes from the ``rpe`` config group) unless ``enc_rpe2d`` (the reference's flag, e.g.
     ``rpe-2.0-product-ctx-1-k``, or any spec `rpe.resolve_rpe` accepts) is set, which then wins.
     ``dec_self_rpe`` / ``dec_cross_rpe``: see `models.detr.transformer`.
+
+    ``weights``: a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) whose
+    weights replace the initial ones; the model built from the other arguments must fit it exactly.
+    Its class rows decide ``num_classes``: the reference labels COCO classes by category id (91 rows
+    plus "no object"), which evaluation then follows; weights whose class count differs from the data's
+    are evaluated only, never trained on (`setup` refuses).
     """
 
     def __init__(
@@ -51,29 +58,35 @@ class DetectionModule(L.LightningModule):
         weight_decay: float = 1e-4,
         lr_drop: int = 100,
         lr_gamma: float = 0.1,
+        weights: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         backbone = dict(backbone or {})
         if lr_backbone <= 0:  # DETR: a zero backbone lr freezes the whole backbone
             backbone["train_layers"] = ()
-        self.model = DETR(
-            num_classes,
-            backbone,
-            position_embedding,
-            hidden_dim,
-            nheads,
-            enc_layers,
-            dec_layers,
-            dim_feedforward,
-            dropout,
-            num_queries,
-            pre_norm,
-            aux_loss,
+        model_kwargs: dict[str, Any] = dict(
+            num_classes=num_classes,
+            backbone=backbone,
+            position_embedding=position_embedding,
+            hidden_dim=hidden_dim,
+            nheads=nheads,
+            enc_layers=enc_layers,
+            dec_layers=dec_layers,
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            num_queries=num_queries,
+            pre_norm=pre_norm,
+            aux_loss=aux_loss,
             enc_rpe=enc_rpe2d if enc_rpe2d is not None else rpe,
             dec_self_rpe=dec_self_rpe,
             dec_cross_rpe=dec_cross_rpe,
         )
+        if weights is None:
+            self.model = DETR(**model_kwargs)
+        else:
+            self.model = load_reference_weights(weights, model_kwargs)
+            num_classes = self.model.num_classes
         matcher = HungarianMatcher(set_cost_class, set_cost_bbox, set_cost_giou)
         weights = build_weight_dict(
             ce_loss_coef, bbox_loss_coef, giou_loss_coef, dec_layers - 1 if aux_loss else 0
@@ -95,6 +108,15 @@ class DetectionModule(L.LightningModule):
                 f"the DETR model (DetectionModule) needs COCO-format detection data, but the data module is "
                 f"{type(datamodule).__name__} (images with class labels); valid: data=shapes_coco or data=coco with"
                 " a DETR model, or a classification model (model=deit_micro, swin_micro, ...) with this data"
+            )
+        classes = getattr(datamodule, "num_classes", None)
+        if stage == "fit" and self.hparams.weights is not None and classes != self.model.num_classes:
+            from models.deit import ModelConfigError
+
+            raise ModelConfigError(
+                f"model.weights={self.hparams.weights} has {self.model.num_classes} classes (reference layout:"
+                f" labels are category ids), the data has {classes}; such weights can be evaluated"
+                " (eval.py), not trained on"
             )
 
     # ------------------------------------------------------------------ training
@@ -118,10 +140,25 @@ class DetectionModule(L.LightningModule):
         sizes = torch.stack([t["orig_size"] for t in targets])
         detections = self.postprocess(outputs, sizes)
         ids = [int(t["image_id"]) for t in targets]
-        label_to_cat = self._eval_dataset().label_to_cat
+        label_to_cat = self._label_to_cat()
         for image_id, det in zip(ids, detections, strict=True):
             # Keyed by image: a DistributedSampler pads with repeated images, counted once here.
             self._results[image_id] = to_coco_results([det], [image_id], label_to_cat)
+
+    def _label_to_cat(self) -> list[int]:
+        """Category id of each label: the dataset's contiguous labels, or (a reference-layout model with
+        ``max category id + 1`` classes) the label itself."""
+        cats = self._eval_dataset().label_to_cat
+        if self.model.num_classes == len(cats):
+            return cats
+        if self.model.num_classes > max(cats, default=-1):
+            return list(range(self.model.num_classes))
+        from models.deit import ModelConfigError
+
+        raise ModelConfigError(
+            f"the model has {self.model.num_classes} classes, the data {len(cats)} (category ids"
+            f" {cats[0]}..{cats[-1]}); expected {len(cats)} or more than {cats[-1]} (labels = category ids)"
+        )
 
     def _eval_dataset(self) -> Any:
         """The dataset being evaluated (carries ``coco`` and ``label_to_cat``)."""
