@@ -11,6 +11,7 @@ declares its non-scriptable models: the models refuse ``torch.jit.script`` with 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import timm
@@ -261,7 +262,25 @@ def test_torch_compile_dynamic_img_size_follows_each_input() -> None:
 @pytest.mark.parametrize("name", ["deit_small_patch16_224_ctx_product_50_shared_qkv",
                                   "swin_tiny_patch4_window7_224_rpe"])
 def test_torch_compile_inductor_forward_backward(name: str) -> None:
-    """Plain ``torch.compile(model)`` (inductor): about 45 s per model on two CPU cores."""
+    """Plain ``torch.compile(model)`` (inductor, which builds C++ kernels): 30-100 s per model on a CPU."""
     torch._dynamo.reset()
     model = build(name, num_classes=5, drop_path_rate=0.0).train()  # no random paths: eager and compiled agree
     compiled_matches_eager(model, torch.randn(2, *input_size(model)))
+
+
+def test_readme_timm_example_runs() -> None:
+    """The README's timm section: its code runs and gives the shapes its comments state."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## In timm"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", 10)]
+    scope: dict = {}
+    exec(compile(code, "README.md (In timm)", "exec"), scope)
+    assert [tuple(m.shape) for m in scope["maps"]] == [(1, 384, 14, 14)] * 3
+    assert [tuple(m.shape) for m in scope["pyramid"]] == [(1, 28, 28, 192), (1, 14, 14, 384), (1, 7, 7, 768)]
+
+
+def test_fx_of_a_dynamic_img_size_model_is_a_clear_error() -> None:
+    """Its grid is the input's, which a symbolic trace does not have: one line, not a deep trace error."""
+    model = build("deit_tiny_patch16_224_rpe", dynamic_img_size=True).eval()
+    with pytest.raises(TypeError, match="torch.fx cannot trace a dynamic_img_size iRPE model"):
+        fx_model(model, train=False)
