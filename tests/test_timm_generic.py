@@ -21,6 +21,7 @@ from timm.models import FeatureInfo, get_model_input_config, get_notrace_functio
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import models
+import rpe
 from models import REFERENCE_ZOO
 from models.timm_tags import RPE_SUFFIX, preset_tags
 
@@ -284,3 +285,48 @@ def test_fx_of_a_dynamic_img_size_model_is_a_clear_error() -> None:
     model = build("deit_tiny_patch16_224_rpe", dynamic_img_size=True).eval()
     with pytest.raises(TypeError, match="torch.fx cannot trace a dynamic_img_size iRPE model"):
         fx_model(model, train=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["deit_tiny_patch16_224_rpe", "swin_tiny_patch4_window7_224_rpe"])
+def test_every_preset_tag_traces_and_compiles(variant: str) -> None:
+    """Every preset through torch.fx (same output as eager) and torch.compile(fullgraph=True) forward and
+    backward (about 2 minutes in all on a CPU)."""
+    for tag in preset_tags():
+        torch._dynamo.reset()
+        model = build(f"{variant}.{tag}", num_classes=3, drop_path_rate=0.0).eval()
+        images = torch.randn(2, *input_size(model))
+        with torch.inference_mode():
+            assert torch.equal(torch.cat(tuple(fx_model(model, train=False)(images).values())), model(images)), tag
+        compiled_matches_eager(model.train(), images, backend="aot_eager", fullgraph=True)
+
+
+@pytest.mark.parametrize("name", ["deit_tiny_patch16_224_rpe.irpe_qkv", "deit_tiny_patch16_224_rpe.cpb",
+                                  "deit_tiny_patch16_224_rpe.rope_axial", "swin_tiny_patch4_window7_224_rpe.alibi"])
+def test_inference_mode_forward_then_training(name: str) -> None:
+    """What an encoding caches per grid (bucket ids, coordinates, tables, sin/cos) during a
+    ``torch.inference_mode`` forward (timm's fx check, Lightning's validation) serves later training steps."""
+    rpe.clear_bucket_cache()
+    model = build(name, num_classes=3)
+    images = torch.randn(2, *input_size(model))
+    with torch.inference_mode():
+        model.eval()(images)
+    model.train()(images).square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_torch_compile_inference_mode_call_then_training() -> None:
+    """The same through torch.compile, when the compiled inference-mode call is the first to meet the grid."""
+    rpe.clear_bucket_cache()
+    torch._dynamo.reset()
+    model = build("deit_tiny_patch16_224_rpe.irpe_qkv", num_classes=3)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    images = torch.randn(2, *input_size(model))
+    with torch.inference_mode():
+        compiled.eval()(images)
+    compiled.train()(images).square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model(images).square().mean().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-5, msg=n)
