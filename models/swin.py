@@ -49,6 +49,8 @@ rpe.ratio=3.0`` is "Swin's index, contextual"). Sensible choices at window 7:
   81 / 81 / 133 buckets per table of which only 9 / 13 / 25 occur; ``t5`` (32 per axis, exact up
   to 7) uses 169 of its 1024 entries. ``xl`` embeds the exact window offsets.
 
+In timm: ``swin_tiny_patch4_window7_224_rpe.<preset>`` (any RPE preset as the tag, `models.timm_tags`).
+
 Variable input size: ``strict_img_size=False`` (timm's dynamic masks, padding to whole windows) and
 ``model.set_input_size(img_size=..., window_size=...)`` both work; with the Swin table a window
 change interpolates the table as timm does, the iRPE tables do not depend on the window.

@@ -330,3 +330,16 @@ def test_torch_compile_inference_mode_call_then_training() -> None:
     model(images).square().mean().backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_tag_and_rpe_argument() -> None:
+    """The tag is the preset; rpe= alone picks one (and the cfg names it); a dict refines the tag's preset;
+    an unknown tag or a contradicting rpe= is a one-line error naming the valid tags."""
+    model = build("deit_tiny_patch16_224_rpe", rpe="irpe_qk")
+    assert model.rpe_config == rpe.resolve_rpe("irpe_qk") and model.pretrained_cfg["tag"] == "irpe_qk"
+    model = build("deit_tiny_patch16_224_rpe.irpe_qk", rpe={"backend": "sdpa"})
+    assert model.rpe_config == rpe.resolve_rpe({"preset": "irpe_qk", "backend": "sdpa"})
+    with pytest.raises(models.ModelConfigError, match=r"tag 'irpe_kk' .* valid: irpe_k, none, irpe_qk"):
+        build("deit_tiny_patch16_224_rpe.irpe_kk")
+    with pytest.raises(models.ModelConfigError, match=r"rpe='irpe_qkv' contradicts the preset tag of .*\.irpe_qk"):
+        build("swin_tiny_patch4_window7_224_rpe.irpe_qk", rpe="irpe_qkv")
