@@ -226,28 +226,38 @@ def test_every_preset_tag_builds_and_trains(variant: str) -> None:
         assert out.shape == (2, 3) and all(p.grad is not None for p in model.parameters()), tag
 
 
-def compiled_matches_eager(model: torch.nn.Module, images: torch.Tensor, **compile_kwargs) -> None:
+def compiled_matches_eager(model: torch.nn.Module, images: torch.Tensor, inference_first: bool = False,
+                           **compile_kwargs) -> None:
     """``torch.compile(model)`` forward and backward give eager's output and gradients (``model`` without
-    random parts: no dropout, no drop path)."""
+    random parts: no dropout, no drop path). ``inference_first``: the compiled model first runs once in
+    ``torch.inference_mode`` (as a validation would), on a fresh grid cache."""
+    compiled = torch.compile(model, **compile_kwargs)
+    if inference_first:
+        rpe.clear_bucket_cache()
+        with torch.inference_mode():
+            compiled.eval()(images)
+        model.train()
+    out = compiled(images)
+    out.square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
     eager = model(images)
     eager.square().mean().backward()
-    want = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    out = torch.compile(model, **compile_kwargs)(images)
-    out.square().mean().backward()
     torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-5)
     for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-5, msg=n)
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-5, msg=n)
 
 
-@pytest.mark.parametrize(("name", "backend"), [("deit_small_patch16_224_rpe.irpe_qk", "sdpa"),
-                                               ("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto")])
-def test_torch_compile_fullgraph_forward_backward(name: str, backend: str) -> None:
-    """One graph (fullgraph=True) for the whole model, the SDPA path included; dynamo and AOT autograd
-    without inductor's C++ build (that is the slow test below)."""
+@pytest.mark.parametrize(("name", "backend", "inference_first"),
+                         [("deit_small_patch16_224_rpe.irpe_qk", "sdpa", True),
+                          ("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False)])
+def test_torch_compile_fullgraph_forward_backward(name: str, backend: str, inference_first: bool) -> None:
+    """One graph (fullgraph=True) for the whole model, the SDPA path included (DeiT: after a first compiled
+    call in inference mode); dynamo and AOT autograd without inductor's C++ build (the slow test below)."""
     torch._dynamo.reset()
     model = build(name, num_classes=5, drop_path_rate=0.0, rpe={"backend": backend}).train()
-    compiled_matches_eager(model, torch.randn(2, *input_size(model)), backend="aot_eager", fullgraph=True)
+    compiled_matches_eager(model, torch.randn(2, *input_size(model)), inference_first=inference_first,
+                           backend="aot_eager", fullgraph=True)
 
 
 def test_torch_compile_dynamic_img_size_follows_each_input() -> None:
@@ -313,23 +323,6 @@ def test_inference_mode_forward_then_training(name: str) -> None:
         model.eval()(images)
     model.train()(images).square().mean().backward()
     assert all(p.grad is not None for p in model.parameters())
-
-
-def test_torch_compile_inference_mode_call_then_training() -> None:
-    """The same through torch.compile, when the compiled inference-mode call is the first to meet the grid."""
-    rpe.clear_bucket_cache()
-    torch._dynamo.reset()
-    model = build("deit_tiny_patch16_224_rpe.irpe_qkv", num_classes=3)
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    images = torch.randn(2, *input_size(model))
-    with torch.inference_mode():
-        compiled.eval()(images)
-    compiled.train()(images).square().mean().backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    model(images).square().mean().backward()
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-5, msg=n)
 
 
 def test_tag_and_rpe_argument() -> None:
