@@ -38,7 +38,9 @@ EXTRA_TAGS = [
     "swin_tiny_patch4_window7_224_rpe.swin", "swin_tiny_patch4_window7_224_rpe.irpe_qkv",
     "swin_tiny_patch4_window7_224_rpe.rope_axial", "swin_tiny_patch4_window7_224_rpe.cpb",
 ]
-CHECKED = REGISTERED + EXTRA_TAGS
+# timm's own DeiT and Swin go through the same checks: what "behaves like timm's model" is measured against.
+TIMM_OWN = ["deit_small_patch16_224", "swin_tiny_patch4_window7_224"]
+CHECKED = REGISTERED + EXTRA_TAGS + TIMM_OWN
 
 
 def small(name: str) -> dict:
