@@ -1,4 +1,5 @@
-"""Backbones, heads and Lightning modules. Importing registers the iRPE zoo names in timm."""
+"""Backbones, heads and Lightning modules. Importing registers in timm the iRPE zoo names and
+``deit_{tiny,small,base}_patch16_224_rpe`` / ``swin_tiny_patch4_window7_224_rpe`` with any RPE preset as tag."""
 
 from models.deit import REFERENCE_ZOO, ModelConfigError, RPEVisionTransformer
 from models.factory import create_model, model_names, register_builder

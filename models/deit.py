@@ -1,13 +1,17 @@
 """DeiT / ViT backbones with a pluggable relative position encoding.
 
 The backbone is timm's own ``VisionTransformer``; only the attention layer is swapped for
-:class:`rpe.RPEAttention` and the token grid is handed to every attention layer before each
-forward. Parameter names stay timm's, so timm DeiT checkpoints load unchanged, and the RPE tables
-sit at ``blocks.{i}.attn.rpe_{q,k,v}`` as in the iRPE reference checkpoints.
+:class:`rpe.RPEAttention`, which is told the token grid (`RPEVisionTransformer.set_grid`). Parameter
+names stay timm's, so timm DeiT checkpoints load unchanged, and the RPE tables sit at
+``blocks.{i}.attn.rpe_{q,k,v}`` as in the iRPE reference checkpoints.
+
+In timm: the iRPE reference zoo names (`REFERENCE_ZOO`) and ``deit_{tiny,small,base}_patch16_224_rpe``
+with any RPE preset as the tag (`models.timm_tags`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,15 +21,13 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 from torch import nn
 
+from models.errors import ModelConfigError
+from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
 from rpe import RPEAttention, RPEConfig, resolve_rpe
 from rpe.base import no_weight_decay_names
 from rpe.encodings.peg import PEG
 
 APE_CHOICES = ("learned", "sincos", "none", "peg")
-
-
-class ModelConfigError(ValueError):
-    """A bad model option; the message is one line naming the value and the valid choices."""
 
 
 def check_patch_grid(img_size: Any, patch_size: Any) -> None:
@@ -99,6 +101,10 @@ class RPEVisionTransformer(VisionTransformer):
                     f"peg_blocks={blocks!r} must be a non-empty list of block indices in 0..{depth - 1}"
                 )
             self.pegs = nn.ModuleDict({str(b): PEG(self.embed_dim) for b in sorted(set(blocks))})
+            for index, peg in self.pegs.items():
+                hook = functools.partial(_apply_peg, peg, self.num_prefix_tokens)
+                self.blocks[int(index)].register_forward_hook(hook)
+        self.set_grid(self._fixed_grid())
 
     def _fill_sincos_pos_embed(self) -> None:
         grid_h, grid_w = self.patch_embed.grid_size
@@ -118,28 +124,64 @@ class RPEVisionTransformer(VisionTransformer):
         """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
         return set(super().no_weight_decay()) | no_weight_decay_names(self)
 
-    def set_grid(self, grid_size: tuple[int, int]) -> None:
-        """Tell every attention layer the patch grid ``(h, w)`` of the coming forward."""
+    # --- The token grid of the attention layers ------------------------------------------------
+    # A fixed-size model has one patch grid: every attention layer holds it from construction (and
+    # `set_input_size`), so every path (forward, forward_intermediates, features_only, torch.fx,
+    # torch.compile, a block called on its own) sees the same grid and no forward changes any state.
+    # With dynamic_img_size the grid is the input's: `forward_features` and `forward_intermediates`
+    # hand it to the layers for the length of the call and take it back after (None between calls),
+    # so a grid of an earlier input can never be reused.
+
+    def set_grid(self, grid_size: tuple[int, int] | None) -> None:
+        """Tell every attention layer the patch grid ``(h, w)`` (None: unknown until the next forward)."""
         for block in self.blocks:
-            block.attn.grid_size = grid_size
+            block.attn.grid_size = None if grid_size is None else (int(grid_size[0]), int(grid_size[1]))
+
+    def _fixed_grid(self) -> tuple[int, int] | None:
+        return None if self.dynamic_img_size else tuple(self.patch_embed.grid_size)
+
+    def _input_grid(self, x: torch.Tensor) -> tuple[int, int]:
+        if isinstance(x, torch.fx.Proxy):
+            raise TypeError("torch.fx cannot trace a dynamic_img_size iRPE model (its grid is the input's);"
+                            " build it with a fixed img_size")
+        return self.patch_embed.dynamic_feat_size(tuple(x.shape[-2:]))
+
+    def set_input_size(self, img_size: Any = None, patch_size: Any = None) -> None:
+        """timm's resize (patch grid, position embedding), then the new grid to the attention layers."""
+        super().set_input_size(img_size=img_size, patch_size=patch_size)
+        self.set_grid(self._fixed_grid())
 
     def forward_features(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
     ) -> torch.Tensor:
         """``x``: images ``(B, C, H, W)`` -> tokens ``(B, skip + h*w, dim)``."""
-        grid = self.patch_embed.dynamic_feat_size(tuple(x.shape[-2:]))
-        self.set_grid(grid)
-        if self.pegs is None:
+        if not self.dynamic_img_size:
             return super().forward_features(x, attn_mask=attn_mask, is_causal=is_causal)
-        # timm's steps, with the PEGs' token-grid hook after their blocks
-        x = self.norm_pre(self.patch_drop(self._pos_embed(self.patch_embed(x))))
-        skip = x.shape[1] - grid[0] * grid[1]
-        for index, block in enumerate(self.blocks):
-            x = block(x, attn_mask=attn_mask, is_causal=is_causal)
-            peg = self.pegs[str(index)] if str(index) in self.pegs else None
-            if peg is not None:
-                x = peg.tokens(x, grid[0], grid[1], skip)
-        return self.norm(x)
+        self.set_grid(self._input_grid(x))
+        try:
+            return super().forward_features(x, attn_mask=attn_mask, is_causal=is_causal)
+        finally:
+            self.set_grid(None)
+
+    def forward_intermediates(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        """timm's ``forward_intermediates`` (same arguments and outputs) on this model's token grid."""
+        if not self.dynamic_img_size:
+            return super().forward_intermediates(x, *args, **kwargs)
+        self.set_grid(self._input_grid(x))
+        try:
+            return super().forward_intermediates(x, *args, **kwargs)
+        finally:
+            self.set_grid(None)
+
+
+def _apply_peg(peg: PEG, skip: int, block: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook of a block that a PEG follows: the PEG's token-grid hook on the block's output.
+
+    A hook (not a loop of our own) so that every timm path that runs the blocks (forward_features,
+    checkpointing, forward_intermediates, features_only) applies it.
+    """
+    h, w = block.attn.grid_size
+    return peg.tokens(output, h, w, skip)
 
 
 # Architecture hyper-parameters of the DeiT family (timm names) and our micro model.
@@ -172,11 +214,14 @@ def load_pretrained_files_safely(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _build(variant: str, arch: str, pretrained: bool = False, **kwargs: Any) -> RPEVisionTransformer:
+    """timm's way of building its DeiT (``features_only`` through ``forward_intermediates``), our class."""
+    out_indices = kwargs.pop("out_indices", 3)
     return build_model_with_cfg(
         RPEVisionTransformer,
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls="getter"),
         **load_pretrained_files_safely(dict(DEIT_ARCHS[arch], **kwargs)),
     )
 
@@ -202,14 +247,22 @@ REFERENCE_ZOO: dict[str, tuple[str, str]] = {
     "deit_base_patch16_224_ctx_product_50_shared_qkv": ("deit_base_patch16_224", "irpe_qkv"),
 }
 
+# The DeiT architectures in timm with any RPE preset as the tag: deit_small_patch16_224_rpe.irpe_qkv, ...
+RPE_VARIANTS: dict[str, str] = {
+    f"{arch}{RPE_SUFFIX}": arch for arch in ("deit_tiny_patch16_224", "deit_small_patch16_224", "deit_base_patch16_224")
+}
+
+# As timm's DeiT: the position embedding fixes the input size (dynamic_img_size=True lifts it).
+_DEIT_CFG: dict[str, Any] = {
+    "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": None, "crop_pct": 0.875,
+    "interpolation": "bicubic", "fixed_input_size": True, "mean": (0.485, 0.456, 0.406),
+    "std": (0.229, 0.224, 0.225), "first_conv": "patch_embed.proj", "classifier": "head", "license": "mit",
+    "paper_ids": "arXiv:2107.14222",
+}
+
 default_cfgs = generate_default_cfgs({
-    name: {
-        "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.875, "interpolation": "bicubic",
-        "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
-        "first_conv": "patch_embed.proj", "classifier": "head", "license": "mit",
-        "paper_ids": "arXiv:2107.14222",
-    }
-    for name in REFERENCE_ZOO
+    **{name: dict(_DEIT_CFG) for name in REFERENCE_ZOO},
+    **{key: cfg for variant in RPE_VARIANTS for key, cfg in tagged_cfgs(variant, _DEIT_CFG).items()},
 })
 
 
@@ -229,3 +282,14 @@ def _zoo_entry(name: str):
 
 for _name in REFERENCE_ZOO:
     globals()[_name] = register_model(_zoo_entry(_name))
+
+
+def _rpe_variant_builder(variant: str):
+    def build(rpe: Any, pretrained: bool, **kwargs: Any) -> RPEVisionTransformer:
+        return _build(variant, RPE_VARIANTS[variant], pretrained=pretrained, rpe=rpe, **kwargs)
+
+    return build
+
+
+for _variant, _arch in RPE_VARIANTS.items():
+    globals()[_variant] = register_rpe_variant(_variant, _rpe_variant_builder(_variant), f"{_arch} (timm's DeiT)")

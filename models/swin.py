@@ -49,6 +49,8 @@ rpe.ratio=3.0`` is "Swin's index, contextual"). Sensible choices at window 7:
   81 / 81 / 133 buckets per table of which only 9 / 13 / 25 occur; ``t5`` (32 per axis, exact up
   to 7) uses 169 of its 1024 entries. ``xl`` embeds the exact window offsets.
 
+In timm: ``swin_tiny_patch4_window7_224_rpe.<preset>`` (any RPE preset as the tag, `models.timm_tags`).
+
 Variable input size: ``strict_img_size=False`` (timm's dynamic masks, padding to whole windows) and
 ``model.set_input_size(img_size=..., window_size=...)`` both work; with the Swin table a window
 change interpolates the table as timm does, the iRPE tables do not depend on the window.
@@ -63,8 +65,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from timm.layers import to_2tuple, trunc_normal_
-from timm.models import build_model_with_cfg
+from timm.layers import register_notrace_module, to_2tuple, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs
 from timm.models import swin_transformer as timm_swin
 from timm.models._manipulate import named_apply
 from timm.models.swin_transformer import SwinTransformer, WindowAttention
@@ -72,6 +74,7 @@ from timm.models.vision_transformer import get_init_weights_vit
 from torch import Tensor, nn
 
 from models.deit import ModelConfigError, load_pretrained_files_safely
+from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
 from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
 from rpe.base import no_weight_decay_names
 
@@ -95,6 +98,7 @@ def uses_swin_table(config: RPEConfig) -> bool:
     return is_swin_bias(config)
 
 
+@register_notrace_module  # torch.fx keeps it as one call: its Python dispatch needs concrete shapes
 class RPEWindowAttention(RPESites, WindowAttention):
     """timm's ``WindowAttention`` with any relative position encoding of `rpe`.
 
@@ -371,3 +375,34 @@ def _register() -> None:
 
 
 _register()
+
+
+# --- In timm: Swin-T with any RPE preset as the tag (swin_tiny_patch4_window7_224_rpe.irpe_k, ...). --------
+RPE_VARIANTS: dict[str, str] = {f"swin_tiny_patch4_window7_224{RPE_SUFFIX}": "swin_tiny_patch4_window7_224"}
+
+_SWIN_CFG: dict[str, Any] = {  # timm's Swin-T cfg
+    "num_classes": 1000, "input_size": (3, 224, 224), "pool_size": (7, 7), "crop_pct": 0.9,
+    "interpolation": "bicubic", "fixed_input_size": True, "mean": (0.485, 0.456, 0.406),
+    "std": (0.229, 0.224, 0.225), "first_conv": "patch_embed.proj", "classifier": "head.fc", "license": "mit",
+}
+
+default_cfgs = generate_default_cfgs(
+    {key: cfg for variant in RPE_VARIANTS for key, cfg in tagged_cfgs(variant, _SWIN_CFG).items()}
+)
+
+
+def _rpe_variant_builder(variant: str):
+    def build(rpe: Any, pretrained: bool, **kwargs: Any) -> RPESwinTransformer:
+        arch = SWIN_ARCHS[RPE_VARIANTS[variant]]
+        out_indices = kwargs.pop("out_indices", tuple(range(len(kwargs.get("depths", arch["depths"])))))
+        return build_model_with_cfg(
+            RPESwinTransformer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
+            feature_cfg=dict(flatten_sequential=True, out_indices=out_indices),
+            **load_pretrained_files_safely(dict(arch, rpe=rpe, **kwargs)),
+        )
+
+    return build
+
+
+for _variant in RPE_VARIANTS:
+    globals()[_variant] = register_rpe_variant(_variant, _rpe_variant_builder(_variant), "Swin-T (timm's Swin)")

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from timm.layers import register_notrace_module
 from torch import Tensor, nn
 
 from .base import Description, LogitPiece, PositionEncoding, materialize_pieces
@@ -54,8 +55,9 @@ def split_grid(n: int, grid_size: tuple[int, int] | None) -> tuple[int, int, int
     """``(h, w, skip)`` for ``n`` tokens on ``grid_size = (h, w)``; ``skip = n - h w`` leading tokens."""
     if grid_size is None:
         raise ValueError(
-            "grid_size=(h, w) is required when relative position encoding is used"
-            " (the backbone must set attn.grid_size before forward)"
+            "grid_size=(h, w) is required when relative position encoding is used (the backbone sets"
+            " attn.grid_size: the patch grid of a fixed-size model, or the input's grid during each forward"
+            " of a dynamic_img_size model; call the model, not its blocks, for those)"
         )
     try:
         h, w = (int(v) for v in grid_size)
@@ -337,6 +339,14 @@ class RPESites:
         pieces = _relative_pieces(q_scaled, k, scale, [m for m in sites if m.adds_logits], h_w_skip)
         return _logits(q_scaled, k, pieces, attn_mask).softmax(dim=-1)
 
+    def __prepare_scriptable__(self) -> Any:
+        # torch.jit.script calls this on every submodule first: one clear line instead of a deep
+        # TorchScript error (the encodings dispatch on Python objects that TorchScript cannot type)
+        raise TypeError(
+            f"{type(self).__name__} does not support TorchScript (torch.jit.script); use torch.compile,"
+            " torch.fx or eager mode"
+        )
+
     def reset_rpe_parameters(self) -> None:
         for module in self.rpe_modules:
             module.reset_parameters()
@@ -346,14 +356,16 @@ class RPESites:
         return [module.describe(h, w) for module in self.rpe_modules]
 
 
+@register_notrace_module  # torch.fx keeps it as one call: its Python dispatch needs concrete shapes
 class RPEAttention(RPESites, nn.Module):
     """Drop-in for timm 1.0's ``timm.layers.Attention`` with relative position encoding.
 
     Same parameters and child names as timm (``qkv``, ``q_norm``, ``k_norm``, ``attn_drop``, ``norm``,
     ``proj``, ``proj_drop``) plus the site modules ``rpe_q``, ``rpe_k``, ``rpe_v`` (None when unused),
     so reference checkpoints (``blocks.{i}.attn.rpe_k.lookup_table_weight``) load strictly.
-    ``rpe`` is anything `resolve_rpe` accepts. Before each forward the backbone sets
-    ``attn.grid_size = (h, w)``; leading tokens beyond ``h w`` are skip tokens.
+    ``rpe`` is anything `resolve_rpe` accepts. ``attn.grid_size = (h, w)`` is the token grid, set by the
+    backbone (`models.deit.RPEVisionTransformer`: the patch grid, or the input's grid during each forward
+    with ``dynamic_img_size``); leading tokens beyond ``h w`` are skip tokens.
     """
 
     def __init__(

@@ -23,6 +23,7 @@ See docs/design.md for the conventions and how to add an encoding.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,7 @@ __all__ = [
     "PositionEncoding",
     "ONEHOT_DEVICES",
     "bucket_rows",
+    "build_for_cache",
     "materialize_pieces",
     "no_weight_decay_names",
     "own_init_parameters",
@@ -106,6 +108,18 @@ def bucket_rows(x: Tensor, table: Tensor, width: int) -> Tensor:
     if width > table.shape[-1]:
         table = F.pad(table, (0, width - table.shape[-1]))
     return x @ table.unsqueeze(0)
+
+
+def build_for_cache(build: Callable[[], Tensor]) -> Tensor:
+    """``build()`` as an ordinary tensor even inside ``torch.inference_mode``: a value cached during an
+    inference forward is reused by later forwards, and an inference tensor cannot be saved for backward.
+
+    Inside ``torch.compile`` the value is a graph output (an inference tensor when the compiled call runs in
+    inference mode), so the caches keep only values built outside compilation (``torch.compiler.is_compiling``);
+    a compiled graph that met an empty cache computes the value itself.
+    """
+    with torch.inference_mode(False):
+        return build()
 
 
 def materialize_pieces(pieces: list[LogitPiece]) -> Tensor | None:

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .base import build_for_cache
 from .config import RPEConfig
 
 __all__ = [
@@ -285,8 +286,9 @@ _CACHE_SIZE = [256]
 def _cached(key: tuple, build) -> Tensor:
     value = _CACHE.get(key)
     if value is None:
-        value = build()
-        _CACHE[key] = value
+        value = build_for_cache(build)
+        if not torch.compiler.is_compiling():  # see `build_for_cache`
+            _CACHE[key] = value
         while len(_CACHE) > _CACHE_SIZE[0]:
             _CACHE.popitem(last=False)
     else:

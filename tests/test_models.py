@@ -79,11 +79,52 @@ def test_ape_switch(ape: str) -> None:
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 8)
 
 
-def test_non_square_dynamic_input_hands_the_real_grid_to_attention() -> None:
-    model = create_model("deit_micro_patch4_32", rpe="irpe_k", num_classes=8, dynamic_img_size=True)
-    out = model(torch.randn(1, 3, 24, 40))
-    assert out.shape == (1, 8)
-    assert model.blocks[0].attn.grid_size == (6, 10)
+def _random_rpe_tables(model: torch.nn.Module) -> None:
+    """The iRPE tables start at zero (no relative term): fill them so that the grid matters."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".rpe_" in name:
+                param.normal_()
+
+
+def test_dynamic_input_grid_is_each_calls_own_and_never_kept() -> None:
+    """Behaviour change: the grid is no longer left on the layers after a forward. A 6x10 input and then a
+    10x6 one (the same 60 tokens) give what fixed-size models of those sizes give, through forward and
+    forward_intermediates; between calls no layer holds a grid, so a block called on its own refuses."""
+    net = dict(rpe="irpe_k", ape="none", num_classes=8)
+    dynamic = create_model("deit_micro_patch4_32", dynamic_img_size=True, **net).eval()
+    _random_rpe_tables(dynamic)
+    seen = []
+    dynamic.blocks[0].attn.register_forward_pre_hook(lambda module, args: seen.append(module.grid_size))
+    for size in [(24, 40), (40, 24)]:
+        fixed = create_model("deit_micro_patch4_32", img_size=size, **net).eval()
+        fixed.load_state_dict(dynamic.state_dict())
+        images = torch.randn(1, 3, *size)
+        with torch.no_grad():
+            torch.testing.assert_close(dynamic.forward_features(images), fixed.forward_features(images))
+            got = dynamic.forward_intermediates(images, indices=[1, 3])
+            want = fixed.forward_intermediates(images, indices=[1, 3])
+        for g, w in zip([got[0], *got[1]], [want[0], *want[1]], strict=True):
+            torch.testing.assert_close(g, w)
+        assert dynamic.blocks[0].attn.grid_size is None
+    assert seen == [(6, 10), (6, 10), (10, 6), (10, 6)]
+    with pytest.raises(ValueError, match=r"grid_size=\(h, w\) is required"):
+        dynamic.blocks[0](torch.randn(1, 60, 128))
+
+
+def test_fixed_size_grid_is_the_patch_grid_from_construction_and_resize() -> None:
+    """A fixed-size model's layers hold its patch grid from the start (timm's forward_intermediates and
+    blocks work on a fresh model); ``set_input_size`` gives them the new grid, as a model built at that size."""
+    model = create_model("deit_micro_patch4_32", rpe="irpe_k", ape="none", num_classes=8).eval()
+    _random_rpe_tables(model)
+    assert {block.attn.grid_size for block in model.blocks} == {(8, 8)}
+    model.set_input_size(img_size=(48, 32))
+    assert {block.attn.grid_size for block in model.blocks} == {(12, 8)}
+    built = create_model("deit_micro_patch4_32", rpe="irpe_k", ape="none", num_classes=8, img_size=(48, 32)).eval()
+    built.load_state_dict(model.state_dict())
+    images = torch.randn(2, 3, 48, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(images), built.forward_features(images))
 
 
 def test_unknown_model_name_is_a_clear_error() -> None:

@@ -52,6 +52,11 @@ def test_deit_with_pegs_after_chosen_blocks() -> None:
     net(torch.randn(2, 3, 32, 32)).sum().backward()
     assert seen == ["0", "2"]
     assert net.pegs["0"].proj.weight.grad is not None
+    seen.clear()  # timm's forward_intermediates (features_only) runs the blocks itself: the PEGs follow them there too
+    with torch.no_grad():
+        images = torch.randn(1, 3, 32, 32)
+        torch.testing.assert_close(net.forward_intermediates(images)[0], net.forward_features(images))
+    assert seen == ["0", "2", "0", "2"]
     assert sorted(create_model("deit_micro_patch4_32", ape="peg", num_classes=4).pegs) == ["0"]  # CPVT's default
     for kwargs, fragment in [({"ape": "peg", "peg_blocks": [4]}, "block indices in 0..3"),
                              ({"ape": "learned", "peg_blocks": [0]}, "needs ape=peg")]:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import registry
-from ..base import Description, LogitPiece, PositionEncoding, offset_grid
+from ..base import Description, LogitPiece, PositionEncoding, build_for_cache, offset_grid
 from ..config import RPEConfig
 from ..index import IndexSpec, bucket_ids
 
@@ -60,9 +60,13 @@ class ALiBi2D(PositionEncoding):
         if table is None:
             if len(self._tables) >= 16:
                 self._tables.clear()
-            flat = self.offset_bias(h, w).flatten(1)
-            table = torch.cat([flat, flat.new_zeros(self.num_heads, 1)], dim=1).to(device, dtype)
-            self._tables[key] = table
+            def build() -> Tensor:
+                flat = self.offset_bias(h, w).flatten(1)
+                return torch.cat([flat, flat.new_zeros(self.num_heads, 1)], dim=1).to(device, dtype)
+
+            table = build_for_cache(build)
+            if not torch.compiler.is_compiling():  # see `build_for_cache`
+                self._tables[key] = table
         return table
 
     def logit_pieces(

@@ -22,7 +22,7 @@ from timm.layers import Mlp, gen_relative_log_coords
 from torch import Tensor, nn
 
 from .. import registry
-from ..base import Description, LogitPiece, PositionEncoding
+from ..base import Description, LogitPiece, PositionEncoding, build_for_cache
 from ..config import RPEConfig
 from ..index import IndexSpec, bucket_ids
 
@@ -55,8 +55,12 @@ class LogCPB(PositionEncoding):
         if coords is None:
             if len(self._coords) >= 16:
                 self._coords.clear()
-            coords = gen_relative_log_coords((h, w), _REFERENCE_WINDOW, mode="swin").to(device, dtype)
-            coords = self._coords[key] = coords.reshape(-1, 2)
+            coords = build_for_cache(
+                lambda: gen_relative_log_coords((h, w), _REFERENCE_WINDOW, mode="swin").to(device, dtype)
+            )
+            coords = coords.reshape(-1, 2)
+            if not torch.compiler.is_compiling():  # see `build_for_cache`
+                self._coords[key] = coords
         return coords
 
     def offset_bias(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:

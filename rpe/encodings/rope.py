@@ -25,7 +25,7 @@ from timm.layers.pos_embed_sincos import init_random_2d_freqs
 from torch import Tensor
 
 from .. import registry
-from ..base import Description, PositionEncoding, offset_grid
+from ..base import Description, PositionEncoding, build_for_cache, offset_grid
 from ..config import RPEConfig, RPEConfigError
 
 __all__ = ["RotaryPositionEncoding"]
@@ -74,8 +74,11 @@ class RotaryPositionEncoding(PositionEncoding):
         if embed is None:
             if len(self._cache) >= 16:
                 self._cache.clear()
-            grid = self.rope.get_embed((h, w)).to(device=device, dtype=dtype)
-            embed = self._cache[key] = _with_identity_rows(grid, skip)
+            embed = build_for_cache(
+                lambda: _with_identity_rows(self.rope.get_embed((h, w)).to(device=device, dtype=dtype), skip)
+            )
+            if not torch.compiler.is_compiling():  # see `build_for_cache`
+                self._cache[key] = embed
         return embed
 
     def _apply(self, fn, *args, **kwargs):
