@@ -40,9 +40,12 @@ except ImportError:  # pragma: no cover - exercised only where Triton is absent
 __all__ = ["triton_available", "triton_rpe_attention", "dropout_keep_mask"]
 
 # Tile sizes: untuned (no GPU measurement yet). The bucket reductions build a
-# (BLOCK_M, BLOCK_N, buckets) one-hot in registers, which is why the tiles are small.
+# (BLOCK_M, BLOCK_N, buckets) one-hot in registers, which is why the tiles are small; tables wider
+# than ONEHOT_LIMIT elements per tile (T5's 1025 buckets, large Swin windows) are reduced with
+# atomic adds into the program's own rows instead (summation order then not deterministic).
 BLOCK_M = 32
 BLOCK_N = 32
+ONEHOT_LIMIT = 1 << 16
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -70,6 +73,16 @@ def _check_device(q: Tensor) -> None:
 
 
 if triton is not None:
+
+    @triton.jit
+    def _load_block(PTR, b, h, sb, sh, sn, offs, offs_d, valid):
+        """A (rows, BD) block of a strided (B, H, n, d) tensor."""
+        return tl.load(PTR + b.to(tl.int64) * sb + h * sh + offs[:, None] * sn + offs_d[None, :], mask=valid, other=0.0)
+
+    @triton.jit
+    def _dense(bh, N, D, offs, offs_d):
+        """Offsets of a (rows, BD) block of a contiguous (B, H, n, d) tensor."""
+        return bh.to(tl.int64) * N * D + offs[:, None] * D + offs_d[None, :]
 
     @triton.jit
     def _scores(
@@ -115,7 +128,7 @@ if triton is not None:
         RQ, IDQ, RK, IDK, IDV, MASK, smb, smh, smi, smj,
         H, N, D, scale, dropout_p, seed,
         PQ: tl.constexpr, WQ: tl.constexpr, PK: tl.constexpr, WK: tl.constexpr,
-        PV: tl.constexpr, WV: tl.constexpr, WVP: tl.constexpr,
+        PV: tl.constexpr, WV: tl.constexpr, WVP: tl.constexpr, ATOMIC_V: tl.constexpr,
         HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
     ):
@@ -138,8 +151,8 @@ if triton is not None:
             n_valid = offs_n < N
             tile_valid = m_valid[:, None] & n_valid[None, :]
             kv_mask = n_valid[:, None] & d_valid[None, :]
-            k = tl.load(K + b.to(tl.int64) * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(V + b.to(tl.int64) * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            k = _load_block(K, b, h, skb, skh, skn, offs_n, offs_d, kv_mask)
+            v = _load_block(V, b, h, svb, svh, svn, offs_n, offs_d, kv_mask)
             s = _scores(q, k, offs_m, offs_n, tile_valid, b, h, bh, N, scale, RQ, IDQ, RK, IDK,
                         MASK, smb, smh, smi, smj, PQ, WQ, PK, WK, HAS_MASK).to(ACC)
             m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -151,16 +164,34 @@ if triton is not None:
                 keep = _keep(seed, bh, N, offs_m, offs_n, dropout_p)
                 p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v).to(ACC)
-            if PV > 0:
+            if PV > 0 and not ATOMIC_V:
                 oh = _onehot(IDV, offs_m, offs_n, tile_valid, N, PV, WVP, BM, BN)
                 pb = pb * alpha[:, None] + tl.sum(p[:, :, None] * oh.to(ACC), 1)
             m_i = m_new
         l_i = tl.where(l_i == 0.0, 1.0, l_i)  # padded rows (and fully masked ones: output 0)
         out = acc / l_i[:, None]
-        tl.store(O + bh.to(tl.int64) * N * D + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty),
+        tl.store(O + _dense(bh, N, D, offs_m, offs_d), out.to(O.dtype.element_ty),
                  mask=m_valid[:, None] & d_valid[None, :])
-        tl.store(LSE + bh.to(tl.int64) * N + offs_m, m_i + tl.log(l_i), mask=m_valid)
-        if PV > 0:
+        lse = m_i + tl.log(l_i)
+        tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=m_valid)
+        if ATOMIC_V:
+            # wide V tables: a second pass with the final normaliser scatters the probabilities
+            for start_n in range(0, N, BN):
+                offs_n = start_n + tl.arange(0, BN)
+                n_valid = offs_n < N
+                tile_valid = m_valid[:, None] & n_valid[None, :]
+                k = tl.load(K + b.to(tl.int64) * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :],
+                            mask=n_valid[:, None] & d_valid[None, :], other=0.0)
+                s = _scores(q, k, offs_m, offs_n, tile_valid, b, h, bh, N, scale, RQ, IDQ, RK, IDK,
+                            MASK, smb, smh, smi, smj, PQ, WQ, PK, WK, HAS_MASK).to(ACC)
+                p = tl.where(tile_valid, tl.exp(s - lse[:, None]), 0.0)
+                if DROPOUT:
+                    keep = _keep(seed, bh, N, offs_m, offs_n, dropout_p)
+                    p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+                for c in tl.static_range(PV):
+                    idx = tl.load(IDV + c * N * N + offs_m[:, None] * N + offs_n[None, :], mask=tile_valid, other=0)
+                    tl.atomic_add(PB + bh.to(tl.int64) * N * WV + offs_m[:, None] * WV + idx, p, mask=tile_valid)
+        elif PV > 0:
             cols = tl.arange(0, WVP)
             tl.store(PB + bh.to(tl.int64) * N * WV + offs_m[:, None] * WV + cols[None, :], pb / l_i[:, None],
                      mask=m_valid[:, None] & (cols[None, :] < WV))
@@ -190,7 +221,7 @@ if triton is not None:
         RQ, IDQ, RK, IDK, IDV, MASK, smb, smh, smi, smj,
         H, N, D, scale, dropout_p, seed,
         PQ: tl.constexpr, WQ: tl.constexpr, PK: tl.constexpr, WK: tl.constexpr, WKP: tl.constexpr,
-        PV: tl.constexpr, WV: tl.constexpr,
+        ATOMIC_K: tl.constexpr, PV: tl.constexpr, WV: tl.constexpr,
         HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
     ):
@@ -204,8 +235,8 @@ if triton is not None:
         n_valid = offs_n < N
         d_valid = offs_d < D
         kv_mask = n_valid[:, None] & d_valid[None, :]
-        k = tl.load(K + b.to(tl.int64) * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + b.to(tl.int64) * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = _load_block(K, b, h, skb, skh, skn, offs_n, offs_d, kv_mask)
+        v = _load_block(V, b, h, svb, svh, svn, offs_n, offs_d, kv_mask)
         dk = tl.zeros((BN, BD), dtype=ACC)
         dv = tl.zeros((BN, BD), dtype=ACC)
         gk = tl.zeros((BN, WKP), dtype=ACC)
@@ -214,8 +245,8 @@ if triton is not None:
             m_valid = offs_m < N
             tile_valid = m_valid[:, None] & n_valid[None, :]
             q_mask = m_valid[:, None] & d_valid[None, :]
-            q = tl.load(Q + b.to(tl.int64) * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], mask=q_mask, other=0.0)
-            do = tl.load(DO + bh.to(tl.int64) * N * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+            q = _load_block(Q, b, h, sqb, sqh, sqn, offs_m, offs_d, q_mask)
+            do = tl.load(DO + _dense(bh, N, D, offs_m, offs_d), mask=q_mask, other=0.0)
             lse = tl.load(LSE + bh.to(tl.int64) * N + offs_m, mask=m_valid, other=0.0)
             delta = tl.load(DELTA + bh.to(tl.int64) * N + offs_m, mask=m_valid, other=0.0)
             s = _scores(q, k, offs_m, offs_n, tile_valid, b, h, bh, N, scale, RQ, IDQ, RK, IDK,
@@ -225,13 +256,17 @@ if triton is not None:
                                  IDV, DPB, PV, WV, DROPOUT, ACC)
             dv += tl.dot(tl.trans(p_used.to(do.dtype)), do).to(ACC)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q).to(ACC)
-            if PK > 0:
+            if ATOMIC_K:
+                for c in tl.static_range(PK):
+                    idx = tl.load(IDK + c * N * N + offs_n[None, :] * N + offs_m[:, None], mask=tile_valid, other=0)
+                    tl.atomic_add(GK + bh.to(tl.int64) * N * WK + offs_n[None, :] * WK + idx, ds, mask=tile_valid)
+            elif PK > 0:
                 # key-indexed ids are read at (j, i): the one-hot is built over (key, query)
                 oh = _onehot(IDK, offs_n, offs_m, tl.trans(tile_valid), N, PK, WKP, BN, BM)
                 gk += tl.sum(tl.trans(ds)[:, :, None] * oh.to(ACC), 1)
-        tl.store(DK + bh.to(tl.int64) * N * D + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
-        tl.store(DV + bh.to(tl.int64) * N * D + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
-        if PK > 0:
+        tl.store(DK + _dense(bh, N, D, offs_n, offs_d), (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
+        tl.store(DV + _dense(bh, N, D, offs_n, offs_d), dv.to(DV.dtype.element_ty), mask=kv_mask)
+        if PK > 0 and not ATOMIC_K:
             cols = tl.arange(0, WKP)
             tl.store(GK + bh.to(tl.int64) * N * WK + offs_n[:, None] * WK + cols[None, :], gk,
                      mask=n_valid[:, None] & (cols[None, :] < WK))
@@ -242,8 +277,8 @@ if triton is not None:
         sqb, sqh, sqn, skb, skh, skn, svb, svh, svn,
         RQ, IDQ, RK, IDK, IDV, MASK, smb, smh, smi, smj,
         H, N, D, scale, dropout_p, seed,
-        PQ: tl.constexpr, WQ: tl.constexpr, WQP: tl.constexpr, PK: tl.constexpr, WK: tl.constexpr,
-        PV: tl.constexpr, WV: tl.constexpr,
+        PQ: tl.constexpr, WQ: tl.constexpr, WQP: tl.constexpr, ATOMIC_Q: tl.constexpr, PK: tl.constexpr,
+        WK: tl.constexpr, PV: tl.constexpr, WV: tl.constexpr,
         HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
     ):
@@ -257,8 +292,8 @@ if triton is not None:
         m_valid = offs_m < N
         d_valid = offs_d < D
         q_mask = m_valid[:, None] & d_valid[None, :]
-        q = tl.load(Q + b.to(tl.int64) * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :], mask=q_mask, other=0.0)
-        do = tl.load(DO + bh.to(tl.int64) * N * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+        q = _load_block(Q, b, h, sqb, sqh, sqn, offs_m, offs_d, q_mask)
+        do = tl.load(DO + _dense(bh, N, D, offs_m, offs_d), mask=q_mask, other=0.0)
         lse = tl.load(LSE + bh.to(tl.int64) * N + offs_m, mask=m_valid, other=0.0)
         delta = tl.load(DELTA + bh.to(tl.int64) * N + offs_m, mask=m_valid, other=0.0)
         dq = tl.zeros((BM, BD), dtype=ACC)
@@ -268,19 +303,23 @@ if triton is not None:
             n_valid = offs_n < N
             tile_valid = m_valid[:, None] & n_valid[None, :]
             kv_mask = n_valid[:, None] & d_valid[None, :]
-            k = tl.load(K + b.to(tl.int64) * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(V + b.to(tl.int64) * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :], mask=kv_mask, other=0.0)
+            k = _load_block(K, b, h, skb, skh, skn, offs_n, offs_d, kv_mask)
+            v = _load_block(V, b, h, svb, svh, svn, offs_n, offs_d, kv_mask)
             s = _scores(q, k, offs_m, offs_n, tile_valid, b, h, bh, N, scale, RQ, IDQ, RK, IDK,
                         MASK, smb, smh, smi, smj, PQ, WQ, PK, WK, HAS_MASK).to(ACC)
             p = tl.where(tile_valid, tl.exp(s - lse[:, None]), 0.0)
             ds, _ = _dprobs(do, v, p, bh, N, offs_m, offs_n, tile_valid, delta, seed, dropout_p,
                             IDV, DPB, PV, WV, DROPOUT, ACC)
             dq += tl.dot(ds.to(k.dtype), k).to(ACC)
-            if PQ > 0:
+            if ATOMIC_Q:
+                for c in tl.static_range(PQ):
+                    idx = tl.load(IDQ + c * N * N + offs_m[:, None] * N + offs_n[None, :], mask=tile_valid, other=0)
+                    tl.atomic_add(GQ + bh.to(tl.int64) * N * WQ + offs_m[:, None] * WQ + idx, ds, mask=tile_valid)
+            elif PQ > 0:
                 oh = _onehot(IDQ, offs_m, offs_n, tile_valid, N, PQ, WQP, BM, BN)
                 gq += tl.sum(ds[:, :, None] * oh.to(ACC), 1)
-        tl.store(DQ + bh.to(tl.int64) * N * D + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
-        if PQ > 0:
+        tl.store(DQ + _dense(bh, N, D, offs_m, offs_d), (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
+        if PQ > 0 and not ATOMIC_Q:
             cols = tl.arange(0, WQP)
             tl.store(GQ + bh.to(tl.int64) * N * WQ + offs_m[:, None] * WQ + cols[None, :], gq,
                      mask=m_valid[:, None] & (cols[None, :] < WQ))
@@ -299,6 +338,11 @@ if triton is not None:
 
 def _next_pow2(x: int) -> int:
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
+
+
+def _atomic(width: int) -> bool:
+    """Whether the bucket gradients of ``width`` columns are reduced with atomics (see ONEHOT_LIMIT)."""
+    return width > 1 and BLOCK_M * BLOCK_N * _next_pow2(width) > ONEHOT_LIMIT
 
 
 def _acc_dtype(dtype: torch.dtype):
@@ -334,7 +378,7 @@ class _FusedRPEAttention(torch.autograd.Function):
             rows_q, ids_q, rows_k, ids_k, ids_v, *mask_args,
             H, n, d, scale, dropout_p, seed,
             PQ=ids_q.shape[0], WQ=rows_q.shape[-1], PK=ids_k.shape[0], WK=rows_k.shape[-1],
-            PV=pv, WV=max(width_v, 1), WVP=_next_pow2(max(width_v, 1)),
+            PV=pv, WV=max(width_v, 1), WVP=_next_pow2(max(width_v, 1)), ATOMIC_V=pv > 0 and _atomic(width_v),
             HAS_MASK=mask is not None, DROPOUT=dropout_p > 0, ACC=acc,
             BM=BLOCK_M, BN=BLOCK_N, BD=max(16, _next_pow2(d)),
         )
@@ -374,11 +418,11 @@ class _FusedRPEAttention(torch.autograd.Function):
         wv = max(width_v, 1)
         _bwd_dkv_kernel[(triton.cdiv(n, BLOCK_N), B * H)](
             q, k, v, d_out, lse, delta, dk, dv, gk, d_pb, *common,
-            PQ=pq, WQ=wq, PK=pk, WK=wk, WKP=_next_pow2(wk), PV=pv, WV=wv, **flags,
+            PQ=pq, WQ=wq, PK=pk, WK=wk, WKP=_next_pow2(wk), ATOMIC_K=_atomic(wk), PV=pv, WV=wv, **flags,
         )
         _bwd_dq_kernel[(triton.cdiv(n, BLOCK_M), B * H)](
             q, k, v, d_out, lse, delta, dq, gq, d_pb, *common,
-            PQ=pq, WQ=wq, WQP=_next_pow2(wq), PK=pk, WK=wk, PV=pv, WV=wv, **flags,
+            PQ=pq, WQ=wq, WQP=_next_pow2(wq), ATOMIC_Q=_atomic(wq), PK=pk, WK=wk, PV=pv, WV=wv, **flags,
         )
         return (dq, dk, dv, gq.to(rows_q.dtype) if pq else None, gk.to(rows_k.dtype) if pk else None,
                 None, None, None, None, None, None, None, None)
@@ -470,7 +514,7 @@ def triton_rpe_attention(
     out, pb = _FusedRPEAttention.apply(
         q, k, v, rows_q, rows_k, ids_q, ids_k, ids_v, width_v, mask, float(scale), float(dropout_p), seed
     )
-    for offset, table in zip(offsets_v, v_tables):
+    for offset, table in zip(offsets_v, v_tables, strict=True):
         per_bucket = pb[..., offset:offset + table.shape[1]].to(q.dtype)  # (B, H, n, nb)
         out = out + per_bucket @ table.to(q.dtype).unsqueeze(0)
     return out
