@@ -57,16 +57,16 @@ def triton_available() -> bool:
 
 def _check_device(q: Tensor) -> None:
     if triton is None:
-        raise RuntimeError("rpe.backend='triton' needs the triton package (pip install triton); use backend=auto")
+        raise ValueError("rpe.backend='triton' needs the triton package (pip install triton); use backend=auto")
     if q.device.type == "cuda":
         if INTERPRETED:
-            raise RuntimeError(
+            raise ValueError(
                 "rpe.backend='triton' was imported under TRITON_INTERPRET=1 (CPU interpreter) but got CUDA"
                 " tensors; unset TRITON_INTERPRET"
             )
         return
     if not INTERPRETED:
-        raise RuntimeError(
+        raise ValueError(
             f"rpe.backend='triton' runs on CUDA tensors, got device {q.device.type!r}"
             " (on CPU only under Triton's interpreter, TRITON_INTERPRET=1, for tests); use backend=auto"
         )
@@ -472,7 +472,7 @@ def triton_rpe_attention(
     """
     _check_device(q)
     B, H, n, d = q.shape
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    q, k, v = (_last_dim_contiguous(t.to(q.dtype)) for t in (q, k, v))
     by_query: list[tuple[Tensor, Tensor]] = []
     by_key: list[tuple[Tensor, Tensor]] = []
     dense: list[Tensor] = []

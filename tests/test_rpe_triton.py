@@ -46,6 +46,28 @@ def test_kernels_under_the_interpreter(tmp_path):
     _child_pytest("not slow", tmp_path / "child")
 
 
+@pytest.mark.skipif(INTERPRETED, reason="checked once, in the parent")
+def test_rpe_imports_and_fails_in_one_line_without_triton():
+    """An install without Triton imports rpe; only backend='triton' then fails, naming the package."""
+    script = (
+        "import sys; sys.modules['triton'] = None\n"  # makes `import triton` raise ImportError
+        "import torch, rpe\n"
+        "q = torch.randn(1, 2, 10, 8)\n"
+        "rpe_k = rpe.build_rpe(rpe.RPEConfig(on='k'), 8, 2)[1]\n"
+        "assert rpe.rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), backend='eager').shape == q.shape\n"
+        "try:\n"
+        "    rpe.rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), backend='triton')\n"
+        "except ValueError as err:\n"
+        "    print(err)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == (
+        "rpe.backend='triton' needs the triton package (pip install triton); use backend=auto"
+    ), result.stdout
+
+
 @pytest.fixture
 def fused():
     """`rpe.triton_attention`, with interpreted kernels."""
@@ -214,7 +236,7 @@ def test_unsupported_inputs_fail_in_one_line(fused, monkeypatch):
     with pytest.raises(ValueError, match="dense logit term"):
         rpe_attention(q, q, q, rpe_k=xl_k, grid_size=(3, 3), backend="triton")
     monkeypatch.setattr(fused, "INTERPRETED", False)
-    with pytest.raises(RuntimeError, match=r"runs on CUDA tensors, got device 'cpu'.*TRITON_INTERPRET=1") as error:
+    with pytest.raises(ValueError, match=r"runs on CUDA tensors, got device 'cpu'.*TRITON_INTERPRET=1") as error:
         rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), backend="triton")
     assert "\n" not in str(error.value)
     assert RPEConfig(backend="triton").backend == "triton"
@@ -238,3 +260,82 @@ def test_more_indexes_and_shapes_match_naive(config, grid, skip):
     attend = torch.ones(B, 1, 1, n, dtype=torch.bool)
     attend[1, ..., -5:] = False
     _assert_matches_naive(config, grid=grid, skip=skip, skip_bucket=skip > 0, attn_mask=attend)
+
+
+# ---- CUDA (compiled kernels; skipped without a GPU and inside the interpreter child) ----------------
+
+cuda = pytest.mark.skipif(INTERPRETED or not torch.cuda.is_available(), reason="needs CUDA, compiled Triton")
+
+CUDA_CASES = {
+    "irpe_k": RPEConfig(on="k"),
+    "irpe_qk": RPEConfig(on="qk"),
+    "irpe_qkv": RPEConfig(on="qkv"),
+    "bias_k_per_head": RPEConfig(mode="bias", on="k", shared_head=False),
+    "cross_qkv": RPEConfig(method="cross", on="qkv", shared_head=False, ratio=20.0),
+    "t5_bias_qk": RPEConfig(method="t5", mode="bias", on="qk", shared_head=False),  # atomic reductions
+}
+
+
+def _cuda_run(sites, q, k, v, mask, backend, dtype):
+    tensors = [q, k, v] + [p for m in sites if m is not None for p in m.parameters()]
+    inputs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float64):
+        out = rpe_attention(*inputs, rpe_q=sites[0], rpe_k=sites[1], rpe_v=sites[2], grid_size=(14, 14),
+                            attn_mask=mask, backend=backend)
+    weights = torch.linspace(-1.0, 1.0, out.numel(), device="cuda", dtype=torch.float64).view_as(out)
+    grads = torch.autograd.grad((out.double() * weights).sum(), inputs + tensors[3:])
+    return [out.double()] + [g.double() for g in grads]
+
+
+@cuda
+@pytest.mark.parametrize("config", CUDA_CASES.values(), ids=CUDA_CASES.keys())
+def test_cuda_bf16_error_within_the_eager_paths(config):
+    """DeiT-S shapes, bf16 autocast, DETR-style key padding: the kernel's error against float64 is
+    at most twice (plus a hair) that of the eager bf16 path (the unfused reference kernels)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    B_, H_, n, d = 4, 6, 197, 64
+    torch.manual_seed(0)
+    sites = build_rpe(config, d, H_, device="cuda", dtype=torch.float64)
+    for module in sites:
+        if module is not None:
+            for parameter in module.parameters():
+                with torch.no_grad():
+                    parameter.normal_(0.0, 0.5)
+    q, k, v = (torch.randn(B_, H_, n, d, device="cuda", dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(B_, 1, 1, n, dtype=torch.bool, device="cuda")
+    mask[0, ..., -20:] = False
+    exact = _cuda_run(sites, q, k, v, mask, "naive", torch.float64)
+    sites32 = [None if m is None else m.float() for m in sites]
+    eager = _cuda_run(sites32, q, k, v, mask, "eager", torch.bfloat16)
+    fused = _cuda_run(sites32, q, k, v, mask, "triton", torch.bfloat16)
+    for index, (f, e, x) in enumerate(zip(fused, eager, exact, strict=True)):
+        fused_error, eager_error = (f - x).abs().max().item(), (e - x).abs().max().item()
+        print(f"ERROR {index} triton {fused_error:.3e} eager {eager_error:.3e}")
+        assert fused_error <= 2 * eager_error + 1e-3 * x.abs().max().item(), (index, fused_error, eager_error)
+
+
+@cuda
+def test_cuda_speed_report():
+    """DeiT-S shapes under bf16 autocast: forward + backward time of triton vs auto (printed, not asserted)."""
+    import time
+
+    B_, H_, n, d = 64, 6, 197, 64
+    for name, config in (("irpe_k", RPEConfig()), ("irpe_bias_k", RPEConfig(mode="bias", shared_head=False)),
+                         ("irpe_qkv", RPEConfig(on="qkv"))):
+        sites = build_rpe(config, d, H_, device="cuda")
+        q, k, v = (torch.randn(B_, H_, n, d, device="cuda", requires_grad=True) for _ in range(3))
+        for backend in ("auto", "triton"):
+            def step(b=backend, q=q, k=k, v=v, sites=sites):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    out = rpe_attention(q, k, v, rpe_q=sites[0], rpe_k=sites[1], rpe_v=sites[2],
+                                        grid_size=(14, 14), backend=b)
+                out.float().sum().backward()
+
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(20):
+                step()
+            torch.cuda.synchronize()
+            print(f"SPEED {name:11s} {backend:6s} {1000 * (time.perf_counter() - start) / 20:.3f} ms fwd+bwd")
