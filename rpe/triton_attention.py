@@ -39,13 +39,14 @@ except ImportError:  # pragma: no cover - exercised only where Triton is absent
 
 __all__ = ["triton_available", "triton_rpe_attention", "dropout_keep_mask"]
 
-# Tile sizes: untuned (no GPU measurement yet). The bucket reductions build a
-# (BLOCK_M, BLOCK_N, buckets) one-hot in registers, which is why the tiles are small; tables wider
-# than ONEHOT_LIMIT elements per tile (T5's 1025 buckets, large Swin windows) are reduced with
-# atomic adds into the program's own rows instead (summation order then not deterministic).
+# Tile sizes: untuned (no GPU measurement yet). A bucket reduction over at most 16 columns builds a
+# (BLOCK_M, BLOCK_N, columns) one-hot in registers (deterministic); wider ones (iRPE's 50 buckets,
+# T5's 1025) would not fit, so they are atomic adds into the program's own rows of the
+# (B, H, n, K) gradient: no other program writes those rows, but the summation order within a
+# tile is not deterministic.
 BLOCK_M = 32
 BLOCK_N = 32
-ONEHOT_LIMIT = 1 << 16
+ONEHOT_LIMIT = BLOCK_M * BLOCK_N * 16
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

@@ -129,6 +129,9 @@ CASES = {
     "ctx_v": RPEConfig(on="v"),
     "ctx_kv": RPEConfig(on="kv", shared_head=False),
     "ctx_qkv": RPEConfig(on="qkv"),
+    # at most 16 buckets per side (clip to +-1: 3x3 + skip): the deterministic one-hot reductions
+    "narrow_ctx_qkv": RPEConfig(on="qkv", index="clip", ratio=0.75),
+    "narrow_bias_qk": RPEConfig(mode="bias", on="qk", index="clip", ratio=0.75, shared_head=False),
 }
 
 
@@ -177,8 +180,9 @@ def test_float32_matches_naive_float64():
 @direct
 @pytest.mark.parametrize("config, grid, skip", [
     (RPEConfig(on="qkv", shared_head=False), (5, 7), 1),
-    (RPEConfig(method="swin", mode="ctx", on="qkv", window=8), (7, 8), 1),  # wide V: the atomic pass
-], ids=["product_qkv", "swin_ctx_qkv"])
+    (RPEConfig(on="qkv", index="clip", ratio=0.75), (5, 7), 1),  # narrow tables: one-hot reductions
+    (RPEConfig(method="swin", mode="ctx", on="qkv", window=8), (7, 8), 1),
+], ids=["product_qkv", "narrow_qkv", "swin_ctx_qkv"])
 def test_dropout_matches_the_same_keep_mask(fused, config, grid, skip):
     """Dropout on the probabilities (before the V term, as the eager path does), rebuilt from the
     kernel's own keep mask with the textbook formula; backward regenerates the same mask."""
@@ -242,7 +246,7 @@ def test_unsupported_inputs_fail_in_one_line(fused, monkeypatch):
     assert RPEConfig(backend="triton").backend == "triton"
 
 
-# Wider tables (T5's 1025 buckets, a Swin-indexed V table of 225) take the atomic reduction paths.
+# More indexes, more skip tokens, wider tables (T5's 1025 buckets, a Swin-indexed V table of 225).
 MORE_CASES = {
     "bias_qk_shared_cls2": (RPEConfig(mode="bias", on="qk", shared_head=True), (4, 6), 2),
     "euclidean_ctx_qkv": (RPEConfig(method="euclidean", on="qkv", ratio=2.0), (5, 7), 1),
