@@ -12,7 +12,8 @@ table broadcast over rows), ``R^K`` the key-indexed ones (query-site terms, whic
 pair). Skip tokens need nothing special: their pairs carry the skip bucket in the id maps. The rows
 are computed outside the kernel (a small GEMM) and receive their gradient from it: the backward
 reduces ``dS`` into ``(B, H, n, K)`` per query block (``R^Q``, in the dQ kernel) and per key block
-(``R^K``, in the dK/dV kernel), without atomics. ``PB`` is accumulated next to the output (rescaled
+(``R^K``, in the dK/dV kernel), each program writing only its own rows (a one-hot in registers up
+to 16 buckets, atomic adds beyond, see ONEHOT_LIMIT). ``PB`` is accumulated next to the output (rescaled
 with the running max) and turned into the V term by one GEMM with the V table outside; its gradient
 is gathered back into ``dP`` by the same id maps.
 
