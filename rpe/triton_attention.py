@@ -134,8 +134,8 @@ if triton is not None:
         HAS_MASK: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
     ):
-        pid_m = tl.program_id(0)
-        bh = tl.program_id(1)
+        bh = tl.program_id(0)  # B H on the first axis: its limit is 2**31 - 1, the others' 65535
+        pid_m = tl.program_id(1)
         b = bh // H
         h = bh % H
         offs_m = pid_m * BM + tl.arange(0, BM)
@@ -228,8 +228,8 @@ if triton is not None:
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
     ):
         """One key block: dK, dV and the key-indexed rows' gradient, looping over the query blocks."""
-        pid_n = tl.program_id(0)
-        bh = tl.program_id(1)
+        bh = tl.program_id(0)
+        pid_n = tl.program_id(1)
         b = bh // H
         h = bh % H
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -285,8 +285,8 @@ if triton is not None:
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr,
     ):
         """One query block: dQ and the query-indexed rows' gradient, looping over the key blocks."""
-        pid_m = tl.program_id(0)
-        bh = tl.program_id(1)
+        bh = tl.program_id(0)
+        pid_m = tl.program_id(1)
         b = bh // H
         h = bh % H
         offs_m = pid_m * BM + tl.arange(0, BM)
@@ -328,8 +328,8 @@ if triton is not None:
 
     @triton.jit
     def _keep_mask_kernel(OUT, N, dropout_p, seed, BM: tl.constexpr, BN: tl.constexpr):
-        pid_m = tl.program_id(0)
-        bh = tl.program_id(1)
+        bh = tl.program_id(0)
+        pid_m = tl.program_id(1)
         offs_m = pid_m * BM + tl.arange(0, BM)
         for start_n in range(0, N, BN):
             offs_n = start_n + tl.arange(0, BN)
@@ -372,7 +372,7 @@ class _FusedRPEAttention(torch.autograd.Function):
         pv = ids_v.shape[0]
         pb = torch.zeros(B, H, n, max(width_v, 1), dtype=lse.dtype, device=q.device)
         mask_args = (mask, *mask.stride()) if mask is not None else (q, 0, 0, 0, 0)
-        grid = (triton.cdiv(n, BLOCK_M), B * H)
+        grid = (B * H, triton.cdiv(n, BLOCK_M))
         _fwd_kernel[grid](
             q, k, v, out, lse, pb,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
@@ -418,11 +418,11 @@ class _FusedRPEAttention(torch.autograd.Function):
         )
         pq, wq, pk, wk = ids_q.shape[0], rows_q.shape[-1], ids_k.shape[0], rows_k.shape[-1]
         wv = max(width_v, 1)
-        _bwd_dkv_kernel[(triton.cdiv(n, BLOCK_N), B * H)](
+        _bwd_dkv_kernel[(B * H, triton.cdiv(n, BLOCK_N))](
             q, k, v, d_out, lse, delta, dk, dv, gk, d_pb, *common,
             PQ=pq, WQ=wq, PK=pk, WK=wk, WKP=_next_pow2(wk), ATOMIC_K=_atomic(wk), PV=pv, WV=wv, **flags,
         )
-        _bwd_dq_kernel[(triton.cdiv(n, BLOCK_M), B * H)](
+        _bwd_dq_kernel[(B * H, triton.cdiv(n, BLOCK_M))](
             q, k, v, d_out, lse, delta, dq, gq, d_pb, *common,
             PQ=pq, WQ=wq, WQP=_next_pow2(wq), ATOMIC_Q=_atomic(wq), PK=pk, WK=wk, PV=pv, WV=wv, **flags,
         )
@@ -444,7 +444,8 @@ def _side_by_side(
         columns.append(rows.to(like.dtype).expand(B, H, n, -1))
         maps.append(ids.to(torch.int32) + width)
         width += rows.shape[-1]
-    return torch.cat(columns, -1).contiguous(), torch.stack(maps).contiguous(), offsets
+    rows = columns[0] if len(columns) == 1 else torch.cat(columns, -1)
+    return rows.contiguous(), torch.stack(maps).contiguous(), offsets
 
 
 def triton_rpe_attention(
@@ -525,5 +526,5 @@ def triton_rpe_attention(
 def dropout_keep_mask(B: int, H: int, n: int, dropout_p: float, seed: int, device: torch.device | str) -> Tensor:
     """The kernel's dropout keep mask ``(B, H, n, n)`` bool for ``seed`` (tests rebuild the forward with it)."""
     keep = torch.empty(B, H, n, n, dtype=torch.int8, device=device)
-    _keep_mask_kernel[(triton.cdiv(n, BLOCK_M), B * H)](keep, n, float(dropout_p), seed, BM=BLOCK_M, BN=BLOCK_N)
+    _keep_mask_kernel[(B * H, triton.cdiv(n, BLOCK_M))](keep, n, float(dropout_p), seed, BM=BLOCK_M, BN=BLOCK_N)
     return keep.bool()
