@@ -48,6 +48,8 @@ __all__ = ["triton_available", "triton_rpe_attention", "dropout_keep_mask"]
 BLOCK_M = 32
 BLOCK_N = 32
 ONEHOT_LIMIT = BLOCK_M * BLOCK_N * 16
+# With 4 warps ptxas (sm_90a, d = 64) spills up to ~400 bytes in the one-hot kernels, with 8 almost none.
+NUM_WARPS = 8
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -382,7 +384,7 @@ class _FusedRPEAttention(torch.autograd.Function):
             PQ=ids_q.shape[0], WQ=rows_q.shape[-1], PK=ids_k.shape[0], WK=rows_k.shape[-1],
             PV=pv, WV=max(width_v, 1), WVP=_next_pow2(max(width_v, 1)), ATOMIC_V=pv > 0 and _atomic(width_v),
             HAS_MASK=mask is not None, DROPOUT=dropout_p > 0, ACC=acc,
-            BM=BLOCK_M, BN=BLOCK_N, BD=max(16, _next_pow2(d)),
+            BM=BLOCK_M, BN=BLOCK_N, BD=max(16, _next_pow2(d)), num_warps=NUM_WARPS,
         )
         ctx.save_for_backward(q, k, v, out, lse, pb, rows_q, rows_k, ids_q, ids_k, ids_v, mask)
         ctx.config = (scale, dropout_p, seed, width_v)
@@ -414,7 +416,7 @@ class _FusedRPEAttention(torch.autograd.Function):
         )
         flags = dict(
             HAS_MASK=mask is not None, DROPOUT=dropout_p > 0, ACC=_acc_dtype(q.dtype),
-            BM=BLOCK_M, BN=BLOCK_N, BD=max(16, _next_pow2(d)),
+            BM=BLOCK_M, BN=BLOCK_N, BD=max(16, _next_pow2(d)), num_warps=NUM_WARPS,
         )
         pq, wq, pk, wk = ids_q.shape[0], rows_q.shape[-1], ids_k.shape[0], rows_k.shape[-1]
         wv = max(width_v, 1)

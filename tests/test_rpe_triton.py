@@ -22,7 +22,7 @@ import torch
 
 from rpe import RPEAttention, RPEConfig, build_rpe, rpe_attention
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 B, H, D = 2, 2, 8
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -66,6 +66,46 @@ def test_rpe_imports_and_fails_in_one_line_without_triton():
     assert result.stdout.strip() == (
         "rpe.backend='triton' needs the triton package (pip install triton); use backend=auto"
     ), result.stdout
+
+
+@pytest.mark.skipif(INTERPRETED, reason="compiles the real kernels")
+def test_kernels_compile_for_sm90_without_a_gpu():
+    """Triton's compiler and its bundled ptxas need no GPU: build every kernel for an H100/H200
+    (sm_90) in the configurations DeiT-S uses (iRPE-K with mask and dropout; QKV with narrow one-hot
+    and wide atomic reductions), so a kernel that only the interpreter accepts fails here."""
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import rpe.triton_attention as module
+
+    if module.INTERPRETED:
+        pytest.skip("rpe.triton_attention was imported under TRITON_INTERPRET")
+    pointers = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", DO="*bf16", DQ="*bf16", DK="*bf16", DV="*bf16",
+                    RQ="*bf16", RK="*bf16", MASK="*bf16", IDQ="*i32", IDK="*i32", IDV="*i32")
+    flags = dict(HAS_MASK=True, DROPOUT=True, ACC=tl.float32, BM=module.BLOCK_M, BN=module.BLOCK_N, BD=64)
+    for pq, wq, pk, wk, pv, wv in ((1, 50, 0, 1, 0, 1), (1, 10, 1, 10, 1, 10), (1, 50, 1, 50, 1, 50)):
+        sizes = dict(PQ=pq, WQ=wq, PK=pk, WK=wk, PV=pv, WV=wv)
+        for kernel, extra in (
+            (module._fwd_kernel, dict(WVP=module._next_pow2(wv), ATOMIC_V=pv > 0 and module._atomic(wv))),
+            (module._bwd_dkv_kernel, dict(WKP=module._next_pow2(wk), ATOMIC_K=module._atomic(wk))),
+            (module._bwd_dq_kernel, dict(WQP=module._next_pow2(wq), ATOMIC_Q=module._atomic(wq))),
+        ):
+            constants = {name: value for name, value in {**sizes, **flags, **extra}.items() if name in kernel.arg_names}
+
+            def arg_type(name: str, constants: dict = constants) -> str:
+                if name in constants:
+                    return "constexpr"
+                if name in pointers:
+                    return pointers[name]
+                if name.isupper() and len(name) > 1:  # LSE, PB, DELTA, GQ, ...; H, N, D are sizes
+                    return "*fp32"
+                return "fp32" if name in ("scale", "dropout_p") else "i32"
+
+            signature = {name: arg_type(name) for name in kernel.arg_names}
+            compiled = triton.compile(ASTSource(kernel, signature, constexprs=constants),
+                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": module.NUM_WARPS})
+            assert "cubin" in compiled.asm, (kernel.__name__, sizes)
 
 
 @pytest.fixture
