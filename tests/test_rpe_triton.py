@@ -218,6 +218,26 @@ def test_float32_matches_naive_float64():
 
 
 @direct
+def test_float16_autocast_error_within_the_eager_path():
+    """Half precision under autocast (q, k, v, rows and mask in fp16, fp32 accumulation): the kernel's
+    error against float64 is at most twice the eager fp16 path's. (bf16, the GPU's dtype, cannot be
+    checked here: Triton 3.8's interpreter multiplies the raw bits in a bf16 `tl.dot`; the CUDA test
+    below checks bf16.)"""
+    sites = _sites(RPEConfig(on="qkv", shared_head=False))
+    q, k, v = _inputs(36)
+    exact = _forward_and_grads(sites, q, k, v, (5, 7), "naive")
+    sites32 = [None if m is None else m.float() for m in sites]
+    errors = {}
+    for backend in ("eager", "triton"):
+        q16, k16, v16 = (t.detach().half().requires_grad_() for t in (q, k, v))
+        with torch.autocast("cpu", dtype=torch.float16):
+            result = _forward_and_grads(sites32, q16, k16, v16, (5, 7), backend)
+        errors[backend] = [(a.double() - b).abs().max().item() for a, b in zip(result, exact, strict=True)]
+    for index, (fused_error, eager_error) in enumerate(zip(errors["triton"], errors["eager"], strict=True)):
+        assert fused_error <= 2 * eager_error, (index, fused_error, eager_error)
+
+
+@direct
 @pytest.mark.parametrize("config, grid, skip", [
     (RPEConfig(on="qkv", shared_head=False), (5, 7), 1),
     (RPEConfig(on="qkv", index="clip", ratio=0.75), (5, 7), 1),  # narrow tables: one-hot reductions
