@@ -473,7 +473,7 @@ def triton_rpe_attention(
         scale: logit scale ``s``.
 
     Returns:
-        ``(B, H, n, d)``.
+        ``(B, H, n, d)``; a query whose keys are all masked gets zeros (the eager path gives NaN).
     """
     _check_device(q)
     B, H, n, d = q.shape
