@@ -176,7 +176,8 @@ if triton is not None:
         out = acc / l_i[:, None]
         tl.store(O + _dense(bh, N, D, offs_m, offs_d), out.to(O.dtype.element_ty),
                  mask=m_valid[:, None] & d_valid[None, :])
-        lse = m_i + tl.log(l_i)
+        # +inf for a fully masked row: its recomputed probabilities exp(-inf - lse) are 0, not NaN
+        lse = tl.where(m_i == float("-inf"), float("inf"), m_i + tl.log(l_i))
         tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=m_valid)
         if ATOMIC_V:
             # wide V tables: a second pass with the final normaliser scatters the probabilities
@@ -473,7 +474,8 @@ def triton_rpe_attention(
         scale: logit scale ``s``.
 
     Returns:
-        ``(B, H, n, d)``; a query whose keys are all masked gets zeros (the eager path gives NaN).
+        ``(B, H, n, d)``; a query whose keys are all masked gets zeros and sends no gradient (the
+        eager path gives NaN).
     """
     _check_device(q)
     B, H, n, d = q.shape

@@ -192,6 +192,26 @@ def test_key_padding_mask_matches_naive():
 
 
 @direct
+def test_fully_masked_query_gives_zeros_and_no_gradient():
+    """A query that may attend to nothing: zeros, finite gradients; every other row as the naive path."""
+    sites = _sites(RPEConfig(on="qkv"))
+    n = 36
+    attend = torch.ones(1, 1, n, n, dtype=torch.bool)
+    attend[..., 4, :] = False
+    q, k, v = _inputs(n)
+    out = rpe_attention(q, k, v, rpe_q=sites[0], rpe_k=sites[1], rpe_v=sites[2], grid_size=(5, 7),
+                        attn_mask=attend, backend="triton")
+    assert (out[:, :, 4] == 0).all()
+    grads = torch.autograd.grad(out.sum(), [q, k, v])
+    assert all(g.isfinite().all() for g in grads) and (grads[0][:, :, 4] == 0).all()
+    rows = torch.ones(n, dtype=torch.bool)
+    rows[4] = False
+    want = rpe_attention(q, k, v, rpe_q=sites[0], rpe_k=sites[1], rpe_v=sites[2], grid_size=(5, 7),
+                         attn_mask=attend | ~rows[:, None], backend="naive")  # row 4 unmasked: finite
+    torch.testing.assert_close(out[:, :, rows], want[:, :, rows], atol=1e-10, rtol=1e-9)
+
+
+@direct
 def test_no_skip_tokens_and_float_mask_match_naive():
     """A model without class tokens (tables without the skip bucket) and an additive float mask (B, H, n, n)."""
     n = 6 * 6
