@@ -27,6 +27,11 @@ Backends (``backend=``):
 * ``naive``: the textbook computation that materialises every pair's encoding ``r_ij``
   (``(H, n, n, d)`` per layer in contextual mode) and contracts it with q, k or the probabilities;
   the cost baseline for the paper's naive-vs-efficient ablation (``sweep=cost``), not for training.
+* ``triton``: the fused Triton kernel of `rpe.triton_attention` (flash attention with the bucket
+  terms, the V term, masks and dropout inside the tile); opt-in, CUDA only (on CPU only under
+  Triton's interpreter, ``TRITON_INTERPRET=1``, for tests); its speed is not measured yet, so
+  ``auto`` never chooses it. Takes table and rows pieces and bucket-table V terms; not a learned
+  dense term or a learned ``attn_mask`` (Swin's own table).
 * ``auto``: ``eager`` when a V term is present (it needs the probabilities) or, on CPU with
   gradients, when there is a logit term (SDPA's CPU kernel falls back to its unfused math path for
   a float mask that needs a gradient); otherwise ``sdpa`` (on CUDA the memory-efficient kernel, the
@@ -163,7 +168,7 @@ def rpe_attention(
         attn_mask: bool (True = attend) or additive float, broadcastable to ``(B, H, n, n)``.
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
         scale: logit scale ``s``, default ``d ** -0.5``.
-        backend: one of auto, sdpa, eager, flex, naive (module docstring).
+        backend: one of auto, sdpa, eager, flex, naive, triton (module docstring).
 
     Returns:
         ``(B, H, n, d)``.
@@ -200,6 +205,9 @@ def rpe_attention(
     if chosen == "flex":
         return _flex(q, k, v, pieces, attn_mask, scale)
 
+    if chosen == "triton":
+        return _triton(q, k, v, pieces, value_sites, h_w_skip, attn_mask, dropout_p, scale)
+
     if chosen == "eager":
         return _eager(q_scaled, k, v, pieces, attn_mask, dropout_p, value_sites, h_w_skip)
 
@@ -211,6 +219,25 @@ def rpe_attention(
     if bias is not None and bias.dtype != torch.bool:
         bias = bias.to(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=sdpa_scale)
+
+
+def _triton(
+    q: Tensor, k: Tensor, v: Tensor, pieces: list[LogitPiece], value_sites: list[PositionEncoding],
+    h_w_skip: tuple[int, int, int] | None, attn_mask: Tensor | None, dropout_p: float, scale: float,
+) -> Tensor:
+    """The fused kernel; imported here so that ``rpe`` never needs Triton for the other backends."""
+    from .triton_attention import triton_rpe_attention
+
+    value_tables: list[tuple[Tensor, Tensor]] = []
+    for site in value_sites:
+        tables = site.value_tables(*h_w_skip, q.device)
+        if tables is None:
+            raise ValueError(
+                f"backend='triton' cannot add the V term of {type(site).__name__} (not a bucket table);"
+                " use backend='eager' or 'auto'"
+            )
+        value_tables += tables
+    return triton_rpe_attention(q, k, v, pieces, value_tables, attn_mask, dropout_p, scale)
 
 
 def _rotate(

@@ -192,6 +192,13 @@ class PositionEncoding(nn.Module):
     def naive_value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
         return self.value_term(attn, h, w, skip)
 
+    def value_tables(self, h: int, w: int, skip: int, device: torch.device) -> list[tuple[Tensor, Tensor]] | None:
+        """The V term in factorised form, ``[(ids (n, n), table (Hs, nb, d))]`` with
+        ``z_i += sum_j a_ij table[h, ids[i, j]]``; None when it is not a bucket lookup (fused kernels
+        then cannot add it).
+        """
+        return None
+
     def tokens(self, x: Tensor, h: int, w: int, skip: int) -> Tensor:
         """Tokens ``(B, skip + h w, C)`` -> same shape (conditional encodings)."""
         return x

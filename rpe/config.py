@@ -38,7 +38,7 @@ __all__ = [
 
 MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
-BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex", "naive")
+BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex", "naive", "triton")
 SITES: str = "qkv"
 
 

@@ -202,6 +202,9 @@ class RelativePositionTable(PositionEncoding):
             table = F.pad(table, (0, 0, 0, onehot.shape[-1] - self.num_buckets))
         return per_bucket @ table.unsqueeze(0)
 
+    def value_tables(self, h: int, w: int, skip: int, device: torch.device) -> list[tuple[Tensor, Tensor]]:
+        return [(self.bucket_ids(h, w, skip, device), self.lookup_table_weight)]
+
     def naive_logits(self, q: Tensor, k: Tensor, h: int, w: int, skip: int, scale: float) -> Tensor:
         """Contracts the materialised `pair_embeddings` ``(Hs, n, n, d)`` with ``s q`` (k site) or ``s k`` (q site)."""
         pairs = self.pair_embeddings(h, w, skip, q.device).to(q.dtype)
@@ -292,6 +295,9 @@ class CrossRelativePositionTable(PositionEncoding):
 
     def value_term(self, attn: Tensor, h: int, w: int, skip: int) -> Tensor:
         return self.rp_rows.value_term(attn, h, w, skip) + self.rp_cols.value_term(attn, h, w, skip)
+
+    def value_tables(self, h: int, w: int, skip: int, device: torch.device) -> list[tuple[Tensor, Tensor]]:
+        return self.rp_rows.value_tables(h, w, skip, device) + self.rp_cols.value_tables(h, w, skip, device)
 
     def naive_logits(self, q: Tensor, k: Tensor, h: int, w: int, skip: int, scale: float) -> Tensor:
         return self.rp_rows.naive_logits(q, k, h, w, skip, scale) + self.rp_cols.naive_logits(q, k, h, w, skip, scale)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The GPU-only checks in one prepared run (for a leased H200 through the device tool, or any CUDA box),
 # most important first, each under its own timeout so that a slow step cannot eat the others:
+#   0. the fused Triton kernel (rpe.backend=triton, opt-in): its CUDA tests (bf16 error against float64
+#      vs the eager path's, printed timings), then DeiT-S and Swin-T step time and memory with @triton
 #   1. bf16 training-step time and memory of DeiT-S with each RPE preset and backend vs timm's plain model,
 #      then one attention layer piece by piece (scripts/profile_attention.py)
 #   2. rpe on CUDA: sdpa/eager/compiled-flex parity, forward and backward, plus per-backend attention timings
@@ -23,6 +25,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu
 python3 -c "import torch, timm, lightning; print('torch', torch.__version__, 'timm', timm.__version__,
 'lightning', lightning.__version__)" >> "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+
+stamp "0. fused Triton kernel: CUDA tests, then DeiT-S / Swin-T with @triton"
+timeout 240 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_triton.py -k cuda \
+  > "$OUT/rpe_triton_cuda.txt" 2>&1
+grep -E "SPEED|ERROR|passed|failed|Error" "$OUT/rpe_triton_cuda.txt" | tail -40
+timeout 240 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
+  --presets none irpe_k irpe_k@triton irpe_bias_k irpe_bias_k@triton irpe_qk@triton irpe_qkv irpe_qkv@triton \
+  --json "$OUT/bench_deit_small_triton.json" > "$OUT/bench_deit_small_triton.txt" 2>&1
+tail -12 "$OUT/bench_deit_small_triton.txt"
+timeout 150 python3 scripts/benchmark.py --model swin_tiny --bf16 --batch 128 --steps 15 --warmup 3 \
+  --presets swin irpe_k irpe_k@triton irpe_qkv irpe_qkv@triton \
+  --json "$OUT/bench_swin_tiny_triton.json" > "$OUT/bench_swin_tiny_triton.txt" 2>&1
+tail -8 "$OUT/bench_swin_tiny_triton.txt"
 
 stamp "1. DeiT-S bf16 benchmark"
 timeout 180 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
