@@ -54,7 +54,8 @@ PAPER_FILE = Path(__file__).with_name("paper_numbers.yaml")
 # Keys of a run's config that cannot change its numbers: runs differing only in these (and the seed) share a cell.
 RESULT_NEUTRAL_KEYS = ("seed", "run_name", "name", "paths", "logger", "print_config", "resume", "task_name",
                        "data.root", "data.num_workers", "callbacks.progress_bar", "callbacks.rich_model_summary",
-                       "trainer.enable_progress_bar", "trainer.default_root_dir", "hydra")
+                       "trainer.enable_progress_bar", "trainer.default_root_dir", "hydra",
+                       "callbacks.model_checkpoint.dirpath", "callbacks.last_checkpoint.dirpath")
 
 
 class TableError(ValueError):
