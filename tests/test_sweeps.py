@@ -352,7 +352,8 @@ def test_a_cell_pools_only_runs_that_differ_in_the_seed(tmp_path: Path) -> None:
     OmegaConf.save(cfg, moved / "config.yaml")
     for run in ("k0", "k1", "k2"):  # the checkpoint callbacks' dirs are resolved into each run's own dir
         cfg = OmegaConf.load(tmp_path / run / "config.yaml")
-        cfg.callbacks = {name: {"dirpath": f"/runs/{run}/checkpoints"} for name in ("model_checkpoint", "last_checkpoint")}
+        checkpoints = {"dirpath": f"/runs/{run}/checkpoints"}
+        cfg.callbacks = {"model_checkpoint": checkpoints, "last_checkpoint": checkpoints}
         OmegaConf.save(cfg, tmp_path / run / "config.yaml")
 
     where = make_tables.build_tables(make_tables.collect([tmp_path]))[0]
