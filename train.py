@@ -25,6 +25,8 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from data.datamodule import STOP_SIGNALS
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 FAILURE_FILE = "failed.json"  # written into the run dir of a run that raised
 
@@ -346,7 +348,6 @@ def _save_hydra_files(run_dir: Path, cfg: DictConfig) -> None:
 
 
 # ----------------------------------------------------------------------------- signals
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
 
 
 class _SignalState:
@@ -604,8 +605,9 @@ def _report_interruption(run_dir: Path, signum: int) -> None:
     """Record the state, print one line (and the sweep's summary), exit ``128 + signum`` like a shell."""
     name = signal.Signals(signum).name
     where = f"sweep interrupted during job {run_dir}" if _is_multirun() else f"run interrupted ({run_dir})"
-    print(f"error: {where} by {name}; checkpoints/last.ckpt holds its state, rerun the same command to resume",
-          file=sys.stderr)
+    saved = "checkpoints/last.ckpt holds its state" if (run_dir / "checkpoints" / "last.ckpt").is_file() else \
+        "no checkpoint yet"
+    print(f"error: {where} by {name}; {saved}, rerun the same command to resume", file=sys.stderr)
     if _failed_jobs:
         print(f"error: {len(_failed_jobs)} sweep job(s) failed:", *_failed_jobs, sep="\n  ", file=sys.stderr)
     _chain_previous_handler(signum)
@@ -631,10 +633,13 @@ def main(cfg: DictConfig) -> float | None:
         metrics = run(cfg)
         exit_code = 0
     except Exception as err:
-        if isinstance(err, RunInterrupted):
+        # After a stop signal any error is its consequence (e.g. a DataLoader worker killed by the same
+        # scancel): the run was interrupted, not failed, and a sweep stops here.
+        signum = err.signum if isinstance(err, RunInterrupted) else _SignalState.signum
+        if signum is not None:
             if writes and run_dir in _claimed:
-                write_run_record(run_dir, state="interrupted", signal=signal.Signals(err.signum).name)
-            _report_interruption(run_dir, err.signum)
+                write_run_record(run_dir, state="interrupted", signal=signal.Signals(signum).name)
+            _report_interruption(run_dir, signum)
         fresh = not (run_dir / RUN_RECORD).exists() and not (run_dir / "config.yaml").exists()
         if writes and (run_dir in _claimed or fresh):  # never into another run's dir
             message = record_failure(run_dir, err)

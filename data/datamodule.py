@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,21 @@ _TUPLE_KEYS = ("scale", "ratio", "color_jitter", "mean", "std")
 def _count_class_dirs(split_dir: Path) -> int:
     """Number of class folders, counted exactly like torchvision's ImageFolder.find_classes."""
     return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: workers leave stop signals to the main process.
+
+    SLURM (scancel, preemption) signals every process of a job step. A worker killed by it would make the
+    main process fail with "DataLoader worker ... killed" before it saves its checkpoint; ignoring the
+    signal lets the main process stop the run cleanly and shut its workers down (they also exit on their
+    own when the main process dies).
+    """
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
@@ -99,6 +115,7 @@ def make_loader(
         pin_memory=datamodule.pin_memory and torch.cuda.is_available(),
         drop_last=train,
         persistent_workers=datamodule.num_workers > 0,
+        worker_init_fn=ignore_stop_signals,
         generator=torch.Generator().manual_seed(seed),
     )
 

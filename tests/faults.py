@@ -12,14 +12,19 @@ import lightning as L
 class SignalAt(L.Callback):
     """Sends ``signum`` to this process once, after training step ``step``; ``marker`` records that it did.
 
-    A second run with the same command (the resume) finds the marker and lets training go on.
+    A second run with the same command (the resume) finds the marker and lets training go on. With
+    ``then_raise`` set, the step then raises ``RuntimeError(then_raise)``: what a DataLoader whose worker
+    died of the same scancel raises while the main process is still finishing its step.
     """
 
-    def __init__(self, step: int, marker: str, signum: int = int(signal.SIGKILL)) -> None:
-        self.step, self.marker, self.signum = step, Path(marker), signum
+    def __init__(self, step: int, marker: str, signum: int = int(signal.SIGKILL), then_raise: str | None = None
+                 ) -> None:
+        self.step, self.marker, self.signum, self.then_raise = step, Path(marker), signum, then_raise
 
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
         if trainer.global_step == self.step and not self.marker.exists():
             self.marker.write_text(str(self.signum))
             os.kill(os.getpid(), self.signum)
+            if self.then_raise:
+                raise RuntimeError(self.then_raise)
 

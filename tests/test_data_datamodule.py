@@ -277,3 +277,25 @@ def test_drives_a_lightning_fit(tmp_path: Path) -> None:
     )
     trainer.fit(LinearProbe(dm.num_classes), datamodule=dm)
     assert trainer.global_step == 4 and "val_loss" in trainer.callback_metrics and len(CALLS) == 1
+
+
+class _SigtermDisposition(torch.utils.data.Dataset):
+    """Each item: is SIGTERM ignored in the process that loads it?"""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> bool:
+        import signal
+
+        return signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+def test_loader_workers_leave_stop_signals_to_the_main_process() -> None:
+    """scancel signals every process of a job: a worker must not die of it before the main process saves."""
+    from data.datamodule import make_loader
+
+    owner = SimpleNamespace(batch_size=2, num_workers=1, pin_memory=False)
+    [in_worker] = list(make_loader(owner, _SigtermDisposition(), train=False))
+    assert in_worker.tolist() == [True, True]
+    assert not _SigtermDisposition()[0]  # the main process keeps its own handler
