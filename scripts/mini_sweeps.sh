@@ -2,11 +2,14 @@
 # Every ablation sweep at mini scale (the embedded data, seeds 0, 1, 2 per classification cell), one after
 # another, then the tables and the README's findings table. Resumable: run dirs are named after their
 # overrides, so running it again skips finished jobs (they only re-test) and resumes unfinished ones from
-# their last checkpoint; stop it at any time and run it again later.
+# their last checkpoint; stop it at any time and run it again later. After each sweep the results of its
+# ended runs go into docs/ablations_mini_runs/ (scripts/archive_runs.py: configs and metrics, no
+# checkpoints), which is committed; the tables are built from there, so sittings on different machines add up.
 # About 4.5 hours on 2 CPU cores: 153 classification runs of ~50 s, 9 micro-Swin runs of ~1.5 min, 6 short
 # cost runs, and 9 DETR runs of 10-20 min (one seed each).
 # Usage: bash scripts/mini_sweeps.sh [sweep ...]   (e.g. `where shared_head`; default: all of them)
-# Results: runs/sweeps/<sweep>_mini/*; tables: docs/ablations_mini.{md,csv,tex}; README: the findings table.
+# Runs: runs/sweeps/<sweep>_mini/*; their results: docs/ablations_mini_runs/<sweep>_mini/*;
+# tables: docs/ablations_mini.{md,csv,tex}; README: the findings table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -22,6 +25,9 @@ status=0
 for sweep in "${sweeps[@]}"; do
   echo "=== sweep=${sweep}_mini ($(date +%H:%M:%S))"
   "$PY" train.py "sweep=${sweep}_mini" $TRAINER || { echo "sweep ${sweep}_mini had failed jobs (see above)"; status=1; }
+  if [ -d "runs/sweeps/${sweep}_mini" ]; then
+    "$PY" scripts/archive_runs.py "runs/sweeps/${sweep}_mini" --to docs/ablations_mini_runs || status=1
+  fi
 done
-"$PY" scripts/make_tables.py runs/sweeps/*_mini --out docs/ablations_mini --readme README.md || status=1
+"$PY" scripts/make_tables.py docs/ablations_mini_runs/*_mini --out docs/ablations_mini --readme README.md || status=1
 exit $status

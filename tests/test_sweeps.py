@@ -425,6 +425,70 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2 and result.stderr.strip().startswith("error: no runs")
 
 
+def _fake_sweep(root: Path) -> Path:
+    """A where_mini-like sweep over seeds 0-3: seed 0 finished, 1 failed, 2 unfinished, 3 never started."""
+    sweep = root / "where_mini"
+    k = {"preset": "irpe_k"}
+    _fake_run(sweep, "seed=0", k, seed=0, metrics={"val/top1": 91.0})
+    _fake_run(sweep, "seed=1", k, seed=1, failed="out of memory")
+    _fake_run(sweep, "seed=2", k, seed=2)
+    for seed in range(3):
+        (sweep / f"seed={seed}" / ".hydra").mkdir()
+        (sweep / f"seed={seed}" / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n")
+        (sweep / f"seed={seed}" / "checkpoints").mkdir()
+        (sweep / f"seed={seed}" / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    OmegaConf.save({"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                          "params": {"seed": "0,1,2,3"}}, "overrides": {"task": []}}},
+                   sweep / "multirun.yaml")
+    return sweep
+
+
+def test_archive_keeps_what_the_tables_read_and_adds_up(tmp_path: Path) -> None:
+    from scripts import archive_runs
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    archive = tmp_path / "archive"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    kept = sorted(p.relative_to(archive).as_posix() for p in archive.rglob("*") if p.is_file())
+    assert kept == ["where_mini/multirun.yaml",
+                    "where_mini/seed=0/.hydra/overrides.yaml", "where_mini/seed=0/config.yaml",
+                    "where_mini/seed=0/metrics.json",
+                    "where_mini/seed=1/.hydra/overrides.yaml", "where_mini/seed=1/config.yaml",
+                    "where_mini/seed=1/failed.json"]
+    runs = make_tables.collect([archive / "where_mini"])
+    assert sorted((r.status, r.metrics.get("val/top1")) for r in runs) == [
+        ("failed", None), ("missing", None), ("missing", None), ("ok", 91.0)]
+
+    # a later sitting: the failed job was rerun and finished, seed 2 finished; the archive adds them up
+    (sweep / "seed=1" / "failed.json").unlink()
+    for seed, top1 in ((1, 93.0), (2, 95.0)):
+        (sweep / f"seed={seed}" / "metrics.json").write_text(json.dumps({"val/top1": top1}))
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    assert not (archive / "where_mini/seed=1/failed.json").exists()
+    runs = make_tables.collect([archive / "where_mini"])
+    assert sorted((r.status, r.metrics.get("val/top1")) for r in runs) == [
+        ("missing", None), ("ok", 91.0), ("ok", 93.0), ("ok", 95.0)]
+
+
+def test_archive_refuses_a_run_of_another_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from scripts import archive_runs
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    archive = tmp_path / "archive"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    before = (archive / "where_mini/seed=0/metrics.json").read_text()
+    config = OmegaConf.load(sweep / "seed=0" / "config.yaml")
+    config.model.net.ape = "none"  # the recipe changed; same job name
+    OmegaConf.save(config, sweep / "seed=0" / "config.yaml")
+    (sweep / "seed=0" / "metrics.json").write_text(json.dumps({"val/top1": 12.5}))
+    capsys.readouterr()
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: '{archive / 'where_mini/seed=0'}' holds a run of another config than '{sweep / 'seed=0'}'; "
+        "remove that sweep's archive to archive the new recipe"]
+    assert (archive / "where_mini/seed=0/metrics.json").read_text() == before
+
+
 # ----------------------------------------------------------------------------- W&B
 def test_wandb_groups_by_sweep_and_logs_rpe_columns(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     pytest.importorskip("wandb")
