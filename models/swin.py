@@ -15,8 +15,10 @@ How an RPE enters the windows
   ``(B nW, 1, N, N)`` mask, summed with the RPE terms before the softmax.
 * ``rpe=swin`` (the default of ``create_model`` for these names) keeps timm's own table
   ``relative_position_bias_table`` ``((2M-1)^2, heads)``, trunc-normal(.02) initialised, excluded
-  from weight decay by timm's ``no_weight_decay``; the bias is timm's ``_get_rel_pos_bias`` passed
-  as the additive mask. The state dict of timm's model loads strictly and gives the same logits.
+  from weight decay by timm's ``no_weight_decay``. The table read through timm's index is handed to
+  attention as a factorised term: the dense backends add it to the mask (timm's terms, in timm's
+  order), ``backend=triton`` gathers it inside its tiles. The state dict of timm's model loads
+  strictly and gives the same logits.
   The preset's ``window`` field is ignored: the table is sized by the block's window.
 * Any other preset drops Swin's table (the RPE replaces it) and adds the site modules
   ``attn.rpe_q`` / ``attn.rpe_k`` / ``attn.rpe_v`` to every block (``rpe=none``: no relative
@@ -76,7 +78,7 @@ from torch import Tensor, nn
 from models.deit import ModelConfigError, load_pretrained_files_safely
 from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
 from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
-from rpe.base import no_weight_decay_names
+from rpe.base import LogitPiece, no_weight_decay_names
 
 __all__ = [
     "SWIN_ARCHS",
@@ -189,9 +191,12 @@ class RPEWindowAttention(RPESites, WindowAttention):
             num_win = mask.shape[0]
             # windows are laid out batch-major (b * nW + w), so the per-window mask repeats per image
             attn_mask = mask.to(q.dtype).unsqueeze(0).expand(B_ // num_win, -1, -1, -1).reshape(B_, 1, N, N)
+        own_table = []
         if self.swin_table:
-            bias = self._get_rel_pos_bias().to(q.dtype)  # (1, heads, N, N)
-            attn_mask = bias if attn_mask is None else bias + attn_mask
+            # timm's table ((2M-1)^2, heads) read through its index (N, N): the same terms as
+            # _get_rel_pos_bias, left factorised so that backend=triton gathers them in its tiles
+            own_table = [LogitPiece("table", self.relative_position_bias_table.t(),
+                                    self.relative_position_index.view(N, N))]
 
         backend = self.rpe_config.backend
         if backend == "auto" and not self.has_rpe_sites and not self.fused_attn:
@@ -201,6 +206,7 @@ class RPEWindowAttention(RPESites, WindowAttention):
             attn_mask=attn_mask,
             dropout_p=self.attn_drop.p if self.training else 0.0,
             backend=backend,
+            extra_pieces=own_table,
         )
         x = x.transpose(1, 2).reshape(B_, N, -1)
         x = self.proj(x)

@@ -30,8 +30,8 @@ Backends (``backend=``):
 * ``triton``: the fused Triton kernel of `rpe.triton_attention` (flash attention with the bucket
   terms, the V term, masks and dropout inside the tile); opt-in, CUDA only (on CPU only under
   Triton's interpreter, ``TRITON_INTERPRET=1``, for tests); its speed is not measured yet, so
-  ``auto`` never chooses it. Takes table and rows pieces and bucket-table V terms; not a learned
-  dense term or a learned ``attn_mask`` (Swin's own table).
+  ``auto`` never chooses it. Takes table and rows pieces (Swin's own table comes as a table piece)
+  and bucket-table V terms; not a learned dense term (XL) or a learned ``attn_mask``.
 * ``auto``: ``eager`` when a V term is present (it needs the probabilities) or, on CPU with
   gradients, when there is a logit term (SDPA's CPU kernel falls back to its unfused math path for
   a float mask that needs a gradient); otherwise ``sdpa`` (on CUDA the memory-efficient kernel, the
@@ -42,6 +42,7 @@ Backends (``backend=``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -137,7 +138,7 @@ def _auto_backend(q: Tensor, has_logit_terms: bool, has_value_term: bool, attn_m
     """The fastest exact path for this call (measurements in the module docstring)."""
     if has_value_term:
         return "eager"  # the V term needs the attention probabilities
-    learned_mask = attn_mask is not None and attn_mask.requires_grad  # e.g. Swin's own bias table
+    learned_mask = attn_mask is not None and attn_mask.requires_grad  # e.g. Swin's own table, folded in
     if (has_logit_terms or learned_mask) and q.device.type == "cpu" and torch.is_grad_enabled():
         # On CPU a float mask that needs a gradient sends SDPA to its unfused math kernel, which is
         # slower than the explicit softmax; without gradients SDPA's fused CPU kernel takes the mask.
@@ -158,6 +159,7 @@ def rpe_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     backend: str = "auto",
+    extra_pieces: Sequence[LogitPiece] = (),
 ) -> Tensor:
     """Self-attention with position encodings.
 
@@ -169,12 +171,19 @@ def rpe_attention(
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
         scale: logit scale ``s``, default ``d ** -0.5``.
         backend: one of auto, sdpa, eager, flex, naive, triton (module docstring).
+        extra_pieces: logit terms a backbone owns (Swin's own bias table), in factorised form. The
+            triton backend fuses them like the encodings' tables; the others add them to ``attn_mask``
+            (before it: ``term + mask``, the order of timm's Swin).
 
     Returns:
         ``(B, H, n, d)``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of: {', '.join(BACKENDS)}")
+    if extra_pieces and backend != "triton":
+        extra = materialize_pieces(list(extra_pieces)).to(q.dtype)
+        attn_mask = extra if attn_mask is None else extra + _additive_mask(attn_mask, q.dtype)
+        extra_pieces = ()
     n, d = q.shape[-2], q.shape[-1]
     if k.shape[-2] != n:
         raise ValueError(f"rpe_attention is self-attention: q has {n} tokens but k has {k.shape[-2]}")
@@ -206,7 +215,7 @@ def rpe_attention(
         return _flex(q, k, v, pieces, attn_mask, scale)
 
     if chosen == "triton":
-        return _triton(q, k, v, pieces, value_sites, h_w_skip, attn_mask, dropout_p, scale)
+        return _triton(q, k, v, pieces + list(extra_pieces), value_sites, h_w_skip, attn_mask, dropout_p, scale)
 
     if chosen == "eager":
         return _eager(q_scaled, k, v, pieces, attn_mask, dropout_p, value_sites, h_w_skip)
@@ -348,11 +357,12 @@ class RPESites:
     def rpe_attend(
         self, q: Tensor, k: Tensor, v: Tensor, grid_size: tuple[int, int] | None, *,
         attn_mask: Tensor | None = None, dropout_p: float = 0.0, scale: float | None = None, backend: str = "auto",
+        extra_pieces: Sequence[LogitPiece] = (),
     ) -> Tensor:
         """`rpe_attention` with this layer's modules: ``(B, H, n, d)`` each -> ``(B, H, n, d)``."""
         return rpe_attention(
             q, k, v, rpe_q=self.rpe_q, rpe_k=self.rpe_k, rpe_v=self.rpe_v, grid_size=grid_size,
-            attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, backend=backend,
+            attn_mask=attn_mask, dropout_p=dropout_p, scale=scale, backend=backend, extra_pieces=extra_pieces,
         )
 
     def rpe_probs(

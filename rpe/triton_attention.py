@@ -496,7 +496,8 @@ def triton_rpe_attention(
         (by_key if piece.transposed else by_query).append((rows, piece.ids))
     if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
         raise ValueError(
-            "rpe.backend='triton' does not take a learned attn_mask (e.g. Swin's own bias table); use backend=auto"
+            "rpe.backend='triton' does not take a learned attn_mask (pass a learned table as a LogitPiece);"
+            " use backend=auto"
         )
     mask = None
     if attn_mask is not None:

@@ -35,7 +35,7 @@ timeout 240 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 -
   --json "$OUT/bench_deit_small_triton.json" > "$OUT/bench_deit_small_triton.txt" 2>&1
 tail -12 "$OUT/bench_deit_small_triton.txt"
 timeout 150 python3 scripts/benchmark.py --model swin_tiny --bf16 --batch 128 --steps 15 --warmup 3 \
-  --presets swin irpe_k irpe_k@triton irpe_qkv irpe_qkv@triton \
+  --presets swin swin@triton irpe_k irpe_k@triton irpe_qkv irpe_qkv@triton \
   --json "$OUT/bench_swin_tiny_triton.json" > "$OUT/bench_swin_tiny_triton.txt" 2>&1
 tail -8 "$OUT/bench_swin_tiny_triton.txt"
 

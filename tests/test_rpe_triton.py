@@ -310,22 +310,23 @@ def test_rpe_attention_layer_with_triton_backend():
 
 
 @direct
-def test_swin_shifted_windows_with_triton_backend():
-    """A micro Swin (4x4 windows, shifted blocks with their float mask, no class token), iRPE-QKV:
-    logits and every parameter's gradient match the eager path."""
+@pytest.mark.parametrize("preset", ["irpe_qkv", "swin"])
+def test_swin_shifted_windows_with_triton_backend(preset):
+    """A micro Swin (4x4 windows, shifted blocks with their float mask, no class token), with iRPE-QKV
+    or Swin's own bias table: logits and every parameter's gradient match the eager path."""
     import dataclasses
 
     from models import create_model
     from models.swin import RPEWindowAttention
 
     torch.manual_seed(0)
-    model = create_model("swin_micro_patch4_window4_32", rpe={"preset": "irpe_qkv", "backend": "triton"},
+    model = create_model("swin_micro_patch4_window4_32", rpe={"preset": preset, "backend": "triton"},
                          img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(2,), num_heads=(2,),
                          num_classes=5).double().eval()  # eval: no stochastic depth between the runs
     layers = [m for m in model.modules() if isinstance(m, RPEWindowAttention)]
     assert layers and model.layers[0].blocks[1].attn_mask is not None
     for name, parameter in model.named_parameters():
-        if ".rpe_" in name:
+        if ".rpe_" in name or "relative_position_bias_table" in name:
             with torch.no_grad():
                 parameter.normal_(0.0, 0.5)
     images = torch.randn(2, 3, 32, 32, dtype=torch.float64)
