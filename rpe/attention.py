@@ -30,8 +30,9 @@ Backends (``backend=``):
 * ``triton``: the fused Triton kernel of `rpe.triton_attention` (flash attention with the bucket
   terms, the V term, masks and dropout inside the tile); opt-in, CUDA only (on CPU only under
   Triton's interpreter, ``TRITON_INTERPRET=1``, for tests); its speed is not measured yet, so
-  ``auto`` never chooses it. Takes table and rows pieces (Swin's own table comes as a table piece)
-  and bucket-table V terms; not a learned dense term (XL) or a learned ``attn_mask``.
+  ``auto`` never chooses it. Takes table and rows pieces (Swin's own table comes as a table piece),
+  per-key dense terms (XL's content bias) and bucket-table V terms; not a learned ``attn_mask`` or a
+  learned dense term that varies per query.
 * ``auto``: ``eager`` when a V term is present (it needs the probabilities) or, on CPU with
   gradients, when there is a logit term (SDPA's CPU kernel falls back to its unfused math path for
   a float mask that needs a gradient); otherwise ``sdpa`` (on CUDA the memory-efficient kernel, the

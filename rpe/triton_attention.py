@@ -465,8 +465,9 @@ def triton_rpe_attention(
 
     Args:
         q, k, v: ``(B, H, n, d)`` (q unscaled).
-        pieces: `LogitPiece` of kinds "table" and "rows" (built from ``s q`` / ``s k``); "dense"
-            pieces are added to the mask and must not need a gradient.
+        pieces: `LogitPiece` of kinds "table" and "rows" (built from ``s q`` / ``s k``); a "dense"
+            piece of shape ``(B|1, H|1, 1, n)`` (one term per key) is fused as a key-side row of one
+            bucket, other dense pieces are added to the mask and must not need a gradient.
         value_tables: ``[(ids (n, n), table (Hs, nb, d))]``, V term ``sum_j a_ij table[h, ids[i, j]]``.
         attn_mask: bool (True = attend) or additive float without gradient, broadcastable to
             ``(B, H, n, n)``.
@@ -484,9 +485,15 @@ def triton_rpe_attention(
     by_key: list[tuple[Tensor, Tensor]] = []
     dense: list[Tensor] = []
     for piece in pieces:
+        if piece.kind == "dense" and piece.values.dim() == 4 and piece.values.shape[-2] == 1:
+            # a per-key term (XL's content bias u.k_j): a key-side row with one bucket, read by every query
+            by_key.append((piece.values.transpose(-1, -2), torch.zeros(n, n, dtype=torch.int32, device=q.device)))
+            continue
         if piece.kind == "dense":
             if piece.values.requires_grad and torch.is_grad_enabled():
-                raise ValueError("rpe.backend='triton' cannot learn a dense logit term (e.g. xl); use backend=auto")
+                raise ValueError(
+                    "rpe.backend='triton' cannot learn a dense logit term that varies per query; use backend=auto"
+                )
             dense.append(piece.values)
             continue
         if piece.kind == "table":

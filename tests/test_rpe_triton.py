@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from rpe import RPEAttention, RPEConfig, build_rpe, rpe_attention
+from rpe.base import LogitPiece
 
 triton = pytest.importorskip("triton")
 
@@ -349,9 +350,9 @@ def test_unsupported_inputs_fail_in_one_line(fused, monkeypatch):
     learned = torch.zeros(10, 10, dtype=torch.float64, requires_grad=True)
     with pytest.raises(ValueError, match="learned attn_mask"):
         rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), attn_mask=learned, backend="triton")
-    xl_k = build_rpe(RPEConfig(method="xl"), D, 2, dtype=torch.float64)[1]
-    with pytest.raises(ValueError, match="dense logit term"):
-        rpe_attention(q, q, q, rpe_k=xl_k, grid_size=(3, 3), backend="triton")
+    per_query = torch.zeros(1, 2, 10, 10, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(ValueError, match="dense logit term that varies per query"):
+        fused.triton_rpe_attention(q, q, q, [LogitPiece("dense", per_query)], [], None, 0.0, 0.5)
     monkeypatch.setattr(fused, "INTERPRETED", False)
     with pytest.raises(ValueError, match=r"runs on CUDA tensors, got device 'cpu'.*TRITON_INTERPRET=1") as error:
         rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), backend="triton")
@@ -366,6 +367,7 @@ MORE_CASES = {
     "t5_bias_qk": (RPEConfig(method="t5", mode="bias", on="qk", shared_head=False), (6, 11), 1),
     "swin_table_qkv": (RPEConfig(method="swin", mode="ctx", on="qkv", shared_head=False, window=8), (7, 8), 0),
     "shaw_clip_kv": (RPEConfig(on="kv", index="clip"), (8, 8), 1),
+    "xl_k": (RPEConfig(method="xl"), (5, 6), 1),  # its content bias u.k_j is a dense per-key term
     "cross_ctx_qk_per_head": (RPEConfig(method="cross", on="qk", shared_head=False, ratio=2.0), (5, 13), 1),
 }
 
