@@ -22,7 +22,7 @@ def _metrics(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    """Micro DeiT with learned APE and iRPE-K (the default), ~500 steps on 2048 relational-shapes images."""
+    """Micro DeiT with iRPE-K (the default) and the fixed sin-cos APE, 256 steps on 4096 relational-shapes images."""
     run_dir = tmp_path_factory.mktemp("trained")
     cfg = compose_config(
         [*SMALL_RELATIONAL, *LEARNING_BUDGET, "callbacks=none", "print_config=false"], run_dir, data_dir
@@ -33,7 +33,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pat
 
 def test_training_learns_the_relational_task(trained_run: Path) -> None:
     metrics = _metrics(trained_run)
-    assert metrics["val/top1"] > 40.0, metrics  # chance is 12.5%
+    assert metrics["val/top1"] > 60.0, metrics  # chance is 12.5%
     assert metrics["val/top5"] >= metrics["val/top1"]
     for name in ("config.yaml", "metrics.json", "csv/version_0/metrics.csv", "checkpoints/last.ckpt",
                  "checkpoints/best.ckpt"):
