@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,30 @@ def check_encoding_everywhere(preset: str, log_dir: Path, data_dir: Path) -> Non
     ])
     assert result.returncode == 0, result.stderr[-3000:]
     assert (log_dir / preset / "metrics.json").is_file()
+
+
+@pytest.fixture
+def one_torch_thread():
+    """For tests of tiny tensors: one intra-op thread avoids OpenMP spin-waits on a busy 2-core box."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def cuda_ms_per_step(step: Callable[[], None], warmup: int = 3, steps: int = 20) -> float:
+    """Milliseconds per call of ``step`` on CUDA after ``warmup`` calls (for printed speed reports)."""
+    import time
+
+    import torch
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - start) / steps

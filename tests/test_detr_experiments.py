@@ -27,13 +27,7 @@ SMALL_IMAGES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tensors here are tiny: one intra-op thread avoids OpenMP spin-waits on a busy 2-core box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

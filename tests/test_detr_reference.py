@@ -28,12 +28,7 @@ DIM, HEADS, FFN, QUERIES, ENC, DEC = 32, 4, 64, 5, 2, 2
 TINY = {"name": "tiny", "channels": [8, 16]}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def small_detr(enc_rpe: str | None = None, backbone: dict | None = None, **kwargs) -> DETR:

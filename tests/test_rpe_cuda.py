@@ -5,12 +5,11 @@ backends' speed (no assertions on it).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
 from rpe import RPEConfig, build_rpe, rpe_attention
+from tests.conftest import cuda_ms_per_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -95,11 +94,4 @@ def test_cuda_speed_report():
                     )
                 out.float().sum().backward()
 
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(20):
-                step()
-            torch.cuda.synchronize()
-            print(f"SPEED {name:9s} {backend:6s} {1000 * (time.perf_counter() - start) / 20:.3f} ms fwd+bwd")
+            print(f"SPEED {name:9s} {backend:6s} {cuda_ms_per_step(step):.3f} ms fwd+bwd")

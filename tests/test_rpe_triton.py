@@ -22,6 +22,7 @@ import torch
 
 from rpe import RPEAttention, RPEConfig, build_rpe, rpe_attention
 from rpe.base import LogitPiece
+from tests.conftest import cuda_ms_per_step
 
 triton = pytest.importorskip("triton")
 
@@ -436,8 +437,6 @@ def test_cuda_bf16_error_within_the_eager_paths(config):
 @cuda
 def test_cuda_speed_report():
     """DeiT-S shapes under bf16 autocast: forward + backward time of triton vs auto (printed, not asserted)."""
-    import time
-
     B_, H_, n, d = 64, 6, 197, 64
     for name, config in (("irpe_k", RPEConfig()), ("irpe_bias_k", RPEConfig(mode="bias", shared_head=False)),
                          ("irpe_qkv", RPEConfig(on="qkv"))):
@@ -450,11 +449,4 @@ def test_cuda_speed_report():
                                         grid_size=(14, 14), backend=b)
                 out.float().sum().backward()
 
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(20):
-                step()
-            torch.cuda.synchronize()
-            print(f"SPEED {name:11s} {backend:6s} {1000 * (time.perf_counter() - start) / 20:.3f} ms fwd+bwd")
+            print(f"SPEED {name:11s} {backend:6s} {cuda_ms_per_step(step):.3f} ms fwd+bwd")
