@@ -5,8 +5,10 @@
 # their last checkpoint; stop it at any time and run it again later. After each sweep the results of its
 # ended runs go into docs/ablations_mini_runs/ (scripts/archive_runs.py: configs and metrics, no
 # checkpoints), which is committed; the tables are built from there, so sittings on different machines add up.
-# About 4.5 hours on 2 CPU cores: 153 classification runs of ~50 s, 9 micro-Swin runs of ~1.5 min, 6 short
-# cost runs, and 9 DETR runs of 10-20 min (one seed each).
+# 153 classification runs, 9 micro-Swin runs, 6 short cost runs and 9 DETR runs of 10-20 min (one seed
+# each). Measured on 2 CPU cores: two sweeps run side by side (OMP_NUM_THREADS=1 each) finished a
+# classification run about every 0.8 min, so the classification tables take about 2 hours that way; the
+# DETR runs take roughly as long again (estimated, not measured end to end).
 # Usage: bash scripts/mini_sweeps.sh [sweep ...]   (e.g. `where shared_head`; default: all of them)
 # Runs: runs/sweeps/<sweep>_mini/*; their results: docs/ablations_mini_runs/<sweep>_mini/*;
 # tables: docs/ablations_mini.{md,csv,tex}; README: the findings table.
