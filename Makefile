@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# make test runs the suite in this many pytest-xdist workers (each with one torch thread; tests/conftest.py)
+TEST_WORKERS ?= 2
 
 .PHONY: train test lint slow benchmark clean
 
@@ -15,10 +17,11 @@ $(STAMP): pyproject.toml
 train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
-## Lint and run the test suite (excludes tests marked slow).
+## Lint and run the test suite (excludes tests marked slow). A file's tests stay on one worker, so its
+## module fixtures (a trained run, generated data) are built once.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

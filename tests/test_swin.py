@@ -215,7 +215,8 @@ def test_swin_experiment_configs_run_one_step(tmp_path: Path) -> None:
         cfg = compose_config(
             # no checkpoints (a Swin-T one with AdamW state is 0.3 GB) and no sanity-check pass
             [f"experiment={name}", f"data.root={root}", *extra, "trainer=cpu", "trainer.devices=1", "debug=fast",
-             "logger=csv", "callbacks=none", "+trainer.num_sanity_val_steps=0", "data.batch_size=2",
+             "logger=csv", "callbacks=none", "callbacks.model_checkpoint=null", "callbacks.last_checkpoint=null",
+             "+trainer.enable_checkpointing=false", "+trainer.num_sanity_val_steps=0", "data.batch_size=2",
              "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false"],
             tmp_path / name, tmp_path,
         )
