@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.make_tables import TableError, _load_yaml, run_identity  # noqa: E402
+from scripts.make_tables import TableError, _load_yaml, run_dirs, run_identity  # noqa: E402
 
 RESULT_FILES = ("metrics.json", "failed.json")
 
@@ -37,8 +37,8 @@ def _sweep_dirs(root: Path) -> list[Path]:
 
 
 def _ended_runs(sweep_dir: Path) -> list[Path]:
-    runs = {p.parent for p in sweep_dir.rglob("config.yaml") if p.parent.name != ".hydra"}
-    return sorted(d for d in runs if "checkpoints" not in d.parts and any((d / f).is_file() for f in RESULT_FILES))
+    return [d for d in run_dirs(sweep_dir)
+            if (d / "config.yaml").is_file() and any((d / f).is_file() for f in RESULT_FILES)]
 
 
 def _identity(config: Path) -> dict[str, str]:

@@ -275,6 +275,13 @@ def _missing_run(sweep_dir: Path, overrides: list[str]) -> Run:
     return run
 
 
+def run_dirs(root: Path) -> list[Path]:
+    """The run dirs under ``root``: dirs with a ``config.yaml`` or ``.hydra/config.yaml``, outside checkpoints."""
+    candidates = {p.parent for p in root.rglob("config.yaml") if p.parent.name != ".hydra"}
+    candidates |= {p.parent.parent for p in root.rglob(".hydra/config.yaml")}
+    return sorted(d for d in candidates if "checkpoints" not in d.parts)
+
+
 def collect(paths: Iterable[str | Path]) -> list[Run]:
     """Every run under ``paths`` plus a ``missing`` entry per grid point of a sweep with no run dir."""
     runs: list[Run] = []
@@ -282,14 +289,12 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
     for root in map(Path, paths):
         if not root.exists():
             raise TableError(f"{str(root)!r} does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)")
-        candidates = {p.parent for p in root.rglob("config.yaml") if p.parent.name != ".hydra"}
-        candidates |= {p.parent.parent for p in root.rglob(".hydra/config.yaml")}
-        run_dirs = sorted(d for d in candidates if d not in seen and "checkpoints" not in d.parts)
-        seen.update(run_dirs)
-        runs += [load_run(d) for d in run_dirs]
+        found = [d for d in run_dirs(root) if d not in seen]
+        seen.update(found)
+        runs += [load_run(d) for d in found]
         for multirun in sorted(root.rglob("multirun.yaml")):
             sweep_dir = multirun.parent
-            done = {_job_overrides(d) for d in run_dirs if d.is_relative_to(sweep_dir)}
+            done = {_job_overrides(d) for d in found if d.is_relative_to(sweep_dir)}
             for job in expected_jobs(sweep_dir):
                 if _normalised(job) not in done:
                     runs.append(_missing_run(sweep_dir, job))
