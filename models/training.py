@@ -174,7 +174,9 @@ class ResumeCheckpoint(Checkpoint):
         return os.path.join(self.dirpath, f"{self.filename}.ckpt")
 
     def _save(self, trainer: L.Trainer) -> None:
-        trainer.save_checkpoint(self.path)
+        # the full training state (optimizer, loops, callbacks) for resuming; naming it also keeps Lightning from
+        # logging "weights_only was not set, defaulting to False", which reads like an unsafe load
+        trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._rng_to_restore is not None:

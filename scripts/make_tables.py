@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from rpe import encoding  # noqa: E402
 from rpe.config import FIELDS, PRESETS, RPEConfigError, parse_shorthand, resolve_rpe  # noqa: E402
@@ -255,6 +255,23 @@ def sweep_grid(arguments: list[str]) -> list[list[str]]:
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
 
 
+def _resolved_where_possible(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg`` as a dict, each top-level key resolved unless it needs a running Hydra job (run dir, paths).
+
+    Sweep rows are interpolations (``${rows.${row}.ape}``), so labels need resolving; the run-dir keys
+    cannot be resolved outside a job and stay as written.
+    """
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    resolved: dict[str, Any] = {}
+    for key in cfg:
+        try:
+            value = cfg[key]
+            resolved[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except Exception:  # any resolver failure leaves the key as written
+            resolved[key] = raw[key]
+    return resolved
+
+
 def _missing_run(sweep_dir: Path, overrides: list[str]) -> Run:
     """A grid point with no run dir; its facts come from composing the job's config."""
     from hydra import compose, initialize_config_dir
@@ -265,7 +282,7 @@ def _missing_run(sweep_dir: Path, overrides: list[str]) -> Run:
     try:
         with initialize_config_dir(str(config_dir), version_base="1.3"):
             cfg = compose("train", overrides=[o for o in overrides if not o.startswith("hydra")])
-        container = OmegaConf.to_container(cfg, resolve=False)
+        container = _resolved_where_possible(cfg)
     except Exception:  # a grid point that does not even compose: still listed, with what is known
         container = {}
     finally:
@@ -771,6 +788,9 @@ def to_markdown(tables: list[Table]) -> str:
         out.write(f"## {table.layout.title}: `{table.name}`\n\n")
         out.write(f"Models: {table.scale}. Cells: mean ± std (n) over seeds; failed, unfinished and missing"
                   " runs are counted in the cell. Δ = ours - paper.\n")
+        seeds = sorted({r.facts.get("seed") for cell in table.cells.values() for r in cell.runs}, key=_natural)
+        single = " (one seed: cells have no std, and a finding drawn from this table stays not resolved)"
+        out.write(f"Seeds: {', '.join(map(str, seeds))}{single if len(seeds) == 1 else ''}.\n")
         if table.paper is not None:
             scale = ABLATION_SCALE.get(table.ablation, "top-1 on ImageNet-1k (DeiT-S)")
             out.write(f"Paper: {table.paper.text}; {scale}.\n")

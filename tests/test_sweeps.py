@@ -61,7 +61,7 @@ EXPECTED_GRID = {
     "method_mode": 8, "shared_head": 12, "index": 4, "buckets": 5, "where": 14, "detr": 9, "swin": 3, "cost": 6,
     "compare": 13,
 }
-MINI_SEEDS = {"detr": 1, "cost": 1, "shared_head": 1}  # shared_head's paper grid already has three seeds
+MINI_SEEDS = {"cost": 1, "shared_head": 1}  # shared_head's paper grid already has three seeds
 BASE_EXPERIMENTS = {  # (paper, mini); else DeiT-S
     "detr": ("detr_r50_baseline_150ep", "detr_shapes"), "swin": ("swin_tiny_swin", "swin_micro_relational"),
 }
@@ -154,8 +154,10 @@ def test_detr_sweep_is_table_6_with_its_schedules() -> None:
     assert rows["sine, none, short"] == (150, 100, None)
     assert rows["sine, ctx clip 9x9, short"] == (150, 100, "clip")
     assert rows["sine, ctx 9x9, long"] == (300, 200, None) and rows["sine, none, long"] == (300, 200, None)
+    mini_jobs = _job_configs("detr_mini")
     mini = {make_tables.LAYOUTS["detr"].row(make_tables.run_facts(_resolved(c))):
-            (c.trainer.max_epochs, c.model.lr_drop) for c in _job_configs("detr_mini")}
+            (c.trainer.max_epochs, c.model.lr_drop) for c in mini_jobs}
+    assert len(mini) == 9 and [c.seed for c in mini_jobs] == [0] * 9 + [1] * 9 + [2] * 9
     assert mini["sine, ctx 15x15, short"] == (12, 10) and mini["sine, ctx 9x9, long"] == (24, 20)
 
 
@@ -210,6 +212,7 @@ def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Pat
     markdown = out.with_suffix(".md").read_text()
     assert "| ? (ratio -1) | ? | failed |" in markdown  # row, used buckets, top-1
     assert "rpe.ratio=-1.0 must be > 0" in markdown
+    assert "\nSeeds: 0 (one seed: cells have no std" in markdown
     assert "\\begin{tabular}" in out.with_suffix(".tex").read_text()
 
     # a grid point whose run dir is gone is listed as missing, not dropped
@@ -468,6 +471,21 @@ def test_archive_keeps_what_the_tables_read_and_adds_up(tmp_path: Path) -> None:
     runs = make_tables.collect([archive / "where_mini"])
     assert sorted((r.status, r.metrics.get("val/top1")) for r in runs) == [
         ("missing", None), ("ok", 91.0), ("ok", 93.0), ("ok", 95.0)]
+    assert "\nSeeds: 0, 1, 2.\n" in make_tables.to_markdown(make_tables.build_tables(runs))
+
+
+def test_missing_jobs_of_a_row_sweep_get_their_own_row_labels(tmp_path: Path) -> None:
+    """detr_mini's rows are interpolations (``${rows.${row}.ape}``); each missing job is labelled by its row."""
+    sweep = tmp_path / "detr_mini"
+    sweep.mkdir()
+    OmegaConf.save({"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                          "params": {"seed": "0", "row": "sine_none_long,none_ctx9_short"}},
+                              "overrides": {"task": ["sweep=detr_mini"]}}}, sweep / "multirun.yaml")
+    runs = make_tables.collect([sweep])
+    assert [r.status for r in runs] == ["missing", "missing"]
+    (table,) = make_tables.build_tables(runs)
+    assert sorted(table.rows) == ["none, ctx 9x9, short", "sine, none, long"]
+    assert table.paper.value("sine, none, long", "ours", "val/AP") == 40.6  # Table 6, row 8
 
 
 def test_archive_refuses_a_run_of_another_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

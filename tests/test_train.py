@@ -110,9 +110,9 @@ def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path,
 def test_experiment_configs_run_one_step(tmp_path: Path) -> None:
     """Every DeiT ImageNet experiment runs a train and a val step on a fake ImageFolder.
 
-    At 64 px (a 4x4 patch grid) rather than 224: the recipe, the model and its encoding are the
-    experiment's own, and DeiT-B's step at 224 would take most of this test's time on a CPU. The 14x14
-    grid of the real models is covered by tests/test_models.py.
+    At 64 px (a 4x4 patch grid) rather than 224, which keeps the step cheap on a CPU; the recipe, the
+    model and its encoding are the experiment's own. The 14x14 grid of the real models is covered by
+    tests/test_models.py.
     """
     from data import make_fake_imagefolder
     from tests.test_configs import _options
