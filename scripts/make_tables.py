@@ -646,6 +646,8 @@ FINDINGS: tuple[Finding, ...] = (
             (("qkv", "no APE", 1.0), ("none", "with APE", -1.0))),
     Finding("RPE helps DETR (contextual 9x9 minus none, sine APE)", "detr",
             (("sine, ctx 9x9, short", "ours", 1.0), ("sine, none, short", "ours", -1.0))),
+    Finding("RPE helps DETR at the long schedule too (contextual 9x9 minus none, sine APE)", "detr",
+            (("sine, ctx 9x9, long", "ours", 1.0), ("sine, none, long", "ours", -1.0))),
     Finding("detection needs the absolute encoding (sine minus none, no RPE)", "detr",
             (("sine, none, short", "ours", 1.0), ("none, none, short", "ours", -1.0))),
     Finding("piecewise beats clip for detection", "detr",

@@ -5,10 +5,11 @@
 # their last checkpoint; stop it at any time and run it again later. After each sweep the results of its
 # ended runs go into docs/ablations_mini_runs/ (scripts/archive_runs.py: configs and metrics, no
 # checkpoints), which is committed; the tables are built from there, so sittings on different machines add up.
-# 153 classification runs, 9 micro-Swin runs, 6 short cost runs and 9 DETR runs of 10-20 min (one seed
-# each). Measured on 2 CPU cores: two sweeps run side by side (OMP_NUM_THREADS=1 each) finished a
-# classification run about every 0.8 min, so the classification tables take about 2 hours that way; the
-# DETR runs take roughly as long again (estimated, not measured end to end).
+# 144 DeiT and 9 micro-Swin classification runs, 6 short cost runs and 27 DETR runs (nine rows, seeds 0-2).
+# Measured on 2 CPU cores with two sweeps side by side (OMP_NUM_THREADS=1 each): a classification run
+# finished about every 0.8 min, so those tables take about 2 hours; each lane took 10-12 min per 12-epoch
+# DETR run, and a 24-epoch run took 38 min with a test suite running beside the two lanes (about twice a
+# short run without it, not measured), so the 27 DETR runs take roughly 3 hours more (estimated).
 # Usage: bash scripts/mini_sweeps.sh [sweep ...]   (e.g. `where shared_head`; default: all of them)
 # Runs: runs/sweeps/<sweep>_mini/*; their results: docs/ablations_mini_runs/<sweep>_mini/*;
 # tables: docs/ablations_mini.{md,csv,tex}; README: the findings table.

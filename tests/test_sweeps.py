@@ -144,6 +144,13 @@ def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
             assert extra == set(paper.extra_rows), ablation
 
 
+def test_every_finding_contrasts_cells_of_its_paper_grid() -> None:
+    for finding in make_tables.FINDINGS:
+        cells = {(row, col) for row, col, _ in finding.contrast}
+        assert cells <= EXPECTED_CELLS[finding.ablation], finding.claim
+        assert sum(w for _, _, w in finding.contrast) == pytest.approx(0.0), finding.claim  # a difference
+
+
 def test_detr_sweep_is_table_6_with_its_schedules() -> None:
     rows = {}
     for cfg in _job_configs("detr"):
