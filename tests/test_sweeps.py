@@ -535,3 +535,19 @@ def test_wandb_groups_by_sweep_and_logs_rpe_columns(tmp_path: Path, data_dir: Pa
         assert run.settings.mode == "offline"
     finally:
         run.finish()
+
+
+def test_committed_mini_tables_and_readme_findings_are_what_the_archive_builds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/ablations_mini.{md,csv} and the README's findings table are rebuilt from docs/ablations_mini_runs."""
+    root = Path(make_tables.__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the tables name runs relative to the working dir
+    sweeps = sorted((root / "docs" / "ablations_mini_runs").glob("*_mini"))
+    assert sweeps, "docs/ablations_mini_runs holds no sweeps"
+    readme = tmp_path / "README.md"
+    readme.write_text((root / "README.md").read_text())
+    out = tmp_path / "ablations_mini"
+    assert make_tables.main([*map(str, sweeps), "--out", str(out), "--readme", str(readme)]) == 0
+    for suffix in (".md", ".csv"):
+        assert out.with_suffix(suffix).read_text() == (root / "docs" / f"ablations_mini{suffix}").read_text()
+    assert readme.read_text() == (root / "README.md").read_text()
