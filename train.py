@@ -174,6 +174,7 @@ def print_config_tree(cfg: DictConfig) -> None:
 
 # ----------------------------------------------------------------------------- run identity
 RUN_RECORD = "run.json"  # what the run dir holds: identity hash, identity config, state
+RUN_LOCK = "run.lock"  # held (flock) by the process running the job
 # Keys that may change between a run and its resume (or a requeue on another machine) without changing
 # what is trained: length, logging, paths, data location and loading, checkpoint frequency.
 VOLATILE_KEYS = (
@@ -187,6 +188,10 @@ VOLATILE_KEYS = (
 
 class RunDirConflict(ValueError):
     """The run dir belongs to a run of another config (nothing is written into it)."""
+
+
+class RunDirBusy(RunDirConflict):
+    """Another process holds the run dir's lock (the same run started twice); nothing is written."""
 
 
 class ResumeError(ValueError):
@@ -242,6 +247,27 @@ def read_run_record(run_dir: Path) -> dict[str, Any] | None:
         return record
     except (ValueError, OSError) as err:
         raise RunDirConflict(f"{path} is unreadable ({err}); use a new run_name") from None
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Take the run dir's exclusive lock (``run.lock``) for this job; returns its fd, closing it releases it.
+
+    A second process on the same dir (the same command in another terminal, a requeued job whose first
+    attempt still runs, two sweeps given overlapping jobs) would interleave checkpoints and metrics; it
+    stops with one line instead. ``flock`` is held by the open file, so the kernel drops it when the
+    process dies, also under ``kill -9``. The file stays empty, so taking the lock changes no bytes of a
+    run dir that already has one.
+    """
+    import fcntl
+
+    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o644)  # NFS grants LOCK_EX only to writers
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RunDirBusy(f"{run_dir} is in use by another process (it holds {RUN_LOCK}); nothing was written. "
+                         "Wait for that run to end, or give this one a new run_name=...") from None
+    return fd
 
 
 def write_run_record(run_dir: Path, **fields: Any) -> None:
@@ -629,7 +655,10 @@ def main(cfg: DictConfig) -> float | None:
     install_stop_signals()
     writes = rank_zero_only.rank == 0
     exit_code = 1
+    lock: int | None = None
     try:
+        if writes:
+            lock = lock_run_dir(run_dir)
         metrics = run(cfg)
         exit_code = 0
     except Exception as err:
@@ -641,7 +670,7 @@ def main(cfg: DictConfig) -> float | None:
                 write_run_record(run_dir, state="interrupted", signal=signal.Signals(signum).name)
             _report_interruption(run_dir, signum)
         fresh = not (run_dir / RUN_RECORD).exists() and not (run_dir / "config.yaml").exists()
-        if writes and (run_dir in _claimed or fresh):  # never into another run's dir
+        if writes and lock is not None and (run_dir in _claimed or fresh):  # never into another run's dir
             message = record_failure(run_dir, err)
             if run_dir in _claimed:
                 write_run_record(run_dir, state="failed")
@@ -662,6 +691,8 @@ def main(cfg: DictConfig) -> float | None:
             _report_interruption(run_dir, _SignalState.signum)
         raise
     finally:
+        if lock is not None:
+            os.close(lock)  # after the run record's last write
         finish_wandb(exit_code)
         os.environ.clear()
         os.environ.update(environment)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -64,6 +65,24 @@ def test_another_config_never_writes_into_a_finished_run(finished_run) -> None:
         assert "rpe.preset: irpe_k -> irpe_qkv" in line and "run_name" in line, line
         assert "Traceback" not in result.stderr
         assert _fingerprint(run_dir) == before  # not config.yaml, not .hydra/, not a checkpoint
+
+
+def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None:
+    run_dir, args = finished_run
+    before = _fingerprint(run_dir)
+    held = train.lock_run_dir(run_dir)  # this test process plays the first process
+    try:
+        with pytest.raises(train.RunDirBusy):  # the lock belongs to the open file, not to the process
+            train.lock_run_dir(run_dir)
+        result = run_cli("train.py", [*args, "trainer.max_epochs=3"], env_extra=ENV)
+    finally:
+        os.close(held)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = _error_lines(result.stderr)
+    assert f"{run_dir} is in use by another process" in line and "run_name" in line, line
+    assert "Traceback" not in result.stderr
+    assert _fingerprint(run_dir) == before  # no failed.json, no run.json update, no checkpoint
+    os.close(train.lock_run_dir(run_dir))  # released with the fd
 
 
 def test_a_finished_run_is_not_trained_again(finished_run) -> None:
