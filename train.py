@@ -670,7 +670,7 @@ def main(cfg: DictConfig) -> float | None:
                 write_run_record(run_dir, state="interrupted", signal=signal.Signals(signum).name)
             _report_interruption(run_dir, signum)
         fresh = not (run_dir / RUN_RECORD).exists() and not (run_dir / "config.yaml").exists()
-        if writes and lock is not None and (run_dir in _claimed or fresh):  # never into another run's dir
+        if lock is not None and (run_dir in _claimed or fresh):  # never into another run's dir
             message = record_failure(run_dir, err)
             if run_dir in _claimed:
                 write_run_record(run_dir, state="failed")
