@@ -3,6 +3,11 @@
 Reads the run's resolved ``config.yaml`` beside ``checkpoints/``, evaluates the validation split,
 and prints params, MACs, the accuracy (or COCO AP) numbers and inference throughput.
 
+eval.py only reads: it never generates or writes data (a run's generated dataset must already be at its
+``data.root``, complete; ``data_root=<folder>`` points at existing data elsewhere) and writes no file,
+the run dir's ``metrics.json`` included. A checkpoint that does not fit the run's model, non-finite
+weights or a non-finite metric end in one ``error:`` line (exit 2), never in a printed result.
+
 ``python eval.py experiment=detr_r50_rpe20_150ep model.weights=<file> data.root=<coco>`` instead evaluates
 a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) with that experiment's
 model and data.
@@ -10,6 +15,7 @@ model and data.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,8 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
-from train import _scalar_metrics, _user_error_types, build_trainer, cli, report_user_error
+from models.lifecycle.cli import cli, report_user_error, user_error_types
+from models.lifecycle.job import build_trainer, scalar_metrics
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -48,7 +55,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     The run's ``config.yaml`` is checked and built by `models.run_config` (never Hydra's ``instantiate``),
     so a run dir from elsewhere cannot run code; a weights file is only read with ``weights_only=True``.
     """
-    from models.run_config import backbone
+    from models.run_config import (
+        backbone,
+        detach_generator,
+        require_existing_data,
+        require_finite_metrics,
+        require_finite_weights,
+    )
 
     weights = cfg.model.get("weights") if "model" in cfg else None
     if (cfg.ckpt_path is None) == (weights is None):
@@ -60,16 +73,21 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.ckpt_path is not None:
         datamodule, model = _run_data_and_model(cfg)
     else:
-        from train import build_data_and_model
+        from models.lifecycle.job import build_data_and_model
 
         if not Path(weights).is_file():
             raise FileNotFoundError(f"model.weights={weights!r} does not exist")
         if cfg.batch_size:
             cfg.data.batch_size = cfg.batch_size
+        if cfg.get("data_root") is not None:
+            cfg.data.root = cfg.data_root
         datamodule, model = build_data_and_model(cfg)
+        detach_generator(datamodule)  # never generate data, whatever the experiment's data config says
+        require_finite_weights(model, f"model.weights={weights}")
+        require_existing_data(datamodule, "the eval config", "data.root=<folder>")
     trainer = build_trainer(cfg.trainer)
     trainer.test(model, datamodule=datamodule, verbose=False)
-    metrics = _scalar_metrics(trainer.callback_metrics)
+    metrics = scalar_metrics(trainer.callback_metrics)
 
     net = backbone(model).eval()
     metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
@@ -77,25 +95,37 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         image_shape = (3, datamodule.img_size, datamodule.img_size)
         metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
         metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
+    require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
     return metrics
 
 
 def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
-    """The data module and the LightningModule of ``cfg.ckpt_path``'s run, with the checkpoint's weights."""
-    from models.run_config import build_data_and_model, load_run_checkpoint, load_run_config
+    """The data module and the LightningModule of ``cfg.ckpt_path``'s run, with the checkpoint's weights
+    (checked to fit the model and to be finite) and the run's data (checked to be on disk; never generated)."""
+    from models.run_config import (
+        build_data_and_model,
+        check_run_identity,
+        load_run_checkpoint,
+        load_run_config,
+        load_run_weights,
+        require_existing_data,
+    )
 
     ckpt_path = Path(cfg.ckpt_path)
     if not ckpt_path.is_file():
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
-    run_config = ckpt_path.resolve().parent.parent / "config.yaml"
+    # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
+    run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
     if not run_config.is_file():
         raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
     run_cfg = load_run_config(run_config)
     if cfg.batch_size:
         run_cfg.data.batch_size = cfg.batch_size
     checkpoint = load_run_checkpoint(ckpt_path)
-    datamodule, model = build_data_and_model(run_cfg)
-    model.load_state_dict(checkpoint["state_dict"])
+    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    datamodule, model = build_data_and_model(run_cfg, data_root=cfg.get("data_root"))
+    load_run_weights(model, checkpoint, ckpt_path, run_config)
+    require_existing_data(datamodule, str(run_config), "data_root=<folder>")
     return datamodule, model
 
 
@@ -117,7 +147,7 @@ def print_table(metrics: dict[str, Any], title: str) -> None:
 def main(cfg: DictConfig) -> None:
     try:
         metrics = evaluate(cfg)
-    except _user_error_types() as err:
+    except user_error_types() as err:
         report_user_error(err)
     print_table(metrics, title=str(cfg.ckpt_path or cfg.model.weights))
 

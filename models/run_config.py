@@ -13,18 +13,26 @@ Python tags) is checked first, then built by plain calls of the project's own cl
   registered in the process could do anything.
 
 Anything else is a `RunConfigError` with a one-line message naming the key and the value.
+
+Reading a run never writes: `build_data_and_model` detaches the data generator (``prepare_data`` then
+only checks the layout), `require_existing_data` stops in one line when the data the run names is not
+on disk, `load_run_weights` refuses a checkpoint that does not fit the run's model or holds a
+non-finite tensor.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from data.errors import DataConfigError
 from models.deit import ModelConfigError
 
 # Each allowed target is imported from its own module when used; no name from the file is ever imported.
@@ -56,6 +64,14 @@ USED_KEYS = ("data", "model", "rpe")
 
 class RunConfigError(ModelConfigError):
     """A run dir's config or checkpoint that cannot be loaded safely; the message is one line."""
+
+
+class RunDataError(DataConfigError):
+    """The data a run (or an eval config) names is not on disk, or not the data it names; one line."""
+
+
+class NonFiniteResultError(ValueError):
+    """An evaluation gave a NaN or inf metric, which is never printed as a result; one line."""
 
 
 def _load_allowed(allowed: dict[str, tuple[str, str]], name: str) -> Any:
@@ -112,9 +128,15 @@ def load_run_config(path: str | Path) -> DictConfig:
     return cfg
 
 
-def build_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
-    """``(datamodule, LightningModule)`` of a checked run config (see `load_run_config`), by plain calls."""
+def build_data_and_model(cfg: DictConfig, data_root: str | Path | None = None) -> tuple[Any, Any]:
+    """``(datamodule, LightningModule)`` of a checked run config (see `load_run_config`), by plain calls.
+
+    The datamodule never generates data (see `detach_generator`); ``data_root`` replaces the run's
+    ``data.root`` with a folder of existing data, used as it is (no generator marker required there).
+    """
     data = OmegaConf.to_container(cfg.data, resolve=False)
+    if data_root is not None:
+        data["root"] = str(data_root)
     data_cls = _load_allowed(DATA_MODULES, data.pop("_target_"))
     generator = data.get("generator")
     if isinstance(generator, dict) and "_target_" in generator:  # COCO's generator is plain kwargs
@@ -127,8 +149,190 @@ def build_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     # A run started from reference weights (model.weights) holds its own in its checkpoint: the file
     # it started from is neither needed nor read again.
     model.pop("weights", None)
+    detach_generator(datamodule)
+    if data_root is not None:
+        datamodule.run_generator = None  # the user's folder is used as it is
     rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in set(cfg.keys()) else None
     return datamodule, model_cls(**model, rpe=rpe, num_classes=datamodule.num_classes)
+
+
+def detach_generator(datamodule: Any) -> Any:
+    """Take the generator off a built datamodule so that its ``prepare_data`` can never write data (it then
+    only checks the layout); the generator is kept as ``datamodule.run_generator`` for
+    `require_existing_data`. Both datamodules read ``generator`` only in ``prepare_data`` (and COCO's
+    class count at construction, which is done by then). Returns ``datamodule``."""
+    if not hasattr(datamodule, "run_generator"):  # a second call must not forget the generator
+        datamodule.run_generator = getattr(datamodule, "generator", None)
+    datamodule.generator = None
+    return datamodule
+
+
+def _generator_differences(recorded: Any, expected: dict[str, Any]) -> str:
+    """What differs between a marker's generator record and ``expected`` (`describe_generator`), or ``""``."""
+    recorded = recorded if isinstance(recorded, dict) else {}
+    if recorded.get("target") != expected["target"]:
+        return f"generator {recorded.get('target')} on disk vs {expected['target']} named"
+    old, new = recorded.get("kwargs") or {}, expected["kwargs"]
+    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return ", ".join(f"{k}: {old.get(k)!r} on disk vs {new.get(k)!r} named" for k in changed)
+
+
+def require_existing_data(datamodule: Any, source: str, override: str) -> None:
+    """Stop with one `RunDataError` line unless the data ``datamodule`` reads is on disk: a generated set
+    (the run named a generator) must be complete (ImageFolder: its ``.complete.json`` marker, recording the
+    same generator settings, and the class folders and image counts it records; COCO shapes: the folder,
+    which generation renames into place when done).
+    Then runs the datamodule's ``prepare_data`` with its generator detached: the layout checks only.
+
+    ``source`` names where ``data.root`` came from (the run's config.yaml); ``override`` how the user
+    points at other data (``data_root=<folder>``, ``--data-root DIR``).
+    """
+    from data.generation import MARKER_NAME, _check_content, describe_generator, read_marker
+
+    detach_generator(datamodule)
+    generator = datamodule.run_generator
+    root = Path(datamodule.root).expanduser().absolute()
+    remedy = (
+        "eval.py and plot_rpe.py read existing data only: train.py with the same data config generates it,"
+        f" or pass {override} pointing at existing data"
+    )
+    if generator is None:
+        if not root.is_dir():
+            raise RunDataError(f"data.root={root} named by {source} does not exist; pass {override} pointing at"
+                               " existing data")
+    elif isinstance(generator, Mapping):  # COCO shapes: written to a temp folder, renamed onto root when complete
+        if not root.is_dir():
+            raise RunDataError(f"data.root={root} named by {source} does not exist (its generated set was never"
+                               f" made here); {remedy}")
+    else:
+        try:
+            marker = read_marker(root)
+        except (ValueError, OSError) as err:  # a damaged marker: not known to be complete
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise RunDataError(f"data.root={root} named by {source}: {reason}; {remedy}") from None
+        if marker is None:
+            where = "does not exist" if not root.exists() else f"has no {MARKER_NAME} completion marker"
+            raise RunDataError(f"data.root={root} named by {source} {where}: no complete generated dataset;"
+                               f" {remedy}")
+        diff = _generator_differences(marker.get("generator"), describe_generator(generator))
+        if diff:
+            raise RunDataError(
+                f"data.root={root} was generated with other settings than {source} names ({diff}); was the"
+                f" config edited after training? pass {override} pointing at the run's data"
+            )
+        try:  # the same check train.py makes: class folders and image counts as generated
+            _check_content(root, marker)
+        except DataConfigError as err:
+            raise RunDataError(f"{' '.join(str(err).split())}; {remedy}") from None
+    datamodule.prepare_data()
+
+
+def _first(keys: list[str], limit: int = 3) -> str:
+    return ", ".join(keys[:limit]) + (", ..." if len(keys) > limit else "")
+
+
+def state_dict_mismatch(expected: Mapping[str, Any], given: Mapping[str, Any]) -> str:
+    """How ``given`` (a checkpoint's state_dict) fails to fit ``expected`` (the model's), in short: the
+    first few missing and unexpected keys and the first shape mismatch; ``""`` when it fits."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key(s) ({_first(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected key(s) ({_first(unexpected)})")
+    shapes = []
+    for key, value in given.items():
+        want = expected.get(key)
+        if not torch.is_tensor(want):
+            continue
+        if not torch.is_tensor(value):
+            shapes.append(f"{key} is a {type(value).__name__} in the checkpoint, a tensor in the model")
+        elif value.shape != want.shape:
+            shapes.append(f"{key} has shape {tuple(value.shape)} in the checkpoint, {tuple(want.shape)} in the model")
+    if shapes:
+        parts.append(f"{len(shapes)} shape mismatch(es), first: {shapes[0]}")
+    return "; ".join(parts)
+
+
+def first_non_finite(module: torch.nn.Module) -> tuple[str, int, int] | None:
+    """``(name, non-finite count, size)`` of the first parameter or buffer holding a NaN or inf, or None."""
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    for name, tensor in tensors:
+        if tensor.is_floating_point() or tensor.is_complex():
+            bad = int((~torch.isfinite(tensor.detach())).sum())
+            if bad:
+                return name, bad, tensor.numel()
+    return None
+
+
+def require_finite_weights(module: torch.nn.Module, source: str) -> None:
+    """One `RunConfigError` line naming ``source`` and the first non-finite tensor: a diverged model has
+    no result to evaluate or draw."""
+    found = first_non_finite(module)
+    if found is not None:
+        name, bad, total = found
+        raise RunConfigError(
+            f"{source} holds non-finite weights: {name} has {bad} NaN/inf of {total} values; a diverged run"
+            " has no result to evaluate or plot (use an earlier checkpoint)"
+        )
+
+
+def load_run_weights(module: Any, checkpoint: dict[str, Any], ckpt_path: str | Path, config: str | Path) -> None:
+    """Load ``checkpoint["state_dict"]`` into the run's ``module`` (strict) and check it is finite.
+
+    A checkpoint that does not fit (copied from another run dir, or a config edited after training) or
+    holds a NaN/inf tensor is one `RunConfigError` line naming the checkpoint and the config.
+    """
+    state = checkpoint["state_dict"]
+    problem = state_dict_mismatch(module.state_dict(), state)
+    if not problem:
+        try:
+            module.load_state_dict(state)
+        except (RuntimeError, ValueError, TypeError, KeyError) as err:  # what the key/shape check cannot see
+            problem = " ".join(str(err).split())[:300] or type(err).__name__
+    if problem:
+        raise RunConfigError(
+            f"checkpoint {ckpt_path} does not fit the model of {config}: {problem}; was it saved by another"
+            " run, or was the config edited after training?"
+        )
+    require_finite_weights(module, f"checkpoint {ckpt_path}")
+
+
+def check_run_identity(run_cfg: DictConfig, config: Path, checkpoint: dict[str, Any], ckpt_path: str | Path) -> None:
+    """The config and the checkpoint must be the same run's: the checkpoint's recorded identity, and the
+    run dir's ``run.json`` where it is readable, must be the identity of ``config``.
+
+    A config edited after training, truncated, or swapped (a symlink into another run dir), and a
+    checkpoint copied from another run may still fit the model; their numbers would be another run's.
+    """
+    from models.lifecycle.files import RunFileError
+    from models.lifecycle.identity import identity_config, identity_hash
+    from models.lifecycle.records import read_run_record
+    from models.training import IDENTITY_KEY
+
+    identity = identity_hash(identity_config(run_cfg))
+    saved = checkpoint.get(IDENTITY_KEY)
+    if saved is not None and saved != identity:
+        raise RunConfigError(f"checkpoint {ckpt_path} was saved by a run of another config than {config} "
+                             "(copied from another run dir, or the config was edited after training)")
+    try:
+        record = read_run_record(config.parent)
+    except RunFileError:
+        return  # a damaged record says nothing either way; the checkpoint's identity was checked
+    if record is not None and identity_hash(identity_config(record["config"])) != identity:
+        raise RunConfigError(f"{config} is not the config of the run recorded in {config.parent / 'run.json'} "
+                             "(edited, truncated or replaced after training)")
+
+
+def require_finite_metrics(metrics: Mapping[str, float], source: str) -> None:
+    """One `NonFiniteResultError` line when a metric is NaN or inf: that is no result to print."""
+    bad = [f"{k}={v}" for k, v in metrics.items() if not math.isfinite(v)]
+    if bad:
+        raise NonFiniteResultError(
+            f"evaluating {source} gave non-finite metrics ({', '.join(bad)}); that is no result (check the"
+            " checkpoint and the data)"
+        )
 
 
 def read_checkpoint_file(

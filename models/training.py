@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -18,58 +16,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """Flush a folder's entries (a rename into it) to disk; a no-op where folders cannot be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _replace_durably(tmp: str | os.PathLike, path: Path) -> None:
-    """Flush ``tmp``, rename it over ``path`` and flush the folder: after a crash, old or new, never half."""
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        _replace_durably(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    """Strict JSON (a NaN or inf raises ``ValueError`` instead of writing invalid JSON), atomically."""
-    atomic_write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode())
-
-
-TMP_SUFFIX = ".tmp"  # temporary files of atomic writes: ``.<name>.<random>.tmp`` next to the target
-
-
-def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
-    """Delete the temporary files a killed atomic write left in ``folder`` and ``folder/checkpoints``."""
-    stale = [p for sub in (Path(folder), Path(folder) / "checkpoints") if sub.is_dir()
-             for p in sub.glob(f".*{TMP_SUFFIX}") if p.is_file()]
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
+from models.lifecycle.files import guarded, replace_durably, temp_path_for
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -79,15 +26,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if get_filesystem(path).protocol not in ("file", ("file", "local")):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-        os.close(fd)
-        try:
-            torch.save(checkpoint, tmp)
-            _replace_durably(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with guarded(path, "write checkpoint"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temp_path_for(path)
+            try:
+                torch.save(checkpoint, tmp)
+                replace_durably(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
         return torch.load(path, map_location=map_location or "cpu", weights_only=True)
@@ -135,8 +82,12 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-class RunInterrupted(Exception):
-    """Raised when a signal (SIGTERM, SIGUSR1, SIGUSR2) stopped a run after its checkpoint was saved."""
+class RunInterrupted(BaseException):
+    """Raised when a stop signal stopped a run (after its checkpoint was saved, during fit).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: an ``except Exception`` on the way (Python's logging
+    prints and swallows what its handlers raise) must not turn an interrupted run into a finished one.
+    """
 
     def __init__(self, signum: int) -> None:
         import signal
@@ -195,8 +146,18 @@ class ResumeCheckpoint(Checkpoint):
         if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
             self._save(trainer)
 
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        # A stop during fit's validation waits for the validation to end: stopped halfway, the epoch would
+        # resume past its validation, and best.ckpt would miss it. Lightning stops mid-validation on SIGTERM.
+        if self.stop_signal is not None and not trainer.sanity_checking:
+            trainer._signal_connector.received_sigterm = False
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save(trainer)
+        if self.stop_signal is not None:
+            # Stop at the epoch's boundary, once every on_train_epoch_end hook (best.ckpt's too) has run:
+            # Lightning raises SIGTERMException there, and on_exception saves that state.
+            trainer._signal_connector.received_sigterm = True
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         # Lightning stops on SIGTERM at a loop boundary (validation, epoch end, DDP step start): a

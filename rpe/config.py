@@ -40,6 +40,8 @@ MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
 BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex", "naive", "triton")
 SITES: str = "qkv"
+# A product table has (4 ratio + 1)^2 buckets: at ratio 100 already 160801; far above, building it fails.
+MAX_RATIO: float = 100.0
 
 
 class RPEConfigError(ValueError):
@@ -103,8 +105,10 @@ class RPEConfig:
         if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)):
             raise RPEConfigError(f"rpe.ratio={self.ratio!r} must be a positive number")
         object.__setattr__(self, "ratio", float(self.ratio))
-        if not self.ratio > 0:
+        if not self.ratio > 0:  # also refuses nan
             raise RPEConfigError(f"rpe.ratio={self.ratio!r} must be > 0")
+        if not self.ratio <= MAX_RATIO:  # a shorthand (rpe-1e9-...) never passes the config-level check
+            raise RPEConfigError(f"rpe.ratio={self.ratio!r} must be > 0 and <= {MAX_RATIO:g}")
         if not isinstance(self.shared_head, bool):
             raise RPEConfigError(f"rpe.shared_head={self.shared_head!r} must be true or false")
         if self.theta is not None:

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{row['case']:<40} {row['step_ms']:9.1f} {row['time_ratio']:7.3f} {row['memory_MB']:9.1f} "
               f"{row['memory_ratio']:7.3f} {row['params_M']:9.2f}")
     if args.json:
-        from models.training import atomic_write_json
+        from models.lifecycle.files import atomic_write_json
 
         atomic_write_json(args.json, {"setup": setup, "rows": rows})
 

@@ -30,7 +30,11 @@ What is drawn
   given in the subplot title.
 
 Bad input (missing run dir, config or checkpoint, a query outside the grid, an image index out of
-range, ...) ends with a one-line ``error: ...`` on stderr and exit code 2.
+range, a checkpoint that does not fit the run's model or holds NaN/inf weights, validation data that
+is not on disk, ...) ends with a one-line ``error: ...`` on stderr and exit code 2.
+
+Only the PNGs are written (atomically): the run's data is read, never generated; ``--data-root DIR``
+points at existing data when the run's ``data.root`` is not there.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from models.lifecycle.files import RunFileError  # noqa: E402
 from models.run_config import backbone  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
@@ -280,7 +285,7 @@ def draw_attention(
 
 def save_figure(fig: Figure, path: Path) -> None:
     """Render to PNG and replace ``path`` atomically (temp file in the same folder + ``os.replace``)."""
-    from models.training import atomic_write_bytes
+    from models.lifecycle.files import atomic_write_bytes
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
@@ -308,13 +313,22 @@ def _one_line(err: BaseException) -> str:
     return text if len(text) <= 400 else text[:400] + " ..."
 
 
-def load_run(run_dir: Path, ckpt: str) -> tuple[Any, nn.Module]:
-    """``(datamodule, LightningModule)`` of a run dir with the checkpoint's weights loaded.
+def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[Any, nn.Module]:
+    """``(datamodule, LightningModule)`` of a run dir with the checkpoint's weights loaded (checked to fit
+    the model and to be finite); ``data_root`` replaces the run's ``data.root``.
 
-    The run's config is checked and built by `models.run_config`: nothing named in the run dir is called.
+    The run's config is checked and built by `models.run_config`: nothing named in the run dir is called,
+    and the datamodule never generates data.
     """
-    from models.run_config import RunConfigError, build_data_and_model, load_run_checkpoint, load_run_config
-    from train import _user_error_types
+    from models.lifecycle.cli import user_error_types as _user_error_types
+    from models.run_config import (
+        RunConfigError,
+        build_data_and_model,
+        check_run_identity,
+        load_run_checkpoint,
+        load_run_config,
+        load_run_weights,
+    )
 
     if not run_dir.is_dir():
         raise PlotError(f"run dir {run_dir} does not exist; expected a train.py run dir such as runs/<name>/")
@@ -325,23 +339,32 @@ def load_run(run_dir: Path, ckpt: str) -> tuple[Any, nn.Module]:
     try:
         run_cfg = load_run_config(config)
         checkpoint = load_run_checkpoint(ckpt_path)
+        check_run_identity(run_cfg, config, checkpoint, ckpt_path)
     except RunConfigError as err:
         raise PlotError(str(err)) from None
     try:
-        datamodule, module = build_data_and_model(run_cfg)
+        datamodule, module = build_data_and_model(run_cfg, data_root=data_root)
     except _user_error_types() as err:
         raise PlotError(f"cannot build the model of {config}: {_one_line(err)}") from None
     try:
-        module.load_state_dict(checkpoint["state_dict"])
-    except Exception as err:  # missing key or shape mismatch: both mean "not this run's weights"
-        raise PlotError(f"checkpoint {ckpt_path} does not load into the run's model: {_one_line(err)}") from None
+        load_run_weights(module, checkpoint, ckpt_path, config)
+    except RunConfigError as err:
+        raise PlotError(str(err)) from None
     return datamodule, module
 
 
-def validation_image(datamodule: Any, index: int) -> tuple[Tensor, Tensor, str]:
-    """``(normalised (3, H, W), displayable (H, W, 3) in [0, 1], label name)`` of validation image ``index``."""
+def validation_image(
+    datamodule: Any, index: int, source: str = "the run's config"
+) -> tuple[Tensor, Tensor, str]:
+    """``(normalised (3, H, W), displayable (H, W, 3) in [0, 1], label name)`` of validation image ``index``.
+
+    The data must be on disk (`models.run_config.require_existing_data`); ``source`` names the config
+    that names it.
+    """
+    from models.run_config import require_existing_data
+
     try:
-        datamodule.prepare_data()
+        require_existing_data(datamodule, source, "--data-root DIR")
         datamodule.setup("validate")
     except (ValueError, FileNotFoundError) as err:
         raise PlotError(f"cannot load the run's validation data: {_one_line(err)}") from None
@@ -416,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--layers", default="all", help="all or comma-separated attention-layer indices")
     parser.add_argument("--plots", default="all", help=f"one of: {', '.join(PLOT_CHOICES)}")
     parser.add_argument("--grid", default=None, help="H,W token grid for the tables (default: the model's)")
+    parser.add_argument("--data-root", type=Path, default=None,
+                        help="existing data to draw validation images from instead of the run's data.root")
     return parser
 
 
@@ -430,7 +455,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
         if min(grid_override) < 1:
             raise PlotError(f"--grid {args.grid} must be positive; valid: H,W with H, W >= 1")
     run_dir: Path = args.run_dir
-    datamodule, module = load_run(run_dir, args.ckpt)
+    datamodule, module = load_run(run_dir, args.ckpt, args.data_root)
     net = backbone(module).eval()
     layers_all = attention_layers(net)
     layers = parse_layers(args.layers, len(layers_all))
@@ -451,7 +476,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
         h, w = (int(v) for v in net.patch_embed.grid_size)
         has_cls = getattr(net, "cls_token", None) is not None
         query = parse_query(args.query, h, w, has_cls)
-        images, shown, label = validation_image(datamodule, args.image_index)
+        images, shown, label = validation_image(datamodule, args.image_index, str(run_dir / "config.yaml"))
 
     if args.plots in ("all", "tables"):
         plots, notes = collect_tables(net, layers, grid_override)
@@ -500,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         written = plot_run(args)
-    except PlotError as err:
+    except (PlotError, RunFileError) as err:  # RunFileError: the plots cannot be written (full disk, read-only)
         print(f"error: {err}", file=sys.stderr)
         return 2
     for path in written:

@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
-import train
+import models.lifecycle.job as job
 from rpe import RPEAttention, RPEConfig
 from rpe.tables import CrossRelativePositionTable, RelativePositionTable
 from scripts import plot_rpe  # scripts/ is a namespace package under the repository root
@@ -178,15 +178,17 @@ def test_attention_probs_apply_the_mask() -> None:
 def trained_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     """Micro DeiT with contextual iRPE on K (the default), two training steps on 64 images."""
     run_dir = tmp_path_factory.mktemp("plot_trained")
-    train.run(compose_config(TINY_RUN, run_dir, data_dir))
+    job.run(compose_config(TINY_RUN, run_dir, data_dir))
     return run_dir
 
 
 def make_run(run_dir: Path, data_dir: Path, overrides: list[str]) -> Path:
-    """A run dir without training: config.yaml and checkpoints/best.ckpt with random RPE tables."""
+    """A run dir without training: config.yaml and checkpoints/best.ckpt with random RPE tables, and the
+    run's data generated as train.py would (plot_rpe only reads data)."""
     cfg = compose_config([*TINY_RUN, *overrides], run_dir, data_dir)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    _, module = train.build_data_and_model(cfg)
+    datamodule, module = job.build_data_and_model(cfg)
+    datamodule.prepare_data()
     torch.manual_seed(0)
     with torch.no_grad():
         for name, param in module.named_parameters():

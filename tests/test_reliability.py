@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import train
-from models.training import AtomicCheckpointIO, atomic_write_json, load_checkpoint
-from tests.conftest import SMALL_RELATIONAL, run_cli
+from models.lifecycle import identity, job, records
+from models.lifecycle.files import atomic_write_json
+from models.training import AtomicCheckpointIO, load_checkpoint
+from tests.helpers import SMALL_RELATIONAL, run_cli
 
 TINY = ["debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3", "trainer.limit_val_batches=1"]
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -70,10 +71,10 @@ def test_another_config_never_writes_into_a_finished_run(finished_run) -> None:
 def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None:
     run_dir, args = finished_run
     before = _fingerprint(run_dir)
-    held = train.lock_run_dir(run_dir)  # this test process plays the first process
+    held, _ = records.lock_run_dir(run_dir)  # this test process plays the first process
     try:
-        with pytest.raises(train.RunDirBusy):  # the lock belongs to the open file, not to the process
-            train.lock_run_dir(run_dir)
+        with pytest.raises(records.RunDirBusy):  # the lock belongs to the open file, not to the process
+            records.lock_run_dir(run_dir)
         result = run_cli("train.py", [*args, "trainer.max_epochs=3"], env_extra=ENV)
     finally:
         os.close(held)
@@ -82,7 +83,7 @@ def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None
     assert f"{run_dir} is in use by another process" in line and "run_name" in line, line
     assert "Traceback" not in result.stderr
     assert _fingerprint(run_dir) == before  # no failed.json, no run.json update, no checkpoint
-    os.close(train.lock_run_dir(run_dir))  # released with the fd
+    os.close(records.lock_run_dir(run_dir)[0])  # released with the fd
 
 
 def test_a_finished_run_is_not_trained_again(finished_run) -> None:
@@ -108,12 +109,12 @@ def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path
 
 
 def test_a_run_that_failed_before_training_can_be_rerun_fixed(tmp_path: Path, data_dir: Path) -> None:
-    failed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "rpe.ratio=-1"), env_extra=ENV)
-    assert failed.returncode == 2 and "rpe.ratio=-1.0 must be > 0" in failed.stderr
+    failed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "model.net.img_size=30"), env_extra=ENV)
+    assert failed.returncode == 2 and "img_size" in failed.stderr, failed.stderr[-2000:]
     run_dir = tmp_path / "typo"
     assert (run_dir / "failed.json").is_file()
     assert json.loads((run_dir / "run.json").read_text())["state"] == "failed"
-    fixed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "rpe.ratio=1.9"), env_extra=ENV)
+    fixed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo"), env_extra=ENV)
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "never trained" in fixed.stdout  # nothing of value was in the dir: reused, and said so
     assert not (run_dir / "failed.json").exists() and (run_dir / "metrics.json").is_file()
@@ -127,29 +128,30 @@ def _save_checkpoint(path: Path, step: int, identity: str = "abc") -> None:
 
 def test_resume_point_is_an_intact_trained_checkpoint_of_this_run(tmp_path: Path) -> None:
     ckpts = tmp_path / "checkpoints"
-    assert train.resume_checkpoint(tmp_path, "abc") is None  # nothing there: start
+    assert job.resume_checkpoint(tmp_path, "abc") is None  # nothing there: start
     _save_checkpoint(ckpts / "last.ckpt", step=0)  # saved before any step (e.g. a crash in setup)
-    assert train.resume_checkpoint(tmp_path, "abc") is None
+    assert job.resume_checkpoint(tmp_path, "abc") is None
     _save_checkpoint(ckpts / "best.ckpt", step=4)
     _save_checkpoint(ckpts / "last.ckpt", step=6)
-    assert train.resume_checkpoint(tmp_path, "abc") == str(ckpts / "last.ckpt")
+    assert job.resume_checkpoint(tmp_path, "abc") == str(ckpts / "last.ckpt")
     # a truncated last.ckpt: resume from the intact best.ckpt (earlier, never from scratch)
     data = (ckpts / "last.ckpt").read_bytes()
     (ckpts / "last.ckpt").write_bytes(data[: len(data) // 2])
-    assert train.resume_checkpoint(tmp_path, "abc") == str(ckpts / "best.ckpt")
+    assert job.resume_checkpoint(tmp_path, "abc") == str(ckpts / "best.ckpt")
     # a checkpoint of another config is never resumed; nothing usable left: an error, not a fresh start
     _save_checkpoint(ckpts / "best.ckpt", step=4, identity="other")
-    with pytest.raises(train.ResumeError, match="last.ckpt is unreadable.*best.ckpt was saved by a run of another"):
-        train.resume_checkpoint(tmp_path, "abc")
+    with pytest.raises(job.ResumeError, match="last.ckpt is unreadable.*best.ckpt was saved by a run of another"):
+        job.resume_checkpoint(tmp_path, "abc")
 
 
 def test_identity_ignores_what_may_change_on_resume() -> None:
     base = {"trainer": {"max_epochs": 3, "lr": 1}, "logger": {"csv": {}}, "paths": {"log_dir": "a"}, "rpe": {"k": 1}}
     other = {"trainer": {"max_epochs": 9, "lr": 1}, "logger": {}, "paths": {"log_dir": "b"}, "rpe": {"k": 1}}
-    assert train.identity_hash(train.identity_config(base)) == train.identity_hash(train.identity_config(other))
+    same = identity.identity_config
+    assert identity.identity_hash(same(base)) == identity.identity_hash(same(other))
     changed = {**other, "rpe": {"k": 2}}
-    assert train.identity_hash(train.identity_config(base)) != train.identity_hash(train.identity_config(changed))
-    assert train.config_differences(train.identity_config(base), train.identity_config(changed)) == "rpe.k: 1 -> 2"
+    assert identity.identity_hash(same(base)) != identity.identity_hash(same(changed))
+    assert identity.config_differences(same(base), same(changed)) == "rpe.k: 1 -> 2"
 
 
 # ----------------------------------------------------------------------------- exact resume
@@ -240,7 +242,7 @@ def test_metrics_json_is_strict(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         atomic_write_json(tmp_path / "m.json", {"val/top1": float("nan")})
     assert not (tmp_path / "m.json").exists()
-    assert train._finite_metrics({"a": float("inf"), "b": 1.0, "c": "x"}) == {"a": None, "b": 1.0, "c": "x"}
+    assert job._finite_metrics({"a": float("inf"), "b": 1.0, "c": "x"}) == {"a": None, "b": 1.0, "c": "x"}
 
 
 def test_writes_are_flushed_to_disk(tmp_path: Path, monkeypatch) -> None:
@@ -273,9 +275,9 @@ def test_wandb_one_finished_run_per_sweep_job(tmp_path: Path, data_dir: Path) ->
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reuse this run" not in result.stderr + result.stdout
     names = {0: b'"deit_micro_none"', 1: b'"deit_micro_irpe_k"'}  # each job's config columns (name)
-    for job in (0, 1):
-        [run] = (sweep / str(job) / "wandb").glob("offline-run-*")  # one W&B run per job, in its own dir
+    for n in (0, 1):
+        [run] = (sweep / str(n) / "wandb").glob("offline-run-*")  # one W&B run per job, in its own dir
         record = next(run.glob("run-*.wandb")).read_bytes()
-        assert names[job] in record and names[1 - job] not in record
+        assert names[n] in record and names[1 - n] not in record
         log = (run / "logs" / "debug.log").read_text()
         assert "finishing run" in log and "got exitcode: 0" in log  # closed by the job, not left abandoned

@@ -14,7 +14,7 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-import train
+import models.lifecycle.job as job
 from models.run_config import ALLOWED_TARGETS, RunConfigError, build_data_and_model, load_run_config
 from scripts import plot_rpe
 from tests.conftest import CONFIG_DIR, compose_config, run_cli
@@ -31,7 +31,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
     run = tmp_path_factory.mktemp("runcfg")
     cfg = compose_config(TINY, run, data_dir)
     OmegaConf.save(cfg, run / "config.yaml", resolve=True)
-    _, module = train.build_data_and_model(cfg)
+    _, module = job.build_data_and_model(cfg)
     (run / "checkpoints").mkdir()
     torch.save({"state_dict": module.state_dict()}, run / "checkpoints" / "best.ckpt")
     return run
@@ -179,10 +179,12 @@ def test_every_target_of_the_project_configs_is_allowed_and_builds(run_dir: Path
                 assert generator["_target_"] in ALLOWED_TARGETS["data.generator"], path
     datamodule, module = build_data_and_model(load_run_config(run_dir / "config.yaml"))
     cfg = OmegaConf.load(run_dir / "config.yaml")
-    reference_data, reference = train.build_data_and_model(cfg)  # Hydra's instantiate on the trusted config
+    reference_data, reference = job.build_data_and_model(cfg)  # Hydra's instantiate on the trusted config
     assert type(datamodule) is type(reference_data) and type(module) is type(reference)
-    assert datamodule.generator.func is reference_data.generator.func
-    assert datamodule.generator.keywords == reference_data.generator.keywords
+    # the run's generator is checked and kept (to compare with the data's marker), never run: detached
+    assert datamodule.generator is None and reference_data.generator is not None
+    assert datamodule.run_generator.func is reference_data.generator.func
+    assert datamodule.run_generator.keywords == reference_data.generator.keywords
     assert module.state_dict().keys() == reference.state_dict().keys()
     assert module.hparams == reference.hparams
 
@@ -201,7 +203,7 @@ def test_eval_on_a_detr_run(tmp_path: Path, data_dir: Path) -> None:
         "data.root=${paths.data_dir}/shapes_coco_eval", "data.generator.num_train=8", "data.generator.num_val=4",
         "data.batch_size=4", "data.train_scales=[64]", "data.val_size=64", "data.max_size=96",
     ]
-    train.run(compose_config(overrides, run, data_dir))
+    job.run(compose_config(overrides, run, data_dir))
     stored = json.loads((run / "metrics.json").read_text())
     cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "trainer.limit_test_batches=1"],
                          run / "eval", data_dir, config_name="eval")

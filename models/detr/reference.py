@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from models.run_config import RunConfigError, read_checkpoint_file
-from models.training import atomic_write_bytes
+from models.lifecycle.files import atomic_write_bytes
 
 from .backbone import ResNetBackbone
 from .detr import DETR

@@ -1,0 +1,212 @@
+"""The command line of train.py and eval.py: checked in one line each before Hydra starts.
+
+Bad group choices, unknown keys, values out of range (`models.lifecycle.settings`) and a run dir that would
+leave the log dir are refused here, before Hydra creates any folder. Errors that surface later are
+printed by `report_user_error` as one ``error: ...`` line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+NAME_BYTES = 200  # one path component of a run dir (file systems allow 255 bytes)
+
+
+class CommandLineError(ValueError):
+    """A bad command-line choice, reported in one line."""
+
+
+def job_dirname(overrides: str) -> str:
+    """One path component naming a sweep job by its overrides (``hydra.job.override_dirname``).
+
+    Hydra's name keeps ``/`` (nested dirs) and ``${...}`` (which would be interpolated again when the
+    output dir is used), so anything outside ``[A-Za-z0-9._=,+-]`` becomes ``_``; long names keep a
+    prefix plus a hash of the whole.
+    """
+    name = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", overrides.replace("\\", "")) or "default"
+    if len(name) > 160:
+        name = f"{name[:140]}-{hashlib.sha1(overrides.encode()).hexdigest()[:12]}"
+    return name
+
+
+OmegaConf.register_new_resolver("job_dirname", job_dirname, replace=True)
+
+
+def group_options(group: str) -> list[str]:
+    """The options a user may pick: ``_``-prefixed files (``rpe/_base``) are shared bases, not choices."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """Fail fast, in one line, on ``group=option`` overrides that name a missing option."""
+    for arg in argv:
+        match = re.fullmatch(r"[+~]?([a-z_][\w/]*)=(.*)", arg)
+        if not match or arg.startswith("hydra."):
+            continue
+        group, value = match.groups()
+        if not (CONFIG_DIR / group).is_dir() or value in ("", "null"):
+            continue
+        options = group_options(group)
+        for choice in value.split(","):
+            if any(ch in choice for ch in "${}*()[]") or choice.startswith(("choice", "range", "glob")):
+                continue
+            if choice not in options:
+                raise CommandLineError(f"{group}={choice!r} is not a config option; valid: {', '.join(options)}")
+
+
+def normalize_overrides(argv: list[str]) -> list[str]:
+    """``+a.b=v`` on a key the config already declares is Hydra's "already at" error; on a dotted key
+    ``+`` means add-or-set (``++``), so commands such as ``+trainer.limit_train_batches=3`` keep working."""
+    return [f"+{arg}" if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", arg) else arg for arg in argv]
+
+
+def check_run_location(run_name: Any, log_dir: Any) -> None:
+    """A run dir is ``<log_dir>/<run_name>``: ``run_name`` is a relative path of plain components inside it.
+
+    ``..`` would leave the log dir (and rewrite whatever run lies there), an empty name would make the
+    log dir itself a run dir, and a component longer than the file system allows fails only later.
+    """
+    name = "" if run_name is None else str(run_name)
+    rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts "
+            "(e.g. run_name=deit_s_irpe_k or run_name=sweep/job1)")
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in name:
+        raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
+    too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
+    if too_long is not None:
+        raise CommandLineError(f"run_name has a part of {len(too_long.encode())} bytes ({too_long[:40]}...); {rule}")
+    root = Path(str(log_dir))
+    for folder in [root, *(root.joinpath(*parts[:i]) for i in range(1, len(parts)))]:
+        if folder.exists() and not folder.is_dir():
+            raise CommandLineError(f"paths.log_dir={str(log_dir)!r}: {folder} is a file, where the run dir's folder "
+                                   "belongs; valid: a folder (or a path that does not exist yet)")
+    run_dir = root.joinpath(*parts)
+    if run_dir.is_dir():
+        nested = next((c for c in run_dir.iterdir() if c.is_dir() and (c / "run.json").is_file()), None)
+        if nested is not None:
+            raise CommandLineError(f"run_name={name!r}: {run_dir} holds other runs ({nested.name}/); "
+                                   "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
+
+
+def _first_of_sweeps(overrides: list[str]) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    single = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_sweep_override():
+            try:
+                first = next(iter(override.sweep_string_iterator()))
+            except HydraException:
+                continue
+            single.append(f"{override.get_key_element()}={first}")
+        else:
+            single.append(override.input_line)
+    return single
+
+
+def check_overrides(argv: list[str], config_name: str) -> None:
+    """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
+
+    A sweep is checked with the first value of each swept key; intervals (optuna) are left to the sweeper,
+    and every job checks its own values again when it starts.
+    """
+    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
+        return  # --cfg, --config-path (DDP workers), ...: Hydra's own modes
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    overrides = [arg for arg in argv if arg not in ("-m", "--multirun")]
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
+        if config_name == "train":
+            from models.lifecycle.settings import check_settings
+
+            HydraConfig.instance().set_config(cfg)
+            check_settings(cfg)
+            if not multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
+                check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
+    except (HydraException, OmegaConfBaseException) as err:
+        raise CommandLineError(override_error(err)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def override_error(err: BaseException) -> str:
+    """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them."""
+    cause = root_cause(err)
+    if getattr(err, "override", None):  # a parse error: OverrideParseException
+        return f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}"
+    full_key = getattr(cause, "full_key", None)
+    parent = getattr(cause, "parent_node", None)
+    if full_key and isinstance(parent, DictConfig) and "not in struct" in str(cause):
+        where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
+        valid = ", ".join(sorted(str(k) for k in parent.keys()))
+        return f"{full_key} is not a config key; valid keys of {where}: {valid} (a new key needs +{full_key}=...)"
+    return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's input (reported in one line), not the program's faults."""
+    from hydra.errors import HydraException
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    return (ValueError, FileNotFoundError, OmegaConfBaseException, HydraException, MisconfigurationException)
+
+
+def root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def one_line(err: BaseException) -> str:
+    cause = root_cause(err)
+    return " ".join(str(cause).split()) or type(cause).__name__
+
+
+def say(*lines: str, stream: Any = None) -> None:
+    """Print, never failing: a closed terminal or pipe must not turn a report into a traceback."""
+    try:
+        print(*lines, sep="\n", file=stream or sys.stdout, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def report_user_error(err: BaseException) -> None:
+    """Print a one-line ``error: ...`` (the traceback only with HYDRA_FULL_ERROR=1) and exit 2."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    say(f"error: {one_line(err)}", stream=sys.stderr)
+    sys.exit(2)
+
+
+def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
+    """Entry point: reject bad choices, keys and values in one line, then hand over to Hydra.
+
+    ``after()`` runs once Hydra returns and may return an exit code (train.py's: 1 when sweep jobs failed).
+    """
+    sys.argv[1:] = normalize_overrides(sys.argv[1:])
+    try:
+        check_group_choices(sys.argv[1:])
+        check_overrides(sys.argv[1:], config_name)
+    except (CommandLineError, ValueError) as err:
+        say(f"error: {one_line(err)}", stream=sys.stderr)
+        sys.exit(2)
+    hydra_main()
+    code = after() if after is not None else 0
+    if code:
+        sys.exit(code)

@@ -1,0 +1,164 @@
+"""The one layer through which a run's records and checkpoints are written and read.
+
+Every operating-system error (a full disk, read-only storage, a directory where a file belongs, a run dir
+deleted under a running job) becomes a `RunFileError`: one line naming the path and the reason, never a
+traceback. Writes are atomic (a temporary file next to the target, flushed and renamed), and a write never
+creates a missing run dir: a run dir that vanished while its job ran is reported, not silently remade
+half-empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_SUFFIX = ".tmp"  # temporary files of atomic writes: ``.<name>.<random>.tmp`` next to the target
+
+
+class RunFileError(ValueError):
+    """A run file that cannot be read or written; the message is one line naming the path."""
+
+
+def _reason(err: OSError) -> str:
+    if err.errno == errno.ENOSPC:
+        return "no space left on the device"
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return "the storage is read-only or not writable"
+    if err.errno == errno.EISDIR:
+        return "it is a directory, where a file belongs"
+    if err.errno == errno.ENOTDIR:
+        return "a file is in the place of one of its folders"
+    if err.errno == errno.ENAMETOOLONG:
+        return "the name is too long for the file system"
+    return err.strerror or type(err).__name__
+
+
+@contextlib.contextmanager
+def guarded(path: str | os.PathLike, action: str) -> Iterator[None]:
+    """Turn an ``OSError`` inside the block into a one-line `RunFileError` (``cannot <action> <path>: ...``)."""
+    try:
+        yield
+    except RunFileError:
+        raise
+    except OSError as err:
+        raise RunFileError(f"cannot {action} {path}: {_reason(err)}") from None
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (a rename into it) to disk; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def replace_durably(tmp: str | os.PathLike, path: Path) -> None:
+    """Flush ``tmp``, rename it over ``path`` and flush the folder: after a crash, old or new, never half."""
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def temp_path_for(path: Path) -> str:
+    """A new temporary file next to ``path`` (closed, empty) for an atomic write of it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    os.close(fd)
+    return tmp
+
+
+def atomic_write_bytes(path: str | os.PathLike, payload: bytes, make_parents: bool = True) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never half.
+
+    ``make_parents=False`` writes only into a folder that exists (a run dir's records: a vanished run dir is
+    an error, not a folder to recreate).
+    """
+    path = Path(path)
+    with guarded(path, "write"):
+        if make_parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.parent.is_dir():
+            raise RunFileError(f"cannot write {path}: its folder {path.parent} no longer exists "
+                               "(was the run dir moved or deleted while the job ran?)")
+        if path.is_symlink() or path.is_dir():
+            raise RunFileError(f"cannot write {path}: {describe_non_file(path)}, where a plain file belongs")
+        tmp = temp_path_for(path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+            replace_durably(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any, make_parents: bool = True) -> None:
+    """Strict JSON (a NaN or inf raises ``ValueError`` instead of writing invalid JSON), atomically."""
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    atomic_write_bytes(path, text.encode(), make_parents=make_parents)
+
+
+def describe_non_file(path: Path) -> str:
+    """What stands at ``path`` instead of a plain file: a symlink, a directory, a device..."""
+    if path.is_symlink():
+        return f"it is a symlink (to {os.readlink(path)})"
+    if path.is_dir():
+        return "it is a directory"
+    return "it is not a plain file"
+
+
+def check_plain_file(path: Path) -> None:
+    """Raise `RunFileError` unless ``path`` is absent or a plain file (not a symlink, folder or device).
+
+    A run's records are its own: a symlink could point into another run dir, and a folder or a device
+    would fail only when the record is written, possibly after hours of training.
+    """
+    with guarded(path, "read"):
+        info = os.lstat(path) if os.path.lexists(path) else None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise RunFileError(f"{path} cannot be used: {describe_non_file(path)}, where a plain file belongs; "
+                           "move it away")
+
+
+def read_json(path: Path, kind: type = dict) -> Any | None:
+    """The JSON value of ``path``, which must be a ``kind``; ``None`` when absent.
+
+    A damaged file (empty, truncated, not JSON, the wrong JSON type, unreadable) is a one-line
+    `RunFileError` naming it: the caller decides whether to repair it or refuse, never to trust it.
+    """
+    check_plain_file(path)
+    if not path.exists():
+        return None
+    with guarded(path, "read"):
+        text = path.read_bytes()
+    try:
+        value = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        what = "empty" if not text.strip() else f"not valid JSON ({err.msg} at byte {getattr(err, 'pos', '?')})"
+        raise RunFileError(f"{path} is damaged: {what}") from None
+    if not isinstance(value, kind):
+        raise RunFileError(f"{path} is damaged: it holds a JSON {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files a killed atomic write left in ``folder`` and ``folder/checkpoints``."""
+    stale = [p for sub in (Path(folder), Path(folder) / "checkpoints") if sub.is_dir() and not sub.is_symlink()
+             for p in sub.glob(f".*{TMP_SUFFIX}") if p.is_file() and not p.is_symlink()]
+    for p in stale:
+        with guarded(p, "remove"):
+            p.unlink(missing_ok=True)
+    return stale

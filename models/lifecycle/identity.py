@@ -1,0 +1,85 @@
+"""What makes two runs the same run, and two runs the same table cell: defined once, here.
+
+A run's *identity* is its resolved config minus `VOLATILE_KEYS` (labels, logging, paths, data location
+and loading) and minus `LENGTH_KEYS` (a run may be extended to more epochs and stays the same run). A
+rerun resumes a run dir only with the same identity. A table *cell* pools runs whose identity is the
+same except for the seed, and whose length is the same: `cell_key`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# Keys that never change what is trained or what is measured: labels, logging, paths, where the data
+# lives and how it is loaded, how often the resume point is saved.
+VOLATILE_KEYS = (
+    "name", "run_name", "task_name", "print_config", "resume", "test_after_fit", "logger", "paths", "hydra",
+    "trainer.log_every_n_steps", "trainer.enable_model_summary", "trainer.enable_progress_bar",
+    "trainer.default_root_dir", "data.root", "data.num_workers", "data.pin_memory",
+    "callbacks.progress_bar", "callbacks.rich_model_summary", "callbacks.model_checkpoint.dirpath",
+    "callbacks.last_checkpoint.dirpath", "callbacks.last_checkpoint.every_n_train_steps",
+)
+# The schedule's length: a finished run given a larger one is extended, in its own run dir.
+LENGTH_KEYS = ("trainer.max_epochs", "trainer.max_steps")
+SEED_KEY = "seed"
+
+
+def _container(cfg: DictConfig | dict) -> dict[str, Any]:
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    return json.loads(json.dumps(container, default=str))  # a deep copy of plain values
+
+
+def _pop(container: dict[str, Any], key: str) -> Any:
+    *parents, leaf = key.split(".")
+    node: Any = container
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node.pop(leaf, None) if isinstance(node, dict) else None
+
+
+def identity_config(cfg: DictConfig | dict) -> dict[str, Any]:
+    """The resolved config minus `VOLATILE_KEYS` and `LENGTH_KEYS`: what a run dir's results depend on."""
+    container = _container(cfg)
+    for key in VOLATILE_KEYS + LENGTH_KEYS:
+        _pop(container, key)
+    return container
+
+
+def run_length(cfg: DictConfig | dict) -> dict[str, Any]:
+    """``{"max_epochs": ..., "max_steps": ...}``: how long the run trains."""
+    trainer = (cfg.get("trainer") if hasattr(cfg, "get") else None) or {}
+    return {key.split(".")[-1]: trainer.get(key.split(".")[-1]) for key in LENGTH_KEYS}
+
+
+def identity_hash(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as ``{"a.b.c": leaf}`` (an empty dict is a leaf)."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def cell_key(cfg: DictConfig | dict) -> str:
+    """The key of a run's table cell: its identity without the seed, with its length."""
+    identity = identity_config(cfg)
+    identity.pop(SEED_KEY, None)
+    return identity_hash({"identity": identity, "length": run_length(cfg)})
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any], limit: int = 4) -> str:
+    """``key: old -> new`` for the first ``limit`` differing keys (dotted), ``, ... (N more)`` after."""
+    flat_old, flat_new = flatten(old), flatten(new)
+    unset = "<unset>"
+    keys = sorted(k for k in flat_old.keys() | flat_new.keys() if flat_old.get(k, unset) != flat_new.get(k, unset))
+    shown = ", ".join(f"{k}: {flat_old.get(k, unset)} -> {flat_new.get(k, unset)}" for k in keys[:limit])
+    return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")

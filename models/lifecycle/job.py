@@ -1,0 +1,574 @@
+"""One training job, from claiming its run dir to its result: the lifecycle behind ``train.py``.
+
+The rules a run's results rest on:
+
+* A run dir holds one run: a rerun of the same identity (`models.lifecycle.identity`) continues it, another
+  config is refused before anything is written, and ``run.lock`` keeps a second process out.
+* A result comes only from the run's own trained weights: ``checkpoints/best.ckpt`` inside its run dir
+  (never a path restored from a checkpoint, which still names the dir the run was moved from), saved by
+  this run after at least one optimizer step, with finite weights, and never from a smoke run
+  (``trainer.fast_dev_run``). Anything else is one line and a non-zero exit.
+* A job that saw a stop signal is interrupted, whatever happened after it; a job that raised is failed.
+  Both are recorded where the run dir can still be written, and a record always carries its identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
+
+from models.lifecycle.cli import one_line, report_user_error, say, user_error_types
+from models.lifecycle.files import RunFileError, atomic_write_bytes, atomic_write_json, guarded, remove_stale_temp_files
+from models.lifecycle.identity import config_differences, identity_config, identity_hash, run_length
+from models.lifecycle.records import (
+    BEST,
+    CHECKPOINTS,
+    CONFIG,
+    FAILURE,
+    HYDRA_DIR,
+    LAST,
+    METRICS,
+    RUN_RECORD,
+    RunDirConflict,
+    RunRecord,
+    check_layout,
+    lock_run_dir,
+    read_metrics,
+    read_run_record,
+    release_lock,
+)
+from models.lifecycle.signals import StopSignals, chain_previous_handler, install_stop_signals
+from models.training import IDENTITY_KEY, RunInterrupted, load_checkpoint
+
+HEADLINE_METRICS = ("val/top1", "val/AP")
+
+
+class ResumeError(ValueError):
+    """The run dir has checkpoints, but none can be resumed."""
+
+
+class NoResultError(ValueError):
+    """The job ended without weights that may be reported as its result."""
+
+
+FAILED_JOBS: list[str] = []  # "<run dir>: <message>" of this process's sweep jobs that failed
+
+
+# ----------------------------------------------------------------------------- building
+def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v) for k, v in metrics.items()
+        if (torch.is_tensor(v) and v.numel() == 1) or isinstance(v, (int, float))
+    }
+
+
+def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule]:
+    """Instantiate the data module and the LightningModule (with ``cfg.rpe``) of a composed config."""
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(cfg.data, _convert_="all")
+    rpe = OmegaConf.to_container(cfg.rpe, resolve=True) if "rpe" in cfg else None
+    model = instantiate(cfg.model, rpe=rpe, num_classes=datamodule.num_classes, _convert_="all")
+    return datamodule, model
+
+
+def build_trainer(
+    trainer_cfg: DictConfig,
+    callbacks_cfg: DictConfig | None = None,
+    logger_cfg: DictConfig | None = None,
+    hparams: dict[str, Any] | None = None,
+) -> L.Trainer:
+    """The Trainer with atomic, ``weights_only`` checkpoint I/O and the finite-loss guard; ``hparams`` go
+    to the loggers."""
+    from hydra.utils import instantiate
+
+    from models.training import AtomicCheckpointIO, FiniteLossGuard, LogHyperparams
+
+    callbacks = [instantiate(c) for c in (callbacks_cfg or {}).values() if c is not None]
+    callbacks.append(FiniteLossGuard())  # always: no NaN run ends as a result
+    if hparams is not None:
+        callbacks.append(LogHyperparams(hparams))
+    loggers = [instantiate(c) for c in (logger_cfg or {}).values() if c is not None]
+    return instantiate(
+        trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()],
+        enable_progress_bar=any(isinstance(c, L.pytorch.callbacks.ProgressBar) for c in callbacks),
+    )
+
+
+def run_hparams(cfg: DictConfig) -> dict[str, Any]:
+    """What a sweep varies, for the loggers' config columns: the resolved RPE fields and the choices."""
+    from dataclasses import asdict
+
+    from rpe import resolve_rpe
+
+    rpe = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True)) if "rpe" in cfg else None
+    hparams: dict[str, Any] = {
+        "rpe": {**asdict(rpe), "on": rpe.on, "shorthand": rpe.shorthand()} if rpe is not None else None,
+        "sweep": cfg.get("sweep_name"), "name": cfg.get("name"), "seed": cfg.get("seed"),
+    }
+    net = cfg.get("model", {}).get("net")
+    if net is not None:
+        hparams["ape"] = net.get("ape")
+    elif "position_embedding" in cfg.get("model", {}):
+        hparams["ape"] = cfg.model.position_embedding
+    return hparams
+
+
+@rank_zero_only
+def print_config_tree(cfg: DictConfig) -> None:
+    """Print the composed config as a tree, groups first."""
+    from rich import print as rprint
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    tree = Tree("config", guide_style="dim")
+    order = ["data", "model", "rpe", "trainer", "callbacks", "logger", "paths"]
+    for key in order + [k for k in cfg if k not in order]:
+        if key not in cfg:
+            continue
+        value = cfg[key]
+        text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
+        tree.add(key).add(Syntax(text, "yaml", theme="ansi_dark", background_color="default"))
+    rprint(tree)
+
+
+def _install_ddp_child_command(run_dir: Path, script: Path) -> None:
+    """Start DDP worker processes from this run's resolved config, not from ``sys.argv``.
+
+    Lightning re-runs the script with the parent's arguments; under a multirun those hold a whole
+    sweep, and interpolations such as ``${now:}`` would resolve anew. The workers load
+    ``<run_dir>/config.yaml`` instead and write into the same run dir.
+    """
+    from lightning.pytorch.strategies.launchers import subprocess_script
+
+    def command(local_rank: int) -> tuple[list[str], str]:
+        cmd = [
+            sys.executable, str(script), "--config-path", str(run_dir), "--config-name", "config",
+            f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", f"hydra.job.name=ddp_rank{local_rank}",
+        ]
+        return cmd, os.getcwd()
+
+    subprocess_script._hydra_subprocess_cmd = command
+
+
+def _save_config_files(run_dir: Path, cfg: DictConfig) -> None:
+    """``config.yaml`` (resolved) and what Hydra writes to ``.hydra/``, once the dir is known to be ours."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    files = {
+        CONFIG: OmegaConf.to_yaml(cfg, resolve=True),
+        f"{HYDRA_DIR}/config.yaml": OmegaConf.to_yaml(cfg),
+        f"{HYDRA_DIR}/hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+        f"{HYDRA_DIR}/overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(list(hydra_cfg.overrides.task))),
+    }
+    for name, text in files.items():
+        atomic_write_bytes(run_dir / name, text.encode(), make_parents=name.startswith(HYDRA_DIR))
+
+
+# ----------------------------------------------------------------------------- the run dir
+def _checkpoint_facts(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's identity and step (``None`` when unreadable), read without loading its tensors."""
+    try:
+        saved = load_checkpoint(path, mmap=True)
+    except Exception:
+        return None
+    return {"identity": saved.get(IDENTITY_KEY), "global_step": saved.get("global_step", 0)}
+
+
+def holds_results(run_dir: Path) -> bool:
+    """Whether anything of value is in the run dir: a result file or a checkpoint that holds training."""
+    if (run_dir / METRICS).exists():
+        return True
+    for path in sorted((run_dir / CHECKPOINTS).glob("*.ckpt")) if (run_dir / CHECKPOINTS).is_dir() else []:
+        facts = _checkpoint_facts(path)
+        if facts is None or facts["global_step"] > 0:  # unreadable ones are kept, to be safe
+            return True
+    return False
+
+
+def _recorded_identity(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
+    """The run dir's earlier record, or one rebuilt from its ``config.yaml`` when ``run.json`` is missing
+    or damaged (a repair: the state is then unknown, and the run's checkpoints decide what is left to do)."""
+    from models.run_config import RunConfigError, load_run_config
+
+    damage = ""
+    try:
+        record = read_run_record(run_dir)
+        if record is not None:
+            return record, ""
+    except RunFileError as err:
+        damage = str(err)
+    config = run_dir / CONFIG
+    if not config.is_file():
+        return None, damage
+    try:
+        old = identity_config(load_run_config(config))
+    except (RunConfigError, ValueError):
+        return None, damage or f"{config} is unreadable"
+    return {"identity": identity_hash(old), "config": old, "state": "unknown"}, damage
+
+
+def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """Check that ``run_dir`` may hold this run; returns its earlier record when it is the same run.
+
+    The same identity continues the run. Another identity is refused with one line naming the differing
+    keys, unless the dir holds nothing of value (its run failed or stopped before training): then it is
+    reused. A damaged ``run.json`` is repaired from ``config.yaml`` where that names this run, else
+    refused when the dir holds results. Raises before anything is written.
+    """
+    record, damage = _recorded_identity(run_dir)
+    if record is None and not damage and not (run_dir / CONFIG).is_file():
+        return None
+    if record is not None:
+        old = identity_config(record["config"])  # today's definition applied to the stored config
+        if identity_hash(old) == identity_hash(identity):
+            if damage:
+                say(f"note: {damage}; rebuilt from {run_dir / CONFIG}, which names this run")
+            return record
+        differences = f"another config ({config_differences(old, identity)})"
+    else:
+        differences = f"a run whose record is damaged ({damage})"
+    if holds_results(run_dir):
+        raise RunDirConflict(
+            f"{run_dir} holds {differences}; nothing was written. Give this one a new run_name=... "
+            "(or hydra.sweep.dir=... for a sweep)"
+        )
+    say(f"note: reusing {run_dir}: it held {differences} that never trained")
+    for name in (FAILURE, RUN_RECORD):
+        with guarded(run_dir / name, "remove"):
+            (run_dir / name).unlink(missing_ok=True)
+    return None
+
+
+def resume_checkpoint(run_dir: Path, identity: str) -> str | None:
+    """The checkpoint a rerun continues from: ``last.ckpt``, else ``best.ckpt`` when last is unusable.
+
+    Only readable checkpoints of this run's identity that hold training are resume points. A damaged
+    ``last.ckpt`` falls back to ``best.ckpt`` (an earlier but intact state, with a warning); if
+    checkpoints exist and none is usable, raises `ResumeError`: never train from scratch over them.
+    """
+    problems: list[str] = []
+    for name in (LAST, BEST):
+        path = run_dir / CHECKPOINTS / name
+        if not path.is_file():
+            continue
+        facts = _checkpoint_facts(path)
+        if facts is None:
+            problems.append(f"{path} is unreadable")
+            continue
+        if (facts["identity"] or identity) != identity:
+            problems.append(f"{path} was saved by a run of another config")
+            continue
+        if facts["global_step"] == 0:
+            continue  # saved before any training step: nothing to resume
+        if problems:
+            say(f"warning: {'; '.join(problems)}; resuming from {path} instead", stream=sys.stderr)
+        return str(path)
+    if problems:
+        raise ResumeError(f"cannot resume: {'; '.join(problems)}; move it away to start over, or use a new run_name")
+    return None
+
+
+def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any]]:
+    """``<run_dir>/checkpoints/best.ckpt`` and its ``(epoch, global_step)``, once it is known to be this run's
+    trained, finite result; anything else is a `NoResultError` line."""
+    path = run_dir / CHECKPOINTS / BEST
+    if not path.is_file():
+        last = run_dir / CHECKPOINTS / LAST
+        why = ("the run never validated (trainer.limit_val_batches=0?)" if last.is_file()
+               else "the run saved no checkpoint (it made no training step: trainer.max_epochs, max_steps and "
+                    "limit_train_batches must be > 0)")
+        raise NoResultError(f"no result: {path} does not exist; {why}")
+    try:
+        saved = load_checkpoint(path, mmap=True)
+    except Exception as err:
+        raise NoResultError(f"no result: {path} is unreadable ({type(err).__name__}); the run must be trained "
+                            "again (move the run dir away or use a new run_name)") from None
+    if saved.get(IDENTITY_KEY) not in (None, identity):
+        raise NoResultError(f"no result: {path} was saved by a run of another config")
+    if int(saved.get("global_step", 0)) < 1:
+        raise NoResultError(f"no result: {path} holds untrained weights (global step 0)")
+    bad = next((k for k, v in saved.get("state_dict", {}).items()
+                if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
+    if bad is not None:
+        raise NoResultError(f"no result: {path} has non-finite weights ({bad})")
+    return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"])}
+
+
+def _refuse_empty_schedule(cfg: DictConfig) -> None:
+    trainer = cfg.trainer
+    for key in ("max_epochs", "max_steps", "limit_train_batches"):
+        if trainer.get(key) == 0:
+            raise NoResultError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
+                                "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")
+
+
+def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Non-finite values are not results: they become ``null`` (metrics.json stays strict JSON)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+# ----------------------------------------------------------------------------- the job
+class Job:
+    """The run dir a job works in: its lock and, once claimed, its record (the only writer of run.json)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.lock = -1
+        self.writable = False
+        self.record: RunRecord | None = None
+
+    def save_state(self, state: str, **extra: Any) -> None:
+        """Best effort: a run dir that cannot be written any more (full disk) gets one line, not a traceback."""
+        if self.record is None:
+            return
+        try:
+            self.record.save(state, **extra)
+        except (RunFileError, ValueError) as err:
+            say(f"warning: could not record state {state!r}: {one_line(err)}", stream=sys.stderr)
+
+    def record_failure(self, err: BaseException) -> str:
+        """``failed.json`` (one-line message and traceback) and state failed; returns the message."""
+        import traceback
+
+        message = one_line(err)
+        if self.record is None:
+            return message
+        self.save_state("failed")
+        try:
+            atomic_write_json(self.run_dir / FAILURE, {
+                "status": "failed", "error": message, "type": type(err).__name__, "identity": self.record.identity,
+                "traceback": "".join(traceback.format_exception(err)), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }, make_parents=False)
+        except (RunFileError, ValueError) as write_err:
+            say(f"warning: could not write {FAILURE}: {one_line(write_err)}", stream=sys.stderr)
+        return message
+
+
+def _is_smoke_run(cfg: DictConfig) -> bool:
+    return bool(cfg.trainer.get("fast_dev_run"))
+
+
+def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """``trainer.fast_dev_run``: a few batches end to end; nothing is written and nothing is a result."""
+    datamodule, model = build_data_and_model(cfg)
+    datamodule.prepare_data()
+    callbacks = {k: c for k, c in (cfg.get("callbacks") or {}).items()
+                 if c is not None and "Checkpoint" not in str(c.get("_target_", ""))}
+    trainer = build_trainer(cfg.trainer, OmegaConf.create(callbacks))
+    trainer.fit(model, datamodule=datamodule)
+    if StopSignals.received is not None:
+        raise RunInterrupted(StopSignals.received)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()  # the folder Hydra made for the job, if the run left it empty
+    say("smoke run (trainer.fast_dev_run) passed; no result was recorded and the run dir was not written")
+    return {}
+
+
+def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
+    """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
+    from models.lifecycle.settings import check_settings
+    from models.training import ResumeCheckpoint
+
+    started = time.time()
+    run_dir = job.run_dir
+    check_settings(cfg)
+    if _is_smoke_run(cfg):
+        return _smoke_run(cfg, run_dir)
+    _refuse_empty_schedule(cfg)
+    identity = identity_config(cfg)
+    identity_id = identity_hash(identity)
+    length = run_length(cfg)
+    rank0 = rank_zero_only.rank == 0
+    earlier = None
+    if rank0:
+        with guarded(run_dir, "use the run dir"):
+            check_layout(run_dir)
+            job.lock, job.writable = lock_run_dir(run_dir)
+            earlier = claim_run_dir(run_dir, identity)
+    finished = earlier is not None and earlier.get("state") == "finished" and earlier.get("length") == length
+    if finished and rank0:
+        try:
+            stored = read_metrics(run_dir)
+            problem = "" if stored is not None else f"{run_dir / METRICS} is missing"
+        except RunFileError as err:
+            stored, problem = None, str(err)
+        if stored is not None:  # the result was recorded from best.ckpt: it stands, whatever became of the weights
+            say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
+                "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
+            return stored
+        result_checkpoint(run_dir, identity_id)  # no result file and no weights to make it from: one line
+        say(f"note: {problem}; re-testing {run_dir / CHECKPOINTS / BEST}")
+    if rank0 and not job.writable:
+        raise RunFileError(f"cannot write {run_dir}: the storage is read-only or not writable")
+    if cfg.get("print_config") and not finished:
+        print_config_tree(cfg)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if rank0:
+        job.record = RunRecord(run_dir, identity_id, identity, length)
+        job.record.save("running")
+        for stale in remove_stale_temp_files(run_dir):
+            say(f"removed {stale} (left by a write that was killed)")
+        with guarded(run_dir / FAILURE, "remove"):
+            (run_dir / FAILURE).unlink(missing_ok=True)  # a resumed run is no longer failed
+        if not finished:  # a re-test leaves the run's files as they are, the result aside
+            _save_config_files(run_dir, cfg)
+        with guarded(run_dir / CHECKPOINTS, "create"):
+            (run_dir / CHECKPOINTS).mkdir(exist_ok=True)
+    _install_ddp_child_command(run_dir, script)
+
+    datamodule, model = build_data_and_model(cfg)
+    if rank0:
+        datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
+    trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"), run_hparams(cfg))
+    resume = next((c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), None)
+    if resume is not None:
+        resume.identity = identity_id
+    for logger in trainer.loggers:
+        _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
+    resume_from = resume_checkpoint(run_dir, identity_id) if cfg.get("resume") else None
+    if not finished:
+        if resume_from:
+            say(f"resuming from {resume_from}")
+        StopSignals.checkpoint = resume
+        try:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
+        finally:
+            StopSignals.checkpoint = None
+    if StopSignals.received is not None:  # arrived after the last batch: last.ckpt is the epoch's end
+        raise RunInterrupted(StopSignals.received)
+    best, steps = result_checkpoint(run_dir, identity_id)
+    metrics = scalar_metrics(trainer.callback_metrics) if not finished else {}
+    if cfg.get("test_after_fit") or finished:
+        trainer.test(model, datamodule=datamodule, ckpt_path=str(best), verbose=False, weights_only=True)
+        metrics.update(scalar_metrics(trainer.callback_metrics))
+    if StopSignals.received is not None:  # during the test: its numbers are not a result
+        raise RunInterrupted(StopSignals.received)
+    headline = next((k for k in HEADLINE_METRICS if k in metrics), None)
+    if headline is not None and not math.isfinite(metrics[headline]):
+        raise NoResultError(f"no result: {headline} of {best} is {metrics[headline]}")
+    epoch, global_step = trainer.current_epoch, trainer.global_step
+    last = run_dir / CHECKPOINTS / LAST
+    if global_step == 0 and last.is_file():
+        # spawn launchers and a finished run's re-test: the training state is in last.ckpt
+        saved = load_checkpoint(last, mmap=True)
+        epoch, global_step = saved["epoch"] + 1, saved["global_step"]
+    metrics.update(
+        epoch=epoch, global_step=global_step, best_epoch=steps["epoch"], best_step=steps["global_step"],
+        best_checkpoint=f"{CHECKPOINTS}/{BEST}", run_dir=str(run_dir),
+        wall_time_s=round(time.time() - started, 1),
+        params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+    )
+    metrics = _finite_metrics(metrics)
+    if trainer.is_global_zero:
+        atomic_write_json(run_dir / METRICS, metrics, make_parents=False)
+        job.record.save("finished")
+        summary = ", ".join(f"{k} {metrics[k]:.2f}" for k in ("val/top1", "val/top5", "val/AP")
+                            if metrics.get(k) is not None)
+        say(f"\n{summary}\nrun dir: {run_dir}")
+    return metrics
+
+
+def run(cfg: DictConfig, script: Path | None = None) -> dict[str, Any]:
+    """One job in this process, for tests and notebooks: as `run_job`, but errors are raised, not recorded."""
+    from hydra.core.hydra_config import HydraConfig
+
+    job = Job(Path(HydraConfig.get().runtime.output_dir).resolve())
+    StopSignals.reset()
+    try:
+        return _run(cfg, job, script or Path(__file__).resolve().parents[2] / "train.py")
+    finally:
+        release_lock(job.lock)
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def finish_wandb(exit_code: int) -> None:
+    """Close this job's W&B run (marked failed when ``exit_code`` != 0): the next job opens its own."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=exit_code)
+
+
+def _report_interruption(run_dir: Path, signum: int) -> None:
+    """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell."""
+    name = signal.Signals(signum).name
+    where = f"sweep interrupted during job {run_dir}" if _is_multirun() else f"run interrupted ({run_dir})"
+    saved = (f"{CHECKPOINTS}/{LAST} holds its state" if (run_dir / CHECKPOINTS / LAST).is_file()
+             else "no checkpoint yet")
+    say(f"error: {where} by {name}; {saved}, rerun the same command to resume", stream=sys.stderr)
+    if FAILED_JOBS:
+        say(f"error: {len(FAILED_JOBS)} sweep job(s) failed:", *(f"  {j}" for j in FAILED_JOBS), stream=sys.stderr)
+    chain_previous_handler(signum)
+    sys.exit(128 + signum)
+
+
+def run_job(cfg: DictConfig, script: Path) -> float | None:
+    """The body of train.py's ``main``: run one job and record how it ended; returns the sweep objective.
+
+    Exit codes: 0 finished; 2 a user error (one line); ``128 + signum`` interrupted; in a sweep a failed job
+    is listed and the sweep goes on (train.py then exits 1).
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    job = Job(Path(HydraConfig.get().runtime.output_dir).resolve())
+    # Lightning's DDP launcher leaves LOCAL_RANK, WORLD_SIZE, MASTER_PORT, ... in this process's
+    # environment; the next job of a multirun would take them as "workers already exist" and wait forever.
+    environment = dict(os.environ)
+    StopSignals.reset()
+    install_stop_signals()
+    exit_code = 1
+    try:
+        metrics = _run(cfg, job, script)
+        exit_code = 0
+        return next((metrics[k] for k in HEADLINE_METRICS if metrics.get(k) is not None), None)
+    except BaseException as err:
+        signum = err.signum if isinstance(err, RunInterrupted) else StopSignals.received
+        if signum is not None or isinstance(err, KeyboardInterrupt | SystemExit):
+            job.save_state("interrupted", **({"signal": signal.Signals(signum).name} if signum else {}))
+            if signum is not None:
+                _report_interruption(job.run_dir, signum)
+            raise
+        if not isinstance(err, Exception):
+            raise
+        message = job.record_failure(err)
+        if _is_multirun():
+            # One failed job must not stop the sweep: report it, keep going, summarise at the end.
+            say(f"error: job failed ({job.run_dir}): {message}", stream=sys.stderr)
+            FAILED_JOBS.append(f"{job.run_dir}: {message}")
+            return float("nan")  # optuna records a NaN objective as a failed trial
+        if isinstance(err, user_error_types()):
+            report_user_error(err)
+        raise
+    finally:
+        release_lock(job.lock)  # after the run record's last write
+        finish_wandb(exit_code)
+        os.environ.clear()
+        os.environ.update(environment)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()  # each multirun job opens its own process group
+
+
+def after_sweep() -> int:
+    """After Hydra returns: list the sweep's failed jobs; the exit code (1 if any failed)."""
+    if FAILED_JOBS:
+        say(f"error: {len(FAILED_JOBS)} sweep job(s) failed:", *(f"  {j}" for j in FAILED_JOBS), stream=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,198 @@
+"""A run dir's records: what each file is, who may write it, and what state a run dir is in.
+
+``<run dir>/`` holds ``run.json`` (identity, config, length, state), ``config.yaml`` (the resolved config),
+``.hydra/`` (Hydra's config, hydra config and overrides), ``metrics.json`` (the result), ``failed.json``
+(why the run failed), ``run.lock`` (held by the process running the job) and ``checkpoints/``
+(``last.ckpt``: the resume point; ``best.ckpt``: the result's weights).
+
+`RunRecord` is the only writer of ``run.json``: it keeps the record in memory, so a state is never written
+without the identity it belongs to. `run_status` is the only reader that tables and archives use: it never
+writes, and names each damaged file instead of guessing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.lifecycle.files import (
+    RunFileError,
+    atomic_write_json,
+    check_plain_file,
+    describe_non_file,
+    guarded,
+    read_json,
+)
+
+RUN_RECORD = "run.json"
+RUN_LOCK = "run.lock"
+METRICS = "metrics.json"
+FAILURE = "failed.json"
+CONFIG = "config.yaml"
+HYDRA_DIR = ".hydra"
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
+CHECKPOINTS = "checkpoints"
+BEST = "best.ckpt"
+LAST = "last.ckpt"
+STATES = ("running", "finished", "failed", "interrupted")
+
+# Every plain file of a run dir, relative to it.
+RECORD_FILES = (RUN_RECORD, METRICS, FAILURE, CONFIG, RUN_LOCK, *(f"{HYDRA_DIR}/{f}" for f in HYDRA_FILES),
+                f"{CHECKPOINTS}/{LAST}", f"{CHECKPOINTS}/{BEST}")
+RECORD_DIRS = (HYDRA_DIR, CHECKPOINTS)
+
+
+class RunDirConflict(ValueError):
+    """The run dir belongs to a run of another config, or cannot hold this run (nothing is written into it)."""
+
+
+class RunDirBusy(RunDirConflict):
+    """Another process holds the run dir's lock (the same run started twice); nothing is written."""
+
+
+def check_layout(run_dir: Path) -> None:
+    """Refuse, before anything is written or trained, a run dir whose records cannot be what they must be.
+
+    Each record must be absent or a plain file, each record folder absent or a real folder: a folder
+    where ``metrics.json`` belongs would fail only after training, a symlink could write into another run.
+    """
+    for name in RECORD_DIRS:
+        path = run_dir / name
+        with guarded(path, "read"):
+            bad = path.is_symlink() or (path.exists() and not path.is_dir())
+        if bad:
+            raise RunFileError(
+                f"{path} cannot be used: {describe_non_file(path)}, where a folder belongs; move it away"
+            )
+    for name in RECORD_FILES:
+        check_plain_file(run_dir / name)
+
+
+def lock_run_dir(run_dir: Path) -> tuple[int, bool]:
+    """Take the run dir's exclusive lock (``run.lock``); returns ``(fd, writable)``; closing fd releases it.
+
+    A second process on the same dir (the same command in another terminal, a requeued job whose first
+    attempt still runs) would interleave checkpoints and records: it stops with one line instead. ``flock``
+    belongs to the open file, so the kernel drops it when the process dies, also under ``kill -9``. On
+    read-only storage the lock is taken through a read-only descriptor (``writable`` is then False): a
+    finished run can still be looked at there.
+    """
+    import fcntl
+
+    path = run_dir / RUN_LOCK
+    writable = True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # NFS grants LOCK_EX only to writers
+    except OSError:
+        writable = False
+        with guarded(path, "open"):
+            if not path.exists():  # no lock file and no way to make one: nobody can be running here
+                return -1, False
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RunDirBusy(f"{run_dir} is in use by another process (it holds {RUN_LOCK}); nothing was written. "
+                         "Wait for that run to end, or give this one a new run_name=...") from None
+    return fd, writable
+
+
+def release_lock(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
+
+
+def lock_is_held(run_dir: Path) -> bool:
+    """Whether a live process holds ``run.lock`` (read-only probe; never creates the file)."""
+    import fcntl
+
+    path = run_dir / RUN_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def read_run_record(run_dir: Path) -> dict[str, Any] | None:
+    """``run.json`` as a dict (``None`` when absent); a record without identity is damaged (`RunFileError`)."""
+    path = run_dir / RUN_RECORD
+    record = read_json(path)
+    if record is None:
+        return None
+    if not isinstance(record.get("identity"), str) or not isinstance(record.get("config"), dict):
+        raise RunFileError(f"{path} is damaged: it has no run identity")
+    if record.get("state") not in STATES:
+        raise RunFileError(f"{path} is damaged: state {record.get('state')!r} is not one of {', '.join(STATES)}")
+    return record
+
+
+@dataclass
+class RunRecord:
+    """The in-memory ``run.json`` of the job that holds the run dir's lock; `save` writes it atomically."""
+
+    run_dir: Path
+    identity: str
+    config: dict[str, Any]
+    length: dict[str, Any]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, state: str, **extra: Any) -> None:
+        """Write ``run.json`` with ``state`` (one of `STATES`); never creates a vanished run dir."""
+        assert state in STATES, state
+        self.fields.update(extra, state=state, updated=time.strftime("%Y-%m-%d %H:%M:%S"))
+        record = {**self.fields, "identity": self.identity, "config": self.config, "length": self.length}
+        atomic_write_json(self.run_dir / RUN_RECORD, record, make_parents=False)
+
+
+def read_metrics(run_dir: Path) -> dict[str, Any] | None:
+    """``metrics.json`` (``None`` when absent); damaged files raise `RunFileError`."""
+    return read_json(run_dir / METRICS)
+
+
+@dataclass
+class RunStatus:
+    """What a run dir holds, read without writing anything.
+
+    ``state``: finished (a result), failed, interrupted, running (its job holds the lock), died (its
+    record says running, but no process holds the lock), unfinished (no record and no result: a run of
+    an older version stopped before its end), or unreadable (a damaged record: ``problem`` names it).
+    """
+
+    state: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    problem: str = ""
+    length: dict[str, Any] | None = None
+
+
+def run_status(run_dir: Path) -> RunStatus:
+    """The state of ``run_dir`` from its records; a result only from a finished run of its recorded length."""
+    try:
+        record = read_run_record(run_dir)
+        failure = read_json(run_dir / FAILURE)
+        metrics = read_metrics(run_dir)
+    except RunFileError as err:
+        return RunStatus("unreadable", problem=str(err))
+    if failure is not None:
+        return RunStatus("failed", error=str(failure.get("error") or "failed"))
+    if record is None:  # archived runs and run dirs of versions before run.json: the result file decides
+        return RunStatus("finished", metrics) if metrics is not None else RunStatus("unfinished")
+    state = record["state"]
+    if state == "running" and not lock_is_held(run_dir):
+        state = "died"
+    if state != "finished":
+        return RunStatus(state, length=record.get("length"))
+    if metrics is None:
+        return RunStatus("unreadable", problem=f"{run_dir / RUN_RECORD} says finished, but {METRICS} is missing")
+    return RunStatus("finished", metrics, length=record.get("length"))

@@ -1,0 +1,480 @@
+"""Range and type checks of every numeric (and flag) setting of a composed config, before anything runs.
+
+`check_settings(cfg)` walks the config once. A value whose dotted key matches a rule of `RULES` must take
+one of the rule's forms (an integer or a number in an interval, a flag, a fixed value such as ``-1`` or
+``"auto"``, a list of such, null); any other float must be finite. The first bad value raises a
+`SettingError` with one line, ``<key>=<value> must be <the valid forms>`` (the wording of the project's other
+setting errors, e.g. ``rpe.ratio=-1.0 must be > 0 ...``). Keys a config lacks are skipped,
+and unknown keys are Hydra's business (struct mode refuses them).
+
+A new setting is one line in `RULES`: a key pattern (``*`` matches within one dotted segment) and its forms,
+written with `integer`, `real` (interval notation, e.g. ``real("(0, 1]")``), `BOOL`, `one_of`, `NULL`,
+`list_of` and `text`. The first matching rule wins, so put a specific key before a pattern covering it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from data.errors import DataConfigError
+from data.relational import OBJECT_MIN
+from rpe.config import MAX_RATIO
+
+__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "rule_for"]
+
+
+class SettingError(ValueError):
+    """A setting outside its valid range or of the wrong type; the message is one line naming it."""
+
+
+class DataSettingError(SettingError, DataConfigError):
+    """A bad ``data.*`` setting (a `DataConfigError` too, like every data error)."""
+
+
+# ----------------------------------------------------------------------------- forms
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
+def show(value: Any, as_real: bool = False) -> str:
+    """``value`` as a user would write it (YAML spelling; ``as_real`` shows an int as the float it stands for)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and as_real:
+        return repr(float(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show(v, as_real) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {show(v, as_real)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Num:
+    """An integer (``kind=int``) or a number (``kind=float``; ints too unless ``floats_only``) in an interval;
+    reals must be finite. ``floats_only`` tells Lightning's fractions (0.5) from its counts (an int form)."""
+
+    kind: type
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    noun: str = ""
+    note: str = ""
+    floats_only: bool = False
+
+    def accepts(self, value: Any) -> bool:
+        if not _is_number(value) or (self.kind is int and not isinstance(value, int)):
+            return False
+        if self.floats_only and not isinstance(value, float):
+            return False
+        if not math.isfinite(value):
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+    def describe(self) -> str:
+        noun = self.noun or ("an integer" if self.kind is int else "")
+        bounds = []
+        if self.lo > -math.inf:
+            bounds.append(f"{'>' if self.lo_open else '>='} {_num(self.lo)}")
+        if self.hi < math.inf:
+            bounds.append(f"{'<' if self.hi_open else '<='} {_num(self.hi)}")
+        text = f"{noun} {' and '.join(bounds)}".strip() or "a finite number"
+        return f"{text} ({self.note})" if self.note else text
+
+
+_INTERVAL = re.compile(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s\])]+)\s*([\])])\s*")
+
+
+def _interval(kind: type, spec: str, noun: str, note: str, floats_only: bool = False) -> Num:
+    match = _INTERVAL.fullmatch(spec)
+    if match is None:
+        raise ValueError(f"bad interval {spec!r} in a settings rule; write e.g. '[0, 1)' or '(0, inf)'")
+    left, lo, hi, right = match.groups()
+    return Num(kind, float(lo), float(hi), left == "(", right == ")", noun, note, floats_only)
+
+
+def integer(spec: str = "(-inf, inf)", note: str = "", noun: str = "") -> Num:
+    """An integer (not a bool, not 2.0) in ``spec``, e.g. ``integer("[1, inf)")``."""
+    return _interval(int, spec, noun, note)
+
+
+def real(spec: str = "(-inf, inf)", note: str = "", noun: str = "", floats_only: bool = False) -> Num:
+    """A finite number (int or float; float only with ``floats_only``) in ``spec``, e.g. ``real("[0, 1)")``."""
+    return _interval(float, spec, noun, note, floats_only)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Exactly one of ``values`` (type included: ``-1`` is not ``-1.0``, ``True`` is not ``1``)."""
+
+    values: tuple[Any, ...]
+    note: str = ""
+    text: str = ""
+
+    def accepts(self, value: Any) -> bool:
+        return any(type(value) is type(v) and value == v for v in self.values)
+
+    def describe(self) -> str:
+        text = self.text or _join([show(v) for v in self.values])
+        return f"{text} ({self.note})" if self.note else text
+
+
+def one_of(*values: Any, note: str = "") -> OneOf:
+    return OneOf(values, note)
+
+
+BOOL = OneOf((True, False), text="true or false")
+
+
+def NULL(note: str = "") -> OneOf:  # noqa: N802  (reads as the constant it stands for)
+    """``null``, with what it means (``NULL("no EMA")``)."""
+    return OneOf((None,), note, "null")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string matching ``pattern`` (whole string)."""
+
+    pattern: str
+    text: str
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+
+    def describe(self) -> str:
+        return self.text
+
+
+def text(pattern: str, description: str) -> Text:
+    return Text(pattern, description)
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A list whose items all take ``item``'s form; ``lengths`` the allowed lengths (empty: any but 0)."""
+
+    item: Num | OneOf | Text
+    lengths: tuple[int, ...] = ()
+
+    def accepts(self, value: Any) -> bool:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(value) not in self.lengths if self.lengths else not value:
+            return False
+        return all(self.item.accepts(v) for v in value)
+
+    def describe(self) -> str:
+        size = " or ".join(map(str, self.lengths)) if self.lengths else "1 or more"
+        return f"a list of {size} values, each {self.item.describe()}"
+
+
+def list_of(item: Num | OneOf | Text, *lengths: int) -> ListOf:
+    """``list_of(real("[0, 1]"), 3)``: a list of 3 such numbers; no lengths: any non-empty list."""
+    return ListOf(item, lengths)
+
+
+@dataclass(frozen=True)
+class Kwargs:
+    """A mapping (e.g. keyword arguments of ``datetime.timedelta``); its numbers are still checked for nan/inf."""
+
+    text: str
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, dict)
+
+    def describe(self) -> str:
+        return self.text
+
+
+Form = Num | OneOf | Text | ListOf | Kwargs
+
+
+def _join(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+@dataclass(frozen=True, init=False)
+class Rule:
+    """The valid forms of the settings whose dotted key matches ``pattern`` (``*``: within one segment)."""
+
+    pattern: str
+    forms: tuple[Form, ...]
+
+    def __init__(self, pattern: str, *forms: Form) -> None:
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "forms", forms)
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile("[^.]*".join(re.escape(part) for part in self.pattern.split("*")))
+
+    def accepts(self, value: Any) -> bool:
+        return any(form.accepts(value) for form in self.forms)
+
+    def describe(self) -> str:
+        return _join([form.describe() for form in self.forms])
+
+    @property
+    def is_real(self) -> bool:
+        """Its numbers are all reals: an int given for it is shown as the float it stands for."""
+        numbers = [f for f in self.forms if isinstance(f, Num)] + [
+            f.item for f in self.forms if isinstance(f, ListOf) and isinstance(f.item, Num)
+        ]
+        return bool(numbers) and all(f.kind is float for f in numbers)
+
+
+# ----------------------------------------------------------------------------- the rules
+POSITIVE = integer("[1, inf)")
+COUNT = integer("[0, inf)")
+PROB = real("[0, 1]")
+DROP = real("[0, 1)")  # a drop rate of 1 zeroes every activation and scales by 1/0
+NONNEG = real("[0, inf)")
+POS = real("(0, inf)")
+SEED = integer(f"[0, {2**32 - 1}]")  # numpy's (and Lightning's seed_everything's) seed range
+SIZE = list_of(POSITIVE, 2)
+# Lightning's limit_*_batches / overfit_batches / val_check_interval: an int counts batches, a float is a
+# fraction (so the int 0 is no fraction 0.0 there: val_check_interval=0 would check every 0th batch)
+FRACTION = real("[0, 1]", noun="a fraction", floats_only=True)
+BATCH_LIMIT = (integer("[0, inf)", "batches"), FRACTION)
+TIME = text(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS'")
+TIMEDELTA = Kwargs("a mapping of datetime.timedelta arguments")
+
+RULES: tuple[Rule, ...] = (
+    # -- top level (train.yaml, eval.yaml)
+    Rule("seed", SEED),
+    Rule("resume", BOOL),
+    Rule("test_after_fit", BOOL),
+    Rule("print_config", BOOL),
+    Rule("batch_size", POSITIVE, NULL("the run's batch size")),
+    Rule("throughput_batch", POSITIVE),
+    # -- data: both data modules
+    Rule("data.batch_size", POSITIVE),
+    Rule("data.num_workers", COUNT),
+    Rule("data.pin_memory", BOOL),
+    Rule("data.num_classes", POSITIVE, NULL("counted from the data")),
+    Rule("data.mean", list_of(real("[0, 1]"), 3)),
+    Rule("data.std", list_of(POS, 3)),
+    # -- data: ImageFolder (timm transforms)
+    Rule("data.img_size", POSITIVE),
+    Rule("data.eval_crop_pct", real("(0, 1]")),
+    Rule("data.repeated_aug", BOOL),
+    Rule("data.num_repeats", POSITIVE),
+    Rule("data.train_transform.scale", list_of(real("(0, 1]"), 2)),
+    Rule("data.train_transform.ratio", list_of(POS, 2)),
+    Rule("data.train_transform.hflip", PROB),
+    Rule("data.train_transform.vflip", PROB),
+    Rule("data.train_transform.color_jitter", NONNEG, list_of(NONNEG, 3, 4), NULL("off")),
+    Rule("data.train_transform.*_prob", PROB),  # re_prob, color_jitter_prob, grayscale_prob, ...
+    Rule("data.train_transform.re_count", POSITIVE),
+    Rule("data.train_transform.re_num_splits", COUNT),
+    Rule("data.train_transform.crop_pct", real("(0, 1]"), NULL("timm's default")),
+    # -- data: COCO
+    Rule("data.train_scales", list_of(POSITIVE)),
+    Rule("data.max_size", POSITIVE, NULL("no limit")),
+    Rule("data.crop_scales", list_of(POSITIVE), NULL("no random crop")),
+    Rule("data.crop_size", SIZE),
+    Rule("data.hflip", BOOL),
+    Rule("data.val_size", POSITIVE),
+    # -- data: generators (relational shapes, digits, shapes-COCO)
+    Rule("data.generator.num_train", POSITIVE),
+    Rule("data.generator.num_val", POSITIVE),
+    Rule("data.generator.img_size", POSITIVE),
+    Rule("data.generator.patch_size", POSITIVE),
+    Rule("data.generator.seed", SEED),
+    Rule("data.generator.*_object_size", POSITIVE),
+    # the eight direction sectors are 45 degrees wide: a margin of 22.5 on each side leaves no placement
+    Rule("data.generator.boundary_margin_deg", real("[0, 22.5)")),
+    Rule("data.generator.noise_max", integer(f"[1, {OBJECT_MIN - 50}]")),
+    Rule("data.generator.val_fraction", real("(0, 1)")),
+    Rule("data.generator.image_size", SIZE),
+    Rule("data.generator.object_size", SIZE),
+    Rule("data.generator.max_objects", POSITIVE),
+    Rule("data.generator.max_overlap", PROB),
+    # -- model: classification (backbone kwargs, DeiT recipe)
+    Rule("model.net.img_size", POSITIVE),
+    Rule("model.net.*drop*_rate", DROP),  # drop_rate, drop_path_rate, attn_drop_rate, proj_drop_rate, ...
+    Rule("model.net.peg_blocks", list_of(COUNT), NULL("[0]")),
+    Rule("model.net.patch_size", POSITIVE),
+    Rule("model.net.embed_dim", POSITIVE),
+    Rule("model.net.depth", POSITIVE),
+    Rule("model.net.num_heads", POSITIVE),
+    Rule("model.net.window_size", POSITIVE),
+    Rule("model.net.mlp_ratio", POS),
+    Rule("model.optimizer.lr", POS),
+    Rule("model.optimizer.lr_base_batch", POSITIVE),
+    Rule("model.optimizer.weight_decay", NONNEG),
+    Rule("model.optimizer.betas", list_of(real("[0, 1)"), 2)),
+    Rule("model.optimizer.eps", POS),
+    Rule("model.scheduler.warmup_epochs", NONNEG),
+    Rule("model.scheduler.warmup_lr", NONNEG),
+    Rule("model.scheduler.min_lr", NONNEG),
+    Rule("model.mixup.mixup_alpha", NONNEG),
+    Rule("model.mixup.cutmix_alpha", NONNEG),
+    Rule("model.mixup.cutmix_minmax", list_of(real("(0, 1]"), 2), NULL("off")),
+    Rule("model.mixup.prob", PROB),
+    Rule("model.mixup.switch_prob", PROB),
+    Rule("model.mixup.label_smoothing", PROB),
+    Rule("model.mixup.correct_lam", BOOL),
+    Rule("model.label_smoothing", PROB),
+    # 0 would silently mean "no EMA" (the module tests `if ema_decay`), 1 an average that never moves
+    Rule("model.ema_decay", real("(0, 1)"), NULL("no EMA")),
+    Rule("model.compile", BOOL),
+    # -- model: DETR
+    Rule("model.backbone.channels", list_of(POSITIVE, 3)),
+    Rule("model.backbone.stem_stride", POSITIVE),
+    Rule("model.hidden_dim", POSITIVE),
+    Rule("model.nheads", POSITIVE),
+    Rule("model.enc_layers", COUNT),
+    Rule("model.dec_layers", POSITIVE),
+    Rule("model.dim_feedforward", POSITIVE),
+    Rule("model.dropout", DROP),
+    Rule("model.num_queries", POSITIVE),
+    Rule("model.pre_norm", BOOL),
+    Rule("model.aux_loss", BOOL),
+    Rule("model.set_cost_*", NONNEG),
+    Rule("model.*_loss_coef", NONNEG),
+    Rule("model.eos_coef", PROB),
+    Rule("model.lr", POS),
+    Rule("model.lr_backbone", real("[0, inf)", "0 freezes the backbone")),
+    Rule("model.weight_decay", NONNEG),
+    Rule("model.lr_drop", POSITIVE),
+    Rule("model.lr_gamma", real("(0, 1]")),
+    # -- rpe: null keeps the preset's value. A product table has (4 ratio + 1)^2 buckets: ratio 100 is
+    # already 160801 of them (MAX_RATIO, also enforced by rpe.RPEConfig for shorthands)
+    Rule("rpe.ratio", real(f"(0, {MAX_RATIO:g}]"), NULL("the preset's value")),
+    Rule("rpe.window", POSITIVE, NULL("the preset's value")),
+    Rule("rpe.num_buckets", integer("[4, inf)"), NULL("the preset's value")),
+    Rule("rpe.max_distance", POSITIVE, NULL("the preset's value")),
+    Rule("rpe.theta", POS, NULL("the preset's value")),
+    Rule("rpe.hidden_dim", POSITIVE, NULL("the preset's value")),
+    Rule("rpe.shared_head", BOOL, NULL("the preset's value")),
+    # -- trainer (Lightning's Trainer arguments, in the forms Lightning accepts)
+    Rule("trainer.devices", POSITIVE, one_of(-1, note="all"), one_of("auto"), list_of(COUNT),
+         text(r"-1|\d+|\d+(,\d+)*,?", "a string of device ids such as '0,1'")),
+    Rule("trainer.num_nodes", POSITIVE),
+    Rule("trainer.precision", one_of(16, 32, 64), text(r".+", "a precision name such as '32-true' or 'bf16-mixed'")),
+    Rule("trainer.max_epochs", one_of(-1, note="unlimited"), POSITIVE, NULL("Lightning's default")),
+    Rule("trainer.min_epochs", COUNT, NULL("none")),
+    Rule("trainer.max_steps", one_of(-1, note="unlimited"), POSITIVE),
+    Rule("trainer.min_steps", COUNT, NULL("none")),
+    Rule("trainer.max_time", TIME, TIMEDELTA, NULL("no limit")),
+    Rule("trainer.limit_*_batches", *BATCH_LIMIT, NULL("all batches")),
+    Rule("trainer.overfit_batches", *BATCH_LIMIT),
+    Rule("trainer.val_check_interval", integer("[1, inf)", "batches"), FRACTION, TIME, TIMEDELTA,
+         NULL("once per epoch")),
+    Rule("trainer.check_val_every_n_epoch", POSITIVE, NULL("by val_check_interval only")),
+    Rule("trainer.num_sanity_val_steps", one_of(-1, note="all"), COUNT, NULL("Lightning's default")),
+    Rule("trainer.log_every_n_steps", integer("[0, inf)", "0: no step logging"), NULL("Lightning's default")),
+    Rule("trainer.gradient_clip_val", NONNEG, NULL("no clipping")),
+    Rule("trainer.accumulate_grad_batches", POSITIVE),
+    Rule("trainer.reload_dataloaders_every_n_epochs", COUNT),
+    Rule("trainer.fast_dev_run", BOOL, integer("[0, inf)", "batches")),
+    Rule("trainer.deterministic", BOOL, one_of("warn"), NULL("Lightning's default")),
+    Rule("trainer.benchmark", BOOL, NULL("Lightning's default")),
+    Rule("trainer.inference_mode", BOOL),
+    Rule("trainer.detect_anomaly", BOOL),
+    Rule("trainer.sync_batchnorm", BOOL),
+    Rule("trainer.use_distributed_sampler", BOOL),
+    Rule("trainer.barebones", BOOL),
+    Rule("trainer.enable_*", BOOL, NULL("Lightning's default")),  # model_summary, progress_bar, checkpointing
+    # -- callbacks
+    Rule("callbacks.progress_bar.refresh_rate", integer("[0, inf)", "0: off")),
+    Rule("callbacks.last_checkpoint.every_n_train_steps", POSITIVE, NULL("at epoch ends only")),
+    Rule("callbacks.model_checkpoint.save_top_k", one_of(-1, note="all"), COUNT),
+    Rule("callbacks.model_checkpoint.every_n_epochs", COUNT, NULL("Lightning's default")),
+    Rule("callbacks.model_checkpoint.every_n_train_steps", COUNT, NULL("Lightning's default")),
+    Rule("callbacks.model_checkpoint.save_last", BOOL, one_of("link"), NULL("off")),
+    Rule("callbacks.model_checkpoint.auto_insert_metric_name", BOOL),
+    Rule("callbacks.model_checkpoint.enable_version_counter", BOOL),
+    Rule("callbacks.model_checkpoint.save_weights_only", BOOL),
+    Rule("callbacks.step_cost.warmup_steps", COUNT),
+)
+
+_COMPILED: tuple[tuple[re.Pattern[str], Rule], ...] = tuple((r.regex, r) for r in RULES)
+SKIPPED = ("hydra",)  # Hydra's own config (present when composed with return_hydra_config) is not a setting
+
+
+def rule_for(key: str) -> Rule | None:
+    """The first rule whose pattern matches the dotted ``key`` (``None``: only the nan/inf check applies)."""
+    return next((r for regex, r in _COMPILED if regex.fullmatch(key)), None)
+
+
+# ----------------------------------------------------------------------------- the check
+def _children(node: DictConfig | ListConfig, prefix: str) -> Iterator[tuple[str, Any]]:
+    """``(dotted key, resolved value)`` of each child; missing (``???``) values and interpolations that
+    cannot be resolved here are left out: instantiating them fails later with its own message."""
+    keys = list(node.keys()) if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if not prefix and path in SKIPPED:
+            continue
+        try:
+            if OmegaConf.is_missing(node, key):
+                continue
+            yield path, node[key]
+        except OmegaConfBaseException:
+            continue
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return None if value._is_none() else OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _fail(key: str, message: str) -> SettingError:
+    error = DataSettingError if key.split(".")[0] == "data" else SettingError
+    return error(message)
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _check(key: str, value: Any) -> None:
+    rule = rule_for(key)
+    if rule is not None:
+        try:
+            plain = _plain(value)
+        except OmegaConfBaseException:  # an element that cannot be resolved here: left to instantiation
+            return
+        if not rule.accepts(plain):
+            bad_float = _non_finite(plain) or (
+                isinstance(plain, list) and any(_non_finite(v) for v in plain)
+            )
+            must = "must be a finite number; valid:" if bad_float else "must be"
+            raise _fail(key, f"{key}={show(plain, rule.is_real)} {must} {rule.describe()}")
+        if not isinstance(value, DictConfig):
+            return
+    if isinstance(value, (DictConfig, ListConfig)):
+        if not value._is_none():
+            for child_key, child in _children(value, key):
+                _check(child_key, child)
+    elif _non_finite(value):
+        raise _fail(key, f"{key}={show(value)} must be a finite number")
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Raise `SettingError` (one line) at the first setting of ``cfg`` outside its valid range or type.
+
+    Checks every key matched by `RULES` and refuses nan/inf anywhere else. ``data.*`` settings raise the
+    `DataSettingError` subclass (also a `data.errors.DataConfigError`).
+    """
+    for key, value in _children(cfg, ""):
+        _check(key, value)

@@ -1,0 +1,76 @@
+"""Stop signals: SIGTERM, SIGUSR1, SIGUSR2 (SLURM, submitit) and SIGHUP (a closed terminal or SSH session).
+
+During ``fit`` a signal only asks `ResumeCheckpoint` to save ``last.ckpt`` and stop at the next safe point
+(a batch end, or the end of a validation in progress); elsewhere it raises `RunInterrupted` at once.
+`RunInterrupted` is a ``BaseException``, so no ``except Exception`` (Python's logging, a library's retry
+loop) can swallow it, and a signal seen at any moment of a job keeps that job from being recorded as
+finished (`StopSignals.received`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from data.datamodule import STOP_SIGNALS
+from models.training import RunInterrupted
+
+
+class StopSignals:
+    """Process-wide: the stop signal received during the current job, and the fit it goes to."""
+
+    received: int | None = None
+    checkpoint: Any = None  # the ResumeCheckpoint of the fit in progress, else None
+    previous: dict[int, Any] = {}
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.received = None
+        cls.checkpoint = None
+
+
+def _detach_closed_terminal(signum: int) -> None:
+    """After SIGHUP the terminal is gone: writing to it would fail (EIO), so output goes to /dev/null."""
+    if signum != getattr(signal, "SIGHUP", None):
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.isatty():
+                stream.flush()
+                os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    _detach_closed_terminal(signum)
+    StopSignals.received = signum
+    if StopSignals.checkpoint is not None:
+        StopSignals.checkpoint.stop_signal = signum
+    else:
+        raise RunInterrupted(signum)
+
+
+def install_stop_signals() -> None:
+    """Route the stop signals to `_on_stop_signal` (main thread only: Python delivers signals there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOP_SIGNALS:
+        previous = signal.signal(signum, _on_stop_signal)
+        if previous is not _on_stop_signal:
+            StopSignals.previous[signum] = previous
+
+
+def chain_previous_handler(signum: int) -> None:
+    """Let a launcher's own handler (submitit requeues on SIGUSR2) act once our checkpoint is saved."""
+    previous = StopSignals.previous.get(signum)
+    if callable(previous):
+        previous(signum, None)

@@ -1,0 +1,363 @@
+"""eval.py and scripts/plot_rpe.py on faulty run dirs: a checkpoint that does not fit the run's model,
+non-finite weights or metrics, and data that is missing, incomplete or other than the run names. Each is
+one line naming what is wrong; neither tool ever generates or writes data, nor writes into the run dir."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from data.generation import MARKER_NAME
+from models.run_config import (
+    NonFiniteResultError,
+    RunConfigError,
+    RunDataError,
+    first_non_finite,
+    require_finite_metrics,
+    state_dict_mismatch,
+)
+from scripts import plot_rpe
+from tests.conftest import compose_config, run_cli
+
+# A relational set of its own (other tests' roots hold other generator settings).
+TINY = [
+    "data.root=${paths.data_dir}/relational_evalfaults", "data.generator.num_train=64", "data.generator.num_val=16",
+    "data.batch_size=16", "debug=fast", "logger=csv",
+]
+EMBED, CLASSES = 128, 8  # deit_micro's width; the relational task's class count
+REMEDY = "train.py with the same data config generates it"
+
+
+def _hydra_build(cfg: DictConfig) -> tuple:
+    """``(datamodule, module)`` the way train.py builds them (Hydra's instantiate on a trusted config)."""
+    from hydra.utils import instantiate
+
+    datamodule = instantiate(cfg.data, _convert_="all")
+    rpe = OmegaConf.to_container(cfg.rpe, resolve=True)
+    return datamodule, instantiate(cfg.model, rpe=rpe, num_classes=datamodule.num_classes, _convert_="all")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A run dir (config.yaml, checkpoints/best.ckpt) of an untrained micro DeiT with iRPE-K whose generated
+    data is on disk and complete (generated the way train.py does, not by the tools under test)."""
+    run = tmp_path_factory.mktemp("evalfaults")
+    cfg = compose_config(TINY, run, data_dir)
+    OmegaConf.save(cfg, run / "config.yaml", resolve=True)
+    datamodule, module = _hydra_build(cfg)
+    datamodule.prepare_data()
+    (run / "checkpoints").mkdir()
+    torch.save({"state_dict": module.state_dict()}, run / "checkpoints" / "best.ckpt")
+    return run
+
+
+def _copy(run_dir: Path, tmp_path: Path, edit: Callable[[dict], None] | None = None) -> Path:
+    """A copy of ``run_dir`` whose config.yaml ``edit`` changed (a config edited after training)."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    if edit is not None:
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        edit(cfg)
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return run
+
+
+def _eval_cfg(run: Path, tmp_path: Path, data_dir: Path, *extra: str):
+    return compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", *extra], tmp_path / "eval", data_dir,
+                          config_name="eval")
+
+
+def _eval_error(run: Path, tmp_path: Path, data_dir: Path, error: type[Exception]) -> str:
+    import eval as eval_script
+
+    with pytest.raises(error) as err:
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def _plot_error(run: Path, capsys, *args: str) -> str:
+    assert plot_rpe.main([str(run), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (run / "plots").exists()  # nothing drawn
+    return err
+
+
+def _snapshot(*folders: Path) -> dict[str, bytes]:
+    """Every file under ``folders`` (path -> bytes), and which folders exist."""
+    files: dict[str, bytes] = {}
+    for folder in folders:
+        files[f"{folder} exists"] = str(folder.exists()).encode()
+        for path in sorted(folder.rglob("*")) if folder.exists() else []:
+            files[str(path)] = path.read_bytes() if path.is_file() else b"<dir>"
+    return files
+
+
+# ----------------------------------------------------------------------------- 1: checkpoint does not fit
+def test_state_dict_mismatch_summary() -> None:
+    model = {"a": torch.zeros(2), "b": torch.zeros(3, 4), "c": torch.zeros(1), "d": torch.zeros(1),
+             "e": torch.zeros(1), "f": torch.zeros(5)}
+    given = {"b": torch.zeros(4, 3), "f": torch.zeros(6), "x": torch.zeros(1)}
+    assert state_dict_mismatch(model, given) == (
+        "4 missing key(s) (a, c, d, ...); 1 unexpected key(s) (x); "
+        "2 shape mismatch(es), first: b has shape (4, 3) in the checkpoint, (3, 4) in the model"
+    )
+    assert state_dict_mismatch(model, {**model, "a": 1.0}) == (
+        "1 shape mismatch(es), first: a is a float in the checkpoint, a tensor in the model"
+    )
+    assert state_dict_mismatch(model, dict(model)) == ""
+
+
+def _other_run_checkpoint(run: Path, tmp_path: Path, data_dir: Path) -> None:
+    """best.ckpt of a run with rpe=none copied over this run's: the 4 blocks' iRPE-K tables are missing."""
+    _, other = _hydra_build(compose_config([*TINY, "rpe=none"], tmp_path / "other", data_dir))
+    torch.save({"state_dict": other.state_dict()}, run / "checkpoints" / "best.ckpt")
+
+
+def _extra_key(run: Path, tmp_path: Path, data_dir: Path) -> None:
+    ckpt = run / "checkpoints" / "best.ckpt"
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    torch.save({"state_dict": {**state, "net.extra_scale": torch.ones(1)}}, ckpt)
+
+
+def _fewer_classes(run: Path, tmp_path: Path, data_dir: Path) -> None:
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["data"]["num_classes"] = 4  # edited after training: the 8-class head no longer fits
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+MISFITS = {
+    "other_run": (_other_run_checkpoint,
+                  "4 missing key(s) (net.blocks.0.attn.rpe_k.lookup_table_weight, "
+                  "net.blocks.1.attn.rpe_k.lookup_table_weight, net.blocks.2.attn.rpe_k.lookup_table_weight, ...)"),
+    "extra_key": (_extra_key, "1 unexpected key(s) (net.extra_scale)"),
+    "edited_config": (_fewer_classes,  # head weight and bias
+                      f"2 shape mismatch(es), first: net.head.weight has shape ({CLASSES}, {EMBED}) in the "
+                      f"checkpoint, (4, {EMBED}) in the model"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISFITS))
+def test_checkpoint_that_does_not_fit_is_one_line(case: str, run_dir: Path, tmp_path: Path, data_dir: Path,
+                                                  capsys) -> None:
+    run = _copy(run_dir, tmp_path)
+    make, expected = MISFITS[case]
+    make(run, tmp_path, data_dir)
+    ckpt, config = run / "checkpoints" / "best.ckpt", run / "config.yaml"
+    head = f"checkpoint {ckpt} does not fit the model of {config}: {expected}"
+    assert _eval_error(run, tmp_path, data_dir, RunConfigError).startswith(head)
+    assert head in _plot_error(run, capsys, "--plots", "tables")
+
+
+# ----------------------------------------------------------------------------- 2: non-finite weights, metrics
+def test_first_non_finite_tensor() -> None:
+    module = torch.nn.Linear(2, 3)
+    module.register_buffer("steps", torch.tensor([2**40, -1]))  # integer buffers cannot hold NaN
+    module.register_buffer("scale", torch.tensor([1.0, math.inf, -math.inf]))
+    assert first_non_finite(module) == ("scale", 2, 3)
+    with torch.no_grad():
+        module.bias[1] = math.nan
+    assert first_non_finite(module) == ("bias", 1, 3)  # parameters first, in module order
+    assert first_non_finite(torch.nn.Linear(2, 3)) is None
+
+
+@pytest.mark.parametrize(("poison", "expected"), [
+    ("all_nan", f"net.cls_token has {EMBED} NaN/inf of {EMBED} values"),  # cls_token: (1, 1, 128)
+    ("one_inf", f"net.head.bias has 1 NaN/inf of {CLASSES} values"),
+])
+def test_non_finite_weights_are_refused(poison: str, expected: str, run_dir: Path, tmp_path: Path,
+                                        data_dir: Path, capsys) -> None:
+    run = _copy(run_dir, tmp_path)
+    ckpt = run / "checkpoints" / "best.ckpt"
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    if poison == "all_nan":
+        state = {k: torch.full_like(v, math.nan) for k, v in state.items()}
+    else:
+        state["net.head.bias"][5] = math.inf
+    torch.save({"state_dict": state}, ckpt)
+    head = f"checkpoint {ckpt} holds non-finite weights: {expected}"
+    assert _eval_error(run, tmp_path, data_dir, RunConfigError).startswith(head)
+    assert head in _plot_error(run, capsys)  # all plots: no blank figure either
+
+
+def test_non_finite_metric_is_never_a_result(run_dir: Path, tmp_path: Path, data_dir: Path, monkeypatch) -> None:
+    """A NaN from the test loop (say an overflow in a low precision) stops eval instead of being printed."""
+    import eval as eval_script
+
+    assert require_finite_metrics({"val/top1": 50.0, "val/loss": 0.5}, "x") is None
+    with pytest.raises(NonFiniteResultError, match=r"evaluating x gave non-finite metrics \(val/loss=inf\)"):
+        require_finite_metrics({"val/top1": 50.0, "val/loss": math.inf}, "x")
+
+    monkeypatch.setattr(eval_script, "scalar_metrics", lambda metrics: {"val/top1": math.nan, "val/top5": 75.0})
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    with pytest.raises(NonFiniteResultError) as err:
+        eval_script.evaluate(_eval_cfg(run_dir, tmp_path, data_dir))
+    assert str(err.value).startswith(f"evaluating {ckpt} gave non-finite metrics (val/top1=nan)")
+
+
+# ----------------------------------------------------------------------------- 3: data is read, never made
+def _absent_root(tmp_path: Path) -> Callable[[dict], None]:
+    def edit(cfg: dict) -> None:
+        cfg["data"]["root"] = str(tmp_path / "nowhere" / "relational")
+        # other settings too (as an edited config might name any, some that would take hours): a tool that
+        # generated would write here quickly, which the snapshots catch
+        cfg["data"]["generator"]["num_train"] = 32
+    return edit
+
+
+def test_missing_generated_data_is_never_generated(run_dir: Path, tmp_path: Path, data_dir: Path, capsys) -> None:
+    run = _copy(run_dir, tmp_path, _absent_root(tmp_path))
+    (tmp_path / "nowhere").mkdir()
+    root = tmp_path / "nowhere" / "relational"
+    before = _snapshot(tmp_path / "nowhere", run)
+    expected = (f"data.root={root} named by {run / 'config.yaml'} does not exist: no complete generated dataset; "
+                f"eval.py and plot_rpe.py read existing data only: {REMEDY}")
+    message = _eval_error(run, tmp_path, data_dir, RunDataError)
+    assert message.startswith(expected) and "data_root=<folder>" in message
+    err = _plot_error(run, capsys)  # all plots: the attention maps need a validation image
+    assert expected in err and "--data-root DIR" in err
+    assert _snapshot(tmp_path / "nowhere", run) == before  # no data, no lock file, no temp dir
+
+    # the tables need no data: drawn as usual
+    assert plot_rpe.main([str(run), "--plots", "tables", "--out", str(tmp_path / "tables")]) == 0
+    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == [f"tables_k_layer{i}.png" for i in range(4)]
+    # and --data-root points the attention maps at existing data
+    existing = data_dir / "relational_evalfaults"
+    assert plot_rpe.main([str(run), "--plots", "attention", "--data-root", str(existing),
+                          "--out", str(tmp_path / "maps")]) == 0
+    assert [p.name for p in (tmp_path / "maps").iterdir()] == ["attention_image0_query_cls.png"]
+    assert not root.exists()
+
+
+def test_incomplete_or_other_data_is_refused(run_dir: Path, tmp_path: Path, data_dir: Path, capsys) -> None:
+    data_root = data_dir / "relational_evalfaults"
+    partial = tmp_path / "partial"
+    shutil.copytree(data_root, partial)
+    (partial / MARKER_NAME).unlink()  # what a generation killed before its marker would leave (if not atomic)
+
+    def no_marker(cfg: dict) -> None:
+        cfg["data"]["root"] = str(partial)
+
+    run = _copy(run_dir, tmp_path, no_marker)
+    before = _snapshot(partial)
+    expected = f"data.root={partial} named by {run / 'config.yaml'} has no {MARKER_NAME} completion marker"
+    assert _eval_error(run, tmp_path, data_dir, RunDataError).startswith(expected)
+    assert expected in _plot_error(run, capsys)
+    assert _snapshot(partial) == before
+
+    (partial / MARKER_NAME).write_text("{")  # a truncated marker
+    assert "is damaged (not valid JSON" in _eval_error(run, tmp_path, data_dir, RunDataError)
+    shutil.copy(data_root / MARKER_NAME, partial / MARKER_NAME)
+    first_class = sorted(p for p in (partial / "val").iterdir())[0]
+    images = sorted(first_class.iterdir())
+    images[0].unlink()  # changed by hand after generation
+    expected = (f"data.root={partial} no longer holds what was generated (val/{first_class.name}/ has "
+                f"{len(images) - 1} images, {len(images)} when generated)")
+    message = _eval_error(run, tmp_path, data_dir, RunDataError)
+    assert message.startswith(expected) and REMEDY in message
+
+    def more_val(cfg: dict) -> None:
+        cfg["data"]["generator"]["num_val"] = 32  # the data on disk was made with 16
+
+    shutil.rmtree(run)
+    run = _copy(run_dir, tmp_path, more_val)
+    before = _snapshot(data_root)
+    expected = (f"data.root={data_root} was generated with other settings than {run / 'config.yaml'} names "
+                "(num_val: 16 on disk vs 32 named)")
+    assert _eval_error(run, tmp_path, data_dir, RunDataError).startswith(expected)
+    assert expected in _plot_error(run, capsys)
+    assert _snapshot(data_root) == before
+
+
+# ----------------------------------------------------------------------------- 4: eval only reads
+def _hand_accuracy(run: Path) -> tuple[float, float]:
+    """top-1 / top-5 (%) of the run's checkpoint on its val split, by Hydra's own build and a plain loop."""
+    datamodule, module = _hydra_build(OmegaConf.load(run / "config.yaml"))
+    module.load_state_dict(torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"])
+    datamodule.setup("validate")
+    images, labels = zip(*(datamodule.val_set[i] for i in range(len(datamodule.val_set))), strict=True)
+    with torch.no_grad():
+        logits = module.net.eval()(torch.stack(images))
+    labels = torch.tensor(labels)
+    top5 = logits.topk(5, dim=1).indices
+    return (float((top5[:, 0] == labels).float().mean() * 100),
+            float((top5 == labels[:, None]).any(1).float().mean() * 100))
+
+
+def test_eval_reads_existing_data_and_writes_nothing(run_dir: Path, tmp_path: Path, data_dir: Path) -> None:
+    """A complete generated set is evaluated (as ``data_root=`` elsewhere is); neither the run dir (its
+    metrics.json included) nor the data changes."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0}))
+    data_root = data_dir / "relational_evalfaults"
+    before = _snapshot(run, data_root)
+    top1, top5 = _hand_accuracy(run)
+    metrics = eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    assert metrics["val/top1"] == pytest.approx(top1, abs=1e-4)
+    assert metrics["val/top5"] == pytest.approx(top5, abs=1e-4)
+    assert _snapshot(run, data_root) == before
+
+    moved = _copy(run_dir, tmp_path / "moved", _absent_root(tmp_path))
+    metrics = eval_script.evaluate(_eval_cfg(moved, tmp_path, data_dir, f"data_root={data_root}"))
+    assert metrics["val/top1"] == pytest.approx(top1, abs=1e-4)
+    assert _snapshot(run, data_root) == before and not (tmp_path / "nowhere").exists()
+
+
+def test_reference_weights_mode_never_generates(tmp_path: Path, data_dir: Path) -> None:
+    """``experiment=detr_shapes model.weights=<file>``: the experiment's generator is never run, and NaN
+    reference weights are refused before evaluating."""
+    import eval as eval_script
+    from models.detr.reference import to_reference_checkpoint
+    from tests.test_detr_reference import truth_predicting_detr
+
+    root = tmp_path / "coco"
+    weights = to_reference_checkpoint(truth_predicting_detr(3, label=0), tmp_path / "ref.pth")
+    overrides = ["experiment=detr_shapes", f"model.weights={weights}", f"data.root={root}", "model.num_queries=1"]
+    with pytest.raises(RunDataError) as err:
+        eval_script.evaluate(compose_config(overrides, tmp_path / "eval", data_dir, config_name="eval"))
+    assert str(err.value).startswith(f"data.root={root} named by the eval config does not exist")
+    assert "pass data.root=<folder> pointing at existing data" in str(err.value)
+    assert not root.exists()
+
+    broken = truth_predicting_detr(3, label=0)
+    with torch.no_grad():
+        broken.class_embed.bias[1] = math.nan
+    to_reference_checkpoint(broken, weights)
+    with pytest.raises(RunConfigError) as err:
+        eval_script.evaluate(compose_config(overrides, tmp_path / "eval", data_dir, config_name="eval"))
+    assert f"model.weights={weights} holds non-finite weights: model.class_embed.bias has 1 NaN/inf of 4" in str(
+        err.value)
+
+
+# ----------------------------------------------------------------------------- the command line
+def test_eval_cli_faults_are_one_line(run_dir: Path, tmp_path: Path, data_dir: Path) -> None:
+    """End to end: exit 2, one ``error:`` line, no table printed (a run's checkpoint error and a data error;
+    the other faults are raised as the same error classes, as tested in-process above)."""
+    env = {"OMP_NUM_THREADS": "1"}
+    cases = {
+        "nan": (lambda run: torch.save({"state_dict": {
+            k: torch.full_like(v, math.nan)
+            for k, v in torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"].items()}},
+            run / "checkpoints" / "best.ckpt"), "holds non-finite weights: net.cls_token"),
+        "no_data": (lambda run: None, "does not exist: no complete generated dataset"),
+    }
+    for name, (make, expected) in cases.items():
+        run = _copy(run_dir, tmp_path / name, _absent_root(tmp_path) if name == "no_data" else None)
+        make(run)
+        result = run_cli("eval.py", [f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}"], env_extra=env)
+        assert result.returncode == 2, (name, result.stderr[-2000:])
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (name, result.stderr)
+        assert expected in result.stderr, (name, result.stderr)
+        assert "val/top1" not in result.stdout and not (run / "metrics.json").exists()
