@@ -16,9 +16,10 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import shutil
-import uuid
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from torchvision.transforms import v2
 
 from data.datamodule import make_loader, trainer_world
 from data.errors import DataConfigError, load_rgb_image
+from data.generation import generation_lock, new_temp_dir, remove_stale_temp_dirs, sweep_stale_temp_dirs
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -125,26 +127,54 @@ def detr_eval_transforms(
 INVALID_BOX_CHOICES = ("error", "drop")
 
 
-def _box_problem(bbox: Any, image: dict[str, Any]) -> str | None:
-    """Why a COCO ``[x, y, w, h]`` box is unusable, or None; ``image`` is its images entry (width, height)."""
-    if not isinstance(bbox, (list, tuple)) or len(bbox) != 4 or not all(isinstance(v, (int, float)) for v in bbox):
-        return "a box must be 4 numbers [x, y, width, height]"
-    x, y, w, h = (float(v) for v in bbox)
-    if not all(np.isfinite([x, y, w, h])):
-        return "not finite"
+# How far a box may reach outside its image and still be used (clipped to the image): annotation tools
+# and rounding put edges a little outside; more than this is a wrong box (or a wrong image size).
+BOX_TOLERANCE_FRACTION, BOX_TOLERANCE_MIN_PX = 0.01, 1.0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_box(bbox: Any, width: float, height: float) -> tuple[str | None, list[float] | None]:
+    """The one rule for COCO ``[x, y, w, h]`` boxes of a ``width`` x ``height`` image, for every split.
+
+    Returns ``(problem, None)`` for an unusable box (not 4 finite numbers, width or height <= 0, wholly
+    outside the image, or reaching outside it by more than max(1 px, 1% of the image side)), otherwise
+    ``(None, box clipped to the image)``: the box used for training and as evaluation ground truth alike.
+    """
+    # Written out (no generators): this runs for each of COCO's 860k training annotations.
+    if not (isinstance(bbox, (list, tuple)) and len(bbox) == 4):
+        return "a box must be 4 numbers [x, y, width, height]", None
+    x, y, w, h = bbox
+    if not (_is_number(x) and _is_number(y) and _is_number(w) and _is_number(h)):
+        return "a box must be 4 numbers [x, y, width, height]", None
+    x, y, w, h = float(x), float(y), float(w), float(h)
+    if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(w) and math.isfinite(h)):
+        return "not finite", None
     if w <= 0 or h <= 0:
-        return "width or height <= 0"
-    width, height = image.get("width"), image.get("height")
-    if width and height and (x >= width or y >= height or x + w <= 0 or y + h <= 0):
-        return f"wholly outside its {width}x{height} image"
-    return None
+        return "width or height <= 0", None
+    x0, y0, x1, y1 = max(x, 0.0), max(y, 0.0), min(x + w, float(width)), min(y + h, float(height))
+    if x1 <= x0 or y1 <= y0:
+        return f"wholly outside its {width}x{height} image", None
+    tol_x = max(BOX_TOLERANCE_MIN_PX, BOX_TOLERANCE_FRACTION * width)
+    tol_y = max(BOX_TOLERANCE_MIN_PX, BOX_TOLERANCE_FRACTION * height)
+    out_x, out_y = max(-x, x + w - width, 0.0), max(-y, y + h - height, 0.0)
+    if out_x > tol_x or out_y > tol_y:
+        return (
+            f"reaches {max(out_x, out_y):g} px outside its {width}x{height} image (more than the tolerance of "
+            f"{tol_x:g} px across, {tol_y:g} px down)"
+        ), None
+    return None, [x0, y0, x1 - x0, y1 - y0]
 
 
 class CocoDetectionDataset(CocoDetection):
     """torchvision's CocoDetection returning DETR targets (see the module docstring).
 
     Crowd annotations are dropped (DETR trains on ``iscrowd == 0`` only; COCOeval still treats the
-    crowd regions of the JSON as ignore regions), boxes are clipped to the image and empty ones removed.
+    crowd regions of the JSON as ignore regions). The file is checked when loaded (`_check_annotations`):
+    duplicate or dangling ids are errors, boxes follow `check_box` and are clipped in ``self.coco``, the
+    ground truth COCOeval reads, so training and evaluation see the same boxes.
     """
 
     def __init__(
@@ -178,27 +208,60 @@ class CocoDetectionDataset(CocoDetection):
         self.dropped_boxes = self._check_annotations(invalid_boxes)
 
     def _check_annotations(self, invalid_boxes: str) -> int:
-        """Unknown category ids are an error; boxes with width or height <= 0 (or not 4 finite numbers, or
-        wholly outside their image) too, or with ``invalid_boxes="drop"`` they are removed from training and
-        evaluation alike, counted and logged. Returns the number dropped."""
-        images = self.coco.imgs
+        """Check the file against itself and its images, once, for every split alike.
+
+        Errors (one line naming the file and the record): duplicate image, annotation or category ids; an
+        image without a positive width and height; an annotation of an image or category the file does not
+        list, or without the ``iscrowd`` (0 or 1) and ``area`` COCOeval reads; an unusable box (`check_box`),
+        unless ``invalid_boxes="drop"``, which removes such boxes from training and evaluation alike,
+        counted and logged. Usable boxes are clipped to their image in place. Returns the number dropped.
+        """
+        dataset = self.coco.dataset
+        images = self._unique(dataset.get("images", []), "image")
+        self._unique(dataset.get("categories", []), "category")
+        self._unique(dataset.get("annotations", []), "annotation")
+        for image in images.values():
+            if not (_is_number(image.get("width")) and _is_number(image.get("height"))
+                    and image["width"] > 0 and image["height"] > 0):
+                raise DataConfigError(
+                    f"{self.ann_file}: image id {image.get('id')} ({image.get('file_name')}) has width "
+                    f"{image.get('width')!r} and height {image.get('height')!r}; expected its size in pixels "
+                    "(positive numbers), against which its boxes are checked"
+                )
         invalid: list[tuple[dict, str]] = []
-        for ann in self.coco.dataset.get("annotations", []):
-            where = f"{self.ann_file}: annotation id {ann.get('id')} (image {ann.get('image_id')})"
+        def where(ann: dict) -> str:  # built only for an error: this loop sees every annotation of COCO
+            return f"{self.ann_file}: annotation id {ann.get('id')} (image {ann.get('image_id')})"
+
+        for ann in dataset.get("annotations", []):
+            image = images.get(ann.get("image_id"))
+            if image is None:
+                raise DataConfigError(
+                    f"{where(ann)} refers to image id {ann.get('image_id')!r}, which is not in the file's images; "
+                    "fix or remove the annotation"
+                )
             if ann.get("category_id") not in self.cat_to_label:
                 valid = ", ".join(str(c) for c in self.label_to_cat) or "none (the file lists no categories)"
                 raise DataConfigError(
-                    f"{where} has category_id {ann.get('category_id')!r}, which is not in the file's categories;"
+                    f"{where(ann)} has category_id {ann.get('category_id')!r}, which is not in the file's categories;"
                     f" valid ids: {valid}"
                 )
-            problem = _box_problem(ann.get("bbox"), images.get(ann.get("image_id"), {}))
+            if ann.get("iscrowd") not in (0, 1):
+                raise DataConfigError(f"{where(ann)} has iscrowd {ann.get('iscrowd')!r}; expected 0 or 1")
+            area = ann.get("area")
+            if not (_is_number(area) and math.isfinite(area) and area >= 0):
+                raise DataConfigError(
+                    f"{where(ann)} has area {area!r}; expected a number >= 0 (COCOeval's small/medium/large use it)"
+                )
+            problem, clipped = check_box(ann.get("bbox"), image["width"], image["height"])
             if problem:
                 if invalid_boxes == "error":
                     raise DataConfigError(
-                        f"{where} has bbox {ann.get('bbox')!r}: {problem}; fix the file, or set "
+                        f"{where(ann)} has bbox {ann.get('bbox')!r}: {problem}; fix the file, or set "
                         "data.invalid_boxes=drop to leave such boxes out (they are counted and logged)"
                     )
                 invalid.append((ann, problem))
+            elif clipped != ann["bbox"]:  # [1, 2, 3, 4] == [1.0, 2.0, 3.0, 4.0]: a box inside stays as it is
+                ann["bbox"] = clipped  # the same dict is indexed by self.coco: evaluation reads it too
         if invalid:
             dropped = {id(ann) for ann, _ in invalid}
             self.coco.dataset["annotations"] = [a for a in self.coco.dataset["annotations"] if id(a) not in dropped]
@@ -213,6 +276,25 @@ class CocoDetectionDataset(CocoDetection):
             )
         return len(invalid)
 
+    def _unique(self, records: list[dict], kind: str) -> dict[Any, dict]:
+        """``{id: record}``; a repeated id is an error (pycocotools would silently keep the last record)."""
+        by_id: dict[Any, dict] = {}
+        for record in records:
+            key = record.get("id")
+            if key in by_id:
+                count = Counter(r.get("id") for r in records)[key]
+                raise DataConfigError(
+                    f"{self.ann_file}: {kind} id {key!r} appears {count} times; {kind} ids must be unique "
+                    f"(otherwise one {kind} replaces another and boxes are paired with the wrong image or label)"
+                )
+            by_id[key] = record
+        return by_id
+
+    @property
+    def num_ground_truth(self) -> int:
+        """Annotations that are ground truth for AP: those with ``iscrowd == 0`` (after any dropping)."""
+        return sum(1 for a in self.coco.dataset.get("annotations", []) if a.get("iscrowd", 0) == 0)
+
     def _load_image(self, id: int) -> Image.Image:
         return load_rgb_image(os.path.join(self.root, self.coco.loadImgs(id)[0]["file_name"]))
 
@@ -220,6 +302,12 @@ class CocoDetectionDataset(CocoDetection):
         image, anns = super().__getitem__(index)
         image_id = self.ids[index]
         w, h = image.size
+        info = self.coco.imgs[image_id]
+        if (w, h) != (info["width"], info["height"]):  # its boxes were checked against the recorded size
+            raise DataConfigError(
+                f"image {os.path.join(self.root, info['file_name'])} is {w}x{h} pixels but {self.ann_file} "
+                f"records {info['width']}x{info['height']} for image id {image_id}; fix its width and height"
+            )
         anns = [a for a in anns if a.get("iscrowd", 0) == 0]
         xywh = torch.as_tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
         xyxy = box_convert(xywh, "xywh", "xyxy")
@@ -347,6 +435,34 @@ def _write_split(
     (root / "annotations" / f"instances_{split}2017.json").write_text(json.dumps(coco))
 
 
+def check_shapes_settings(
+    num_train: Any, num_val: Any, image_size: Any, object_size: Any, max_objects: Any, max_overlap: Any
+) -> None:
+    """Raise a one-line `DataConfigError` unless `generate_shapes_coco` can place at least one object in
+    every image it may draw (so every image has ground truth); later objects get a bounded number of tries."""
+
+    def is_int(value: Any) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+    for name, value in (("num_train", num_train), ("num_val", num_val), ("max_objects", max_objects)):
+        if not is_int(value) or value < 1:
+            raise DataConfigError(f"data.generator.{name}={value!r} must be an integer >= 1")
+    for name, value in (("image_size", image_size), ("object_size", object_size)):
+        if not (isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2
+                and all(is_int(v) for v in value) and 1 <= value[0] <= value[1]):
+            raise DataConfigError(
+                f"data.generator.{name}={value!r} must be [min, max], two integers with 1 <= min <= max"
+            )
+    if object_size[0] > image_size[0]:
+        raise DataConfigError(
+            f"data.generator.object_size={list(object_size)} does not fit image_size={list(image_size)}: the "
+            f"smallest object ({object_size[0]} px) must fit the smallest image ({image_size[0]} px); valid: "
+            f"object_size[0] <= {image_size[0]}"
+        )
+    if not (_is_number(max_overlap) and 0.0 <= max_overlap <= 1.0):
+        raise DataConfigError(f"data.generator.max_overlap={max_overlap!r} must be a number in [0, 1]")
+
+
 def generate_shapes_coco(
     root: str | Path,
     num_train: int = 2000,
@@ -362,25 +478,33 @@ def generate_shapes_coco(
     Each image (sides uniform in ``image_size``) holds 1..``max_objects`` squares, circles and
     triangles (categories 1, 2, 3) in four colours, sides uniform in ``object_size``; a new object
     may cover at most ``max_overlap`` of an earlier one's box (partial occlusion, never hidden).
-    Generation goes to a temporary sibling folder renamed onto ``root`` at the end, so a killed run
-    never leaves half a dataset and concurrent ranks end with one complete copy.
+    Generation goes to a temporary sibling folder renamed onto ``root`` at the end, under the lock of
+    `data.generation`, so a killed run never leaves half a dataset (its temp folder is removed by the next
+    run) and concurrent ranks end with one complete copy. Settings are checked first
+    (`check_shapes_settings`).
     """
+    check_shapes_settings(num_train, num_val, image_size, object_size, max_objects, max_overlap)
     root = Path(root)
     if root.exists():
+        sweep_stale_temp_dirs(root.absolute())
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = root.parent / f".{root.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        rng = np.random.default_rng(seed)
-        for split, n in (("train", num_train), ("val", num_val)):
-            _write_split(tmp, split, n, rng, image_size, object_size, max_objects, max_overlap)
+    with generation_lock(root.absolute()) as locked:
+        remove_stale_temp_dirs(root.absolute(), locked)
+        if root.exists():  # another process generated it while we waited for the lock
+            return root
+        tmp = new_temp_dir(root.absolute())
         try:
-            os.replace(tmp, root)
-        except OSError:
-            if not root.exists():  # a failure other than losing a race to another process
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            rng = np.random.default_rng(seed)
+            for split, n in (("train", num_train), ("val", num_val)):
+                _write_split(tmp, split, n, rng, image_size, object_size, max_objects, max_overlap)
+            try:
+                os.replace(tmp, root)
+            except OSError:
+                if not root.exists():  # a failure other than losing a race to another process
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
@@ -411,9 +535,11 @@ class CocoDataModule(L.LightningDataModule):
         generator: kwargs of `generate_shapes_coco`; when set, ``prepare_data`` writes the synthetic
             set to ``root`` if it is missing (and ``num_classes`` is that set's class count).
         num_classes: class count; by default read from the val annotation file's categories.
-        invalid_boxes: ``error`` (default): a box with width or height <= 0 (or wholly outside its
-            image) stops with its file and annotation id; ``drop``: such boxes are left out of training
-            and evaluation, counted and logged.
+        invalid_boxes: ``error`` (default): a box with width or height <= 0, wholly outside its image or
+            reaching outside it by more than a small tolerance (`check_box`) stops with its file and
+            annotation id; ``drop``: such boxes are left out of training and evaluation, counted and logged.
+            Either way, both splits follow the same rule, and boxes within the tolerance are clipped for
+            training and evaluation alike.
     """
 
     def __init__(
@@ -491,6 +617,16 @@ class CocoDataModule(L.LightningDataModule):
             self.train_set = CocoDetectionDataset(*self._check("train"), self.train_tf, self.invalid_boxes)
         if self.val_set is None:
             self.val_set = CocoDetectionDataset(*self._check("val"), self.eval_tf, self.invalid_boxes)
+        for split, dataset in (("train", self.train_set), ("val", self.val_set)):
+            if dataset is not None and dataset.num_ground_truth == 0:
+                why = "AP would be undefined" if split == "val" else "there would be nothing to learn"
+                total = len(dataset.coco.dataset.get("annotations", []))
+                dropped = dataset.dropped_boxes
+                dropped = f", {dropped} dropped by data.invalid_boxes=drop" if dropped else ""
+                raise CocoLayoutError(
+                    f"{dataset.ann_file} has no ground truth: none of its {total} annotations is a non-crowd box"
+                    f" (iscrowd 0){dropped}; the {split} split needs some, else {why}"
+                )
         if self.train_set is not None and self.train_set.label_to_cat != self.val_set.label_to_cat:
             raise CocoLayoutError(
                 f"data.root={self.root}: train and val annotation files list different categories"

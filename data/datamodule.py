@@ -15,12 +15,14 @@ from timm.data import create_transform
 from timm.data.distributed_sampler import RepeatAugSampler
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import has_file_allowed_extension
 
 from data.errors import DataConfigError, load_rgb_image
 from data.generation import Generator, _plain, ensure_generated, resolve_generator
 
 LAYOUT_HINT = (
-    "expected ImageFolder layout root/{split}/<class>/<image> (e.g. ImageNet: root/train/n01440764/*.JPEG)"
+    "expected ImageFolder layout root/{train}/<class>/*.png and root/{val}/<class>/*.png (any image type; "
+    "e.g. ImageNet: root/train/n01440764/*.JPEG)"
 )
 # Keys whose YAML lists timm expects as tuples.
 _TUPLE_KEYS = ("scale", "ratio", "color_jitter", "mean", "std")
@@ -31,7 +33,99 @@ def _count_class_dirs(split_dir: Path) -> int:
     return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
 
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+def _inside(path: str, folder: str) -> bool:
+    """Whether the real path ``path`` is ``folder`` or lies under it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: exactly what
+    torchvision's ImageFolder walks (``sorted(os.walk(class_dir, followlinks=True))``), but refusing what
+    would make that walk go wrong.
+
+    A symlinked folder that leads back to a folder containing it (a loop) would have os.walk repeat its
+    images until the path gets too long; one that leads to a folder already walked in this split
+    (``seen``: real path -> path) would count images twice, maybe under two classes. Both are a one-line
+    `DataConfigError` naming the link; symlinked files, and symlinked folders elsewhere, are followed.
+    """
+    folders = []
+    stack = [(class_dir, os.path.realpath(class_dir), (split_real,))]
+    while stack:
+        path, real, chain = stack.pop()
+        loop = next((folder for folder in chain if _inside(folder, real)), None)
+        if loop is not None:
+            raise DataConfigError(
+                f"{path} is a symlink to {real}, a folder that holds the link itself (a loop through {loop}):"
+                " following it would multiply the images of this class; remove the link"
+            )
+        if real in seen:
+            raise DataConfigError(
+                f"{path} is the same folder as {seen[real]} (through a symlink, both {real}): its images "
+                "would count twice; remove the link"
+            )
+        seen[real] = path
+        try:
+            entries = list(os.scandir(path))
+        except OSError as err:  # os.walk would skip the folder silently
+            raise DataConfigError(f"folder {path} cannot be listed ({err.strerror or err})") from None
+        files = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # follows symlinks, as os.walk(followlinks=True) does
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                files.append(entry.name)
+            else:
+                sub_real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
+                stack.append((entry.path, sub_real, (*chain, real)))
+        folders.append((path, sorted(files)))
+    return sorted(folders)
+
+
+class CheckedImageFolder(ImageFolder):
+    """torchvision's ImageFolder with the same samples in the same order, whose folder walk refuses symlink
+    loops and folders reached twice (see `_walk_class_folder`)."""
+
+    @staticmethod
+    def make_dataset(
+        directory: str | Path,
+        class_to_idx: dict[str, int],
+        extensions: tuple[str, ...] | None = None,
+        is_valid_file: Callable[[str], bool] | None = None,
+        allow_empty: bool = False,
+    ) -> list[tuple[str, int]]:
+        directory = os.path.expanduser(str(directory))
+        if is_valid_file is None:
+            def is_valid_file(path: str) -> bool:
+                return has_file_allowed_extension(path, extensions)
+
+        split_real, seen = os.path.realpath(directory), {}
+        samples: list[tuple[str, int]] = []
+        empty = []
+        for target_class in sorted(class_to_idx):
+            class_dir = os.path.join(directory, target_class)
+            if not os.path.isdir(class_dir):
+                continue
+            found = [
+                (os.path.join(folder, name), class_to_idx[target_class])
+                for folder, names in _walk_class_folder(class_dir, split_real, seen)
+                for name in names
+                if is_valid_file(os.path.join(folder, name))
+            ]
+            if not found:
+                empty.append(target_class)
+            samples.extend(found)
+        if empty and not allow_empty:
+            shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            raise FileNotFoundError(f"class folders without images: {shown}")
+        return samples
+
+
+# SIGHUP too: closing the terminal or SSH session of a run signals its whole process group.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGUSR2", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def ignore_stop_signals(worker_id: int) -> None:
@@ -172,7 +266,8 @@ class ImageFolderDataModule(L.LightningDataModule):
             ``{_target_: ..., **kwargs}``; ``prepare_data`` runs it once to create ``root`` when it lacks a
             completion marker.
         num_classes: number of classes; if None it is counted from ``root/train_split`` when that exists
-            (otherwise known after ``setup``). Checked against the data in ``setup``.
+            (otherwise known after ``prepare_data``/``setup``; reading it before is a one-line
+            DataConfigError). Checked against the data in ``setup``.
     """
 
     def __init__(
@@ -213,12 +308,36 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.num_repeats = num_repeats
         self.generator = resolve_generator(generator)
         self._configured_num_classes = num_classes
-        self.num_classes: int | None = num_classes
+        self._num_classes: int | None = num_classes
         train_dir = self.root / train_split
         if num_classes is None and train_dir.is_dir():
-            self.num_classes = _count_class_dirs(train_dir) or None
+            self._num_classes = _count_class_dirs(train_dir) or None
         self.train_set: ImageFolder | None = None
         self.val_set: ImageFolder | None = None
+
+    @property
+    def num_classes(self) -> int:
+        """The class count (configured, or counted from the class folders); a one-line `DataConfigError`
+        while it cannot be known (e.g. an empty root), since a model built with None fails obscurely."""
+        if self._num_classes is None:
+            if self.generator is not None:
+                raise DataConfigError(
+                    f"data.num_classes is null and data.root={self.root} is not generated yet (prepare_data "
+                    "generates it); set data.num_classes"
+                )
+            train_dir = self._check_split_dir(self.train_split)
+            raise DataConfigError(
+                f"data.num_classes is null and {train_dir} has no class folders to count (data.root={self.root}"
+                f" holds no images); {self._layout_hint()}"
+            )
+        return self._num_classes
+
+    @num_classes.setter
+    def num_classes(self, value: int | None) -> None:
+        self._num_classes = value
+
+    def _layout_hint(self) -> str:
+        return LAYOUT_HINT.format(train=self.train_split, val=self.val_split)
 
     # ------------------------------------------------------------------ transforms
     def build_eval_transform(self) -> Callable:
@@ -253,29 +372,31 @@ class ImageFolderDataModule(L.LightningDataModule):
         check the folder layout, so that a wrong ``data.root`` fails before any training starts."""
         if self.generator is not None:
             ensure_generated(self.root, self.generator)
-            if self.num_classes is None and (self.root / self.train_split).is_dir():
-                self.num_classes = _count_class_dirs(self.root / self.train_split) or None
+            if self._num_classes is None and (self.root / self.train_split).is_dir():
+                self._num_classes = _count_class_dirs(self.root / self.train_split) or None
         for split in (self.train_split, self.val_split):
             self._check_split_dir(split)
 
     def _check_split_dir(self, split: str) -> Path:
         if not self.root.is_dir():
             hint = " (did prepare_data run? data.generator is set)" if self.generator is not None else ""
-            raise DataConfigError(f"data.root={self.root} does not exist{hint}; {LAYOUT_HINT}")
+            raise DataConfigError(f"data.root={self.root} does not exist{hint}; {self._layout_hint()}")
         split_dir = self.root / split
         if not split_dir.is_dir():
-            raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {LAYOUT_HINT}")
+            raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {self._layout_hint()}")
         return split_dir
 
     def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
         split_dir = self._check_split_dir(split)
         try:
-            return ImageFolder(str(split_dir), transform=transform, loader=load_rgb_image)
+            return CheckedImageFolder(str(split_dir), transform=transform, loader=load_rgb_image)
         except FileNotFoundError as err:  # no class folders, or class folders without images
             reason = str(err).splitlines()[0].rstrip(".")
+            if reason.startswith("Couldn't find any class folder"):
+                reason = "it has no class folders, so data.root holds no images"
             raise DataConfigError(
-                f"{split_dir} is not a usable ImageFolder split ({reason}); {LAYOUT_HINT}"
-            ) from err
+                f"{split_dir} is not a usable ImageFolder split ({reason}); {self._layout_hint()}"
+            ) from None
 
     def setup(self, stage: str | None = None) -> None:
         """Build the ImageFolders: train+val for stage 'fit' (or None), val only for validate/test/predict."""

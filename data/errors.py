@@ -24,10 +24,30 @@ class DataConfigError(ValueError):
 
 
 def load_rgb_image(path: str | Path) -> Image.Image:
-    """Open ``path`` as RGB; a missing, truncated or non-image file is a `DataConfigError` naming the file."""
+    """Open ``path`` as RGB. A missing, truncated, corrupt or non-image file, and an image above PIL's
+    decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS`` pixels), are a `DataConfigError` naming the file.
+
+    PIL reports damaged files through many exception types (OSError, SyntaxError, ValueError, struct.error,
+    EOFError, IndexError, ...): every failure to decode this one file is reported as this file's.
+    """
     try:
         with Image.open(path) as image:
+            limit = Image.MAX_IMAGE_PIXELS
+            # PIL only warns between the limit and twice it; such an image is refused all the same.
+            if limit and image.width * image.height > limit:
+                raise _too_large(path, f"{image.width}x{image.height} = {image.width * image.height} pixels")
             return image.convert("RGB")
-    except (OSError, SyntaxError, ValueError) as err:  # PIL reports damaged files through all three
+    except DataConfigError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:  # the warning: under -W error
+        raise _too_large(path, " ".join(str(err).split())) from None
+    except Exception as err:  # any decoding failure (see the docstring) is reported as this file's
         reason = " ".join(str(err).split()) or type(err).__name__
         raise DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})") from None
+
+
+def _too_large(path: str | Path, size: str) -> DataConfigError:
+    return DataConfigError(
+        f"image {path} is too large to decode safely ({size}; PIL's decompression-bomb limit is "
+        f"{Image.MAX_IMAGE_PIXELS} pixels, PIL.Image.MAX_IMAGE_PIXELS); downscale or remove it"
+    )

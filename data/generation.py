@@ -7,6 +7,11 @@ completion marker and renames the temp dir onto ``root``. A killed job therefore
 at ``root``, and two processes (DDP ranks, parallel sweeps) racing on the same ``root`` end up with exactly
 one complete copy: a file lock serialises them on one machine, and on filesystems without working locks the
 rename of a directory onto a non-empty ``root`` fails for the loser, who then finds the winner's marker.
+
+The marker records the generator (target and settings) and what it wrote (class folders and image counts
+per split), so a later run refuses data made with other settings or changed by hand. A run killed while
+generating leaves its temp dir behind; the next run removes it (only dirs named like ours, and only while
+holding the lock that every generating process holds for as long as its temp dir exists).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +38,10 @@ except ImportError:  # pragma: no cover - Windows
 MARKER_NAME = ".complete.json"
 
 Generator = Callable[..., Any]
+log = logging.getLogger(__name__)
+# What ImageFolder loads (torchvision's IMG_EXTENSIONS): the marker counts only these, so that a stray
+# .DS_Store does not make a dataset "changed".
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 def _plain(value: Any) -> Any:
@@ -80,26 +91,174 @@ def describe_generator(generator: Generator) -> dict[str, Any]:
     return {"target": target, "kwargs": json.loads(json.dumps(_plain(kwargs), default=str))}
 
 
+def _marker_problem(marker: Any) -> str | None:
+    """What is wrong with a parsed marker, or None. ``content`` is optional: markers written before it
+    was recorded stay readable."""
+    if not isinstance(marker, dict):
+        return f"it holds a JSON {type(marker).__name__}, not an object"
+    generator = marker.get("generator")
+    if not isinstance(generator, dict):
+        return "it has no 'generator' object"
+    if not isinstance(generator.get("target"), str) or not isinstance(generator.get("kwargs", {}), dict):
+        return "its 'generator' lacks a 'target' string or a 'kwargs' object"
+    content = marker.get("content")
+    if content is not None and not (
+        isinstance(content, dict)
+        and all(
+            isinstance(classes, dict)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in classes.values())
+            for classes in content.values()
+        )
+    ):
+        return "its 'content' is not {split: {class: image count}}"
+    return None
+
+
 def read_marker(root: str | Path) -> dict[str, Any] | None:
-    """The completion marker of ``root`` as a dict, or None if ``root`` is not a completed generation."""
+    """The completion marker of ``root`` as a dict, or None if ``root`` is not a completed generation.
+
+    A marker that cannot be read or parsed (a truncated write, an edit) is a `DataConfigError` naming it.
+    """
     marker = Path(root) / MARKER_NAME
     if not marker.is_file():
         return None
-    return json.loads(marker.read_text())
+    try:
+        data = json.loads(marker.read_text())
+    except json.JSONDecodeError as err:
+        problem = f"not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+    except (OSError, UnicodeDecodeError) as err:
+        problem = f"unreadable: {type(err).__name__}: {' '.join(str(err).split())}"
+    else:
+        problem = _marker_problem(data)
+    if problem is not None:
+        raise DataConfigError(
+            f"the completion marker {marker} is damaged ({problem}); delete {Path(root)} to regenerate it"
+        )
+    return data
+
+
+def content_summary(root: str | Path) -> dict[str, dict[str, int]]:
+    """``{split folder: {class folder: number of image files}}`` of an ImageFolder tree (what the marker
+    records). Cheap: one directory listing per folder, no image is opened."""
+    summary: dict[str, dict[str, int]] = {}
+    for split in sorted(os.scandir(root), key=lambda e: e.name):
+        if split.is_dir():
+            summary[split.name] = {
+                cls.name: _count_images(cls.path)
+                for cls in sorted(os.scandir(split.path), key=lambda e: e.name)
+                if cls.is_dir()
+            }
+    return summary
+
+
+def _count_images(folder: str) -> int:
+    return sum(
+        1 for _, _, names in os.walk(folder) for name in names if name.lower().endswith(_IMAGE_SUFFIXES)
+    )
+
+
+def _check_content(root: Path, marker: dict[str, Any]) -> None:
+    """Refuse a generated tree whose class folders or image counts differ from what its marker recorded
+    (a folder deleted by hand would otherwise shift labels or silently shrink the data)."""
+    recorded = marker.get("content")
+    if recorded is None:  # a marker from before content was recorded: nothing to compare with
+        return
+    differences = []
+    for split, classes in sorted(recorded.items()):
+        split_dir = root / split
+        if not split_dir.is_dir():
+            differences.append(f"{split}/ is missing")
+            continue
+        on_disk = {
+            entry.name: entry.path for entry in os.scandir(split_dir) if entry.is_dir()
+        }
+        for name in sorted(set(classes) | set(on_disk)):
+            if name not in on_disk:
+                differences.append(f"{split}/{name}/ is missing")
+            elif name not in classes:
+                differences.append(f"{split}/{name}/ was not generated")
+            else:
+                count = _count_images(on_disk[name])
+                if count != classes[name]:
+                    differences.append(f"{split}/{name}/ has {count} images, {classes[name]} when generated")
+    if differences:
+        more = f" and {len(differences) - 3} more" if len(differences) > 3 else ""
+        raise DataConfigError(
+            f"data.root={root} no longer holds what was generated ({'; '.join(differences[:3])}{more}); "
+            f"delete {root} to regenerate it"
+        )
 
 
 @contextlib.contextmanager
-def _file_lock(lock_path: Path) -> Iterator[None]:
-    """Exclusive inter-process lock (no-op where fcntl is unavailable)."""
+def _file_lock(lock_path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Exclusive inter-process lock; yields whether it is held (False where fcntl is unavailable, or when
+    ``blocking=False`` and another process holds it)."""
     if fcntl is None:  # pragma: no cover
-        yield
+        yield False
         return
     with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def generation_lock(root: Path, blocking: bool = True) -> contextlib.AbstractContextManager[bool]:
+    """The lock every process holds while it generates ``root`` (a file next to it); yields whether held."""
+    return _file_lock(root.parent / f".{root.name}.lock", blocking=blocking)
+
+
+def new_temp_dir(root: Path) -> Path:
+    """Create the private temp dir a generation of ``root`` writes into (renamed onto ``root`` at the end)."""
+    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def _temp_dirs(root: Path) -> list[Path]:
+    """Temp dirs of generations of ``root``: exactly `new_temp_dir`'s names (and ``.tmp-<hex8>``, the names
+    older versions of the COCO generator used), real directories only, never symlinks."""
+    pattern = re.compile(rf"\.{re.escape(root.name)}\.tmp-(?:\d+-)?[0-9a-f]{{8}}")
+    try:
+        entries = list(os.scandir(root.parent))
+    except FileNotFoundError:
+        return []
+    return sorted(
+        Path(e.path) for e in entries if pattern.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+    )
+
+
+def remove_stale_temp_dirs(root: Path, lock_held: bool) -> list[Path]:
+    """Remove the temp dirs that killed generations of ``root`` left behind; returns them.
+
+    Removes nothing unless ``lock_held``: a generating process holds the lock from creating its temp dir
+    until it is renamed or removed, so a temp dir seen under the lock belongs to no live generation. Without
+    a working lock (no fcntl) nothing is removed, since a live process might still be writing.
+    """
+    if not lock_held:
+        return []
+    stale = _temp_dirs(root)
+    for tmp in stale:
+        shutil.rmtree(tmp, ignore_errors=True)
+        log.warning("removed %s (left by a generation of %s that was killed)", tmp, root)
+    return stale
+
+
+def sweep_stale_temp_dirs(root: Path) -> list[Path]:
+    """`remove_stale_temp_dirs` for a caller that does not hold the lock: removes nothing (and does not
+    wait) while another process holds it, i.e. may be generating."""
+    if not _temp_dirs(root):
+        return []
+    try:
+        with generation_lock(root, blocking=False) as held:
+            return remove_stale_temp_dirs(root, held)
+    except OSError:  # a read-only data dir: the complete dataset is still usable, the leftovers stay
+        return []
 
 
 def _check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -131,20 +290,26 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
     """Run ``generator`` into ``root`` unless ``root`` already holds a completed generation.
 
     Returns True if this call generated the data, False if it was already there. Raises DataConfigError if
-    ``root`` exists but was not made by a generator (no marker) or by the same generator and settings.
+    ``root`` exists but was not made by a generator (no marker) or by the same generator and settings, if
+    its marker is damaged, or if its content no longer matches the marker. Temp dirs of killed earlier
+    generations of ``root`` are removed.
     """
     root = Path(root).expanduser().absolute()
     expected = describe_generator(generator)
     marker = read_marker(root)
     if marker is not None:  # fast path, no lock needed
+        sweep_stale_temp_dirs(root)
         _check_marker(root, marker, expected)
+        _check_content(root, marker)
         return False
 
     root.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(root.parent / f".{root.name}.lock"):
+    with generation_lock(root) as locked:
+        remove_stale_temp_dirs(root, locked)
         marker = read_marker(root)  # another process may have finished while we waited for the lock
         if marker is not None:
             _check_marker(root, marker, expected)
+            _check_content(root, marker)
             return False
         if root.exists():
             if root.is_dir() and not any(root.iterdir()):
@@ -155,13 +320,11 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
                     "data.generator (delete it to regenerate, or set data.generator=null to use it as is)"
                 )
 
-        tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
+        tmp = new_temp_dir(root)
         try:
             generator(root=str(tmp))
-            (tmp / MARKER_NAME).write_text(
-                json.dumps({"generator": expected}, indent=2, sort_keys=True) + "\n"
-            )
+            marker = {"generator": expected, "content": content_summary(tmp)}
+            (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
             try:
                 os.replace(tmp, root)
             except OSError:

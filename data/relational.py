@@ -18,14 +18,23 @@ Direction rule: ``theta = atan2(-(row_B - row_A), col_B - col_A)`` of the centre
 down, so north = smaller row), binned into 45 degree sectors centred on E, NE, N, ... Placements whose angle
 is within ``boundary_margin_deg`` of a sector boundary are rejected, so classes are separated by an angular
 gap. The class is drawn first (exactly balanced), then a placement uniformly among the valid ones.
+
+Before sampling, `placement_rates` counts the valid placements of every class and pair of object sizes
+exactly; settings that leave any of them without one (a margin of 22.5 degrees, a canvas too small for two
+objects in separate patches) are a `DataConfigError` naming the settings and the valid range, never an
+endless loop. The sampling itself gives up after `MAX_PLACEMENT_TRIES` tries per image.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from data.errors import DataConfigError
 
 # Class k is the sector centred on angle 45*k degrees (counter-clockwise from east).
 CLASS_NAMES: tuple[str, ...] = ("0_E", "1_NE", "2_N", "3_NW", "4_W", "5_SW", "6_S", "7_SE")
@@ -36,6 +45,9 @@ NUM_CLASSES = len(CLASS_NAMES)
 OBJECT_MIN, OFF_CHANNEL_MAX = 180, 40
 DEFAULT_NOISE_MAX = 32
 _SPLIT_STREAM = {"train": 0, "val": 1}
+# Tries per image before the rejection sampling gives up. The default settings need a few dozen at most;
+# valid placements rare enough to exhaust this are better fixed in the settings than waited for.
+MAX_PLACEMENT_TRIES = 10_000
 
 
 def direction_class(d_row: np.ndarray, d_col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -50,6 +62,120 @@ def direction_class(d_row: np.ndarray, d_col: np.ndarray) -> tuple[np.ndarray, n
     sector = np.floor((angle + 22.5) / 45.0).astype(np.int64) % NUM_CLASSES
     offset_in_sector = (angle + 22.5) % 45.0  # 0 and 45 are the boundaries
     return sector, np.minimum(offset_in_sector, 45.0 - offset_in_sector)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _axis_pairs(img_size: int, patch_size: int, size_a: int, size_b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Along one axis, for each corner offset ``top_B - top_A`` (index ``offset + img_size - size_a``):
+    how many (top_A, top_B) pairs have it, and how many of those put A and B in overlapping patch ranges."""
+    top_a = np.arange(img_size - size_a + 1)[:, None]
+    top_b = np.arange(img_size - size_b + 1)[None, :]
+    index = (top_b - top_a + img_size - size_a).ravel()
+    meet = (top_a // patch_size <= (top_b + size_b - 1) // patch_size) & (
+        top_b // patch_size <= (top_a + size_a - 1) // patch_size
+    )
+    length = 2 * img_size - size_a - size_b + 1
+    return np.bincount(index, minlength=length), np.bincount(index, weights=meet.ravel(), minlength=length)
+
+
+@functools.lru_cache(maxsize=2)
+def _direction_grid(img_size: int, size_difference: int) -> tuple[np.ndarray, np.ndarray]:
+    """`direction_class` of every pair of row/column corner offsets -(img_size - 1) .. img_size - 1; the
+    centre offset adds (size_B - size_A) / 2 on both axes, so size pairs of equal difference share it."""
+    offset = np.arange(-(img_size - 1), img_size) + size_difference / 2.0
+    return direction_class(offset[:, None], offset[None, :])
+
+
+def placement_rates(
+    img_size: int, patch_size: int, size_a: int, size_b: int, boundary_margin_deg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact acceptance rate of the rejection sampler for objects of ``size_a`` and ``size_b`` px.
+
+    Rows and columns are drawn independently, so a placement is a pair of per-axis corner offsets; it shares
+    a patch cell iff the patch ranges meet on both axes. Counting per axis gives, for every 2-D offset, the
+    number of placements and of those that share a cell, and the class and boundary distance of an offset
+    are computed by `direction_class` exactly as the sampler does.
+
+    Returns:
+        (fraction of all placements that are valid, per class; the largest ``boundary_margin_deg`` that
+        would leave the class a valid placement, per class, -inf where no placement keeps the objects in
+        separate patches). Both of shape (8,).
+    """
+    count, meet = _axis_pairs(img_size, patch_size, size_a, size_b)
+    window = slice(size_a - 1, 2 * img_size - size_b)  # corner offsets -(img_size - size_a) .. img_size - size_b
+    cls, margin = (grid[window, window] for grid in _direction_grid(img_size, size_b - size_a))
+    separate = np.outer(count, count) - np.outer(meet, meet)  # placements whose objects share no cell
+    usable = separate > 0
+    total = float(count.sum()) ** 2
+    ok = usable & (margin >= boundary_margin_deg)
+    rates = np.bincount(cls[ok], weights=separate[ok], minlength=NUM_CLASSES) / total
+    best = np.array([margin[usable & (cls == k)].max(initial=-np.inf) for k in range(NUM_CLASSES)])
+    return rates, best
+
+
+def check_relational_settings(
+    img_size: int,
+    patch_size: int,
+    min_object_size: int,
+    max_object_size: int,
+    boundary_margin_deg: float,
+    noise_max: int,
+) -> None:
+    """Raise a one-line `DataConfigError` unless every class has a valid placement for every pair of object
+    sizes the generator can draw (so the rejection sampling always terminates)."""
+    for name, value in (("img_size", img_size), ("patch_size", patch_size), ("noise_max", noise_max),
+                        ("min_object_size", min_object_size), ("max_object_size", max_object_size)):
+        if not _is_int(value) or value < 1:
+            raise DataConfigError(f"data.generator.{name}={value!r} must be a positive integer")
+    if img_size % patch_size:
+        raise DataConfigError(
+            f"data.generator.img_size={img_size} must be a multiple of data.generator.patch_size={patch_size}"
+        )
+    if not min_object_size <= max_object_size <= img_size // 3:
+        raise DataConfigError(
+            f"data.generator object sizes min_object_size={min_object_size}, max_object_size={max_object_size}:"
+            f" need 1 <= min_object_size <= max_object_size <= img_size // 3 = {img_size // 3}"
+        )
+    if not noise_max <= OBJECT_MIN - 50:
+        raise DataConfigError(
+            f"data.generator.noise_max={noise_max} must be in [1, {OBJECT_MIN - 50}] to keep objects visible"
+        )
+    margin_ok = isinstance(boundary_margin_deg, (int, float, np.number)) and not isinstance(boundary_margin_deg, bool)
+    if not (margin_ok and 0.0 <= boundary_margin_deg < 22.5):  # also refuses NaN
+        raise DataConfigError(
+            f"data.generator.boundary_margin_deg={boundary_margin_deg!r} must be a number in [0, 22.5): "
+            "the sectors are 45 degrees wide, so no angle is 22.5 degrees or more from both of its boundaries"
+        )
+    sizes = range(min_object_size, max_object_size + 1)
+    # Computed in order of size difference (the cached direction grid is shared), reported in (a, b) order.
+    by_difference = sorted(((a, b) for a in sizes for b in sizes), key=lambda pair: pair[1] - pair[0])
+    pairs = sorted(
+        ((a, b, *placement_rates(img_size, patch_size, a, b, boundary_margin_deg)) for a, b in by_difference),
+        key=lambda pair: pair[:2],
+    )
+    best = min(best.min() for *_, best in pairs)  # the largest margin leaving every class and size pair a placement
+    if best == -np.inf:  # no margin helps: name a class and size pair that cannot keep the objects apart
+        size_a, size_b, _, class_best = next(pair for pair in pairs if pair[3].min() == -np.inf)
+        missing = CLASS_NAMES[int(np.argmin(class_best))]
+    else:
+        failed = next((pair for pair in pairs if pair[2].min() == 0), None)
+        if failed is None:
+            return
+        size_a, size_b, rates, _ = failed
+        missing = CLASS_NAMES[int(np.argmin(rates))]
+    where = f"data.generator img_size={img_size}, patch_size={patch_size}, objects of {size_a} and {size_b} px"
+    if best == -np.inf:
+        raise DataConfigError(
+            f"{where}: no placement of class {missing} keeps the two objects in separate {patch_size}x{patch_size}"
+            " patches; use a larger img_size, or a smaller patch_size or max_object_size"
+        )
+    raise DataConfigError(
+        f"{where}: data.generator.boundary_margin_deg={boundary_margin_deg} leaves class {missing} no valid "
+        f"placement; valid range with these settings: 0 <= boundary_margin_deg <= {math.floor(best * 1000) / 1000}"
+    )
 
 
 def render_relational_shapes(
@@ -67,13 +193,13 @@ def render_relational_shapes(
     Returns:
         images: uint8 (num_images, img_size, img_size, 3), RGB.
         labels: int64 (num_images,), index into CLASS_NAMES; exactly balanced up to num_images % 8.
+    Raises:
+        DataConfigError: settings without a valid placement for some class (checked before sampling), or
+            placements so rare that `MAX_PLACEMENT_TRIES` tries per image were not enough.
     """
-    if img_size % patch_size:
-        raise ValueError(f"img_size={img_size} must be a multiple of patch_size={patch_size}")
-    if not 1 <= min_object_size <= max_object_size <= img_size // 3:
-        raise ValueError(f"need 1 <= min_object_size <= max_object_size <= img_size // 3 = {img_size // 3}")
-    if not 0 < noise_max <= OBJECT_MIN - 50:
-        raise ValueError(f"noise_max={noise_max} must be in (0, {OBJECT_MIN - 50}] to keep objects visible")
+    if not _is_int(num_images) or num_images < 0:
+        raise DataConfigError(f"num_images={num_images!r} must be an integer >= 0")
+    check_relational_settings(img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max)
     rng = np.random.default_rng(seed)
     n = num_images
     labels = rng.permutation(np.arange(n) % NUM_CLASSES)
@@ -83,7 +209,9 @@ def render_relational_shapes(
     # has its class, keeps off sector boundaries and shares no patch cell between A and B.
     corners = np.zeros((n, 2, 2), dtype=np.int64)
     pending = np.arange(n)
-    while len(pending):
+    for _ in range(MAX_PLACEMENT_TRIES):
+        if not len(pending):
+            break
         size = sizes[pending][:, :, None]
         trial = (rng.random((len(pending), 2, 2)) * (img_size - size + 1)).astype(np.int64)
         centre = trial + (size - 1) / 2.0
@@ -95,6 +223,13 @@ def render_relational_shapes(
         ok = (cls == labels[pending]) & (margin >= boundary_margin_deg) & ~share_cell
         corners[pending[ok]] = trial[ok]
         pending = pending[~ok]
+    if len(pending):
+        raise DataConfigError(
+            f"data.generator: {len(pending)} of {n} images found no valid placement in {MAX_PLACEMENT_TRIES} "
+            f"tries (img_size={img_size}, patch_size={patch_size}, object sizes {min_object_size}.."
+            f"{max_object_size}, boundary_margin_deg={boundary_margin_deg}): valid placements are too rare; "
+            "lower boundary_margin_deg or max_object_size, or raise img_size"
+        )
 
     images = rng.integers(0, noise_max, size=(n, img_size, img_size, 3), dtype=np.uint8)
     colours = rng.integers(0, OFF_CHANNEL_MAX + 1, size=(n, 2, 3))
@@ -126,6 +261,13 @@ def generate_relational_shapes(
     derived from ``seed``, so changing ``num_val`` does not change the training images. ``patch_size`` should
     equal the ViT patch size: no patch of that size holds both objects.
     """
+    for name, count in (("num_train", num_train), ("num_val", num_val)):
+        if not _is_int(count) or count < NUM_CLASSES:
+            raise DataConfigError(
+                f"data.generator.{name}={count!r} must be an integer >= {NUM_CLASSES}: every class needs an "
+                "image in each split"
+            )
+    check_relational_settings(img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max)
     root = Path(root)
     for split, count in (("train", num_train), ("val", num_val)):
         images, labels = render_relational_shapes(

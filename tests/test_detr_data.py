@@ -39,16 +39,17 @@ def test_generator_writes_a_real_coco_layout(shapes_root: Path, tmp_path: Path) 
         for a in ann["annotations"]:
             x, y, w, h = a["bbox"]
             assert x >= 0 and y >= 0 and w >= 8 and h >= 8 and a["iscrowd"] == 0
-    # Seeded: the same arguments give the same annotations; no temp folder is left behind.
+    # Seeded: the same arguments give the same annotations; no temp folder is left behind (only the lock file).
     again = generate_shapes_coco(tmp_path / "again", **SMALL)
     for split in ("train", "val"):
         name = f"instances_{split}2017.json"
         assert (again / "annotations" / name).read_text() == (shapes_root / "annotations" / name).read_text()
-    assert [p.name for p in tmp_path.iterdir()] == ["again"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".again.lock", "again"]
 
 
 def _write_tiny_coco(root: Path) -> None:
-    """One 50x40 image: a normal box, a crowd box, a zero-width box, a box running off the image."""
+    """One 50x40 image: a normal box, a crowd box, a zero-width box, a box running off the image by less
+    than the 1 px tolerance (clipped)."""
     (root / "val2017").mkdir(parents=True)
     (root / "annotations").mkdir()
     Image.new("RGB", (50, 40), (100, 100, 100)).save(root / "val2017" / "a.png")
@@ -56,7 +57,7 @@ def _write_tiny_coco(root: Path) -> None:
         {"id": 1, "image_id": 9, "category_id": 5, "bbox": [10, 5, 20, 10], "area": 200, "iscrowd": 0},
         {"id": 2, "image_id": 9, "category_id": 2, "bbox": [0, 0, 30, 30], "area": 900, "iscrowd": 1},
         {"id": 3, "image_id": 9, "category_id": 2, "bbox": [5, 5, 0, 10], "area": 0, "iscrowd": 0},
-        {"id": 4, "image_id": 9, "category_id": 2, "bbox": [40, 30, 20, 20], "area": 400, "iscrowd": 0},
+        {"id": 4, "image_id": 9, "category_id": 2, "bbox": [40, 30, 10.75, 10.5], "area": 100, "iscrowd": 0},
     ]
     cats = [{"id": 2, "name": "two"}, {"id": 5, "name": "five"}]
     images = [{"id": 9, "file_name": "a.png", "width": 50, "height": 40}]

@@ -61,10 +61,13 @@ def evaluate_coco(
 ) -> dict[str, float]:
     """Run COCOeval (bbox) over ``image_ids`` (default: all) and return the 12 stats in percent.
 
-    No detections at all give zeros (pycocotools cannot load an empty result list).
+    No detections at all give zeros (pycocotools cannot load an empty result list). Without any non-crowd
+    ground-truth box among the images AP is undefined, not 0: every stat is NaN (COCOeval would say -1).
     """
     ids = sorted(set(image_ids)) if image_ids is not None else sorted(coco_gt.getImgIds())
-    if not results or not ids:
+    if not any(a.get("iscrowd", 0) == 0 for i in ids for a in coco_gt.imgToAnns.get(i, [])):
+        return dict.fromkeys(METRIC_NAMES, float("nan"))
+    if not results:
         return dict.fromkeys(METRIC_NAMES, 0.0)
     with contextlib.redirect_stdout(io.StringIO()):
         coco_dt = coco_gt.loadRes([dict(r) for r in results])  # loadRes edits its input

@@ -1,0 +1,585 @@
+"""Fault classes of the data layer, each refused with one line naming the setting or path (never a hang, a
+traceback or a silently different dataset):
+
+- generators: settings without a valid placement are found before sampling; sampling has a bounded number
+  of tries; temp dirs of killed generations are removed; a damaged marker, or generated data changed by hand,
+  is refused;
+- ImageFolder: symlink loops and folders reached twice; decompression bombs; an empty root;
+- COCO: duplicate or dangling ids; splits without ground truth; boxes reaching outside their image (one rule
+  for training and evaluation, which also never reports AP 0 for an empty ground truth).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import signal
+import struct
+import warnings
+import zlib
+from collections.abc import Iterator
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.datasets import ImageFolder
+
+import data.relational
+from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
+from data.coco import CocoDataModule, CocoDetectionDataset, CocoLayoutError, generate_shapes_coco
+from data.errors import load_rgb_image
+from data.generation import MARKER_NAME, ensure_generated, generation_lock, new_temp_dir, sweep_stale_temp_dirs
+from data.relational import generate_relational_shapes, placement_rates, render_relational_shapes
+from models.detr.coco_eval import METRIC_NAMES, evaluate_coco, load_coco
+
+
+@pytest.fixture(autouse=True)
+def _no_hang() -> Iterator[None]:
+    """A regression to an endless loop fails the test instead of hanging the suite."""
+
+    def fail(signum: int, frame: object) -> None:
+        raise TimeoutError("the data layer hung (an unbounded loop?)")
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert isinstance(err.value, DataConfigError) and "\n" not in message, message
+    return message
+
+
+# ------------------------------------------------------------------------------------ relational generator
+@pytest.mark.parametrize("margin", [22.5, 30.0, -1.0, float("nan"), "5"])
+def test_margin_outside_its_range_is_refused_before_sampling(tmp_path: Path, margin: object) -> None:
+    with pytest.raises(DataConfigError) as err:
+        generate_relational_shapes(tmp_path / "rel", num_train=8, num_val=8, boundary_margin_deg=margin)
+    message = _one_line(err)
+    assert f"data.generator.boundary_margin_deg={margin!r}" in message and "[0, 22.5)" in message
+    assert not (tmp_path / "rel").exists()
+
+
+def test_infeasible_margin_names_class_sizes_and_the_valid_range() -> None:
+    """img 6, patches 3, objects of 1 and 2 px: centres differ by half-integers, so class E's flattest offset
+    is 0.5 down over 4.5 across (A of 1 px at column 0, B of 2 px at columns 4-5), atan(1/9) = 6.34 degrees
+    from east: at most 22.5 - 6.34 = 16.159 degrees from a sector boundary. Every other class and size pair
+    allows more (e.g. equal sizes reach the sector centres exactly)."""
+    best = 22.5 - math.degrees(math.atan(1 / 9))
+    settings = {"img_size": 6, "patch_size": 3, "min_object_size": 1, "max_object_size": 2}
+    with pytest.raises(DataConfigError) as err:
+        render_relational_shapes(8, boundary_margin_deg=17.0, **settings)
+    message = _one_line(err)
+    assert "objects of 1 and 2 px" in message and "class 0_E" in message
+    assert math.floor(best * 1000) / 1000 == 16.159 and "0 <= boundary_margin_deg <= 16.159" in message
+    images, labels = render_relational_shapes(16, boundary_margin_deg=16.159, **settings)  # terminates
+    assert images.shape == (16, 6, 6, 3) and sorted(np.bincount(labels)) == [2] * 8
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"img_size": 3, "patch_size": 3, "min_object_size": 1, "max_object_size": 1},
+         "no placement of class 0_E keeps the two objects in separate 3x3 patches"),
+        ({"img_size": 8, "patch_size": 8, "min_object_size": 1, "max_object_size": 2},
+         "in separate 8x8 patches"),
+        ({"img_size": 32, "patch_size": 0}, "data.generator.patch_size=0 must be a positive integer"),
+        ({"img_size": 30, "patch_size": 4}, "img_size=30 must be a multiple of data.generator.patch_size=4"),
+        ({"min_object_size": 7, "max_object_size": 5}, "need 1 <= min_object_size <= max_object_size"),
+        ({"num_val": 4}, "data.generator.num_val=4 must be an integer >= 8"),
+    ],
+)
+def test_canvas_too_small_and_bad_sizes_are_refused(tmp_path: Path, settings: dict, fragment: str) -> None:
+    with pytest.raises(DataConfigError) as err:
+        generate_relational_shapes(tmp_path / "rel", **{"num_train": 8, "num_val": 8, **settings})
+    assert fragment in _one_line(err)
+
+
+def _brute_force_rates(img: int, patch: int, size_a: int, size_b: int, margin: float) -> np.ndarray:
+    """Fraction of all corner placements valid for each class, by enumerating every placement, with the
+    compass rule written out here (row axis down, sectors centred on E, NE, N, ...)."""
+    counts, total = np.zeros(8), 0
+    for ra, ca, rb, cb in product(range(img - size_a + 1), range(img - size_a + 1),
+                                  range(img - size_b + 1), range(img - size_b + 1)):
+        total += 1
+        d_row = (rb + (size_b - 1) / 2) - (ra + (size_a - 1) / 2)
+        d_col = (cb + (size_b - 1) / 2) - (ca + (size_a - 1) / 2)
+        meet_rows = ra // patch <= (rb + size_b - 1) // patch and rb // patch <= (ra + size_a - 1) // patch
+        meet_cols = ca // patch <= (cb + size_b - 1) // patch and cb // patch <= (ca + size_a - 1) // patch
+        angle = math.degrees(math.atan2(-d_row, d_col)) % 360
+        inside = (angle + 22.5) % 45
+        if not (meet_rows and meet_cols) and min(inside, 45 - inside) >= margin:
+            counts[int((angle + 22.5) // 45) % 8] += 1
+    return counts / total
+
+
+@pytest.mark.parametrize(("img", "patch", "size_a", "size_b", "margin"),
+                         [(8, 4, 1, 2, 0.0), (9, 3, 2, 3, 10.0), (12, 4, 4, 3, 15.0)])
+def test_placement_rates_match_enumeration(img: int, patch: int, size_a: int, size_b: int, margin: float) -> None:
+    rates, _ = placement_rates(img, patch, size_a, size_b, margin)
+    np.testing.assert_allclose(rates, _brute_force_rates(img, patch, size_a, size_b, margin), rtol=0, atol=1e-12)
+
+
+def test_sampling_gives_up_after_a_bounded_number_of_tries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(data.relational, "MAX_PLACEMENT_TRIES", 1)  # about 7% of tries succeed by default
+    with pytest.raises(DataConfigError) as err:
+        render_relational_shapes(64)
+    message = _one_line(err)
+    assert "of 64 images found no valid placement in 1 tries" in message and "boundary_margin_deg=5.0" in message
+
+
+def test_generated_data_is_unchanged() -> None:
+    """Digests of what the generators produced before feasibility checks existed (pixels and labels, not PNG
+    bytes, so that a new zlib does not fail this): existing settings give the same data."""
+    images, labels = render_relational_shapes(64, seed=np.random.SeedSequence([0, 0]))
+    digest = hashlib.sha256(images.tobytes() + labels.astype(np.int64).tobytes()).hexdigest()
+    assert digest == "45eea5c60b439ea3cbbf6c26d17210c4c36e8abf5915c014394d0d3394e112e4"
+
+
+# ------------------------------------------------------------------------------------ COCO shapes generator
+SHAPES = {"num_train": 12, "num_val": 6, "image_size": [40, 56], "object_size": [8, 20], "max_objects": 3}
+
+
+def test_shapes_annotations_are_unchanged(tmp_path: Path) -> None:
+    root = generate_shapes_coco(tmp_path / "shapes", **SHAPES)
+    digests = {
+        split: hashlib.sha256((root / "annotations" / f"instances_{split}2017.json").read_bytes()).hexdigest()
+        for split in ("train", "val")
+    }
+    assert digests == {
+        "train": "d9e11f90f5e088ddfeee7c750e8d02d7603cf83c934c327b5b6a73256542b3c7",
+        "val": "95a4bdf3f9c58e64673e80fc9196244b44c05e4bad260dc1234ddf2913c19ecc",
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"object_size": [48, 60]}, "the smallest object (48 px) must fit the smallest image (40 px)"),
+        ({"image_size": [56, 40]}, "data.generator.image_size=[56, 40] must be [min, max]"),
+        ({"object_size": [0, 8]}, "data.generator.object_size=[0, 8] must be [min, max]"),
+        ({"max_objects": 0}, "data.generator.max_objects=0 must be an integer >= 1"),
+        ({"num_val": 0}, "data.generator.num_val=0 must be an integer >= 1"),
+        ({"max_overlap": 1.5}, "data.generator.max_overlap=1.5 must be a number in [0, 1]"),
+    ],
+)
+def test_shapes_settings_without_room_are_refused(tmp_path: Path, change: dict, fragment: str) -> None:
+    with pytest.raises(DataConfigError) as err:
+        generate_shapes_coco(tmp_path / "shapes", **{**SHAPES, **change})
+    assert fragment in _one_line(err)
+    assert not any(tmp_path.iterdir())
+
+
+def test_shapes_generator_removes_temp_dirs_of_killed_runs(tmp_path: Path) -> None:
+    root = tmp_path / "shapes"
+    old_style = tmp_path / ".shapes.tmp-0badc0de"  # the name the COCO generator used before
+    old_style.mkdir()
+    killed = new_temp_dir(root)  # as a killed run leaves it: created, never renamed, lock released
+    (killed / "half.png").write_bytes(b"x")
+    generate_shapes_coco(root, **SHAPES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".shapes.lock", "shapes"]
+
+
+# ------------------------------------------------------------------------------------ ensure_generated
+FAKE = functools.partial(make_fake_imagefolder, num_classes=3, per_class=2, img_size=8)
+
+
+def test_temp_dirs_of_killed_runs_are_removed_and_only_those(tmp_path: Path) -> None:
+    root = tmp_path / "rel"
+    stale = [new_temp_dir(root), new_temp_dir(root), tmp_path / ".rel.tmp-deadbeef"]
+    stale[2].mkdir()
+    (stale[0] / "train").mkdir()
+    keep = [tmp_path / ".rel.tmp-12-notahex!", tmp_path / ".other.tmp-12-deadbeef", tmp_path / "rel.tmp-1-deadbeef"]
+    for path in keep:
+        path.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(target, tmp_path / ".rel.tmp-7-0123abcd")  # a link is never followed nor removed
+    assert ensure_generated(root, FAKE)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([".rel.lock", "rel", "elsewhere", ".rel.tmp-7-0123abcd", *(p.name for p in keep)])
+
+    leftover = new_temp_dir(root)  # a killed loser of a race: the root is complete, the fast path cleans too
+    assert not ensure_generated(root, FAKE) and not leftover.exists()
+
+
+def test_temp_dir_of_a_running_generation_is_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    with generation_lock(root) as held:  # another process generating: it holds the lock
+        assert held
+        in_use = new_temp_dir(root)
+        assert sweep_stale_temp_dirs(root) == [] and in_use.is_dir()
+        assert not ensure_generated(root, FAKE)  # the fast path neither waits nor removes it
+        assert in_use.is_dir()
+    assert sweep_stale_temp_dirs(root) == [in_use] and not in_use.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b'{"generator": {"target": "x", "kw', "not valid JSON"), (b"\xff\xfe\x00", "unreadable"),
+     (b"[1, 2]", "it holds a JSON list, not an object"), (b'"done"', "JSON str"),
+     (b'{"content": {}}', "no 'generator' object"),
+     (b'{"generator": {"target": "x", "kwargs": {}}, "content": {"train": {"a": -1}}}', "'content' is not")],
+    ids=["truncated", "binary", "list", "string", "no_generator", "bad_content"],
+)
+def test_damaged_marker_names_the_file_and_what_to_do(tmp_path: Path, content: bytes, problem: str) -> None:
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    (root / MARKER_NAME).write_bytes(content)
+    dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE)
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    message = _one_line(err)
+    assert f"the completion marker {root / MARKER_NAME} is damaged" in message and problem in message
+    assert message.endswith(f"delete {root} to regenerate it")
+
+
+def test_marker_records_class_folders_and_image_counts(tmp_path: Path) -> None:
+    ensure_generated(tmp_path / "rel", FAKE)
+    marker = json.loads((tmp_path / "rel" / MARKER_NAME).read_text())
+    per_class = {"class_000": 2, "class_001": 2, "class_002": 2}
+    assert marker["content"] == {"train": per_class, "val": per_class}
+
+
+@pytest.mark.parametrize(
+    ("edit", "difference"),
+    [
+        (lambda root: __import__("shutil").rmtree(root / "train" / "class_001"), "train/class_001/ is missing"),
+        (lambda root: (root / "val" / "class_002" / "0000.png").unlink(),
+         "val/class_002/ has 1 images, 2 when generated"),
+        (lambda root: Image.new("RGB", (8, 8)).save(root / "train" / "class_000" / "extra.png"),
+         "train/class_000/ has 3 images, 2 when generated"),
+        (lambda root: (root / "train" / "class_009").mkdir(), "train/class_009/ was not generated"),
+        (lambda root: __import__("shutil").rmtree(root / "val"), "val/ is missing"),
+    ],
+    ids=["class_deleted", "image_deleted", "image_added", "class_added", "split_deleted"],
+)
+def test_generated_data_changed_by_hand_is_refused(tmp_path: Path, edit, difference: str) -> None:
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    edit(root)
+    dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE, num_classes=3)
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    message = _one_line(err)
+    assert message.startswith(f"data.root={root} no longer holds what was generated (")
+    assert difference in message and message.endswith(f"delete {root} to regenerate it")
+
+
+def test_unrelated_files_and_old_markers_are_accepted(tmp_path: Path) -> None:
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    (root / "train" / "class_000" / ".DS_Store").write_bytes(b"")  # not an image: ImageFolder skips it too
+    assert not ensure_generated(root, FAKE)
+    marker = json.loads((root / MARKER_NAME).read_text())
+    del marker["content"]  # as written before content was recorded
+    (root / MARKER_NAME).write_text(json.dumps(marker))
+    __import__("shutil").rmtree(root / "val" / "class_000")
+    assert not ensure_generated(root, FAKE)  # nothing recorded to compare with: readable as before
+
+
+# ------------------------------------------------------------------------------------ ImageFolder
+def _fake(root: Path) -> Path:
+    return make_fake_imagefolder(root, num_classes=2, per_class=4, img_size=8)
+
+
+def _dm(root: Path) -> ImageFolderDataModule:
+    return ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, eval_crop_pct=1.0)
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [
+        ("train/class_000/again", "."),  # the class folder itself
+        ("train/class_000/up", ".."),  # the split folder
+        ("train/class_000/sub/root", "../../.."),  # the dataset root, from a subfolder
+        ("train/loop", "."),  # a class folder that is the split folder
+    ],
+)
+def test_symlink_loop_is_refused_naming_the_link(tmp_path: Path, link: str, target: str) -> None:
+    root = _fake(tmp_path / "fake")
+    (root / link).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, root / link)
+    assert len(ImageFolder(str(root / "train")).samples) > 8  # what torchvision alone does: repeats images
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    message = _one_line(err)
+    assert message.startswith(f"{root / link} is a symlink to ") and "(a loop through" in message
+
+
+def test_loop_through_a_folder_outside_the_root_is_refused(tmp_path: Path) -> None:
+    root = _fake(tmp_path / "fake")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / "train" / "class_001" / "out")
+    os.symlink(root / "train" / "class_001", outside / "back")
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    assert _one_line(err).startswith(f"{root / 'train' / 'class_001' / 'out' / 'back'} is a symlink to ")
+
+
+def test_folder_reached_twice_is_refused(tmp_path: Path) -> None:
+    root = _fake(tmp_path / "fake")
+    os.symlink("../class_000", root / "train" / "class_001" / "copy")  # class 0's images labelled 1 as well
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    message = _one_line(err)
+    assert message.startswith(f"{root / 'train' / 'class_001' / 'copy'} is the same folder as ")
+    assert "would count twice" in message
+
+
+def test_symlinked_files_folders_and_root_still_work(tmp_path: Path) -> None:
+    real = _fake(tmp_path / "real")
+    os.symlink("../class_000/0000.png", real / "train" / "class_001" / "borrowed.png")
+    elsewhere = tmp_path / "more"
+    elsewhere.mkdir()
+    Image.new("RGB", (8, 8)).save(elsewhere / "x.png")
+    os.symlink(elsewhere, real / "train" / "class_000" / "more")
+    os.symlink(real, tmp_path / "root_link")
+    dm = _dm(tmp_path / "root_link")
+    dm.setup("fit")
+    assert len(dm.train_set) == 4 + 1 + 4 + 1 and len(dm.val_set) == 8
+    assert dm.train_set.samples == ImageFolder(str(tmp_path / "root_link" / "train")).samples  # same order
+
+
+def _png_header_only(path: Path, width: int, height: int) -> None:
+    """A PNG that claims ``width`` x ``height`` pixels in a few bytes (what a decompression bomb looks like
+    to the loader: PIL checks the size before decoding)."""
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", b"") + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("pixels", ["error", "warning", "warning_as_error"])
+def test_decompression_bomb_names_the_image(tmp_path: Path, pixels: str) -> None:
+    root = _fake(tmp_path / "fake")
+    bomb = root / "val" / "class_001" / "bomb.png"
+    limit = Image.MAX_IMAGE_PIXELS
+    # 3x the limit: PIL raises; 1.5x: PIL only warns (up to 2x), and the loader refuses it all the same
+    side = math.isqrt(3 * limit) if pixels == "error" else math.isqrt(3 * limit // 2)
+    assert (side * side > 2 * limit) == (pixels == "error") and side * side > limit
+    _png_header_only(bomb, side, side)
+    dm = _dm(root)
+    dm.setup("validate")
+    index = [path for path, _ in dm.val_set.samples].index(str(bomb))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if pixels == "warning_as_error" else "ignore", Image.DecompressionBombWarning)
+        with pytest.raises(DataConfigError) as err:
+            dm.val_set[index]
+    message = _one_line(err)
+    assert message.startswith(f"image {bomb} is too large to decode safely (") and "downscale or remove it" in message
+
+
+def test_image_within_the_limit_loads(tmp_path: Path) -> None:
+    path = tmp_path / "ok.png"
+    Image.new("RGB", (3, 2), (1, 2, 3)).save(path)
+    assert load_rgb_image(path).getpixel((2, 1)) == (1, 2, 3)
+
+
+def test_unexpected_decoder_exception_names_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PIL plugins also fail with struct.error, EOFError, IndexError...: reported as the file's, not raw."""
+    path = tmp_path / "odd.png"
+    Image.new("RGB", (3, 2)).save(path)
+
+    def broken_convert(self: Image.Image, *args: object, **kwargs: object) -> Image.Image:
+        raise struct.error("unpack requires a buffer of 4 bytes")
+
+    monkeypatch.setattr(Image.Image, "convert", broken_convert)
+    with pytest.raises(DataConfigError) as err:
+        load_rgb_image(path)
+    assert _one_line(err) == f"image {path} cannot be read (error: unpack requires a buffer of 4 bytes)"
+
+
+@pytest.mark.parametrize("layout", ["empty_root", "empty_splits"])
+def test_empty_root_says_what_layout_is_expected(tmp_path: Path, layout: str) -> None:
+    root = tmp_path / "data"
+    root.mkdir()
+    if layout == "empty_splits":
+        (root / "train").mkdir()
+        (root / "val").mkdir()
+    dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0)  # num_classes: null
+    with pytest.raises(DataConfigError) as err:
+        dm.num_classes  # noqa: B018 - what train.py reads to build the model
+    message = _one_line(err)
+    expected = "data.num_classes is null and " if layout == "empty_splits" else f"data.root={root} has no train/"
+    assert expected in message and "root/train/<class>/*.png and root/val/<class>/*.png" in message
+    with pytest.raises(DataConfigError) as err:
+        dm.setup("fit")
+    message = _one_line(err)
+    assert "root/train/<class>/*.png" in message
+    if layout == "empty_splits":
+        assert f"{root / 'train'} is not a usable ImageFolder split (it has no class folders" in message
+
+
+def test_num_classes_of_a_generated_root_is_known_after_prepare_data(tmp_path: Path) -> None:
+    dm = ImageFolderDataModule(root=str(tmp_path / "gen"), img_size=8, batch_size=2, num_workers=0, generator=FAKE)
+    with pytest.raises(DataConfigError, match="is not generated yet .*set data.num_classes"):
+        dm.num_classes  # noqa: B018
+    dm.prepare_data()
+    assert dm.num_classes == 3
+
+
+# ------------------------------------------------------------------------------------ COCO data
+def _write_coco(root: Path, anns: list[dict], images: list[dict] | None = None, split: str = "val") -> Path:
+    """50x40 images a.png (id 9) and b.png (id 10), categories 2 and 5; returns the annotation file."""
+    (root / f"{split}2017").mkdir(parents=True, exist_ok=True)
+    (root / "annotations").mkdir(exist_ok=True)
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (50, 40), (100, 100, 100)).save(root / f"{split}2017" / name)
+    if images is None:
+        images = [{"id": 9, "file_name": "a.png", "width": 50, "height": 40},
+                  {"id": 10, "file_name": "b.png", "width": 50, "height": 40}]
+    cats = [{"id": 2, "name": "two"}, {"id": 5, "name": "five"}]
+    path = root / "annotations" / f"instances_{split}2017.json"
+    path.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return path
+
+
+def _ann(ann_id: int, bbox: list, image: int = 9, category: int = 2, crowd: int = 0) -> dict:
+    return {"id": ann_id, "image_id": image, "category_id": category, "bbox": bbox, "area": 1.0, "iscrowd": crowd}
+
+
+GOOD = [_ann(1, [10, 5, 20, 10]), _ann(2, [1, 1, 5, 5], image=10, category=5)]
+
+
+def _dataset(root: Path, invalid_boxes: str = "error", split: str = "val") -> CocoDetectionDataset:
+    folder, ann = root / f"{split}2017", root / "annotations" / f"instances_{split}2017.json"
+    return CocoDetectionDataset(folder, ann, None, invalid_boxes)
+
+
+def test_duplicate_image_ids_are_refused(tmp_path: Path) -> None:
+    images = [{"id": 9, "file_name": "a.png", "width": 50, "height": 40},
+              {"id": 9, "file_name": "b.png", "width": 50, "height": 40}]
+    ann_file = _write_coco(tmp_path, [_ann(1, [10, 5, 20, 10])], images=images)
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err).startswith(f"{ann_file}: image id 9 appears 2 times; image ids must be unique")
+
+
+def test_duplicate_annotation_ids_are_refused(tmp_path: Path) -> None:
+    ann_file = _write_coco(tmp_path, [*GOOD, _ann(2, [3, 3, 4, 4])])
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err).startswith(f"{ann_file}: annotation id 2 appears 2 times")
+
+
+def test_annotation_of_a_missing_image_is_refused(tmp_path: Path) -> None:
+    ann_file = _write_coco(tmp_path, [*GOOD, _ann(3, [1, 1, 4, 4], image=77)])
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path, invalid_boxes="drop")  # not a box problem: never dropped
+    assert _one_line(err).startswith(
+        f"{ann_file}: annotation id 3 (image 77) refers to image id 77, which is not in the file's images"
+    )
+
+
+@pytest.mark.parametrize(
+    ("record", "fragment"),
+    [({"image": {"id": 9, "file_name": "a.png"}}, "image id 9 (a.png) has width None and height None"),
+     ({"ann": {"iscrowd": 2}}, "annotation id 1 (image 9) has iscrowd 2; expected 0 or 1"),
+     ({"ann": {"area": None}}, "annotation id 1 (image 9) has area None; expected a number >= 0")],
+)
+def test_records_evaluation_needs_are_checked_at_load(tmp_path: Path, record: dict, fragment: str) -> None:
+    images = [record.get("image", {"id": 9, "file_name": "a.png", "width": 50, "height": 40})]
+    ann = {**_ann(1, [10, 5, 20, 10]), **record.get("ann", {})}
+    ann_file = _write_coco(tmp_path, [ann], images=images)
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err).startswith(f"{ann_file}: {fragment}")
+
+
+def _coco_dm(root: Path, **kwargs) -> CocoDataModule:
+    return CocoDataModule(root=str(root), batch_size=1, num_workers=0, train_scales=[40], max_size=64,
+                          crop_scales=None, val_size=40, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("val_anns", "policy", "fragment"),
+    [([], "error", "none of its 0 annotations is a non-crowd box (iscrowd 0)"),
+     ([_ann(1, [10, 5, 20, 10], crowd=1)], "error", "none of its 1 annotations is a non-crowd box"),
+     ([_ann(1, [10, 5, 0, 10])], "drop", ", 1 dropped by data.invalid_boxes=drop")],
+    ids=["no_annotations", "only_crowd", "all_dropped"],
+)
+def test_val_split_without_ground_truth_is_refused(tmp_path: Path, val_anns: list, policy: str, fragment: str) -> None:
+    _write_coco(tmp_path, GOOD, split="train")
+    ann_file = _write_coco(tmp_path, val_anns, split="val")
+    with pytest.raises(CocoLayoutError) as err:
+        _coco_dm(tmp_path, invalid_boxes=policy).setup("fit")
+    message = _one_line(err)
+    assert message.startswith(f"{ann_file} has no ground truth: ") and fragment in message
+    assert message.endswith("the val split needs some, else AP would be undefined")
+
+
+def test_evaluator_never_reports_zero_ap_without_ground_truth(tmp_path: Path) -> None:
+    detection = [{"image_id": 9, "category_id": 2, "bbox": [10.0, 5.0, 20.0, 10.0], "score": 0.9}]
+    for anns in ([], [_ann(1, [10, 5, 20, 10], crowd=1)]):
+        gt = load_coco(str(_write_coco(tmp_path / f"gt{len(anns)}", anns)))
+        for results in ([], detection):
+            stats = evaluate_coco(gt, results)
+            assert set(stats) == set(METRIC_NAMES) and all(math.isnan(v) for v in stats.values()), stats
+    gt = load_coco(str(_write_coco(tmp_path / "gt", GOOD)))
+    assert evaluate_coco(gt, [], image_ids=[9])["AP"] == 0.0  # ground truth, no detections: 0 is right
+    assert math.isnan(evaluate_coco(gt, detection, image_ids=[77])["AP"])  # no image with ground truth
+
+
+@pytest.mark.parametrize(("bbox", "outside"), [([40, 30, 20, 20], "10"), ([-3, 5, 10, 10], "3"),
+                                               ([10, 5, 20, 36.5], "1.5")])
+def test_box_reaching_far_outside_is_refused_naming_annotation_and_image(
+    tmp_path: Path, bbox: list, outside: str
+) -> None:
+    """Tolerance: 1 px for 50x40 images (1% of a side is less than 1 px)."""
+    ann_file = _write_coco(tmp_path, [*GOOD, _ann(7, bbox, image=10)])
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    message = _one_line(err)
+    assert message.startswith(f"{ann_file}: annotation id 7 (image 10) has bbox {bbox!r}: reaches {outside} px ")
+    assert "outside its 50x40 image (more than the tolerance of 1 px across, 1 px down)" in message
+
+
+def test_dropped_far_outside_boxes_leave_training_and_evaluation_alike(tmp_path: Path) -> None:
+    for split in ("train", "val"):
+        _write_coco(tmp_path, [*GOOD, _ann(7, [40, 30, 20, 20], image=10)], split=split)
+    dm = _coco_dm(tmp_path, invalid_boxes="drop")
+    dm.setup("fit")
+    for dataset in (dm.train_set, dm.val_set):
+        assert dataset.dropped_boxes == 1 and sorted(dataset.coco.getAnnIds()) == [1, 2]
+        assert len(dataset[1][1]["boxes"]) == 1  # image 10 keeps annotation 2 only
+
+
+def test_box_within_the_tolerance_is_clipped_for_training_and_evaluation(tmp_path: Path) -> None:
+    """[40.5, 30.25, 10.25, 10.5] reaches 0.75 px right and 0.75 px down of the 50x40 image: clipped to
+    [40.5, 30.25, 9.5, 9.75] in the ground truth and in the training target, so a detection of exactly that
+    (clipped) box is perfect (AP 100), not an IoU of 92.625 / 107.625 = 0.86 with the raw box."""
+    _write_coco(tmp_path, [_ann(1, [40.5, 30.25, 10.25, 10.5])])
+    ds = _dataset(tmp_path)
+    assert ds.coco.anns[1]["bbox"] == [40.5, 30.25, 9.5, 9.75]
+    target = ds[0][1]
+    pixels = (target["boxes"][0] * torch.tensor([50.0, 40.0, 50.0, 40.0])).tolist()  # cx, cy, w, h
+    np.testing.assert_allclose(pixels, [45.25, 35.125, 9.5, 9.75], rtol=0, atol=1e-5)
+    detection = [{"image_id": 9, "category_id": 2, "bbox": [40.5, 30.25, 9.5, 9.75], "score": 0.9}]
+    assert evaluate_coco(ds.coco, detection)["AP"] == pytest.approx(100.0)
+
+
+def test_image_whose_size_differs_from_the_file_is_refused(tmp_path: Path) -> None:
+    ann_file = _write_coco(tmp_path, GOOD)
+    Image.new("RGB", (60, 40)).save(tmp_path / "val2017" / "b.png")
+    ds = _dataset(tmp_path)
+    ds[0]
+    with pytest.raises(DataConfigError) as err:
+        ds[1]
+    assert _one_line(err) == (
+        f"image {tmp_path / 'val2017' / 'b.png'} is 60x40 pixels but {ann_file} records 50x40 for image id 10; "
+        "fix its width and height"
+    )
