@@ -28,3 +28,24 @@ class SignalAt(L.Callback):
             if self.then_raise:
                 raise RuntimeError(self.then_raise)
 
+
+
+class SignalIn(L.Callback):
+    """Sends ``signum`` to this process once, in the first batch of a phase: ``validation`` (of fit's epoch
+    ``epoch``, never the sanity check) or ``test``; ``marker`` records that it did."""
+
+    def __init__(self, phase: str, marker: str, signum: int = int(signal.SIGTERM), epoch: int = 0) -> None:
+        self.phase, self.marker, self.signum, self.epoch = phase, Path(marker), signum, epoch
+
+    def _send(self) -> None:
+        if not self.marker.exists():
+            self.marker.write_text(str(self.signum))
+            os.kill(os.getpid(), self.signum)
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if self.phase == "validation" and not trainer.sanity_checking and trainer.current_epoch == self.epoch:
+            self._send()
+
+    def on_test_batch_start(self, trainer: L.Trainer, *args) -> None:
+        if self.phase == "test":
+            self._send()

@@ -1,0 +1,239 @@
+"""The run lifecycle (models/lifecycle): where a result may come from, records, run names, storage faults
+and stop signals. The fault matrix (tests/test_fault_matrix.py) covers damaged run dirs file by file."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.lifecycle import cli, job, records
+from models.lifecycle.files import RunFileError, atomic_write_json, read_json
+from models.training import load_checkpoint
+from tests.faults import SignalIn  # noqa: F401  (loaded by Hydra through +callbacks.fault._target_)
+from tests.helpers import ROOT, compose_config, run_cli
+
+TINY = [
+    "debug=fast", "logger=csv", "data.root=${paths.data_dir}/relational_tiny", "data.generator.num_train=256",
+    "data.generator.num_val=64", "data.num_workers=0", "data.batch_size=32", "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=2", "trainer.limit_test_batches=2", "print_config=false",
+]
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    run_dir = tmp_path_factory.mktemp("lifecycle") / "run"
+    job.run(compose_config(TINY, run_dir, data_dir))
+    return run_dir
+
+
+# ----------------------------------------------------------------------------- where a result comes from
+def test_a_moved_run_re_tests_its_own_best_not_the_one_at_its_old_path(finished: Path, tmp_path: Path,
+                                                                       data_dir: Path) -> None:
+    """The checkpoints remember the absolute path of the dir they were saved in; after a move, another
+    run's best.ckpt may lie there. The re-test must read the moved dir's own."""
+    old = tmp_path / "old"
+    moved = tmp_path / "moved"
+    shutil.copytree(finished, old)
+    shutil.move(old, moved)
+    truth = json.loads((moved / "metrics.json").read_text())["val/top1"]
+    (moved / "metrics.json").unlink()
+    impostor = old / "checkpoints" / "best.ckpt"  # what now lies at the old path: weights of another run
+    impostor.parent.mkdir(parents=True)
+    saved = load_checkpoint(moved / "checkpoints" / "best.ckpt")
+    saved["state_dict"] = {k: torch.zeros_like(v) for k, v in saved["state_dict"].items()}
+    torch.save(saved, impostor)
+    metrics = job.run(compose_config(TINY, moved, data_dir))
+    assert metrics["val/top1"] == pytest.approx(truth) and metrics["best_checkpoint"] == "checkpoints/best.ckpt"
+
+
+def test_result_checkpoint_must_be_this_runs_trained_finite_weights(finished: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    identity = json.loads((run_dir / "run.json").read_text())["identity"]
+    best = run_dir / "checkpoints" / "best.ckpt"
+    path, steps = job.result_checkpoint(run_dir, identity)
+    assert path == best and steps["global_step"] >= 1
+    with pytest.raises(job.NoResultError, match="another config"):
+        job.result_checkpoint(run_dir, "0123456789abcdef")
+    saved = load_checkpoint(best)
+    untrained = {**saved, "global_step": 0}
+    torch.save(untrained, best)
+    with pytest.raises(job.NoResultError, match="untrained weights"):
+        job.result_checkpoint(run_dir, identity)
+    key = next(iter(saved["state_dict"]))
+    saved["state_dict"][key] = torch.full_like(saved["state_dict"][key], float("nan"))
+    torch.save(saved, best)
+    with pytest.raises(job.NoResultError, match=f"non-finite weights \\({key}\\)"):
+        job.result_checkpoint(run_dir, identity)
+    best.unlink()
+    with pytest.raises(job.NoResultError, match="never validated"):  # last.ckpt is there, best is not
+        job.result_checkpoint(run_dir, identity)
+    shutil.rmtree(run_dir / "checkpoints")
+    with pytest.raises(job.NoResultError, match="saved no checkpoint"):
+        job.result_checkpoint(run_dir, identity)
+
+
+def test_a_finished_run_without_result_file_or_weights_is_refused(finished: Path, tmp_path: Path,
+                                                                  data_dir: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    (run_dir / "metrics.json").unlink()
+    (run_dir / "checkpoints" / "best.ckpt").unlink()
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    with pytest.raises(job.NoResultError, match="best.ckpt does not exist"):
+        job.run(compose_config(TINY, run_dir, data_dir))
+    assert sorted(p.name for p in run_dir.rglob("*")) == before
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"  # never promoted to another
+
+
+@pytest.mark.parametrize("override", ["trainer.limit_train_batches=0", "trainer.max_steps=0"])
+def test_a_schedule_that_trains_nothing_is_refused_before_writing(override: str, tmp_path: Path,
+                                                                  data_dir: Path) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(ValueError, match=override.replace(".", r"\.").replace("=", "=")):
+        job.run(compose_config([*TINY, override], run_dir, data_dir))
+    assert not any(run_dir.iterdir())
+
+
+def test_a_smoke_run_records_nothing(tmp_path: Path, data_dir: Path, capsys) -> None:
+    run_dir = tmp_path / "smoke"
+    assert job.run(compose_config([*TINY, "+trainer.fast_dev_run=true"], run_dir, data_dir)) == {}
+    assert "no result was recorded" in capsys.readouterr().out
+    assert not run_dir.exists()  # the folder Hydra made is removed again
+
+
+# ----------------------------------------------------------------------------- records
+def test_a_record_is_never_written_without_its_identity_nor_into_a_vanished_dir(tmp_path: Path) -> None:
+    record = records.RunRecord(tmp_path / "run", "abc", {"seed": 0}, {"max_epochs": 1, "max_steps": -1})
+    (tmp_path / "run").mkdir()
+    record.save("running")
+    saved = records.read_run_record(tmp_path / "run")
+    assert saved["identity"] == "abc" and saved["state"] == "running" and saved["config"] == {"seed": 0}
+    shutil.rmtree(tmp_path / "run")  # deleted while the job runs
+    with pytest.raises(RunFileError, match="no longer exists"):
+        record.save("finished")
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text('{"state": "failed"}')  # what a bad writer once left
+    with pytest.raises(RunFileError, match="run.json is damaged: it has no run identity"):
+        records.read_run_record(tmp_path / "run")
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("", "empty"), ('{"val/top1": 9', "not valid JSON"), ("[1, 2]", "it holds a JSON list, not a dict"),
+])
+def test_a_damaged_record_is_one_line_naming_it(tmp_path: Path, text: str, reason: str) -> None:
+    (tmp_path / "metrics.json").write_text(text)
+    with pytest.raises(RunFileError, match=f"metrics.json is damaged: {reason}"):
+        read_json(tmp_path / "metrics.json")
+
+
+def test_run_status_reads_a_died_job_and_an_interrupted_extension(finished: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    assert records.run_status(run_dir).state == "finished"
+    record = json.loads((run_dir / "run.json").read_text())
+    atomic_write_json(run_dir / "run.json", {**record, "state": "running", "length": {"max_epochs": 5}})
+    status = records.run_status(run_dir)  # a job killed by a full disk or kill -9: nobody holds the lock
+    assert status.state == "died" and not status.metrics  # the shorter run's metrics.json is not its result
+    fd, _ = records.lock_run_dir(run_dir)
+    try:
+        assert records.run_status(run_dir).state == "running"
+    finally:
+        records.release_lock(fd)
+
+
+# ----------------------------------------------------------------------------- run names and storage
+@pytest.mark.parametrize(("run_name", "expected"), [
+    ("../x", "is not a run name"), ("", "is not a run name"), ("a//b", "is not a run name"),
+    ("/abs", "is not a run name"), ("x" * 300, "a part of 300 bytes"),
+])
+def test_run_names_stay_inside_the_log_dir(run_name: str, expected: str, tmp_path: Path) -> None:
+    with pytest.raises(cli.CommandLineError, match=expected):
+        cli.check_run_location(run_name, tmp_path)
+    cli.check_run_location("sweep/job_1", tmp_path)  # nested names are fine
+
+
+def test_a_log_dir_that_is_a_file_and_a_run_dir_holding_runs_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(cli.CommandLineError, match="is a file, where the run dir's folder belongs"):
+        cli.check_run_location("x", tmp_path / "file")
+    (tmp_path / "group" / "run1").mkdir(parents=True)
+    (tmp_path / "group" / "run1" / "run.json").write_text("{}")
+    with pytest.raises(cli.CommandLineError, match="holds other runs"):
+        cli.check_run_location("group", tmp_path)
+
+
+def test_a_full_disk_while_training_is_one_line_and_the_run_resumes(tmp_path: Path, data_dir: Path,
+                                                                     monkeypatch, capsys) -> None:
+    """The checkpoint write fails with ENOSPC: one line; the failure is recorded where it still fits."""
+    from models import training
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(training.torch, "save", no_space)
+    cfg = compose_config(TINY, run_dir, data_dir)
+    with pytest.raises(SystemExit) as exit_:
+        job.run_job(cfg, ROOT / "train.py")
+    assert exit_.value.code == 2
+    [line] = _errors(capsys.readouterr().err)
+    assert "cannot write checkpoint" in line and "no space left on the device" in line, line
+    assert records.run_status(run_dir).state == "failed"
+    monkeypatch.undo()
+    metrics = job.run(compose_config(TINY, run_dir, data_dir))  # space again: the same command finishes it
+    assert metrics["global_step"] == 2 and records.run_status(run_dir).state == "finished"
+
+
+# ----------------------------------------------------------------------------- stop signals
+def _args(tmp_path: Path, data_dir: Path, *extra: str) -> list[str]:
+    return [*TINY, f"paths.log_dir={tmp_path}", f"paths.data_dir={data_dir}", "trainer.max_epochs=2", *extra]
+
+
+def _signal_in(phase: str, marker: Path, signum: int, epoch: int = 0) -> list[str]:
+    return ["+callbacks.fault._target_=tests.faults.SignalIn", f"+callbacks.fault.phase={phase}",
+            f"+callbacks.fault.marker={marker}", f"+callbacks.fault.signum={signum}",
+            f"+callbacks.fault.epoch={epoch}"]
+
+
+def test_a_stop_during_validation_keeps_that_validation(tmp_path: Path, data_dir: Path) -> None:
+    """SIGTERM in epoch 0's validation: the validation ends first, so best.ckpt holds epoch 0 and the
+    resumed run does not skip it."""
+    args = _args(tmp_path, data_dir, "run_name=val", *_signal_in("validation", tmp_path / "m", signal.SIGTERM))
+    first = run_cli("train.py", args, env_extra=ENV)
+    run_dir = tmp_path / "val"
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    assert load_checkpoint(run_dir / "checkpoints" / "best.ckpt")["epoch"] == 0
+    last = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 2 and last["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 1
+    assert records.run_status(run_dir).state == "interrupted"
+    second = run_cli("train.py", args, env_extra=ENV)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("phase", "signum"), [("test", signal.SIGTERM), ("validation", signal.SIGHUP)])
+def test_a_stop_signal_anywhere_is_an_interruption(phase: str, signum: int, tmp_path: Path, data_dir: Path) -> None:
+    """SIGTERM in the test phase (where Python's logging used to swallow it) and SIGHUP (a closed terminal):
+    exit 128 + signal, state interrupted, no metrics.json; the rerun finishes."""
+    args = _args(tmp_path, data_dir, "run_name=r", *_signal_in(phase, tmp_path / "m", signum))
+    first = run_cli("train.py", args, env_extra=ENV)
+    run_dir = tmp_path / "r"
+    assert first.returncode == 128 + signum, first.stderr[-3000:]
+    assert records.run_status(run_dir).state == "interrupted" and not (run_dir / "metrics.json").exists()
+    second = run_cli("train.py", args, env_extra=ENV)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert records.run_status(run_dir).state == "finished"
