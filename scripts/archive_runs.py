@@ -4,27 +4,43 @@
 
 A sweep's run dirs hold checkpoints (megabytes each) and live in ``runs/``, outside version control. This
 copies what ``make_tables.py`` reads, and nothing else: the sweep's ``multirun.yaml`` (its grid) and, for
-every run that ended (``metrics.json`` or ``failed.json``), its resolved ``config.yaml``, its
-``.hydra/overrides.yaml`` and that result file. The archive mirrors the sweep's layout
-(``DEST/<sweep>/<job>/``), so ``make_tables.py DEST/*`` builds the same tables as ``runs/sweeps/*`` did,
-and results gathered over several sittings or machines add up in one place. Unfinished runs are left
-out (the grid lists them as missing until they end).
+every run that ended (finished or failed, by the lifecycle's ``run_status``), its resolved ``config.yaml``,
+its ``.hydra/overrides.yaml``, its ``run.json`` where it has one (the state and length) and its result
+file. The archive mirrors the sweep's layout (``DEST/<sweep>/<job>/``), so ``make_tables.py DEST/*`` builds
+the same tables as ``runs/sweeps/*`` did, and results gathered over several sittings or machines add up in
+one place. Runs that have not ended (unfinished, interrupted, running, died) are left out, each named (the
+grid lists them as missing until they end).
 
-A run already archived under the same job name is replaced only by a run of the same config (the same
-job run again); a different config there stops the script with one line, as the archive belongs to the
-recipe its runs were made with (remove that sweep's archive to start it afresh).
+Every run is checked before anything is written: a damaged record or config (what ``make_tables.py`` lists
+as unreadable) stops the script with one line naming the file, as an archive must not keep a result it
+cannot place. A run already archived under the same job name is replaced only by a run of the same identity
+(the same job run again, or extended to more epochs); a different config there stops the script with one
+line, as the archive belongs to the recipe its runs were made with (remove that sweep's archive to start it
+afresh).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.make_tables import TableError, _load_yaml, run_dirs, run_identity  # noqa: E402
+from models.lifecycle.identity import identity_config  # noqa: E402
+from models.lifecycle.records import CONFIG, FAILURE, METRICS, RUN_RECORD, run_status  # noqa: E402
+from scripts.tables.collect import (  # noqa: E402
+    OVERRIDES,
+    TableError,
+    check_record,
+    expected_jobs,
+    read_config,
+    read_overrides,
+    run_dirs,
+)
 
-RESULT_FILES = ("metrics.json", "failed.json")
+RECORDS = (RUN_RECORD, METRICS, FAILURE)  # what a later sitting replaces, or removes where the run no longer has it
+ENDED = ("finished", "failed")
 
 
 def _sweep_dirs(root: Path) -> list[Path]:
@@ -36,39 +52,52 @@ def _sweep_dirs(root: Path) -> list[Path]:
     return sweeps
 
 
-def _ended_runs(sweep_dir: Path) -> list[Path]:
-    return [d for d in run_dirs(sweep_dir)
-            if (d / "config.yaml").is_file() and any((d / f).is_file() for f in RESULT_FILES)]
+def _check_run(run_dir: Path) -> str:
+    """The run's state, once its records and config are known to be sound; a damaged one is a `TableError`."""
+    status = run_status(run_dir)
+    if status.state == "unreadable":
+        raise TableError(f"{status.problem}; repair it or move {run_dir} away, then archive again")
+    if status.state not in ENDED:
+        return status.state
+    if status.state == "failed" and not os.path.lexists(run_dir / CONFIG):
+        return "failed before it saved its config.yaml"  # make_tables shows it from .hydra/config.yaml
+    check_record(run_dir, read_config(run_dir / CONFIG), status.state)
+    if read_overrides(run_dir) is None:
+        raise TableError(f"{run_dir / OVERRIDES} is missing; the archive needs it to match the run to its grid point")
+    return status.state
 
 
-def _identity(config: Path) -> dict[str, str]:
-    return run_identity(_load_yaml(config))
-
-
-def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int]:
-    """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced)."""
-    from models.training import atomic_write_bytes
+def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
+    """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out)."""
+    from models.lifecycle.files import atomic_write_bytes
 
     target = dest / sweep_dir.name
-    new = replaced = 0
-    runs = _ended_runs(sweep_dir)
-    for run_dir in runs:  # check every run before writing anything
-        archived = target / run_dir.relative_to(sweep_dir) / "config.yaml"
-        if archived.is_file() and _identity(archived) != _identity(run_dir / "config.yaml"):
+    expected_jobs(sweep_dir)  # a damaged grid stops here, as make_tables could not list its missing runs
+    runs, left_out = [], []
+    for run_dir in run_dirs(sweep_dir):  # check every run before writing anything
+        state = _check_run(run_dir)
+        if state not in ENDED:
+            left_out.append(f"{run_dir} ({state})")
+            continue
+        archived = target / run_dir.relative_to(sweep_dir) / CONFIG
+        if os.path.lexists(archived) and identity_config(read_config(archived)) != identity_config(
+                read_config(run_dir / CONFIG)):
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")
+        runs.append(run_dir)
     atomic_write_bytes(target / "multirun.yaml", (sweep_dir / "multirun.yaml").read_bytes())
+    new = replaced = 0
     for run_dir in runs:
         out = target / run_dir.relative_to(sweep_dir)
-        existed = (out / "config.yaml").is_file()
-        for stale in RESULT_FILES:  # a failed run that later finished keeps only its newer result
+        existed = (out / CONFIG).is_file()
+        for stale in RECORDS:  # a failed run that later finished keeps only its newer result
             if (out / stale).is_file() and not (run_dir / stale).is_file():
                 (out / stale).unlink()
-        for name in ("config.yaml", ".hydra/overrides.yaml", *RESULT_FILES):
+        for name in (CONFIG, OVERRIDES, *RECORDS):
             if (run_dir / name).is_file():
                 atomic_write_bytes(out / name, (run_dir / name).read_bytes())
         new, replaced = new + (not existed), replaced + existed
-    return new, replaced
+    return new, replaced, left_out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         for sweep_dir in [s for root in map(Path, args.dirs) for s in _sweep_dirs(root)]:
-            new, replaced = archive_sweep(sweep_dir, Path(args.to))
-            print(f"{sweep_dir} -> {Path(args.to) / sweep_dir.name}: {new} new, {replaced} replaced")
-    except TableError as err:
+            new, replaced, left_out = archive_sweep(sweep_dir, Path(args.to))
+            print(f"{sweep_dir} -> {Path(args.to) / sweep_dir.name}: {new} new, {replaced} replaced"
+                  + (f", {len(left_out)} left out: {', '.join(left_out)}" if left_out else ""))
+    except (ValueError, OSError) as err:  # TableError, and RunFileError from writing the archive
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

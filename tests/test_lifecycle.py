@@ -101,9 +101,9 @@ def test_a_finished_run_without_result_file_or_weights_is_refused(finished: Path
 def test_a_schedule_that_trains_nothing_is_refused_before_writing(override: str, tmp_path: Path,
                                                                   data_dir: Path) -> None:
     run_dir = tmp_path / "run"
-    with pytest.raises(ValueError, match=override.replace(".", r"\.").replace("=", "=")):
+    with pytest.raises(ValueError, match=override.replace(".", r"\.")):
         job.run(compose_config([*TINY, override], run_dir, data_dir))
-    assert not any(run_dir.iterdir())
+    assert [p.name for p in run_dir.iterdir()] == ["run.lock"]  # no record, no config, no checkpoint
 
 
 def test_a_smoke_run_records_nothing(tmp_path: Path, data_dir: Path, capsys) -> None:
@@ -208,6 +208,7 @@ def _signal_in(phase: str, marker: Path, signum: int, epoch: int = 0) -> list[st
             f"+callbacks.fault.epoch={epoch}"]
 
 
+@pytest.mark.slow  # two train.py runs; a SIGTERM in training stays in `make test` (test_reliability.py)
 def test_a_stop_during_validation_keeps_that_validation(tmp_path: Path, data_dir: Path) -> None:
     """SIGTERM in epoch 0's validation: the validation ends first, so best.ckpt holds epoch 0 and the
     resumed run does not skip it."""

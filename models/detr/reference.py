@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.run_config import RunConfigError, read_checkpoint_file
 from models.lifecycle.files import atomic_write_bytes
+from models.run_config import RunConfigError, read_checkpoint_file
 
 from .backbone import ResNetBackbone
 from .detr import DETR

@@ -133,10 +133,11 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
         if config_name == "train":
-            from models.lifecycle.settings import check_settings
+            from models.lifecycle.settings import check_schedule, check_settings
 
             HydraConfig.instance().set_config(cfg)
             check_settings(cfg)
+            check_schedule(cfg)
             if not multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
     except (HydraException, OmegaConfBaseException) as err:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -28,9 +29,20 @@ LENGTH_KEYS = ("trainer.max_epochs", "trainer.max_steps")
 SEED_KEY = "seed"
 
 
+def _finite(value: Any) -> Any:
+    """Non-finite floats as their names ("inf", "nan"): a record stays strict JSON, whatever the config held."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _container(cfg: DictConfig | dict) -> dict[str, Any]:
     container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    return json.loads(json.dumps(container, default=str))  # a deep copy of plain values
+    return _finite(json.loads(json.dumps(container, default=str)))  # a deep copy of plain values
 
 
 def _pop(container: dict[str, Any], key: str) -> Any:

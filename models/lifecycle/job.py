@@ -307,14 +307,6 @@ def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any
     return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"])}
 
 
-def _refuse_empty_schedule(cfg: DictConfig) -> None:
-    trainer = cfg.trainer
-    for key in ("max_epochs", "max_steps", "limit_train_batches"):
-        if trainer.get(key) == 0:
-            raise NoResultError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
-                                "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")
-
-
 def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Non-finite values are not results: they become ``null`` (metrics.json stays strict JSON)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
@@ -328,7 +320,13 @@ class Job:
         self.run_dir = run_dir
         self.lock = -1
         self.writable = False
-        self.record: RunRecord | None = None
+        self.record: RunRecord | None = None  # set once the job has written its first record
+        self.claimed: RunRecord | None = None  # the record this job may write, once the dir is known to be its
+        self.cfg: DictConfig | None = None
+        self.fresh = False
+
+    def claim(self, cfg: DictConfig, record: RunRecord, fresh: bool) -> None:
+        self.cfg, self.claimed, self.fresh = cfg, record, fresh
 
     def save_state(self, state: str, **extra: Any) -> None:
         """Best effort: a run dir that cannot be written any more (full disk) gets one line, not a traceback."""
@@ -344,6 +342,13 @@ class Job:
         import traceback
 
         message = one_line(err)
+        if self.record is None and self.claimed is not None and self.fresh and self.writable:
+            # failed before its first record (a bad value in a sweep job): record it with its config
+            try:
+                _save_config_files(self.run_dir, self.cfg)
+                self.record = self.claimed
+            except (RunFileError, ValueError) as write_err:
+                say(f"warning: could not record the failure: {one_line(write_err)}", stream=sys.stderr)
         if self.record is None:
             return message
         self.save_state("failed")
@@ -379,15 +384,14 @@ def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
-    from models.lifecycle.settings import check_settings
+    from models.lifecycle.settings import check_schedule, check_settings
     from models.training import ResumeCheckpoint
 
     started = time.time()
     run_dir = job.run_dir
-    check_settings(cfg)
     if _is_smoke_run(cfg):
+        check_settings(cfg)
         return _smoke_run(cfg, run_dir)
-    _refuse_empty_schedule(cfg)
     identity = identity_config(cfg)
     identity_id = identity_hash(identity)
     length = run_length(cfg)
@@ -398,6 +402,11 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             check_layout(run_dir)
             job.lock, job.writable = lock_run_dir(run_dir)
             earlier = claim_run_dir(run_dir, identity)
+        job.claim(cfg, RunRecord(run_dir, identity_id, identity, length), fresh=earlier is None)
+    # A sweep's later jobs reach here with values the command line's check did not see: a bad one is then
+    # a failed job, recorded in its own (claimed) run dir so that the tables list it.
+    check_settings(cfg)
+    check_schedule(cfg)
     finished = earlier is not None and earlier.get("state") == "finished" and earlier.get("length") == length
     if finished and rank0:
         try:
@@ -417,7 +426,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         print_config_tree(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if rank0:
-        job.record = RunRecord(run_dir, identity_id, identity, length)
+        job.record = job.claimed
         job.record.save("running")
         for stale in remove_stale_temp_files(run_dir):
             say(f"removed {stale} (left by a write that was killed)")

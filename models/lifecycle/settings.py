@@ -478,3 +478,12 @@ def check_settings(cfg: DictConfig) -> None:
     """
     for key, value in _children(cfg, ""):
         _check(key, value)
+
+
+def check_schedule(cfg: DictConfig) -> None:
+    """Refuse a schedule that trains nothing: the run could have no trained weights, so no result."""
+    trainer = cfg.get("trainer") or {}
+    for key in ("max_epochs", "max_steps", "limit_train_batches"):
+        if key in trainer and trainer.get(key) == 0:
+            raise SettingError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
+                               "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")

@@ -1,0 +1,206 @@
+"""Runs into cells and tables: pooling over seeds, and the statistics of a cell."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from scripts.tables.collect import STATUSES, Run
+from scripts.tables.layouts import LAYOUTS, PAPER, Layout, PaperTable
+
+NOT_COUNTED = "runs not counted"  # the table of runs that no cell can hold (their config is unreadable)
+# its cells are keyed by the runs' paths (`_not_counted`): such runs have no facts to lay out
+NOT_COUNTED_LAYOUT = Layout("Runs not counted", "run", lambda f: None, lambda f: "status", metrics=("",))
+
+
+# ----------------------------------------------------------------------------- cells
+@dataclass
+class Cell:
+    """All runs at one (row, col) of one table."""
+
+    runs: list[Run] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.runs)
+
+    def values(self, metric: str) -> list[float]:
+        return [r.metrics[metric] for r in self.runs if r.status == "ok" and metric in r.metrics
+                and math.isfinite(r.metrics[metric])]
+
+    def by_seed(self, metric: str) -> dict[Any, float]:
+        """Mean of the ok runs per seed (what a paired comparison pairs)."""
+        seeds: dict[Any, list[float]] = {}
+        for run in self.runs:
+            if run.status == "ok" and math.isfinite(run.metrics.get(metric, math.nan)):
+                seeds.setdefault(run.facts["seed"], []).append(run.metrics[metric])
+        return {seed: statistics.fmean(v) for seed, v in seeds.items()}
+
+    def stats(self, metric: str) -> tuple[float | None, float | None, int]:
+        values = self.values(metric)
+        if not values:
+            return None, None, 0
+        std = statistics.stdev(values) if len(values) > 1 else None
+        return statistics.fmean(values), std, len(values)
+
+    def text(self, metric: str, digits: int = 2) -> str:
+        mean, std, n = self.stats(metric)
+        parts = []
+        if mean is not None:
+            parts.append(f"{mean:.{digits}f}" + (f" ± {std:.{digits}f} (n={n})" if std is not None else ""))
+        for status in STATUSES[1:]:
+            k = self.count(status)
+            if k:
+                parts.append(status if not parts and k == len(self.runs) else f"{k} {status}")
+        return ", ".join(parts) if parts else "–"
+
+
+@dataclass
+class Table:
+    name: str
+    ablation: str
+    layout: Layout
+    sweeps: list[str]
+    rows: list[Any]
+    cols: list[Any]
+    cells: dict[tuple[Any, Any], Cell]
+    scale: str
+
+    @property
+    def paper(self) -> PaperTable | None:
+        return PAPER.get(self.ablation)
+
+    def row_label(self, row: Any) -> str:
+        paper = self.paper
+        return f"{row} (extra)" if paper is not None and str(row) in paper.extra_rows else str(row)
+
+    def col_label(self, col: Any) -> str:
+        paper = self.paper
+        return f"{col} (extra)" if paper is not None and str(col) in paper.extra_cols else str(col)
+
+
+def _natural(value: Any) -> list[Any]:
+    """Sort key that puts "9 (...)" before "25 (...)"."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(value)) if t]
+
+
+def _ordered(values: set[Any], order: tuple[Any, ...]) -> list[Any]:
+    known = [v for v in order if v in values]
+    return known + sorted((v for v in values if v not in order), key=_natural)
+
+
+def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
+    """The runs of one cell, split into groups whose configs differ in the seed only.
+
+    One group keeps the row label; several get ``row [key=value, ...]`` with the keys in which their
+    configs differ. A grid point that never ran (no config) joins the first group.
+    """
+    groups: dict[frozenset[tuple[str, str]], list[Run]] = {}
+    for run in runs:
+        if run.identity is not None:
+            groups.setdefault(frozenset(run.identity.items()), []).append(run)
+    never_ran = [run for run in runs if run.identity is None]
+    if len(groups) <= 1:
+        return {row: runs}
+    identities = [dict(key) for key in groups]
+    differing = sorted({k for ident in identities for k in ident
+                        if len({ident_.get(k, "<unset>") for ident_ in identities}) > 1})
+    split: dict[Any, list[Run]] = {}
+    for ident, members in zip(identities, groups.values(), strict=True):
+        label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in differing[:3])
+        label += f", +{len(differing) - 3} keys" if len(differing) > 3 else ""
+        split[f"{row} [{label}]"] = members
+    first = next(iter(split))
+    split[first] = split[first] + never_ran
+    return split
+
+
+def _add_relative_metric(layout: Layout, cells: dict[tuple[Any, Any], Cell]) -> None:
+    """Per run: ``metric`` over the mean ``metric`` of the reference row in the same column."""
+    assert layout.relative is not None
+    new, metric, reference_row = layout.relative
+    for (_, col), cell in cells.items():
+        reference = cells.get((reference_row, col))
+        base = statistics.fmean(reference.values(metric)) if reference and reference.values(metric) else None
+        for run in cell.runs:
+            if base and metric in run.metrics:
+                run.metrics[new] = run.metrics[metric] / base
+
+
+def _checked_results(layout: Layout, runs: list[Run]) -> list[Run]:
+    """The runs with ``ok`` kept only for a result in the table's metrics: a null (non-finite) or absent one
+    is ``no result``, named, instead of a run that quietly drops out of its cell."""
+    shown = [m for m in layout.metrics if layout.relative is None or m != layout.relative[0]]
+    checked = []
+    for run in runs:
+        null = [m for m in shown if m in run.null_metrics]
+        if run.status == "ok" and null:
+            verb = "is" if len(null) == 1 else "are"
+            run = dataclasses.replace(run, status="no result", metrics={},
+                                      error=f"{', '.join(null)} {verb} null in metrics.json (not a finite number)")
+        elif run.status == "ok" and not any(m in run.metrics for m in shown):
+            run = dataclasses.replace(run, status="no result", metrics={},
+                                      error=f"metrics.json has no {' or '.join(shown)}")
+        checked.append(run)
+    return checked
+
+
+def _without_duplicates(runs: list[Run]) -> list[Run]:
+    """The runs with each (cell, seed) counted once: the same config run twice (``-m seed=0,0``, or two run
+    dirs of one identity) is one seed, not two. The first ok run by path is counted; every other ok run of
+    that cell and seed is ``duplicate``, naming it. Runs that are not ok keep their own status (none counts)."""
+    groups: dict[tuple[frozenset[tuple[str, str]], str], list[int]] = {}
+    for i, run in enumerate(runs):
+        if run.identity is not None and run.status == "ok":
+            groups.setdefault((frozenset(run.identity.items()), repr(run.facts.get("seed"))), []).append(i)
+    result = list(runs)
+    for members in groups.values():
+        kept, *others = sorted(members, key=lambda i: runs[i].path)
+        for i in others:
+            result[i] = dataclasses.replace(runs[i], status="duplicate", metrics={},
+                                            error=f"same config and seed as {runs[kept].path}, which is counted")
+    return result
+
+
+def _not_counted(runs: list[Run]) -> Table:
+    """A table of the runs that no cell can hold, each listed by path with its status and reason."""
+    cells = {(run.path, "status"): Cell([run]) for run in runs}
+    rows = sorted({run.path for run in runs})
+    return Table(NOT_COUNTED, NOT_COUNTED, NOT_COUNTED_LAYOUT, [], rows, ["status"], cells, "")
+
+
+def build_tables(runs: list[Run]) -> list[Table]:
+    """Group runs by (ablation, sweep) and lay each group out as its ablation's table; runs that no cell can
+    hold (an unreadable config) go to a last table, `NOT_COUNTED`."""
+    groups: dict[tuple[str, str], list[Run]] = {}
+    unplaced = [run for run in runs if not run.facts]
+    for run in runs:
+        if not run.facts:
+            continue
+        ablation = run.ablation if run.ablation in LAYOUTS else "runs"
+        groups.setdefault((ablation, run.sweep or ""), []).append(run)
+    tables = []
+    for (ablation, sweep), members in sorted(groups.items(), key=lambda kv: (list(LAYOUTS).index(kv[0][0]), kv[0][1])):
+        layout = LAYOUTS[ablation]
+        members = _without_duplicates(_checked_results(layout, members))
+        by_position: dict[tuple[Any, Any], list[Run]] = {}
+        for run in members:
+            by_position.setdefault((layout.row(run.facts), layout.col(run.facts)), []).append(run)
+        cells: dict[tuple[Any, Any], Cell] = {}
+        for (row, col), cell_runs in by_position.items():
+            for label, group in split_by_config(row, cell_runs).items():
+                cells[(label, col)] = Cell(group)
+        if layout.relative is not None:
+            _add_relative_metric(layout, cells)
+        rows = _ordered({r for r, _ in cells}, layout.row_order)
+        cols = _ordered({c for _, c in cells}, layout.col_order)
+        scale = ", ".join(sorted({str(r.facts["model"]) for r in members}))
+        tables.append(Table(sweep or ablation, ablation, layout, [sweep] if sweep else [], rows, cols, cells, scale))
+    if unplaced:
+        tables.append(_not_counted(unplaced))
+    return tables
+
+

@@ -1,0 +1,469 @@
+"""Find the runs under the given paths and read each one: its status, metrics, facts and cell.
+
+What a run dir's state is comes from the lifecycle (`models.lifecycle.records.run_status`), and which runs
+share a cell from its identity (`models.lifecycle.identity`): this module only reads, and names each run
+it cannot count instead of dropping it or failing the whole table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from models.lifecycle.files import RunFileError, check_plain_file
+from models.lifecycle.identity import (
+    SEED_KEY,
+    config_differences,
+    flatten,
+    identity_config,
+    identity_hash,
+    run_length,
+)
+from models.lifecycle.records import CONFIG, HYDRA_DIR, METRICS, RUN_RECORD, RunStatus, read_run_record, run_status
+from rpe.config import FIELDS, PRESETS, RPEConfigError, parse_shorthand, resolve_rpe
+from rpe.index import IndexSpec, bucket_ids, num_buckets
+
+# A run's status in a table. ``ok``: a finished run with its result; ``failed`` (failed.json); ``unfinished``
+# (no record, no result: a run of an older version that stopped); ``interrupted``, ``running`` and ``died``
+# (run.json's state); ``missing`` (a grid point without a run dir); ``no result`` (finished, but a metric of
+# its table is null or absent); ``unreadable`` (a damaged record or config); ``duplicate`` (the same cell and
+# seed as a run that is counted). Only ``ok`` runs are counted; every other one is listed by name.
+STATUSES = ("ok", "failed", "unfinished", "missing", "interrupted", "running", "died", "no result", "unreadable",
+            "duplicate")
+OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
+
+
+class TableError(ValueError):
+    """Bad input to this script, reported in one line."""
+
+
+# ----------------------------------------------------------------------------- runs
+@dataclass
+class Run:
+    """One training run (or one grid point that never got a run dir)."""
+
+    path: str
+    status: str
+    facts: dict[str, Any]  # empty: the run's config is unreadable and no grid point places it
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+    ablation: str | None = None
+    sweep: str | None = None
+    identity: dict[str, str] | None = None  # `cell_identity` (None: a grid point never run, or placed by it)
+    null_metrics: tuple[str, ...] = ()  # metrics.json's keys whose value is null or not finite
+
+
+def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """RPE fields of a run config; a value the library rejects (a failed run) is kept as written."""
+    raw = dict(raw or {})
+    try:
+        return dataclasses.asdict(resolve_rpe(raw))
+    except RPEConfigError:
+        preset = str(raw.get("preset") or "none")
+        try:
+            base = PRESETS[preset] if preset in PRESETS else parse_shorthand(preset)
+            fields = dataclasses.asdict(base)
+        except RPEConfigError:
+            fields = {name: None for name in FIELDS} | {"method": preset}
+        fields.update({k: v for k, v in raw.items() if k in FIELDS and v is not None})
+        return fields
+
+
+def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What the tables sort runs by: the RPE fields, bucket count, APE, seed and a short label."""
+    rpe = _lenient_rpe(cfg.get("rpe"))
+    enabled = rpe.get("method") not in (None, "none")
+    model = cfg.get("model") or {}
+    net = model.get("net") or {}
+    facts: dict[str, Any] = {
+        "rpe": _rpe_label(rpe) if enabled else "none",
+        "method": rpe.get("method") or "none",
+        "mode": rpe.get("mode"),
+        "on": rpe.get("on") if enabled else "none",
+        "shared_head": rpe.get("shared_head"),
+        "ratio": rpe.get("ratio"),
+        "index": rpe.get("index"),
+        "backend": rpe.get("backend"),
+        "buckets": _bucket_count(rpe) if enabled else 0,
+        "used_buckets": _used_buckets(rpe, _grid_side(cfg)) if enabled else 0,
+        "ape": net.get("ape", model.get("position_embedding")),
+        "seed": cfg.get("seed"),
+        "name": cfg.get("name") or "?",
+        "model": net.get("name") or model.get("_target_", "?").rsplit(".", 1)[-1],
+        "schedule": cfg.get("schedule"),
+        "row": cfg.get("row"),  # the job's entry of a sweep's `rows` table, where it has one
+    }
+    return facts
+
+
+
+def _rpe_label(rpe: dict[str, Any]) -> str:
+    try:
+        return f"rpe-{float(rpe['ratio']):g}-{rpe['method']}-{rpe['mode']}-{int(bool(rpe['shared_head']))}-{rpe['on']}"
+    except (TypeError, ValueError, KeyError):
+        return str(rpe.get("method"))
+
+
+def _bucket_count(rpe: dict[str, Any]) -> int | None:
+    """Buckets of one table without the skip bucket (product 1.9: 49); None when undefined."""
+    try:
+        config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
+        return num_buckets(IndexSpec.tables_of(config)[0])
+    except (RPEConfigError, ValueError, TypeError, IndexError):
+        return None
+
+
+def _grid_side(cfg: dict[str, Any]) -> int | None:
+    """Side of a ViT's square token grid, image size / patch size (``..._patch16_224``); else None."""
+    name = str(((cfg.get("model") or {}).get("net") or {}).get("name", ""))
+    patch = re.search(r"patch(\d+)", name)
+    img_size = (cfg.get("data") or {}).get("img_size")
+    return int(img_size) // int(patch.group(1)) if patch and isinstance(img_size, int) else None
+
+
+def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
+    """Distinct buckets that the pairs of a ``side x side`` grid reach (class-token bucket not counted)."""
+    if side is None:
+        return None
+    try:
+        config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
+        spec = IndexSpec.tables_of(config)[0]
+        return int(bucket_ids(spec, side, side, 0, "cpu").unique().numel())
+    except (RPEConfigError, ValueError, TypeError, IndexError):
+        return None
+
+
+def cell_identity(cfg: dict[str, Any]) -> dict[str, str]:
+    """The cell of a run as ``dotted.key -> repr(value)``: its identity without the seed, plus its length.
+
+    The lifecycle's `cell_key` (same dict, same cell), spelled out so that a table can name the keys in
+    which the configs of one table position differ.
+    """
+    identity = identity_config(cfg)
+    identity.pop(SEED_KEY, None)
+    flat = {key: repr(value) for key, value in flatten(identity).items()}
+    flat.update({f"trainer.{key}": repr(value) for key, value in run_length(cfg).items()})
+    return flat
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working dir when inside it (tables stay valid in another checkout)."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _text(path: Path) -> str:
+    """A machine-written text record: a plain file, not empty, ending with its line break (else truncated)."""
+    try:
+        check_plain_file(path)
+        text = path.read_text()
+    except RunFileError as err:
+        raise TableError(str(err)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise TableError(f"cannot read {path}: {getattr(err, 'strerror', None) or type(err).__name__}") from None
+    if not text.strip():
+        raise TableError(f"{path} is damaged: empty")
+    if not text.endswith("\n"):
+        raise TableError(f"{path} is damaged: truncated (it does not end with a line break)")
+    return text
+
+
+def _yaml(path: Path) -> Any:
+    """YAML as written (OmegaConf would resolve the ``${...}`` inside override strings)."""
+    import yaml
+
+    text = _text(path)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise TableError(f"{path} is damaged: not valid YAML ({str(err).splitlines()[0]})") from None
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A run's config file as written (``config.yaml``), unresolved; a missing or damaged one is a one-line
+    `TableError`. Read with OmegaConf's own YAML loader, the inverse of the ``OmegaConf.to_yaml`` that wrote it."""
+    import yaml
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not os.path.lexists(path):
+        raise TableError(f"{path} is missing")
+    text = _text(path)
+    try:
+        config = OmegaConf.load(io.StringIO(text))
+    except (yaml.YAMLError, OmegaConfBaseException, OSError, ValueError, TypeError) as err:  # OSError: a scalar
+        raise TableError(f"{path} is damaged: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(config, DictConfig):
+        raise TableError(f"{path} is damaged: it holds a YAML list, not a config")
+    return OmegaConf.to_container(config, resolve=False)  # type: ignore[return-value]
+
+
+def check_record(run_dir: Path, cfg: dict[str, Any], state: str) -> None:
+    """Refuse a ``config.yaml`` that is not the config its ``run.json`` was written for (damaged or edited).
+
+    Both are written by the job that holds the run dir; a config that no longer has the record's identity
+    (or, for a finished run, its length) would put the result in another cell.
+    """
+    try:
+        record = read_run_record(run_dir)
+    except RunFileError as err:
+        raise TableError(str(err)) from None
+    if record is None:  # runs of versions before run.json: nothing to check against
+        return
+    identity = identity_config(cfg)
+    if identity_hash(identity) != record["identity"]:
+        differences = config_differences(record["config"], identity) or "its identity hash"
+        raise TableError(f"{run_dir / CONFIG} is not the config of {run_dir / RUN_RECORD} (damaged or edited?): "
+                         f"{differences}")
+    if state == "finished" and record.get("length") != run_length(cfg):
+        raise TableError(f"{run_dir / CONFIG} has length {run_length(cfg)}, but {run_dir / RUN_RECORD} finished "
+                         f"at length {record.get('length')} (damaged or edited?)")
+
+
+def read_overrides(run_dir: Path) -> list[str] | None:
+    """The run's ``.hydra/overrides.yaml`` (``None`` when absent); a damaged one is a one-line `TableError`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    path = run_dir / OVERRIDES
+    if not os.path.lexists(path):
+        return None
+    overrides = _yaml(path)
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise TableError(f"{path} is damaged: it is not a list of overrides")
+    try:
+        OverridesParser.create().parse_overrides(overrides)
+    except Exception as err:  # Hydra's parse errors have no common base class
+        raise TableError(f"{path} is damaged: {str(err).splitlines()[0]}") from None
+    return overrides
+
+
+def _not_ended(run_dir: Path, status: RunStatus) -> str:
+    """Why a run with a record that is not finished has no result, and what to do."""
+    length = ", ".join(f"trainer.{k}={v}" for k, v in (status.length or {}).items() if v is not None)
+    why = {
+        "interrupted": "stopped before its end; rerun the same command to resume it",
+        "running": "its job is still running (it holds run.lock)",
+        "died": "run.json says running, but no process holds run.lock: the job died; rerun the same command "
+                "to resume it",
+    }[status.state]
+    earlier = f"; its {METRICS} is an earlier result, not one of this length" if (run_dir / METRICS).is_file() else ""
+    return f"{why} ({length}){earlier}" if length else f"{why}{earlier}"
+
+
+def _config_path(run_dir: Path, state: str) -> Path:
+    """The resolved ``config.yaml``; Hydra's ``.hydra/config.yaml`` only for a run without a result (a job
+    that failed or stopped before it wrote its config), as a result must be placed by the config it ran."""
+    if os.path.lexists(run_dir / CONFIG) or state == "finished":
+        return run_dir / CONFIG
+    return run_dir / HYDRA_DIR / CONFIG
+
+
+def _placement(path: Path, cfg: dict[str, Any]) -> tuple[dict[str, Any], str | None, str | None, dict[str, str]]:
+    """Facts, ablation, sweep and cell identity of a run's config; a config of the wrong shape is a `TableError`."""
+    try:
+        ablation, sweep = cfg.get("ablation"), cfg.get("sweep_name")
+        return (run_facts(cfg), None if ablation is None else str(ablation), None if sweep is None else str(sweep),
+                cell_identity(cfg))
+    except (AttributeError, TypeError, ValueError) as err:
+        raise TableError(f"{path} is not a run config ({type(err).__name__}: {err})") from None
+
+
+def load_run(run_dir: Path) -> Run:
+    """Read one run dir: its status (from the lifecycle), metrics, error and the facts of its config.
+
+    A run whose config cannot be trusted (unreadable, or not the config its run.json was written for) has
+    no facts: no cell can hold it, and the table lists it apart. A sound config with a damaged record puts
+    the run, ``unreadable``, in its cell.
+    """
+    shown = _shown(run_dir)
+    status = run_status(run_dir)
+    problems = [status.problem] if status.state == "unreadable" else []
+    try:
+        path = _config_path(run_dir, status.state)
+        cfg = read_config(path)
+        facts, ablation, sweep, identity = _placement(path, cfg)
+        if not problems:
+            check_record(run_dir, cfg, status.state)
+    except TableError as err:
+        return Run(shown, "unreadable", {}, {}, "; ".join([*problems, str(err)]))
+    if problems:
+        return Run(shown, "unreadable", facts, {}, problems[0], ablation, sweep, identity)
+    if status.state == "finished":
+        values = status.metrics
+        null = tuple(sorted(k for k, v in values.items()
+                            if v is None or (isinstance(v, float) and not math.isfinite(v))))
+        numbers = {k: float(v) for k, v in values.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        return Run(shown, "ok", facts, numbers, "", ablation, sweep, identity, null)
+    if status.state == "failed":
+        return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity)
+    if status.state == "unfinished":
+        return Run(shown, "unfinished", facts, {}, "", ablation, sweep, identity)
+    return Run(shown, status.state, facts, {}, _not_ended(run_dir, status), ablation, sweep, identity)
+
+
+def _normalised(overrides: Iterable[str]) -> frozenset[str]:
+    # a job's overrides.yaml escapes interpolations (``$\{...\}``), multirun.yaml does not
+    return frozenset(str(o).replace("\\{", "{").replace("\\}", "}") for o in overrides)
+
+
+def expected_jobs(sweep_dir: Path) -> list[list[str]]:
+    """The override lists of every job of the multirun saved in ``sweep_dir/multirun.yaml``.
+
+    Expands ``hydra.sweeper.params`` plus the command-line overrides the way Hydra's basic sweeper
+    does; other sweepers (optuna) have no fixed grid, so nothing is expected of them.
+    """
+    path = sweep_dir / "multirun.yaml"
+    saved = _yaml(path)
+    hydra = saved.get("hydra") if isinstance(saved, dict) else None
+    sweeper = hydra.get("sweeper") if isinstance(hydra, dict) else None
+    if not isinstance(sweeper, dict):
+        raise TableError(f"{path} is damaged: it has no hydra.sweeper block")
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return []
+    params = sweeper.get("params") or {}
+    overrides = hydra.get("overrides") or {}
+    task = (overrides.get("task") or []) if isinstance(overrides, dict) else None
+    if not isinstance(params, dict) or not isinstance(task, list):
+        raise TableError(f"{path} is damaged: hydra.sweeper.params or hydra.overrides.task is not what Hydra writes")
+    try:
+        return sweep_grid([f"{k}={v}" for k, v in params.items()] + [str(o) for o in task])
+    except Exception as err:  # Hydra's parse errors have no common base class
+        raise TableError(f"{path} is damaged: {str(err).splitlines()[0]}") from None
+
+
+def sweep_grid(arguments: list[str]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper launches for ``arguments`` (``key=a,b`` sweeps), in its order.
+
+    Hydra's own expansion, so the grid can never drift from what ``-m`` runs. It is private Hydra API
+    (stable within the hydra-core 1.3 pin of pyproject.toml); this is the one place that calls it.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
+
+
+def _resolved_where_possible(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg`` as a dict, each top-level key resolved unless it needs a running Hydra job (run dir, paths).
+
+    Sweep rows are interpolations (``${rows.${row}.ape}``), so labels need resolving; the run-dir keys
+    cannot be resolved outside a job and stay as written.
+    """
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    resolved: dict[str, Any] = {}
+    for key in cfg:
+        try:
+            value = cfg[key]
+            resolved[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except Exception:  # any resolver failure leaves the key as written
+            resolved[key] = raw[key]
+    return resolved
+
+
+
+def _grid_point(overrides: list[str]) -> dict[str, Any]:
+    """The config of a grid point, composed from its overrides (``{}`` when it does not compose)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    config_dir = Path(__file__).resolve().parents[2] / "configs"
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(config_dir), version_base="1.3"):
+            cfg = compose("train", overrides=[o for o in overrides if not o.startswith("hydra")])
+        return _resolved_where_possible(cfg)
+    except Exception:  # a grid point that does not even compose: still listed, with what is known
+        return {}
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _missing_run(sweep_dir: Path, overrides: list[str], why: str) -> Run:
+    """A grid point with no run dir; its facts come from composing the job's config."""
+    container = _grid_point(overrides)
+    return Run(f"{_shown(sweep_dir)}/[{','.join(overrides)}]", "missing", run_facts(container), {}, why,
+               container.get("ablation"), container.get("sweep_name"))
+
+
+def _placed(run: Run, overrides: list[str]) -> Run:
+    """An unreadable run, put in the cell of its grid point (composed from its overrides) when it composes."""
+    container = _grid_point(overrides)
+    if not container:
+        return run
+    return dataclasses.replace(run, facts=run_facts(container), ablation=container.get("ablation"),
+                               sweep=container.get("sweep_name"), identity=None)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The run dirs under ``root``: dirs with a ``config.yaml`` or ``.hydra/config.yaml``, outside checkpoints."""
+    candidates = {p.parent for p in root.rglob(CONFIG) if p.parent.name != HYDRA_DIR}
+    candidates |= {p.parent.parent for p in root.rglob(f"{HYDRA_DIR}/{CONFIG}")}
+    return sorted(d for d in candidates if "checkpoints" not in d.parts)
+
+
+def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run]) -> list[Run]:
+    """The grid points of ``sweep_dir`` without a run dir (``missing``), plus the unreadable runs of the sweep
+    placed by their grid point; a damaged ``multirun.yaml`` is itself listed, as its grid is unknown."""
+    try:
+        jobs = expected_jobs(sweep_dir)
+    except TableError as err:
+        return [Run(_shown(sweep_dir / "multirun.yaml"), "unreadable", {}, {},
+                    f"{err}; the grid of {sweep_dir} is unknown, so its runs that never started are not listed")]
+    grid = {_normalised(job) for job in jobs}
+    done: Counter[frozenset[str]] = Counter()
+    damaged: list[str] = []
+    extra: list[Run] = []
+    for run_dir in found:
+        if not run_dir.is_relative_to(sweep_dir):
+            continue
+        try:
+            overrides = read_overrides(run_dir)
+        except TableError as err:
+            damaged.append(str(err))
+            continue
+        if overrides is None:
+            continue
+        done[_normalised(overrides)] += 1
+        run = loaded[run_dir]
+        if not run.facts and _normalised(overrides) in grid:
+            loaded[run_dir] = _placed(run, overrides)
+    why = "no run dir" + (f" (or its run dir's {OVERRIDES} is damaged: {'; '.join(damaged)})" if damaged else "")
+    for job in jobs:
+        key = _normalised(job)
+        if done[key] > 0:
+            done[key] -= 1
+        else:
+            extra.append(_missing_run(sweep_dir, job, why))
+    return extra
+
+
+def collect(paths: Iterable[str | Path]) -> list[Run]:
+    """Every run under ``paths`` plus a ``missing`` entry per grid point of a sweep with no run dir."""
+    paths = list(paths)
+    runs: list[Run] = []
+    seen: set[Path] = set()
+    for root in map(Path, paths):
+        if not root.exists():
+            raise TableError(f"{str(root)!r} does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)")
+        found = [d for d in run_dirs(root) if d not in seen]
+        seen.update(found)
+        loaded = {d: load_run(d) for d in found}
+        missing = [run for multirun in sorted(root.rglob("multirun.yaml"))
+                   for run in _sweep_runs(multirun.parent, found, loaded)]
+        runs += [loaded[d] for d in found] + missing
+    if not runs:
+        raise TableError(f"no runs (no config.yaml) under: {', '.join(map(str, paths))}")
+    return runs

@@ -1,0 +1,328 @@
+"""make_tables.py and archive_runs.py on run dirs that are damaged, unfinished, empty-handed or doubled.
+
+Each test builds run dirs by hand in tmp_path (a where_mini config copied from docs/ablations_mini_runs,
+metrics.json / run.json / failed.json written here) around two sound cells, and checks that every faulty
+run is listed by name with its exact status, that the table is still built, and that the sound cells'
+numbers are what their runs alone give.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from models.lifecycle.identity import cell_key, identity_config, identity_hash, run_length
+from models.lifecycle.records import RunRecord, lock_run_dir, release_lock
+from scripts import archive_runs, make_tables
+
+ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "ablations_mini_runs" / "where_mini"
+K = "model.net.ape=sincos,rpe.preset=rpe-1.9-product-ctx-1-k"  # row k, column with APE
+NONE = "model.net.ape=sincos,rpe.preset=none"  # row none, column with APE
+SOUND = {(K, 0): 80.0, (K, 1): 82.0, (NONE, 0): 70.0, (NONE, 1): 74.0}
+
+
+def _config(job: str, seed: int, **edits: object) -> dict:
+    """The archived config of ``job`` at ``seed``, with dotted ``edits`` (``trainer__max_epochs=8``)."""
+    cfg = OmegaConf.load(ARCHIVE / f"{job},seed=0" / "config.yaml")
+    cfg.seed = seed
+    cfg.run_name = f"where_mini/{job},seed={seed}"
+    for key, value in edits.items():
+        OmegaConf.update(cfg, key.replace("__", "."), value)
+    return OmegaConf.to_container(cfg)
+
+
+def _run(root: Path, name: str, job: str, seed: int, metrics: object = None, state: str | None = None,
+         **edits: object) -> Path:
+    """A run dir: config.yaml, .hydra/overrides.yaml, metrics.json (when given) and run.json (when ``state``)."""
+    run_dir = root / name
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = _config(job, seed, **edits)
+    OmegaConf.save(OmegaConf.create(cfg), run_dir / "config.yaml")
+    overrides = [f"seed={seed}", *job.split(","), "sweep=where_mini"]
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if metrics is not None:
+        (run_dir / "metrics.json").write_text(metrics if isinstance(metrics, str) else json.dumps(metrics))
+    if state is not None:  # what the job writes, through the lifecycle's only writer of run.json
+        identity = identity_config(cfg)
+        RunRecord(run_dir, identity_hash(identity), identity, run_length(cfg)).save(state)
+    return run_dir
+
+
+def _sound_runs(root: Path) -> None:
+    for (job, seed), top1 in SOUND.items():
+        _run(root, f"{job},seed={seed}", job, seed, {"val/top1": top1, "val/top5": 100.0}, state="finished")
+
+
+def _tables(root: Path) -> dict[str, make_tables.Table]:
+    return {t.name: t for t in make_tables.build_tables(make_tables.collect([root]))}
+
+
+def _runs_by_path(tables: dict[str, make_tables.Table]) -> dict[str, make_tables.Run]:
+    return {Path(r.path).name: r for t in tables.values() for c in t.cells.values() for r in c.runs}
+
+
+def _assert_sound_cells(table: make_tables.Table, k_row: str = "k") -> None:
+    """The sound cells hold exactly their own two runs' numbers (hand-worked: 80, 82 and 70, 74)."""
+    k, none = table.cells[(k_row, "with APE")], table.cells[("none", "with APE")]
+    assert k.stats("val/top1") == (81.0, pytest.approx(math.sqrt(2)), 2)
+    assert none.stats("val/top1") == (72.0, pytest.approx(math.sqrt(8)), 2)
+    assert k.by_seed("val/top1") == {0: 80.0, 1: 82.0}
+
+
+def _csv(tables: dict[str, make_tables.Table], tmp_path: Path) -> dict[tuple[str, str], dict]:
+    out = tmp_path / "out" / "t"
+    make_tables.write_outputs(list(tables.values()), out)
+    return {(r["table"], r["row"]): r for r in make_tables.read_csv(out.with_suffix(".csv"))
+            if r["metric"] in ("val/top1", "")}
+
+
+# ----------------------------------------------------------------------------- unreadable runs
+def test_unreadable_runs_are_listed_by_name_and_never_lose_the_table(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _sound_runs(runs)
+    broken = _run(runs, "broken_config", K, 2, {"val/top1": 99.0})
+    (broken / "config.yaml").write_text("rpe: [1\n")
+    listed = _run(runs, "metrics_list", K, 3, [1, 2, 3])
+    damaged = _run(runs, "run_json_damaged", K, 4, {"val/top1": 99.0}, state="finished")
+    (damaged / "run.json").write_text('{"identity": "ab')
+    edited = _run(runs, "config_edited", K, 5, {"val/top1": 99.0}, state="finished")
+    cfg = OmegaConf.load(edited / "config.yaml")
+    cfg.rpe.ratio = 2.5  # after the run: the result is not this config's
+    OmegaConf.save(cfg, edited / "config.yaml")
+
+    tables = _tables(runs)
+    assert list(tables) == ["where_mini", make_tables.NOT_COUNTED]
+    _assert_sound_cells(tables["where_mini"])
+    by_name = _runs_by_path(tables)
+    assert {n: r.status for n, r in by_name.items() if r.status != "ok"} == {
+        "broken_config": "unreadable", "metrics_list": "unreadable", "run_json_damaged": "unreadable",
+        "config_edited": "unreadable"}
+    assert "config.yaml is damaged: not valid YAML" in by_name["broken_config"].error
+    assert by_name["metrics_list"].error == f"{listed / 'metrics.json'} is damaged: it holds a JSON list, not a dict"
+    assert by_name["run_json_damaged"].error.startswith(f"{damaged / 'run.json'} is damaged: not valid JSON")
+    assert by_name["config_edited"].error == (
+        f"{edited / 'config.yaml'} is not the config of {edited / 'run.json'} (damaged or edited?): "
+        "rpe.ratio: None -> 2.5")
+    assert all(not r.metrics for r in by_name.values() if r.status != "ok")
+    # a sound config places its run in its cell; one that is broken or not its record's is listed apart
+    assert tables["where_mini"].cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2), 2 unreadable"
+    assert sorted(r.path for c in tables[make_tables.NOT_COUNTED].cells.values() for r in c.runs) == [
+        str(broken), str(edited)]
+
+    markdown = make_tables.to_markdown(list(tables.values()))
+    assert "## Runs not counted\n\nNo cell can hold these runs" in markdown
+    assert f"- unreadable: `{broken}`: {broken / 'config.yaml'} is damaged: not valid YAML" in markdown
+    assert f"- unreadable: `{listed}`: {listed / 'metrics.json'} is damaged" in markdown
+    rows = _csv(tables, tmp_path)
+    assert rows[("where_mini", "k")]["unreadable"] == 2 and rows[("where_mini", "k")]["n"] == 2
+    assert rows[(make_tables.NOT_COUNTED, str(broken))] | {"errors": ""} == {
+        "table": make_tables.NOT_COUNTED, "row": str(broken), "col": "status", "metric": "", "mean": None,
+        "std": None, "n": 0, "ok": 0, "failed": 0, "unfinished": 0, "missing": 0, "interrupted": 0, "running": 0,
+        "died": 0, "no_result": 0, "unreadable": 1, "duplicate": 0, "paper": None, "delta": None,
+        "runs": str(broken), "errors": ""}
+    assert "not valid YAML" in rows[(make_tables.NOT_COUNTED, str(broken))]["errors"]
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("", "is damaged: empty"),
+    ("- 1\n- 2\n", "is damaged: it holds a YAML list, not a config"),
+    ("seed: 0\nrpe:\n  preset: no", "is damaged: truncated (it does not end with a line break)"),
+])
+def test_a_config_that_is_no_config_is_unreadable(tmp_path: Path, text: str, reason: str) -> None:
+    run_dir = _run(tmp_path, "run", K, 0, {"val/top1": 99.0})
+    (run_dir / "config.yaml").write_text(text)
+    [run] = make_tables.collect([tmp_path])
+    assert (run.status, run.error, run.metrics) == ("unreadable", f"{run_dir / 'config.yaml'} {reason}", {})
+
+
+def test_a_finished_run_without_its_resolved_config_is_unreadable(tmp_path: Path) -> None:
+    """Hydra's .hydra/config.yaml is not resolved: it places runs without a result only."""
+    done = _run(tmp_path, "done", K, 0, {"val/top1": 99.0}, state="finished")
+    failed = _run(tmp_path, "failed", K, 1)
+    for run_dir in (done, failed):
+        (run_dir / "config.yaml").rename(run_dir / ".hydra" / "config.yaml")
+    (failed / "failed.json").write_text(json.dumps({"error": "out of memory"}))
+    runs = {Path(r.path).name: r for r in make_tables.collect([tmp_path])}
+    assert (runs["done"].status, runs["done"].error) == ("unreadable", f"{done / 'config.yaml'} is missing")
+    assert (runs["failed"].status, runs["failed"].error, runs["failed"].facts["rpe"]) == (
+        "failed", "out of memory", "rpe-1.9-product-ctx-1-k")
+
+
+def test_an_unreadable_run_of_a_sweep_sits_in_the_cell_of_its_grid_point(tmp_path: Path) -> None:
+    sweep = tmp_path / "where_mini"
+    for seed, top1 in ((0, 80.0), (1, 82.0), (2, 99.0)):
+        _run(sweep, f"{K},seed={seed}", K, seed, {"val/top1": top1})
+    (sweep / f"{K},seed=2" / "config.yaml").write_text("{\n")
+    grid = {"seed": "0,1,2", "rpe.preset": "rpe-1.9-product-ctx-1-k", "model.net.ape": "sincos"}
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": grid},
+        "overrides": {"task": ["sweep=where_mini"]}}}))
+    [table] = make_tables.build_tables(make_tables.collect([sweep]))
+    cell = table.cells[("k", "with APE")]
+    assert sorted((Path(r.path).name, r.status) for r in cell.runs) == [
+        (f"{K},seed=0", "ok"), (f"{K},seed=1", "ok"), (f"{K},seed=2", "unreadable")]
+    assert cell.text("val/top1") == "81.00 ± 1.41 (n=2), 1 unreadable"  # not "missing": the run dir is there
+
+
+def test_a_damaged_grid_is_listed_and_its_runs_still_counted(tmp_path: Path) -> None:
+    sweep = tmp_path / "where_mini"
+    _sound_runs(sweep)
+    (sweep / "multirun.yaml").write_text("hydra: [1, 2\n")
+    tables = _tables(sweep)
+    _assert_sound_cells(tables["where_mini"])
+    [listed] = [r for c in tables[make_tables.NOT_COUNTED].cells.values() for r in c.runs]
+    assert listed.status == "unreadable" and listed.path == str(sweep / "multirun.yaml")
+    assert listed.error.startswith(f"{sweep / 'multirun.yaml'} is damaged: not valid YAML")
+    assert listed.error.endswith(f"the grid of {sweep} is unknown, so its runs that never started are not listed")
+
+
+# ----------------------------------------------------------------------------- runs without a result
+@pytest.mark.parametrize(("metrics", "error"), [
+    ({"val/top1": None, "val/top5": 90.0}, "val/top1 is null in metrics.json (not a finite number)"),
+    ('{"val/top1": NaN, "val/top5": NaN}', "val/top1, val/top5 are null in metrics.json (not a finite number)"),
+    ({"val/loss": 0.5, "epoch": 3}, "metrics.json has no val/top1 or val/top5"),
+])
+def test_a_null_or_absent_metric_is_no_result(tmp_path: Path, metrics: object, error: str) -> None:
+    _sound_runs(tmp_path)
+    _run(tmp_path, "nan_run", K, 2, metrics, state="finished")
+    tables = _tables(tmp_path)
+    _assert_sound_cells(tables["where_mini"])
+    run = _runs_by_path(tables)["nan_run"]
+    assert (run.status, run.error, run.metrics) == ("no result", error, {})
+    assert tables["where_mini"].cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2), 1 no result"
+    assert f"- no result: `{tmp_path / 'nan_run'}`: {error}" in make_tables.to_markdown(list(tables.values()))
+    assert _csv(tables, tmp_path)[("where_mini", "k")]["no_result"] == 1
+
+
+def test_an_extension_that_did_not_finish_is_not_its_earlier_result(tmp_path: Path) -> None:
+    """A 3-epoch run extended to 8 keeps its 3-epoch metrics.json until the extension finishes."""
+    _sound_runs(tmp_path)
+    for seed, (name, state) in enumerate((("interrupted", "interrupted"), ("running", "running"), ("died", "running"))):
+        _run(tmp_path, name, K, seed, {"val/top1": 99.0, "epoch": 3}, state=state, trainer__max_epochs=8)
+    fd, _ = lock_run_dir(tmp_path / "running")  # its job is alive
+    try:
+        tables = _tables(tmp_path)
+    finally:
+        release_lock(fd)
+    where = tables["where_mini"]
+    _assert_sound_cells(where, k_row="k [trainer.max_epochs=3]")  # the 3-epoch cell keeps its own runs only
+    longer = where.cells[("k [trainer.max_epochs=8]", "with APE")]
+    assert longer.text("val/top1") == "1 interrupted, 1 running, 1 died" and longer.stats("val/top1")[2] == 0
+    runs = _runs_by_path(tables)
+    assert {n: runs[n].status for n in ("interrupted", "running", "died")} == {
+        "interrupted": "interrupted", "running": "running", "died": "died"}
+    earlier = "; its metrics.json is an earlier result, not one of this length"
+    assert runs["interrupted"].error == ("stopped before its end; rerun the same command to resume it "
+                                         f"(trainer.max_epochs=8, trainer.max_steps=-1){earlier}")
+    assert runs["running"].error.startswith("its job is still running (it holds run.lock)")
+    assert runs["died"].error.startswith("run.json says running, but no process holds run.lock: the job died")
+    assert all(not runs[n].metrics for n in ("interrupted", "running", "died"))
+
+
+# ----------------------------------------------------------------------------- duplicates
+def test_the_same_config_and_seed_counts_once_and_the_rest_are_listed(tmp_path: Path) -> None:
+    _sound_runs(tmp_path)
+    # `-m seed=0,0`: two job dirs of one identity and seed (run_name differs: it is no part of the identity)
+    twice = _run(tmp_path, "z_seed0_again", K, 0, {"val/top1": 90.0, "val/top5": 100.0}, state="finished")
+    again = _run(tmp_path, "0_none_seed1_again", NONE, 1, {"val/top1": 10.0}, state="finished")  # sorts first
+    failed = _run(tmp_path, "a_none_seed1_failed", NONE, 1)
+    (failed / "failed.json").write_text(json.dumps({"error": "out of memory"}))
+    tables = _tables(tmp_path)
+    runs = _runs_by_path(tables)
+    first = tmp_path / f"{K},seed=0"
+    assert (runs["z_seed0_again"].status, runs["z_seed0_again"].error) == (
+        "duplicate", f"same config and seed as {first}, which is counted")
+    # of several ok runs the first by path counts; a failed attempt at the seed is listed as failed, not counted
+    assert (runs[f"{NONE},seed=1"].status, runs[f"{NONE},seed=1"].error) == (
+        "duplicate", f"same config and seed as {again}, which is counted")
+    assert (runs["a_none_seed1_failed"].status, runs["a_none_seed1_failed"].error) == ("failed", "out of memory")
+    where = tables["where_mini"]
+    assert where.cells[("k", "with APE")].stats("val/top1") == (81.0, pytest.approx(math.sqrt(2)), 2)  # not n=3
+    assert where.cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2), 1 duplicate"
+    assert where.cells[("none", "with APE")].by_seed("val/top1") == {0: 70.0, 1: 10.0}
+    assert where.cells[("none", "with APE")].text("val/top1") == "40.00 ± 42.43 (n=2), 1 failed, 1 duplicate"
+    markdown = make_tables.to_markdown(list(tables.values()))
+    assert f"- duplicate: `{twice}`: same config and seed as {first}, which is counted" in markdown
+    assert _csv(tables, tmp_path)[("where_mini", "k")]["duplicate"] == 1
+
+
+@pytest.mark.parametrize(("edit", "same_cell"), [
+    ({"seed": 7}, True),
+    ({"run_name": "elsewhere", "data__root": "/other", "trainer__log_every_n_steps": 3, "logger": None}, True),
+    ({"callbacks__model_checkpoint__dirpath": "/x/checkpoints", "test_after_fit": False}, True),
+    ({"trainer__max_epochs": 8}, False),
+    ({"rpe__ratio": 2.5}, False),
+    ({"data__batch_size": 64}, False),
+])
+def test_a_cell_is_the_lifecycles_cell_key(edit: dict, same_cell: bool) -> None:
+    """One definition of "the same cell": the table's identity agrees with `cell_key` on every change."""
+    base = _config(K, 0)
+    node = OmegaConf.create(base)
+    for key, value in edit.items():
+        OmegaConf.update(node, key.replace("__", "."), value)
+    changed = OmegaConf.to_container(node)
+    assert changed != base
+    assert (cell_key(base) == cell_key(changed)) is same_cell
+    assert (make_tables.cell_identity(base) == make_tables.cell_identity(changed)) is same_cell
+
+
+# ----------------------------------------------------------------------------- the archive
+def _sweep_with_multirun(root: Path) -> Path:
+    sweep = root / "where_mini"
+    _sound_runs(sweep)
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": {"_target_": "optuna"}}}))
+    return sweep
+
+
+def test_archive_keeps_run_json_and_leaves_out_runs_that_have_not_ended(tmp_path: Path, capsys) -> None:
+    sweep = _sweep_with_multirun(tmp_path / "runs")
+    archive = tmp_path / "archive"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    kept = archive / "where_mini" / f"{K},seed=0"
+    assert sorted(p.name for p in kept.rglob("*") if p.is_file()) == [
+        "config.yaml", "metrics.json", "overrides.yaml", "run.json"]
+    assert json.loads((kept / "run.json").read_text())["length"] == {"max_epochs": 3, "max_steps": -1}
+    # a later sitting extends seed 0 to 8 epochs and is interrupted: the archive keeps the 3-epoch result
+    extended = _run(sweep, "ext", K, 0, state="interrupted", trainer__max_epochs=8)
+    os.replace(extended / "config.yaml", sweep / f"{K},seed=0" / "config.yaml")
+    os.replace(extended / "run.json", sweep / f"{K},seed=0" / "run.json")
+    for path in sorted(extended.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    extended.rmdir()
+    before = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    assert f"1 left out: {sweep / f'{K},seed=0'} (interrupted)" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == before
+    runs = {Path(r.path).name: r for r in make_tables.collect([archive / "where_mini"])}
+    assert (runs[f"{K},seed=0"].status, runs[f"{K},seed=0"].metrics["val/top1"]) == ("ok", 80.0)
+
+
+@pytest.mark.parametrize(("damage", "named"), [
+    ("metrics.json", "metrics.json is damaged: it holds a JSON list, not a dict"),
+    ("run.json", "run.json is damaged: empty"),
+    ("overrides.yaml", ".hydra/overrides.yaml is damaged: Error parsing override 'data.num_wor'"),
+    ("config.yaml", "config.yaml is not the config of"),
+])
+def test_archive_refuses_a_damaged_run_and_writes_nothing(tmp_path: Path, capsys, damage: str, named: str) -> None:
+    sweep = _sweep_with_multirun(tmp_path / "runs")
+    run_dir = sweep / f"{K},seed=1"
+    if damage == "metrics.json":
+        (run_dir / "metrics.json").write_text("[1, 2, 3]\n")
+    elif damage == "run.json":
+        (run_dir / "run.json").write_text("")
+    elif damage == "overrides.yaml":
+        (run_dir / ".hydra" / "overrides.yaml").write_text("- seed=1\n- data.num_wor\n")
+    else:
+        (run_dir / "config.yaml").write_text((run_dir / "config.yaml").read_text().replace("ratio: null", "ratio: 2.9"))
+    capsys.readouterr()
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and named in line and str(run_dir) in line
+    assert not (tmp_path / "archive").exists()
