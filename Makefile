@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
-## Lint and run the test suite (excludes tests marked slow). A file's tests stay on one worker, so its
-## module fixtures (a trained run, generated data) are built once.
+## Lint and run the test suite: unit tests and short integration tests, at most 5 minutes on 2 CPU cores
+## (tests marked slow are excluded). A file's tests stay on one worker, so its module fixtures (a trained
+## run, generated data) are built once.
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
@@ -26,9 +27,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-## Tests marked slow (longer runs of real training).
+## Tests marked slow (real training runs, more train.py processes, torch.compile), in the same workers.
 slow: $(STAMP)
-	$(PY) -m pytest -q -m slow $(ARGS)
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 benchmark: $(STAMP)
 	$(PY) scripts/benchmark.py $(ARGS)

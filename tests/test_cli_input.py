@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import train
+import models.lifecycle.cli as cli
 from models import ModelConfigError, create_model
 from models.swin import swin_grid_problem
-from tests.conftest import SMALL_RELATIONAL, compose_config, run_cli
+from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -24,6 +24,7 @@ def _one_error_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # a train.py run; the declared keys are checked in-process below
 def test_trainer_limits_work_without_plus(tmp_path: Path, data_dir: Path) -> None:
     """No debug=fast (which sets them): the limits are declared by configs/trainer/_base.yaml."""
     result = run_cli("train.py", [
@@ -47,7 +48,7 @@ def test_declared_trainer_keys_equal_lightning_defaults_and_plus_still_works(tmp
                 "strategy", "gradient_clip_algorithm", "benchmark", "detect_anomaly", "profiler", "max_time"):
         assert cfg.trainer[key] == defaults[key].default, key
     # the old spelling with + keeps working (on the command line and in compose)
-    assert train.normalize_overrides(["+trainer.limit_train_batches=3", "+experiment=x", "a=1"]) == [
+    assert cli.normalize_overrides(["+trainer.limit_train_batches=3", "+experiment=x", "a=1"]) == [
         "++trainer.limit_train_batches=3", "+experiment=x", "a=1"]
     cfg = compose_config(["+trainer.limit_train_batches=3", "trainer=ddp_cpu"], tmp_path, data_dir)
     assert cfg.trainer.limit_train_batches == 3 and cfg.trainer.strategy.process_group_backend == "gloo"
@@ -58,14 +59,17 @@ def test_declared_trainer_keys_equal_lightning_defaults_and_plus_still_works(tmp
     [
         (["trainer.limit_train_batchez=3"],
          "error: trainer.limit_train_batchez is not a config key; valid keys of trainer: _target_, accelerator,"),
-        (["model.net.dropout=0.1"], "valid keys of model.net: ape, drop_path_rate, img_size, name"),
-        (["-m", "rpe=none,irpe_k", "model.optimizer.lrr=1e-3,1e-4"],
-         "model.optimizer.lrr is not a config key; valid keys of model.optimizer: betas, eps, lr, lr_base_batch"),
+        pytest.param(["model.net.dropout=0.1"], "valid keys of model.net: ape, drop_path_rate, img_size, name",
+                     marks=pytest.mark.slow),
+        pytest.param(["-m", "rpe=none,irpe_k", "model.optimizer.lrr=1e-3,1e-4"],
+                     "model.optimizer.lrr is not a config key; valid keys of model.optimizer: betas, eps, lr, "
+                     "lr_base_batch", marks=pytest.mark.slow),
         (["model.net=["], "error: override 'model.net=[' is not valid override syntax"),
-        (["rpe=_base"], "error: rpe='_base' is not a config option; valid: alibi, cpb, huang, irpe_bias_k,"),
+        pytest.param(["rpe=_base"], "error: rpe='_base' is not a config option; valid: alibi, cpb, huang, irpe_bias_k,",
+                     marks=pytest.mark.slow),
     ],
     ids=["trainer", "nested", "multirun", "syntax", "internal_base"],
-)
+)  # a train.py process each: two in `make test`, the rest in `make slow`
 def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Path) -> None:
     result = run_cli("train.py", [*args, f"paths.log_dir={tmp_path}"], env_extra=ENV)
     assert result.returncode == 2
@@ -74,6 +78,7 @@ def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Pa
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
+@pytest.mark.slow  # an eval.py process; the same key check runs through train.py above
 def test_eval_unknown_key_is_one_line() -> None:
     result = run_cli("eval.py", ["ckpt_path=x.ckpt", "batch=3"], env_extra=ENV)
     assert result.returncode == 2
@@ -81,14 +86,15 @@ def test_eval_unknown_key_is_one_line() -> None:
 
 
 def test_group_choices_hide_internal_bases() -> None:
-    with pytest.raises(train.CommandLineError) as err:
-        train.check_group_choices(["rpe=nope"])
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_group_choices(["rpe=nope"])
     assert "_base" not in str(err.value) and "irpe_k" in str(err.value)
-    with pytest.raises(train.CommandLineError):
-        train.check_group_choices(["experiment=_deit_imagenet"])
-    train.check_group_choices(["rpe=irpe_k,none", "experiment=deit_tiny_baseline"])  # real options pass
+    with pytest.raises(cli.CommandLineError):
+        cli.check_group_choices(["experiment=_deit_imagenet"])
+    cli.check_group_choices(["rpe=irpe_k,none", "experiment=deit_tiny_baseline"])  # real options pass
 
 
+@pytest.mark.slow  # a train.py process that builds DETR and the data first
 def test_detr_on_classification_data_is_one_line(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("train.py", [
         "model=detr_small", *SMALL_RELATIONAL, "debug=fast", f"paths.data_dir={data_dir}",
@@ -108,9 +114,7 @@ def test_detr_on_classification_data_is_one_line(tmp_path: Path, data_dir: Path)
                                      " the last 2 pixel rows/columns; valid: a multiple of 4, e.g. 28 or 32"),
         ("deit_tiny_patch16_224", 200, "img_size=200 is not divisible by patch_size=16"),
         ("swin_micro_patch4_window4_32", 30, "img_size=30 is not divisible by patch_size=4"),
-        ("swin_micro_patch4_window4_32", 24, "stage 0 has a 6-token side that 4-token windows do not tile"),
-        ("swin_tiny_patch4_window7_224", 256,
-         "64-token side that 7-token windows do not tile (timm would pad it); valid: e.g. 224 or 448"),
+        # a Swin size its windows do not tile is padded as timm does: tests/test_testsets.py
     ],
 )
 def test_image_size_must_fit_the_patch_and_window_grid(name: str, img_size: int, expected: str) -> None:

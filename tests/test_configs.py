@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import CONFIG_DIR, compose_config, run_cli
+from tests.helpers import CONFIG_DIR, compose_config, run_cli
 
 GROUPS = ["data", "model", "rpe", "trainer", "logger", "callbacks", "experiment", "debug"]
 
@@ -55,6 +55,7 @@ def _one_line_error(result) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # a train.py process; the check is tested in-process (tests/test_cli_input.py)
 def test_unknown_group_option_is_one_line(tmp_path: Path) -> None:
     line = _one_line_error(run_cli("train.py", ["model=deit_huge", f"paths.log_dir={tmp_path}"]))
     assert "deit_huge" in line and "deit_small" in line and "deit_micro" in line
@@ -66,18 +67,21 @@ def test_bad_rpe_value_is_one_line(tmp_path: Path) -> None:
     assert "spiral" in line and "product" in line
 
 
+@pytest.mark.slow  # a train.py process; the check itself is tested in-process (tests/test_rpe_config.py)
 def test_bias_on_values_is_rejected(tmp_path: Path) -> None:
     line = _one_line_error(run_cli("train.py", ["rpe=irpe_bias_k", "rpe.on=v", f"paths.log_dir={tmp_path}",
                                                 "print_config=false"]))
     assert "bias" in line
 
 
+@pytest.mark.slow  # a train.py process; the check itself is tested in-process (tests/test_data_datamodule.py)
 def test_missing_imagenet_root_is_one_line(tmp_path: Path) -> None:
     line = _one_line_error(run_cli("train.py", ["data=imagenet", f"data.root={tmp_path}/nowhere",
                                                 f"paths.log_dir={tmp_path}", "print_config=false"]))
     assert "nowhere" in line
 
 
+@pytest.mark.slow  # a train.py process; the check itself is tested in-process (tests/test_models.py)
 def test_bad_ape_is_one_line(tmp_path: Path) -> None:
     line = _one_line_error(run_cli("train.py", ["model.net.ape=rotary", f"paths.log_dir={tmp_path}",
                                                 "print_config=false"]))

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from data import DataConfigError, ImageFolderDataModule
 from data.coco import CocoDataModule, CocoDetectionDataset, generate_shapes_coco
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 
 def _write_coco(root: Path, anns: list[dict], split: str = "val") -> Path:
@@ -151,6 +151,7 @@ def test_unreadable_imagefolder_image_names_the_file(tmp_path: Path) -> None:
     assert f"image {broken} cannot be read" in _one_line(err)
 
 
+@pytest.mark.slow  # a train.py process; the check is tested in-process above
 def test_train_cli_stops_on_a_negative_width_box(tmp_path: Path) -> None:
     """End to end: the COCO run stops before training with one line naming the file and the annotation."""
     root = generate_shapes_coco(tmp_path / "shapes", num_train=8, num_val=4, image_size=[48, 56], object_size=[8, 20])

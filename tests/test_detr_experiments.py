@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from data.coco import generate_shapes_coco
 from models.detr import DetectionModule
-from tests.conftest import CONFIG_DIR, compose_config
+from tests.helpers import CONFIG_DIR, compose_config
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("detr_*.yaml"))
 # Small images keep an R50 step at a second or two on CPU; the crop branch stays on where configured.
@@ -56,9 +56,15 @@ def test_the_expected_experiments_exist() -> None:
         assert name in EXPERIMENTS
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+# `make test` steps one R50 config (with an RPE and the 300-epoch schedule); the R50 configs differ only in
+# their preset and schedule, and `make slow` steps the others.
+FAST_EXPERIMENTS = ("detr_shapes", "detr_r50_rpe20_300ep")
+
+
+@pytest.mark.parametrize("experiment", [e if e in FAST_EXPERIMENTS else pytest.param(e, marks=pytest.mark.slow)
+                                        for e in EXPERIMENTS])
 def test_one_train_step(experiment: str, tiny_coco: Path, r50_checkpoint: Path, tmp_path: Path) -> None:
-    import train
+    import models.lifecycle.job as job
 
     overrides = [f"experiment={experiment}", f"data.root={tiny_coco}", *SMALL_IMAGES]
     if experiment.startswith("detr_r50"):
@@ -84,7 +90,7 @@ def test_one_train_step(experiment: str, tiny_coco: Path, r50_checkpoint: Path, 
             ]
         )
 
-    datamodule, model = train.build_data_and_model(cfg)
+    datamodule, model = job.build_data_and_model(cfg)
     assert isinstance(model, DetectionModule) and datamodule.num_classes == 3
     has_rpe = any(".rpe_k." in n for n, _ in model.named_parameters())
     assert has_rpe == (OmegaConf.to_container(cfg.rpe)["preset"] != "none")

@@ -22,7 +22,7 @@ from models.detr import (
     to_reference_checkpoint,
 )
 from models.detr.reference import load_reference_state
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 DIM, HEADS, FFN, QUERIES, ENC, DEC = 32, 4, 64, 5, 2, 2
 TINY = {"name": "tiny", "channels": [8, 16]}
@@ -374,6 +374,7 @@ EVAL_DATA = ["data.generator=null", "data.val_size=64", "data.max_size=96", "dat
              "model.num_queries=1"]
 
 
+@pytest.mark.slow  # an eval.py process on DETR; the loading is tested in-process
 @pytest.mark.filterwarnings("ignore")
 def test_eval_cli_prints_coco_ap_for_a_reference_file(centred_coco: Path, tmp_path: Path) -> None:
     """``eval.py experiment=detr_shapes model.weights=<reference-layout file>`` on shapes-COCO: our
@@ -394,7 +395,7 @@ def test_eval_reads_reference_labels_as_category_ids(centred_coco: Path, tmp_pat
     """A reference-convention head (max category id + 1 = 4 classes; label 1 is category 1) scores 100;
     the same file with label 2 (category 2) scores 0."""
     import eval as eval_script
-    from tests.conftest import compose_config
+    from tests.helpers import compose_config
 
     cases = [
         (truth_predicting_detr(4, 1), None, 100.0),

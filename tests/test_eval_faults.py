@@ -25,7 +25,7 @@ from models.run_config import (
     state_dict_mismatch,
 )
 from scripts import plot_rpe
-from tests.conftest import compose_config, run_cli
+from tests.helpers import compose_config, run_cli
 
 # A relational set of its own (other tests' roots hold other generator settings).
 TINY = [

@@ -10,7 +10,7 @@ import torch
 
 from models import ModelConfigError, create_model
 from rpe.encodings.peg import PEG
-from tests.conftest import SMALL_RELATIONAL, run_cli
+from tests.helpers import SMALL_RELATIONAL, run_cli
 
 
 def naive_peg(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, h: int, w: int, skip: int) -> torch.Tensor:
@@ -66,6 +66,7 @@ def test_deit_with_pegs_after_chosen_blocks() -> None:
         create_model("swin_micro_patch4_window4_32", num_classes=4, peg_blocks=[0])
 
 
+@pytest.mark.slow  # a train.py process; the DeiT wiring above (forward and backward) stays in `make test`
 def test_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("train.py", [
         "rpe=none", "model.net.ape=peg", "model.net.peg_blocks=[0,1,2,3]", "debug=fast", "logger=csv",

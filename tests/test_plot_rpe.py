@@ -17,7 +17,7 @@ import models.lifecycle.job as job
 from rpe import RPEAttention, RPEConfig
 from rpe.tables import CrossRelativePositionTable, RelativePositionTable
 from scripts import plot_rpe  # scripts/ is a namespace package under the repository root
-from tests.conftest import compose_config, run_cli
+from tests.helpers import compose_config, run_cli
 
 # A tiny relational set of its own (the root differs from other tests', so their markers never clash).
 TINY_RUN = [
@@ -227,6 +227,7 @@ def test_attention_of_a_trained_run_sums_to_one(trained_run: Path) -> None:
         assert torch.allclose(layer.sum(-1), torch.ones(1, 4, 65), atol=1e-5)
 
 
+@pytest.mark.slow  # five runs built and drawn (Swin's included); test_plots_of_a_trained_run stays
 def test_table_variants(tmp_path: Path, data_dir: Path, capsys) -> None:
     """Cross, QKV, per-head bias and Swin (own table and iRPE, window grids) each give their figures."""
     cases = {
@@ -293,6 +294,7 @@ def test_bad_input_is_one_line(args: list[str], expected: str, trained_run: Path
     assert not (tmp_path / "plots").exists()  # nothing drawn on bad input
 
 
+@pytest.mark.slow  # a plot_rpe.py process; its checks run in-process in test_bad_input_is_one_line
 def test_missing_checkpoint_and_cli_exit_code(trained_run: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()

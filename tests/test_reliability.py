@@ -95,6 +95,7 @@ def test_a_finished_run_is_not_trained_again(finished_run) -> None:
     assert _fingerprint(run_dir) == before  # checkpoints and metrics bit for bit
 
 
+@pytest.mark.slow  # a third epoch: what the resume tests below check, in `make slow`
 def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path) -> None:
     import shutil
 
@@ -108,6 +109,7 @@ def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path
     assert json.loads((copy / "metrics.json").read_text())["global_step"] == 9
 
 
+@pytest.mark.slow  # two train.py runs
 def test_a_run_that_failed_before_training_can_be_rerun_fixed(tmp_path: Path, data_dir: Path) -> None:
     failed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "model.net.img_size=30"), env_extra=ENV)
     assert failed.returncode == 2 and "img_size" in failed.stderr, failed.stderr[-2000:]
@@ -155,6 +157,7 @@ def test_identity_ignores_what_may_change_on_resume() -> None:
 
 
 # ----------------------------------------------------------------------------- exact resume
+@pytest.mark.slow  # three train.py runs
 def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_weights(tmp_path: Path, data_dir: Path) -> None:
     """last.ckpt every 3 steps; SIGKILL after step 7 (mid second epoch) loses step 7; the rerun redoes it."""
     common = _args(tmp_path, data_dir, "trainer.max_epochs=2", "trainer.limit_train_batches=4",
@@ -183,7 +186,8 @@ def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_weights(tmp_pa
 
 
 # ----------------------------------------------------------------------------- signals
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+# SIGTERM (what SLURM and Kubernetes send) in `make test`; SIGUSR1 takes the same path, in `make slow`
+@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)])
 def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir: Path, signum: int) -> None:
     marker = tmp_path / "marker"
     args = _args(tmp_path, data_dir, "run_name=preempted", "trainer.max_epochs=2", *_fault(4, marker, signum))
@@ -206,6 +210,7 @@ def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir
     assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
 
 
+@pytest.mark.slow  # a sweep; SIGTERM of one run stays in `make test`
 def test_sigterm_stops_a_sweep_and_reports_the_interrupted_job(tmp_path: Path, data_dir: Path) -> None:
     """Like scancel under SLURM: the step that gets SIGTERM also fails (a DataLoader worker killed by it)."""
     sweep = tmp_path / "sweep"
@@ -265,6 +270,7 @@ def test_writes_are_flushed_to_disk(tmp_path: Path, monkeypatch) -> None:
 
 
 # ----------------------------------------------------------------------------- W&B
+@pytest.mark.slow  # a two-job sweep with W&B offline
 def test_wandb_one_finished_run_per_sweep_job(tmp_path: Path, data_dir: Path) -> None:
     pytest.importorskip("wandb")
     sweep = tmp_path / "sweep"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rpe import build_rpe, rpe_attention
-from tests.conftest import check_encoding_everywhere
+from tests.helpers import check_encoding_everywhere, check_trains_from_the_command_line
 
 D = 8
 # ALiBi's slopes: 4 heads 2^-2, 2^-4, 2^-6, 2^-8; 6 heads: those of 4, then every other slope of 8 (2^-1, 2^-3)
@@ -51,5 +51,10 @@ def test_matches_naive_formula_forward_and_gradients(heads: int) -> None:
     assert torch.allclose(panel[:, 4, 3], -torch.tensor(SLOPES[heads]) * math.sqrt(5))
 
 
-def test_backbones_and_training(tmp_path: Path, data_dir: Path) -> None:
-    check_encoding_everywhere("alibi", tmp_path, data_dir)
+def test_backbones() -> None:
+    check_encoding_everywhere("alibi")
+
+
+@pytest.mark.slow  # a train.py process: most of this file's time; the backbones above stay in `make test`
+def test_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
+    check_trains_from_the_command_line("alibi", tmp_path, data_dir)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from rpe import build_rpe, rpe_attention
-from tests.conftest import check_encoding_everywhere
+from tests.helpers import check_encoding_everywhere, check_trains_from_the_command_line
 
 H, D = 2, 8
 
@@ -60,5 +61,10 @@ def test_same_function_of_the_offset_on_every_grid() -> None:
     assert torch.allclose(small[:, 2 + 1, 3 - 2], naive_bias(module.double(), 1, -2).float(), atol=1e-5)
 
 
-def test_backbones_and_training(tmp_path: Path, data_dir: Path) -> None:
-    check_encoding_everywhere("cpb", tmp_path, data_dir)
+def test_backbones() -> None:
+    check_encoding_everywhere("cpb")
+
+
+@pytest.mark.slow  # a train.py process: most of this file's time; the backbones above stay in `make test`
+def test_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
+    check_trains_from_the_command_line("cpb", tmp_path, data_dir)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rpe import RPEConfig, build_rpe, rpe_attention
-from tests.conftest import cuda_ms_per_step
+from tests.helpers import cuda_ms_per_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

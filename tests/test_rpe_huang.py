@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from rpe import build_rpe, parse_shorthand, rpe_attention
-from tests.conftest import check_encoding_everywhere
+from tests.helpers import check_encoding_everywhere, check_trains_from_the_command_line
 
 H, D = 2, 8
 
@@ -66,7 +67,12 @@ def test_matches_naive_formula_forward_and_gradients() -> None:
             assert torch.allclose(got, want, atol=1e-9), backend
 
 
-def test_config_and_backbones(tmp_path: Path, data_dir: Path) -> None:
+def test_config_and_backbones() -> None:
     assert build_rpe("huang", D, H)[1].lookup_table_weight.shape == (1, D, 7 * 7 + 1)  # shared heads, 49 + skip
     assert parse_shorthand("rpe-1.9-huang-ctx-1-qk").method == "huang"
-    check_encoding_everywhere("huang", tmp_path, data_dir)
+    check_encoding_everywhere("huang")
+
+
+@pytest.mark.slow  # a train.py process: most of this file's time; the backbones above stay in `make test`
+def test_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
+    check_trains_from_the_command_line("huang", tmp_path, data_dir)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from rpe import RPEConfig, build_rpe, rpe_attention
-from tests.conftest import SMALL_RELATIONAL, run_cli
+from tests.helpers import SMALL_RELATIONAL, run_cli
 
 H, D = 2, 8  # heads, head dim
 
@@ -146,6 +146,7 @@ def test_backbones(method: str) -> None:
         assert torch.allclose(magnitude, expected.expand_as(magnitude), atol=1e-5)
 
 
+@pytest.mark.slow  # a train.py sweep of two jobs; test_backbones (forward and backward) stays in `make test`
 def test_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("train.py", [
         "-m", "rpe=rope_axial,rope_mixed", "debug=fast", "logger=csv", *SMALL_RELATIONAL,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from rpe import build_rpe, rpe_attention
-from tests.conftest import check_encoding_everywhere
+from tests.helpers import check_encoding_everywhere, check_trains_from_the_command_line
 
 H, D = 2, 8
 
@@ -53,9 +54,14 @@ def test_matches_naive_formula_forward_and_gradients() -> None:
             assert torch.allclose(got, want, atol=1e-9), backend
 
 
-def test_preset_is_exact_on_a_14x14_grid_and_backbones(tmp_path: Path, data_dir: Path) -> None:
+def test_preset_is_exact_on_a_14x14_grid_and_backbones() -> None:
     _, module, _ = build_rpe("sasa", 64, 6)
     assert module.rel_rows.shape == (1, 32, 27 + 1)  # offsets -13..13 each exact, plus the skip bucket
     panel = module.describe(14, 14).panels[0][1]
     assert panel.shape == (1, 27, 27)
-    check_encoding_everywhere("sasa", tmp_path, data_dir)
+    check_encoding_everywhere("sasa")
+
+
+@pytest.mark.slow  # a train.py process: most of this file's time; the backbones above stay in `make test`
+def test_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
+    check_trains_from_the_command_line("sasa", tmp_path, data_dir)

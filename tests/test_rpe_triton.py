@@ -5,9 +5,10 @@ combination (bias shared/per head, contextual Q/K, V), class tokens, key padding
 Triton decides whether a kernel (its own ``tl.zeros`` included) is interpreted when the function is
 decorated, i.e. when ``triton`` is first imported; in a normal pytest run other modules (torch's
 FlexAttention, Lightning) import it earlier. So unless this process was started with
-``TRITON_INTERPRET=1``, one test reruns this file in a child pytest with it set (about 25 s on
-one core, so no case is marked slow) and the direct tests are skipped here; nothing leaks into the
-other tests of the process.
+``TRITON_INTERPRET=1``, one test reruns this file in a child pytest with it set (about 30 s on
+one core) and the direct tests are skipped here; nothing leaks into the other tests of the process.
+The cases marked slow (single terms that the combinations also hold, more indexes and shapes, the
+other dropout and Swin variants) run in a second child under `make slow`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from rpe import RPEAttention, RPEConfig, build_rpe, rpe_attention
 from rpe.base import LogitPiece
-from tests.conftest import cuda_ms_per_step
+from tests.helpers import cuda_ms_per_step
 
 triton = pytest.importorskip("triton")
 
@@ -46,6 +47,12 @@ def _child_pytest(markexpr: str, basetemp: Path) -> None:
 @pytest.mark.skipif(INTERPRETED, reason="already under the interpreter")
 def test_kernels_under_the_interpreter(tmp_path):
     _child_pytest("not slow", tmp_path / "child")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INTERPRETED, reason="already under the interpreter")
+def test_more_kernels_under_the_interpreter(tmp_path):
+    _child_pytest("slow", tmp_path / "child")
 
 
 @pytest.mark.skipif(INTERPRETED, reason="checked once, in the parent")
@@ -177,8 +184,13 @@ CASES = {
 }
 
 
+# In `make test`: every term within a combination, shared and per-head tables, the one-hot reductions.
+FAST_CASES = ("plain", "bias_k_shared", "bias_qk", "ctx_kv", "ctx_qkv", "narrow_ctx_qkv", "narrow_bias_qk")
+
+
 @direct
-@pytest.mark.parametrize("config", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize("config", [c if name in FAST_CASES else pytest.param(c, marks=pytest.mark.slow)
+                                    for name, c in CASES.items()], ids=CASES.keys())
 def test_terms_match_naive(config):
     _assert_matches_naive(config)
 
@@ -262,8 +274,9 @@ def test_float16_autocast_error_within_the_eager_path():
 @direct
 @pytest.mark.parametrize("config, grid, skip", [
     (RPEConfig(on="qkv", shared_head=False), (5, 7), 1),
-    (RPEConfig(on="qkv", index="clip", ratio=0.75), (5, 7), 1),  # narrow tables: one-hot reductions
-    (RPEConfig(method="swin", mode="ctx", on="qkv", window=8), (7, 8), 1),
+    pytest.param(RPEConfig(on="qkv", index="clip", ratio=0.75), (5, 7), 1,  # narrow tables: one-hot reductions
+                 marks=pytest.mark.slow),
+    pytest.param(RPEConfig(method="swin", mode="ctx", on="qkv", window=8), (7, 8), 1, marks=pytest.mark.slow),
 ], ids=["product_qkv", "narrow_qkv", "swin_ctx_qkv"])
 def test_dropout_matches_the_same_keep_mask(fused, config, grid, skip):
     """Dropout on the probabilities (before the V term, as the eager path does), rebuilt from the
@@ -312,7 +325,7 @@ def test_rpe_attention_layer_with_triton_backend():
 
 
 @direct
-@pytest.mark.parametrize("preset", ["irpe_qkv", "swin"])
+@pytest.mark.parametrize("preset", ["irpe_qkv", pytest.param("swin", marks=pytest.mark.slow)])
 def test_swin_shifted_windows_with_triton_backend(preset):
     """A micro Swin (4x4 windows, shifted blocks with their float mask, no class token), with iRPE-QKV
     or Swin's own bias table: logits and every parameter's gradient match the eager path."""
@@ -374,6 +387,7 @@ MORE_CASES = {
 
 
 @direct
+@pytest.mark.slow
 @pytest.mark.parametrize("config, grid, skip", MORE_CASES.values(), ids=MORE_CASES.keys())
 def test_more_indexes_and_shapes_match_naive(config, grid, skip):
     n = skip + grid[0] * grid[1]

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 import models.lifecycle.job as job
 from models.run_config import ALLOWED_TARGETS, RunConfigError, build_data_and_model, load_run_config
 from scripts import plot_rpe
-from tests.conftest import CONFIG_DIR, compose_config, run_cli
+from tests.helpers import CONFIG_DIR, compose_config, run_cli
 
 TINY = [
     "data.root=${paths.data_dir}/relational_runcfg", "data.generator.num_train=64", "data.generator.num_val=16",
@@ -118,6 +118,7 @@ def test_hostile_config_is_refused_by_eval(attack: str, run_dir: Path, tmp_path:
     assert not marker.exists() and victim.read_text() == "precious"
 
 
+@pytest.mark.slow  # eval.py and plot_rpe.py processes; the refusals are tested in-process above
 def test_hostile_config_cli_exits_with_one_line(run_dir: Path, tmp_path: Path) -> None:
     """The command-line tools, end to end: exit 2, one line, no marker."""
     run, marker, _ = _hostile(run_dir, tmp_path, "os.system")

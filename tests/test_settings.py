@@ -22,7 +22,7 @@ from models.lifecycle.settings import (
     rule_for,
 )
 from rpe.config import RPEConfig, RPEConfigError, parse_shorthand, resolve_rpe
-from tests.conftest import CONFIG_DIR, compose_config
+from tests.helpers import CONFIG_DIR, compose_config
 
 
 def _options(group: str) -> list[str]:

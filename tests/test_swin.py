@@ -12,11 +12,10 @@ import torch
 from timm.models import swin_transformer as timm_swin
 from timm.optim import create_optimizer_v2
 
-import train
 from models import create_model
 from models.swin import RPESwinTransformer, RPEWindowAttention, load_swin_checkpoint
 from rpe import PRESETS
-from tests.conftest import compose_config
+from tests.helpers import compose_config, fit_only
 
 # img 32, patch 4: stage 1 is 8x8 tokens in 4x4 windows (the odd blocks shifted by 2), stage 2 is 4x4.
 SMALL = dict(img_size=32, patch_size=4, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
@@ -220,6 +219,6 @@ def test_swin_experiment_configs_run_one_step(tmp_path: Path) -> None:
              "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false"],
             tmp_path / name, tmp_path,
         )
-        metrics = train.run(cfg)
+        metrics = fit_only(cfg)
         assert metrics["global_step"] == 1, name
         assert torch.isfinite(torch.tensor(metrics["train/loss"])), name

@@ -252,7 +252,9 @@ def compiled_matches_eager(model: torch.nn.Module, images: torch.Tensor, inferen
 
 @pytest.mark.parametrize(("name", "backend", "inference_first"),
                          [("deit_small_patch16_224_rpe.irpe_qk", "sdpa", True),
-                          ("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False)])
+                          # `make test` compiles one model (~15 s on a CPU); Swin runs in `make slow`
+                          pytest.param("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False,
+                                       marks=pytest.mark.slow)])
 def test_torch_compile_fullgraph_forward_backward(name: str, backend: str, inference_first: bool) -> None:
     """One graph (fullgraph=True) for the whole model, the SDPA path included (DeiT: after a first compiled
     call in inference mode); dynamo and AOT autograd without inductor's C++ build (the slow test below)."""
@@ -262,6 +264,7 @@ def test_torch_compile_fullgraph_forward_backward(name: str, backend: str, infer
                            backend="aot_eager", fullgraph=True)
 
 
+@pytest.mark.slow  # two compiles of DeiT-S
 def test_torch_compile_dynamic_img_size_follows_each_input() -> None:
     """Compiled with dynamic_img_size, a 6x10 then a 10x6 input each get their own grid (the same 60 tokens)."""
     torch._dynamo.reset()

@@ -9,8 +9,8 @@ import lightning as L
 import pytest
 import torch
 
-import train
-from tests.conftest import LEARNING_BUDGET, SMALL_RELATIONAL, compose_config, run_cli
+import models.lifecycle.job as job
+from tests.helpers import LEARNING_BUDGET, SMALL_RELATIONAL, compose_config, fit_only, run_cli
 
 FAST = ["debug=fast", "logger=csv"]
 
@@ -26,10 +26,11 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Pat
     cfg = compose_config(
         [*SMALL_RELATIONAL, *LEARNING_BUDGET, "callbacks=none", "print_config=false"], run_dir, data_dir
     )
-    train.run(cfg)
+    job.run(cfg)
     return run_dir
 
 
+@pytest.mark.slow  # 256 training steps (the trained_run fixture)
 def test_training_learns_the_relational_task(trained_run: Path) -> None:
     metrics = _metrics(trained_run)
     assert metrics["val/top1"] > 60.0, metrics  # chance is 12.5%
@@ -39,16 +40,18 @@ def test_training_learns_the_relational_task(trained_run: Path) -> None:
         assert (trained_run / name).is_file(), name
 
 
+@pytest.mark.slow  # 256 training steps
 def test_without_any_position_encoding_the_task_stays_at_chance(tmp_path: Path, data_dir: Path) -> None:
     """The same budget without APE or RPE: a permutation-invariant model, so it cannot beat chance."""
     cfg = compose_config(
         [*SMALL_RELATIONAL, *LEARNING_BUDGET, "callbacks=none", "print_config=false",
          "rpe=none", "model.net.ape=none"], tmp_path, data_dir,
     )
-    metrics = train.run(cfg)
+    metrics = job.run(cfg)
     assert metrics["val/top1"] < 20.0, metrics
 
 
+@pytest.mark.slow  # needs the trained_run fixture (256 steps)
 def test_eval_reproduces_stored_metrics(trained_run: Path, data_dir: Path) -> None:
     import eval as eval_script
 
@@ -87,7 +90,7 @@ def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path,
     """
     overrides = [*SMALL_RELATIONAL, "trainer.max_epochs=2", "+trainer.limit_train_batches=4",
                  "+trainer.limit_val_batches=1", "callbacks=none", "print_config=false"]
-    build = train.build_trainer
+    build = job.build_trainer
     extra: list[L.Callback] = [_PreemptAt(step=6)]
 
     def build_with(*args, **kwargs):
@@ -95,18 +98,19 @@ def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path,
         trainer.callbacks.extend(extra)
         return trainer
 
-    monkeypatch.setattr(train, "build_trainer", build_with)
+    monkeypatch.setattr(job, "build_trainer", build_with)
     with pytest.raises(_Preempted):
-        train.run(compose_config(overrides, tmp_path, data_dir))
+        job.run(compose_config(overrides, tmp_path, data_dir))
     assert not (tmp_path / "checkpoints" / "interrupted.ckpt").exists()
 
     recorder = _RecordStart()
     extra[:] = [recorder]
-    metrics = train.run(compose_config(overrides, tmp_path, data_dir))
+    metrics = job.run(compose_config(overrides, tmp_path, data_dir))
     assert recorder.start_step == 4
     assert metrics["global_step"] == 8
 
 
+@pytest.mark.slow  # a step of every DeiT ImageNet experiment, DeiT-B's included
 def test_experiment_configs_run_one_step(tmp_path: Path) -> None:
     """Every DeiT ImageNet experiment runs a train and a val step on a fake ImageFolder.
 
@@ -130,22 +134,24 @@ def test_experiment_configs_run_one_step(tmp_path: Path) -> None:
              "+trainer.enable_checkpointing=false"],
             tmp_path / name, tmp_path,
         )
-        metrics = train.run(cfg)
+        metrics = fit_only(cfg)
         assert metrics["global_step"] == 1, name
         assert torch.isfinite(torch.tensor(metrics["train/loss"])), name
 
 
+@pytest.mark.slow  # two spawned gloo processes
 def test_ddp_spawn_two_cpu_processes(tmp_path: Path, data_dir: Path) -> None:
     cfg = compose_config(
         [*SMALL_RELATIONAL, *FAST, "trainer.devices=2", "+trainer.strategy=ddp_spawn",
          "trainer.limit_train_batches=3"], tmp_path, data_dir,
     )
-    metrics = train.run(cfg)
+    metrics = job.run(cfg)
     assert metrics["global_step"] == 3
     assert len(list(tmp_path.rglob("metrics.csv"))) == 1
     assert (tmp_path / "metrics.json").is_file()
 
 
+@pytest.mark.slow  # train.py with two gloo processes
 def test_ddp_cpu_cli_run(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("train.py", [
         "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
@@ -161,6 +167,7 @@ def test_ddp_cpu_cli_run(tmp_path: Path, data_dir: Path) -> None:
     assert "val/top1" in metrics
 
 
+@pytest.mark.slow  # a two-job train.py sweep; test_sweeps.py's failed-job sweep stays in `make test`
 def test_multirun_honours_sweep_dir(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     result = run_cli("train.py", [
@@ -168,7 +175,7 @@ def test_multirun_honours_sweep_dir(tmp_path: Path, data_dir: Path) -> None:
         f"hydra.sweep.dir={sweep}", f"paths.data_dir={data_dir}",
     ])
     assert result.returncode == 0, result.stderr[-3000:]
-    presets = [(sweep / str(job) / "config.yaml").read_text() for job in (0, 1)]
+    presets = [(sweep / str(n) / "config.yaml").read_text() for n in (0, 1)]
     assert "preset: none" in presets[0] and "preset: irpe_k" in presets[1]
-    for job in (0, 1):
-        assert _metrics(sweep / str(job))["global_step"] == 2
+    for n in (0, 1):
+        assert _metrics(sweep / str(n))["global_step"] == 2

@@ -202,7 +202,20 @@ class Kwargs:
         return self.text
 
 
-Form = Num | OneOf | Text | ListOf | Kwargs
+@dataclass(frozen=True)
+class Label:
+    """A name (run_name, sweep_name...): any scalar. Hydra reads ``run_name=nan`` as a float; it is a name."""
+
+    text: str = "a name"
+
+    def accepts(self, value: Any) -> bool:
+        return not isinstance(value, (dict, list, tuple))
+
+    def describe(self) -> str:
+        return self.text
+
+
+Form = Num | OneOf | Text | ListOf | Kwargs | Label
 
 
 def _join(parts: Sequence[str]) -> str:
@@ -258,6 +271,7 @@ TIMEDELTA = Kwargs("a mapping of datetime.timedelta arguments")
 RULES: tuple[Rule, ...] = (
     # -- top level (train.yaml, eval.yaml)
     Rule("seed", SEED),
+    *(Rule(key, Label()) for key in ("run_name", "name", "task_name", "sweep_name", "ablation")),
     Rule("resume", BOOL),
     Rule("test_after_fit", BOOL),
     Rule("print_config", BOOL),
