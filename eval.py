@@ -3,14 +3,21 @@
 Reads the run's resolved ``config.yaml`` beside ``checkpoints/``, evaluates the validation split,
 and prints params, MACs, the accuracy (or COCO AP) numbers and inference throughput.
 
-eval.py only reads: it never generates or writes data (a run's generated dataset must already be at its
-``data.root``, complete; ``data_root=<folder>`` points at existing data elsewhere) and writes no file,
-the run dir's ``metrics.json`` included. A checkpoint that does not fit the run's model, non-finite
-weights or a non-finite metric end in one ``error:`` line (exit 2), never in a printed result.
+eval.py only reads: it never generates or writes a run's data (a run's generated dataset must already be
+at its ``data.root``, complete; ``data_root=<folder>`` points at existing data elsewhere) and writes no
+file, the run dir's ``metrics.json`` included, except a test set's result (below). A checkpoint that does
+not fit the run's model, non-finite weights or a non-finite metric end in one ``error:`` line (exit 2),
+never in a printed result.
 
 ``python eval.py experiment=detr_r50_rpe20_150ep model.weights=<file> data.root=<coco>`` instead evaluates
 a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) with that experiment's
 model and data.
+
+``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name> [ape=interpolate|extend]`` evaluates
+the run on a named test set (``configs/testset/<name>.yaml``: another canvas, placement region or image
+size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>.json``
+(atomically; ``metrics.json`` untouched). A test set with its own generator is generated at its own
+``data.root`` on first use: the only data eval.py ever generates, since the eval config names it.
 """
 
 from __future__ import annotations
@@ -62,15 +69,27 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         require_finite_metrics,
         require_finite_weights,
     )
+    from models.testsets import check_ape_rule, testset_names
 
     weights = cfg.model.get("weights") if "model" in cfg else None
+    testset = cfg.get("testset")
+    ape_rule = check_ape_rule(cfg.get("ape"))
+    if testset is None and ape_rule is not None:
+        raise ValueError(f"ape={ape_rule} adapts a run to a test set's input size: give testset=<name> too; valid:"
+                         f" {', '.join(testset_names())}")
+    if testset is not None and cfg.ckpt_path is None:
+        raise ValueError("testset= evaluates a run: give ckpt_path=runs/<run>/checkpoints/<file>.ckpt (the result "
+                         "is written into its run dir)")
     if (cfg.ckpt_path is None) == (weights is None):
         raise ValueError(
             "give either ckpt_path=runs/<run>/checkpoints/<file>.ckpt or experiment=<detr experiment>"
             " model.weights=<reference-layout DETR checkpoint>"
             + (" (not both)" if weights is not None else "")
         )
-    if cfg.ckpt_path is not None:
+    result = None
+    if testset is not None:
+        datamodule, model, result = _testset_data_and_model(cfg, ape_rule)
+    elif cfg.ckpt_path is not None:
         datamodule, model = _run_data_and_model(cfg)
     else:
         from models.lifecycle.job import build_data_and_model
@@ -96,6 +115,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
         metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
+    if result is not None:
+        from models.testsets import write_result
+
+        path = result.pop("path")
+        write_result(path, {**result, "metrics": metrics})
     return metrics
 
 
@@ -129,6 +153,62 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     return datamodule, model
 
 
+def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any, Any, dict[str, Any]]:
+    """The run of ``cfg.ckpt_path`` (checked and loaded as in `_run_data_and_model`; its own data is read
+    only by a test set made of it, and never generated), moved to the test set ``cfg.testset``, with the
+    test set's data module, and the record of the result file without its metrics."""
+    from omegaconf import OmegaConf
+
+    from models.run_config import (
+        build_data_and_model,
+        check_run_identity,
+        load_run_checkpoint,
+        load_run_config,
+        load_run_weights,
+    )
+    from models.testsets import (
+        adapt_model,
+        build_datamodule,
+        check_classes,
+        input_size,
+        load_testset,
+        prepare_testset_data,
+        result_path,
+        testset_data_config,
+    )
+
+    testset = load_testset(cfg.testset)
+    ckpt_path = Path(cfg.ckpt_path)
+    if not ckpt_path.is_file():
+        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
+    run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
+    if not run_config.is_file():
+        raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
+    run_cfg = load_run_config(run_config)
+    checkpoint = load_run_checkpoint(ckpt_path)
+    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    _, model = build_data_and_model(run_cfg)  # the run's datamodule, detached, is not used
+    load_run_weights(model, checkpoint, ckpt_path, run_config)
+
+    run_data = OmegaConf.to_container(run_cfg.data, resolve=False)
+    data, own = testset_data_config(run_data, testset, cfg.get("data_root"))
+    if cfg.batch_size:
+        data["batch_size"] = cfg.batch_size
+    datamodule = build_datamodule(data)
+    prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"))
+    check_classes(datamodule, model, testset["name"])
+    adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"])
+    record = {
+        "testset": testset["name"],
+        "checkpoint": str(ckpt_path),
+        **adapted,
+        "data_root": str(Path(datamodule.root).expanduser().absolute()),
+        "testset_config": testset,
+        "path": result_path(ckpt_path, testset["name"]),
+    }
+    return datamodule, model, record
+
+
 def print_table(metrics: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -149,7 +229,12 @@ def main(cfg: DictConfig) -> None:
         metrics = evaluate(cfg)
     except user_error_types() as err:
         report_user_error(err)
-    print_table(metrics, title=str(cfg.ckpt_path or cfg.model.weights))
+    title = str(cfg.ckpt_path or cfg.model.weights)
+    if cfg.get("testset") is not None:
+        from models.testsets import result_path
+
+        title += f" on testset={cfg.testset.name} (written to {result_path(cfg.ckpt_path, cfg.testset.name)})"
+    print_table(metrics, title=title)
 
 
 if __name__ == "__main__":

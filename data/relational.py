@@ -23,12 +23,19 @@ Before sampling, `placement_rates` counts the valid placements of every class an
 exactly; settings that leave any of them without one (a margin of 22.5 degrees, a canvas too small for two
 objects in separate patches) are a `DataConfigError` naming the settings and the valid range, never an
 endless loop. The sampling itself gives up after `MAX_PLACEMENT_TRIES` tries per image.
+
+Canvas and region: ``img_size`` is the canvas; object sizes are in pixels, independent of it, so a 64 px
+canvas holds the same 5-7 px squares as a 32 px one. ``region=[top, left, bottom, right]`` (pixels,
+half-open) confines both objects wholly to that rectangle of the canvas (the noise still fills the whole
+canvas), e.g. ``[0, 0, 32, 16]`` is the left half of a 32 px canvas; ``None`` is the whole canvas and
+gives exactly the images of a generator without the option.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -68,17 +75,40 @@ def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _axis_pairs(img_size: int, patch_size: int, size_a: int, size_b: int) -> tuple[np.ndarray, np.ndarray]:
-    """Along one axis, for each corner offset ``top_B - top_A`` (index ``offset + img_size - size_a``):
-    how many (top_A, top_B) pairs have it, and how many of those put A and B in overlapping patch ranges."""
-    top_a = np.arange(img_size - size_a + 1)[:, None]
-    top_b = np.arange(img_size - size_b + 1)[None, :]
-    index = (top_b - top_a + img_size - size_a).ravel()
+def _axis_pairs(lo: int, hi: int, patch_size: int, size_a: int, size_b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Along one axis, objects wholly in pixels ``lo .. hi - 1``: for each corner offset ``top_B - top_A``
+    (index ``offset + hi - lo - size_a``), how many (top_A, top_B) pairs have it, and how many of those put
+    A and B in overlapping patch ranges (the patch lattice starts at pixel 0 of the canvas, not at ``lo``)."""
+    top_a = np.arange(lo, hi - size_a + 1)[:, None]
+    top_b = np.arange(lo, hi - size_b + 1)[None, :]
+    extent = hi - lo
+    index = (top_b - top_a + extent - size_a).ravel()
     meet = (top_a // patch_size <= (top_b + size_b - 1) // patch_size) & (
         top_b // patch_size <= (top_a + size_a - 1) // patch_size
     )
-    length = 2 * img_size - size_a - size_b + 1
+    length = 2 * extent - size_a - size_b + 1
     return np.bincount(index, minlength=length), np.bincount(index, weights=meet.ravel(), minlength=length)
+
+
+def placement_region(img_size: int, region: Sequence[int] | None) -> tuple[int, int, int, int]:
+    """``(top, left, bottom, right)`` of ``region`` on an ``img_size`` canvas (None: the whole canvas);
+    anything else than four integers with ``0 <= top < bottom <= img_size`` (and so for left/right) is a
+    one-line `DataConfigError`."""
+    if region is None:
+        return 0, 0, img_size, img_size
+    values = list(region) if not isinstance(region, (str, bytes)) and hasattr(region, "__len__") else None
+    if values is None or len(values) != 4 or not all(_is_int(v) for v in values):
+        raise DataConfigError(
+            f"data.generator.region={region!r} must be null or [top, left, bottom, right]: four integer pixel"
+            f" bounds (half-open) on the {img_size} px canvas"
+        )
+    top, left, bottom, right = (int(v) for v in values)
+    if not (0 <= top < bottom <= img_size and 0 <= left < right <= img_size):
+        raise DataConfigError(
+            f"data.generator.region={values} must satisfy 0 <= top < bottom <= {img_size} and"
+            f" 0 <= left < right <= {img_size} (img_size={img_size})"
+        )
+    return top, left, bottom, right
 
 
 @functools.lru_cache(maxsize=2)
@@ -90,26 +120,38 @@ def _direction_grid(img_size: int, size_difference: int) -> tuple[np.ndarray, np
 
 
 def placement_rates(
-    img_size: int, patch_size: int, size_a: int, size_b: int, boundary_margin_deg: float
+    img_size: int,
+    patch_size: int,
+    size_a: int,
+    size_b: int,
+    boundary_margin_deg: float,
+    region: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact acceptance rate of the rejection sampler for objects of ``size_a`` and ``size_b`` px.
 
     Rows and columns are drawn independently, so a placement is a pair of per-axis corner offsets; it shares
     a patch cell iff the patch ranges meet on both axes. Counting per axis gives, for every 2-D offset, the
     number of placements and of those that share a cell, and the class and boundary distance of an offset
-    are computed by `direction_class` exactly as the sampler does.
+    are computed by `direction_class` exactly as the sampler does. With a ``region`` (see
+    `placement_region`), rows and columns range over its bounds instead of the whole canvas.
 
     Returns:
         (fraction of all placements that are valid, per class; the largest ``boundary_margin_deg`` that
         would leave the class a valid placement, per class, -inf where no placement keeps the objects in
         separate patches). Both of shape (8,).
     """
-    count, meet = _axis_pairs(img_size, patch_size, size_a, size_b)
-    window = slice(size_a - 1, 2 * img_size - size_b)  # corner offsets -(img_size - size_a) .. img_size - size_b
-    cls, margin = (grid[window, window] for grid in _direction_grid(img_size, size_b - size_a))
-    separate = np.outer(count, count) - np.outer(meet, meet)  # placements whose objects share no cell
+    top, left, bottom, right = placement_region(img_size, region)
+    count_row, meet_row = _axis_pairs(top, bottom, patch_size, size_a, size_b)
+    count_col, meet_col = _axis_pairs(left, right, patch_size, size_a, size_b)
+
+    def window(extent: int) -> slice:  # corner offsets -(extent - size_a) .. extent - size_b in the grid
+        return slice(img_size - 1 - extent + size_a, img_size + extent - size_b)
+
+    rows, cols = window(bottom - top), window(right - left)
+    cls, margin = (grid[rows, cols] for grid in _direction_grid(img_size, size_b - size_a))
+    separate = np.outer(count_row, count_col) - np.outer(meet_row, meet_col)  # placements sharing no cell
     usable = separate > 0
-    total = float(count.sum()) ** 2
+    total = float(count_row.sum()) * float(count_col.sum())
     ok = usable & (margin >= boundary_margin_deg)
     rates = np.bincount(cls[ok], weights=separate[ok], minlength=NUM_CLASSES) / total
     best = np.array([margin[usable & (cls == k)].max(initial=-np.inf) for k in range(NUM_CLASSES)])
@@ -123,9 +165,10 @@ def check_relational_settings(
     max_object_size: int,
     boundary_margin_deg: float,
     noise_max: int,
+    region: Sequence[int] | None = None,
 ) -> None:
     """Raise a one-line `DataConfigError` unless every class has a valid placement for every pair of object
-    sizes the generator can draw (so the rejection sampling always terminates)."""
+    sizes the generator can draw (so the rejection sampling always terminates), inside ``region`` if given."""
     for name, value in (("img_size", img_size), ("patch_size", patch_size), ("noise_max", noise_max),
                         ("min_object_size", min_object_size), ("max_object_size", max_object_size)):
         if not _is_int(value) or value < 1:
@@ -143,6 +186,13 @@ def check_relational_settings(
         raise DataConfigError(
             f"data.generator.noise_max={noise_max} must be in [1, {OBJECT_MIN - 50}] to keep objects visible"
         )
+    top, left, bottom, right = placement_region(img_size, region)
+    if region is not None and max_object_size > min(bottom - top, right - left):
+        raise DataConfigError(
+            f"data.generator.region={[top, left, bottom, right]} is {bottom - top}x{right - left} px:"
+            f" max_object_size={max_object_size} does not fit it; valid: max_object_size <="
+            f" {min(bottom - top, right - left)} or a larger region"
+        )
     margin_ok = isinstance(boundary_margin_deg, (int, float, np.number)) and not isinstance(boundary_margin_deg, bool)
     if not (margin_ok and 0.0 <= boundary_margin_deg < 22.5):  # also refuses NaN
         raise DataConfigError(
@@ -153,7 +203,7 @@ def check_relational_settings(
     # Computed in order of size difference (the cached direction grid is shared), reported in (a, b) order.
     by_difference = sorted(((a, b) for a in sizes for b in sizes), key=lambda pair: pair[1] - pair[0])
     pairs = sorted(
-        ((a, b, *placement_rates(img_size, patch_size, a, b, boundary_margin_deg)) for a, b in by_difference),
+        ((a, b, *placement_rates(img_size, patch_size, a, b, boundary_margin_deg, region)) for a, b in by_difference),
         key=lambda pair: pair[:2],
     )
     best = min(best.min() for *_, best in pairs)  # the largest margin leaving every class and size pair a placement
@@ -167,10 +217,13 @@ def check_relational_settings(
         size_a, size_b, rates, _ = failed
         missing = CLASS_NAMES[int(np.argmin(rates))]
     where = f"data.generator img_size={img_size}, patch_size={patch_size}, objects of {size_a} and {size_b} px"
+    larger = "img_size" if region is None else "region"
+    if region is not None:
+        where += f", region={[top, left, bottom, right]}"
     if best == -np.inf:
         raise DataConfigError(
             f"{where}: no placement of class {missing} keeps the two objects in separate {patch_size}x{patch_size}"
-            " patches; use a larger img_size, or a smaller patch_size or max_object_size"
+            f" patches; use a larger {larger}, or a smaller patch_size or max_object_size"
         )
     raise DataConfigError(
         f"{where}: data.generator.boundary_margin_deg={boundary_margin_deg} leaves class {missing} no valid "
@@ -187,8 +240,9 @@ def render_relational_shapes(
     max_object_size: int = 7,
     boundary_margin_deg: float = 5.0,
     noise_max: int = DEFAULT_NOISE_MAX,
+    region: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Render images in memory.
+    """Render images in memory; ``region`` (`placement_region`) confines both objects to a rectangle.
 
     Returns:
         images: uint8 (num_images, img_size, img_size, 3), RGB.
@@ -199,7 +253,12 @@ def render_relational_shapes(
     """
     if not _is_int(num_images) or num_images < 0:
         raise DataConfigError(f"num_images={num_images!r} must be an integer >= 0")
-    check_relational_settings(img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max)
+    check_relational_settings(
+        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region
+    )
+    top, left, bottom, right = placement_region(img_size, region)
+    # per axis (row, col): the first pixel and the pixel count objects may occupy; the whole canvas by default
+    start, extent = np.array([top, left]), np.array([bottom - top, right - left])
     rng = np.random.default_rng(seed)
     n = num_images
     labels = rng.permutation(np.arange(n) % NUM_CLASSES)
@@ -213,7 +272,7 @@ def render_relational_shapes(
         if not len(pending):
             break
         size = sizes[pending][:, :, None]
-        trial = (rng.random((len(pending), 2, 2)) * (img_size - size + 1)).astype(np.int64)
+        trial = (rng.random((len(pending), 2, 2)) * (extent - size + 1)).astype(np.int64) + start
         centre = trial + (size - 1) / 2.0
         offset = centre[:, 1] - centre[:, 0]
         cls, margin = direction_class(offset[:, 0], offset[:, 1])
@@ -227,8 +286,9 @@ def render_relational_shapes(
         raise DataConfigError(
             f"data.generator: {len(pending)} of {n} images found no valid placement in {MAX_PLACEMENT_TRIES} "
             f"tries (img_size={img_size}, patch_size={patch_size}, object sizes {min_object_size}.."
-            f"{max_object_size}, boundary_margin_deg={boundary_margin_deg}): valid placements are too rare; "
-            "lower boundary_margin_deg or max_object_size, or raise img_size"
+            f"{max_object_size}, boundary_margin_deg={boundary_margin_deg}"
+            f"{'' if region is None else f', region={[top, left, bottom, right]}'}): valid placements are too rare;"
+            f" lower boundary_margin_deg or max_object_size, or raise {'img_size' if region is None else 'the region'}"
         )
 
     images = rng.integers(0, noise_max, size=(n, img_size, img_size, 3), dtype=np.uint8)
@@ -254,12 +314,14 @@ def generate_relational_shapes(
     max_object_size: int = 7,
     boundary_margin_deg: float = 5.0,
     noise_max: int = DEFAULT_NOISE_MAX,
+    region: Sequence[int] | None = None,
 ) -> None:
     """Write the dataset as an ImageFolder: ``root/{train,val}/<class>/<index>.png`` (lossless RGB PNG).
 
     Deterministic: the same arguments give byte-identical files. Train and val use independent random streams
     derived from ``seed``, so changing ``num_val`` does not change the training images. ``patch_size`` should
-    equal the ViT patch size: no patch of that size holds both objects.
+    equal the ViT patch size: no patch of that size holds both objects. ``region`` confines the objects to
+    a rectangle of the canvas (`placement_region`; None = anywhere, the default images).
     """
     for name, count in (("num_train", num_train), ("num_val", num_val)):
         if not _is_int(count) or count < NUM_CLASSES:
@@ -267,7 +329,9 @@ def generate_relational_shapes(
                 f"data.generator.{name}={count!r} must be an integer >= {NUM_CLASSES}: every class needs an "
                 "image in each split"
             )
-    check_relational_settings(img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max)
+    check_relational_settings(
+        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region
+    )
     root = Path(root)
     for split, count in (("train", num_train), ("val", num_val)):
         images, labels = render_relational_shapes(
@@ -279,6 +343,7 @@ def generate_relational_shapes(
             max_object_size=max_object_size,
             boundary_margin_deg=boundary_margin_deg,
             noise_max=noise_max,
+            region=region,
         )
         for name in CLASS_NAMES:
             (root / split / name).mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,9 @@ from rpe.base import no_weight_decay_names
 from rpe.encodings.peg import PEG
 
 APE_CHOICES = ("learned", "sincos", "none", "peg")
+# How an absolute position table meets another patch grid: timm's resampling of the table, or (a sin-cos
+# table only) the same formula evaluated at the new integer positions.
+APE_RULES = ("interpolate", "extend")
 
 
 def check_patch_grid(img_size: Any, patch_size: Any) -> None:
@@ -41,6 +44,11 @@ def check_patch_grid(img_size: Any, patch_size: Any) -> None:
                 f"img_size={side} is not divisible by patch_size={patch}: the patch embedding would drop the last"
                 f" {side % patch} pixel rows/columns; valid: a multiple of {patch}, e.g. {valid}"
             )
+
+
+def _grid(model: VisionTransformer) -> str:
+    h, w = model.patch_embed.grid_size
+    return f"{h}x{w}"
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -150,6 +158,45 @@ class RPEVisionTransformer(VisionTransformer):
         """timm's resize (patch grid, position embedding), then the new grid to the attention layers."""
         super().set_input_size(img_size=img_size, patch_size=patch_size)
         self.set_grid(self._fixed_grid())
+
+    def adapt_input_size(self, img_size: Any, ape_rule: str | None) -> None:
+        """Run at ``img_size`` from now on: the patch grid, the attention layers' grid and the absolute table.
+
+        ``ape_rule`` (`APE_RULES`) says how the table meets the new grid: ``interpolate`` resamples it
+        (`timm.layers.resample_abs_pos_embed`, through timm's ``set_input_size``); ``extend`` rebuilds the
+        sin-cos table at the new integer positions, so every old position keeps its exact row. A model
+        without a table (``ape=none``/``peg``) takes no rule. The relative terms need nothing: their
+        tables and rotations are per offset. Any mismatch is one `ModelConfigError` line with the choices.
+        """
+        has_table = self.pos_embed is not None
+        if ape_rule is not None and ape_rule not in APE_RULES:
+            raise ModelConfigError(f"ape={ape_rule!r} is not an APE rule; valid: {', '.join(APE_RULES)}")
+        if has_table and ape_rule is None:
+            raise ModelConfigError(
+                f"this DeiT has an absolute position table (ape={self.ape}) for a {_grid(self)} patch grid: name"
+                f" how it meets img_size={img_size}; valid: ape={' or ape='.join(self._ape_rules())}"
+            )
+        if not has_table and ape_rule is not None:
+            raise ModelConfigError(
+                f"ape={ape_rule} adapts an absolute position table, which this DeiT (ape={self.ape}) does not"
+                " have: its positions are relative and extend by construction; valid: leave ape unset"
+            )
+        if ape_rule == "extend" and self.ape != "sincos":
+            raise ModelConfigError(
+                f"ape=extend rebuilds a sin-cos table at the new positions, but this DeiT's table is ape={self.ape}"
+                f" (trained values exist only on its {_grid(self)} patch grid); valid:"
+                f" ape={' or ape='.join(self._ape_rules())}"
+            )
+        check_patch_grid(img_size, self.patch_embed.patch_size)
+        frozen = has_table and not self.pos_embed.requires_grad
+        self.set_input_size(img_size=_pair(img_size))
+        if ape_rule == "extend":
+            self._fill_sincos_pos_embed()
+        elif frozen:  # an interpolated sin-cos table stays a fixed table
+            self.pos_embed.requires_grad_(False)
+
+    def _ape_rules(self) -> tuple[str, ...]:
+        return APE_RULES if self.ape == "sincos" else tuple(r for r in APE_RULES if r != "extend")
 
     def forward_features(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False

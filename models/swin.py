@@ -56,6 +56,8 @@ In timm: ``swin_tiny_patch4_window7_224_rpe.<preset>`` (any RPE preset as the ta
 Variable input size: ``strict_img_size=False`` (timm's dynamic masks, padding to whole windows) and
 ``model.set_input_size(img_size=..., window_size=...)`` both work; with the Swin table a window
 change interpolates the table as timm does, the iRPE tables do not depend on the window.
+``model.adapt_input_size(img_size)`` (eval.py's test sets) changes the size and keeps the windows; a stage
+they do not tile is padded with zero tokens as timm does (the constructor accepts such sizes too).
 :func:`checkpoint_filter_fn` (timm's filter, plus dropping Swin tables the model does not have)
 resizes the bias table of a checkpoint made for another window size.
 """
@@ -75,7 +77,7 @@ from timm.models.swin_transformer import SwinTransformer, WindowAttention
 from timm.models.vision_transformer import get_init_weights_vit
 from torch import Tensor, nn
 
-from models.deit import ModelConfigError, load_pretrained_files_safely
+from models.deit import ModelConfigError, check_patch_grid, load_pretrained_files_safely
 from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
 from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
 from rpe.base import LogitPiece, no_weight_decay_names
@@ -241,7 +243,8 @@ def swin_grid_problem(side: int, patch: int, window: int, stages: int) -> str | 
 
 
 def check_swin_grid(img_size: Any, patch_size: Any, window_size: Any, stages: int) -> None:
-    """`ModelConfigError` naming the values and nearby valid sizes when `swin_grid_problem` finds one."""
+    """`ModelConfigError` naming the values and nearby valid sizes when `swin_grid_problem` finds one (for a caller
+    that wants exact windows: the model itself pads as timm does)."""
     for side, patch, window in zip(to_2tuple(img_size), to_2tuple(patch_size), to_2tuple(window_size), strict=True):
         problem = swin_grid_problem(int(side), int(patch), int(window), stages)
         if problem:
@@ -272,8 +275,9 @@ class RPESwinTransformer(SwinTransformer):
         self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
         weight_init = kwargs.get("weight_init", "")
         super().__init__(**kwargs)
-        check_swin_grid(self.patch_embed.img_size, self.patch_embed.patch_size, kwargs.get("window_size", 7),
-                        len(self.layers))
+        # timm pads a stage its windows do not tile (and an odd side before patch merging), so any such
+        # size is timm's model; only a side the patch size does not divide would silently lose pixels.
+        check_patch_grid(self.patch_embed.img_size, self.patch_embed.patch_size)
         for stage in self.layers:
             for block in stage.blocks:
                 old = block.attn
@@ -293,6 +297,18 @@ class RPESwinTransformer(SwinTransformer):
                     # the same init timm gave the module it replaces (trunc-normal Linear, zero bias)
                     named_apply(get_init_weights_vit(self.weight_init_mode, needs_reset=True), block.attn)
 
+
+    def adapt_input_size(self, img_size: Any, ape_rule: str | None = None) -> None:
+        """Run at ``img_size`` with the same windows (timm's ``set_input_size`` with the windows the model was
+        built with: by default timm would scale the windows with the grid, resizing Swin's table). Stages the
+        windows do not tile are padded as timm does. Swin has no absolute table, so ``ape_rule`` must be None."""
+        if ape_rule is not None:
+            raise ModelConfigError(
+                f"ape={ape_rule} adapts an absolute position table, which Swin does not have: its positions are"
+                " relative within each window and extend by construction; valid: leave ape unset"
+            )
+        check_patch_grid(img_size, self.patch_embed.patch_size)
+        self.set_input_size(img_size=to_2tuple(img_size), window_size=self._ref_window_sizes)
 
     def no_weight_decay(self) -> set[str]:
         """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""

@@ -315,6 +315,7 @@ RULES: tuple[Rule, ...] = (
     # the eight direction sectors are 45 degrees wide: a margin of 22.5 on each side leaves no placement
     Rule("data.generator.boundary_margin_deg", real("[0, 22.5)")),
     Rule("data.generator.noise_max", integer(f"[1, {OBJECT_MIN - 50}]")),
+    Rule("data.generator.region", list_of(COUNT, 4), NULL("the whole canvas")),  # [top, left, bottom, right] px
     Rule("data.generator.val_fraction", real("(0, 1)")),
     Rule("data.generator.image_size", SIZE),
     Rule("data.generator.object_size", SIZE),

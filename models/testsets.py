@@ -1,0 +1,253 @@
+"""Evaluate a finished run on a named test set (``configs/testset/<name>.yaml``) that differs from its data.
+
+A test set names what it replaces in the run's data config (``data``: the image size, the root, its own
+generator...) and which runs it fits (``fits``: kinds of training data, `run_data_kinds`). The run's
+model is rebuilt and loaded as in eval.py (strict, checked), then moved to the test set's input size by
+`adapt_model`: DeiT's absolute table by the rule the user names (`models.deit.APE_RULES`), Swin with its
+windows kept, DETR as it is (its position encodings follow each input). The result goes atomically to
+``<run dir>/testsets/<name>.json``; the run's ``metrics.json`` is never touched.
+
+Data: a test set with its own ``data.generator`` lives at its own ``data.root`` and is generated there on
+first use (the user named it in the eval config; the run dir's generator stays detached). A test set
+without one reads the run's own data (``data_root=<folder>`` points elsewhere), which must already exist.
+Every mismatch is one line naming the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from data.errors import DataConfigError
+from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
+from models.lifecycle.cli import group_options
+from models.lifecycle.files import atomic_write_json
+from models.swin import RPESwinTransformer, swin_grid_problem
+
+RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>.json
+TESTSET_KEYS = ("name", "description", "fits", "data")
+# What a test set may say it fits: the kind of data the run trained on (`run_data_kinds`).
+DATA_KINDS = ("imagefolder", "relational", "digits", "coco", "shapes_coco")
+_GENERATOR_KINDS = {
+    "data.relational.generate_relational_shapes": "relational",
+    "data.digits.generate_digits": "digits",
+}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+class TestsetError(DataConfigError):
+    """A test set that is malformed or does not fit the run; the message is one line."""
+
+    __test__ = False  # not a pytest class
+
+
+def testset_names() -> list[str]:
+    return group_options("testset")
+
+
+def check_ape_rule(ape: Any) -> str | None:
+    """``ape`` of the eval config: None or one of `APE_RULES`, else one line with the choices."""
+    if ape is not None and ape not in APE_RULES:
+        raise ModelConfigError(f"ape={ape!r} is not an APE rule; valid: {', '.join(APE_RULES)} (or leave it unset)")
+    return ape
+
+
+def load_testset(node: DictConfig) -> dict[str, Any]:
+    """The resolved, checked test set of the eval config (``cfg.testset``) as plain Python."""
+    testset = OmegaConf.to_container(node, resolve=True)
+    if not isinstance(testset, dict):
+        raise TestsetError(f"testset must be a mapping of {', '.join(TESTSET_KEYS)}; valid test sets:"
+                           f" {', '.join(testset_names())}")
+    unknown = sorted(set(testset) - set(TESTSET_KEYS))
+    if unknown:
+        raise TestsetError(f"testset.{unknown[0]} is not a test set key; valid keys: {', '.join(TESTSET_KEYS)}")
+    name = testset.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise TestsetError(f"testset.name={name!r} must be a file name of letters, digits, '_', '.', '-'"
+                           " (the result is written to <run dir>/testsets/<name>.json)")
+    fits = testset.get("fits")
+    if not isinstance(fits, list) or not fits or any(kind not in DATA_KINDS for kind in fits):
+        raise TestsetError(f"testset.fits={fits!r} must be a non-empty list of: {', '.join(DATA_KINDS)}")
+    data = testset.get("data")
+    if not isinstance(data, dict) or not data:
+        raise TestsetError(f"testset.data={data!r} must be a mapping of the data settings the test set replaces")
+    if any(str(key).startswith("_") for key in data):
+        raise TestsetError("testset.data may not set _target_ or other '_' keys: the data module is the run's")
+    return testset
+
+
+def run_data_kinds(run_data: dict[str, Any]) -> set[str]:
+    """The kinds (`DATA_KINDS`) of a run's (checked, plain) data config."""
+    target = str(run_data.get("_target_", ""))
+    generator = run_data.get("generator")
+    kinds = set()
+    if target.endswith("ImageFolderDataModule"):
+        kinds.add("imagefolder")
+        if isinstance(generator, dict) and generator.get("_target_") in _GENERATOR_KINDS:
+            kinds.add(_GENERATOR_KINDS[generator["_target_"]])
+    elif target.endswith("CocoDataModule"):
+        kinds.add("coco")
+        if isinstance(generator, dict):
+            kinds.add("shapes_coco")
+    return kinds
+
+
+def fitting_testsets(run_data: dict[str, Any]) -> list[str]:
+    """The test set names in ``configs/testset`` whose ``fits`` meets the run's data kinds."""
+    from models.lifecycle.cli import CONFIG_DIR
+
+    kinds = run_data_kinds(run_data)
+    names = []
+    for name in testset_names():
+        fits = OmegaConf.load(CONFIG_DIR / "testset" / f"{name}.yaml").get("fits") or []
+        if kinds & set(fits):
+            names.append(name)
+    return names
+
+
+def testset_data_config(run_data: dict[str, Any], testset: dict[str, Any], data_root: Any) -> tuple[dict, bool]:
+    """The data config of the test set: the run's, with the test set's keys replacing the run's (a
+    generator replaced whole, never merged, so the test set's data is the same for every run); and
+    whether the test set has data of its own (its own generator, hence its own root)."""
+    kinds = run_data_kinds(run_data)
+    if not kinds & set(testset["fits"]):
+        fitting = fitting_testsets(run_data) or ["none"]
+        raise TestsetError(
+            f"testset={testset['name']} fits runs trained on {', '.join(testset['fits'])} data, this run trained on"
+            f" {', '.join(sorted(kinds)) or run_data.get('_target_')} data; valid for this run: {', '.join(fitting)}"
+        )
+    override = testset["data"]
+    own = override.get("generator") is not None
+    if own and "root" not in override:
+        raise TestsetError(f"testset={testset['name']} has its own data.generator but no data.root: its data needs a"
+                           " folder of its own")
+    if own and data_root is not None:
+        raise TestsetError(
+            f"data_root={data_root} points at the run's data, but testset={testset['name']} has data of its own at"
+            f" testset.data.root={override['root']}; valid: drop data_root (or set testset.data.root=<folder>)"
+        )
+    data = dict(run_data)
+    data.update(override)
+    if data_root is not None:
+        data["root"] = str(data_root)
+    return data, own
+
+
+def build_datamodule(data: dict[str, Any]) -> Any:
+    """A data module from a plain data config, by the same allow-listed plain calls as a run's
+    (`models.run_config`): never Hydra's ``instantiate``."""
+    from models.run_config import DATA_MODULES, GENERATORS, _load_allowed
+
+    data = dict(data)
+    target = data.pop("_target_")
+    generator = data.get("generator")
+    if isinstance(generator, dict) and "_target_" in generator:  # COCO's generator is plain kwargs
+        generator = dict(generator)
+        name = generator.pop("_target_")
+        if name not in GENERATORS:
+            raise TestsetError(f"testset.data.generator._target_={name!r} is not allowed; valid:"
+                               f" {', '.join(GENERATORS)}")
+        generator.pop("_partial_", None)
+        data["generator"] = functools.partial(_load_allowed(GENERATORS, name), **generator)
+    return _load_allowed(DATA_MODULES, target)(**data)
+
+
+def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root: Any = None) -> None:
+    """Own data: generate it at its root on first use (atomic; a root generated with other settings stops
+    with the differences). The run's data: never generated, it must be on disk (`require_existing_data`);
+    a ``data_root`` folder is used as it is, as eval.py does without a test set."""
+    from models.run_config import detach_generator, require_existing_data
+
+    if own:
+        datamodule.prepare_data()
+        return
+    detach_generator(datamodule)
+    if data_root is not None:
+        datamodule.run_generator = None
+    require_existing_data(datamodule, str(run_config), "data_root=<folder>")
+
+
+def input_size(datamodule: Any) -> tuple[int, int] | None:
+    """The classification input ``(h, w)`` of a data module; None for DETR (its input size varies)."""
+    size = getattr(datamodule, "img_size", None)
+    return None if size is None else (int(size), int(size))
+
+
+def _backbones(module: Any) -> list[torch.nn.Module]:
+    from models.run_config import backbone
+
+    nets = [backbone(module)]
+    ema = getattr(module, "ema", None)
+    if ema is not None:  # the EMA weights are evaluated too (val_ema/*)
+        nets.append(ema.module)
+    return nets
+
+
+def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None, name: str) -> dict[str, Any]:
+    """Move the run's network(s) to the test set's input ``size`` by ``ape_rule``; returns what was done
+    (for the result file). One forward at the new size surfaces a relative encoding that cannot run
+    there (a window-sized table) as one line before any evaluation."""
+    net = _backbones(module)[0]
+    if size is None:  # DETR: backbone and encodings follow each input; there is no table to adapt
+        if ape_rule is not None:
+            raise ModelConfigError(f"ape={ape_rule} adapts an absolute position table; DETR computes its position "
+                                   "encodings for each input's feature map; valid: leave ape unset")
+        return {"model": type(net).__name__, "ape": None, "ape_rule": None}
+    if not isinstance(net, (RPEVisionTransformer, RPESwinTransformer)):
+        raise ModelConfigError(f"testset={name} needs a DeiT or Swin backbone to resize, not {type(net).__name__}")
+    is_deit = isinstance(net, RPEVisionTransformer)
+    train_size = tuple(int(s) for s in net.patch_embed.img_size)
+    if is_deit and net.pos_embed is not None and ape_rule is None:
+        ape_rule = "interpolate"  # timm's own way of resizing a ViT
+    for each in _backbones(module):
+        each.adapt_input_size(size, ape_rule)
+    record: dict[str, Any] = {
+        "model": type(net).__name__,
+        "ape": net.ape if is_deit else None,
+        "ape_rule": ape_rule,
+        "train_img_size": list(train_size),
+        "img_size": list(size),
+        "patch_grid": list(net.patch_embed.grid_size),
+    }
+    if not is_deit:  # where timm pads windows at this size (None: every stage tiled exactly)
+        patch, window = net.patch_embed.patch_size, net._ref_window_sizes[0]
+        record["window_padding"] = [
+            swin_grid_problem(side, p, w, len(net.layers)) for side, p, w in zip(size, patch, window, strict=True)
+        ]
+    try:
+        with torch.no_grad():
+            was_training = net.training
+            net.eval()
+            net(torch.zeros(1, 3, *size))
+            net.train(was_training)
+    except (ValueError, RuntimeError) as err:
+        reason = " ".join(str(err).split())
+        raise ModelConfigError(f"testset={name}: this run's model cannot run at {size[0]}x{size[1]} px ({reason}; a"
+                               " trained table keeps its size); valid: a test set whose patch grid fits") from None
+    return record
+
+
+def check_classes(datamodule: Any, module: Any, name: str) -> None:
+    """The test set must have as many classes as the run's head (labels index the same outputs)."""
+    datamodule.setup("test")
+    head = module.hparams.get("num_classes")
+    if head is not None and int(datamodule.num_classes) != int(head):
+        raise TestsetError(f"testset={name} has {datamodule.num_classes} classes at {datamodule.root}, this run's "
+                           f"model has {head}; a test set must have the run's classes")
+
+
+def result_path(ckpt_path: str | os.PathLike, name: str) -> Path:
+    """``<run dir>/testsets/<name>.json``, the run dir being the one that holds ``ckpt_path`` (not a
+    symlink's target: never another run's folder)."""
+    return Path(os.path.abspath(ckpt_path)).parent.parent / RESULT_FOLDER / f"{name}.json"
+
+
+def write_result(path: Path, record: dict[str, Any]) -> None:
+    """Atomically write the result (strict JSON; the run's other files untouched)."""
+    atomic_write_json(path, record)

@@ -1,0 +1,456 @@
+"""Evaluation on another test set: APE rules, larger grids for every RPE, Swin at any size timm takes, the
+generator's canvas and region options, and eval.py testset=<name> writing only testsets/<name>.json."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from timm.models.swin_transformer import SwinTransformer
+
+from data.errors import DataConfigError
+from data.relational import placement_rates, render_relational_shapes
+from models import ModelConfigError, create_model
+from models.testsets import RESULT_FOLDER, TestsetError, adapt_model, load_testset
+from models.testsets import testset_names as all_testsets
+from rpe.registry import PRESETS
+from tests.helpers import compose_config, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+MICRO = "deit_micro_patch4_32"
+SWIN_MICRO = "swin_micro_patch4_window4_32"
+SWIN_MICRO_ARCH = dict(patch_size=4, window_size=4, embed_dim=64, depths=(2, 2), num_heads=(2, 4), mlp_ratio=2.0)
+
+
+def _logits(model: torch.nn.Module, size: int, seed: int = 0) -> torch.Tensor:
+    images = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return model.eval()(images)
+
+
+def _deit(ape: str, rpe: str = "irpe_k", img_size: int = 32) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return create_model(MICRO, rpe=rpe, num_classes=8, ape=ape, img_size=img_size).eval()
+
+
+# ------------------------------------------------------------------------------------------ the APE rules
+def test_extend_at_the_training_size_is_the_original_model() -> None:
+    model = _deit("sincos")
+    before, table = _logits(model, 32), model.pos_embed.detach().clone()
+    model.adapt_input_size(32, "extend")
+    assert torch.equal(model.pos_embed, table) and not model.pos_embed.requires_grad
+    assert torch.equal(_logits(model, 32), before)
+
+
+@pytest.mark.parametrize("ape", ["learned", "sincos"])
+def test_interpolate_at_the_training_size_is_the_identity(ape: str) -> None:
+    model = _deit(ape)
+    before, table = _logits(model, 32), model.pos_embed.detach().clone()
+    assert table[0, 1:].abs().sum() > 0  # a real table (timm's trunc-normal init, or sin-cos), not zeros
+    model.adapt_input_size(32, "interpolate")
+    assert torch.equal(model.pos_embed, table) and torch.equal(_logits(model, 32), before)
+
+
+def test_rules_that_do_not_fit_the_model_are_one_line() -> None:
+    cases = [
+        (_deit("learned"), "extend", "ape=extend rebuilds a sin-cos table at the new positions, but this DeiT's table"
+                                     " is ape=learned (trained values exist only on its 8x8 patch grid); valid:"
+                                     " ape=interpolate"),
+        (_deit("learned"), None, "absolute position table (ape=learned) for a 8x8 patch grid: name how it meets"
+                                 " img_size=64; valid: ape=interpolate"),
+        (_deit("sincos"), None, "valid: ape=interpolate or ape=extend"),
+        (_deit("none"), "interpolate", "which this DeiT (ape=none) does not have"),
+        (_deit("sincos"), "stretch", "ape='stretch' is not an APE rule; valid: interpolate, extend"),
+        (create_model(SWIN_MICRO, num_classes=8), "extend", "which Swin does not have"),
+    ]
+    for model, rule, expected in cases:
+        with pytest.raises(ModelConfigError) as err:
+            model.adapt_input_size(64, rule)
+        assert expected in str(err.value) and "\n" not in str(err.value), (rule, str(err.value))
+    assert tuple(cases[0][0].patch_embed.grid_size) == (8, 8)  # a refused rule leaves the model as it was
+
+
+def test_deit_at_48_and_64_px_with_both_rules_and_the_extended_table_by_hand() -> None:
+    base = _deit("sincos")
+    old = base.pos_embed.detach().clone()[0, 1:].reshape(8, 8, -1)
+    tables = {}
+    for size in (48, 64):
+        for rule in ("interpolate", "extend"):
+            model = copy.deepcopy(base)
+            model.adapt_input_size(size, rule)
+            grid = size // 4
+            assert tuple(model.patch_embed.grid_size) == (grid, grid)
+            assert all(block.attn.grid_size == (grid, grid) for block in model.blocks)
+            logits = _logits(model, size)
+            assert logits.shape == (2, 8) and torch.isfinite(logits).all()
+            tables[size, rule] = model.pos_embed.detach()[0]
+    extended = tables[64, "extend"]
+    fresh = create_model(MICRO, rpe="irpe_k", num_classes=8, ape="sincos", img_size=64).pos_embed.detach()[0]
+    assert torch.equal(extended, fresh)
+    # by hand: dim 128 -> 32 bands 10000^(-k/32); row layout [sin(y b), sin(x b), cos(y b), cos(x b)]
+    assert torch.equal(extended[0], torch.zeros(128))  # the class token has no position
+    token = 1 + 12 * 16 + 3  # row y=12, column x=3 of the 16x16 grid
+    band1 = 10000 ** (-1 / 32)
+    for dim, value in ((0, math.sin(12)), (32, math.sin(3)), (64, math.cos(12)), (96, math.cos(3)),
+                       (1, math.sin(12 * band1)), (33, math.sin(3 * band1)), (97, math.cos(3 * band1))):
+        assert extended[token, dim].item() == pytest.approx(value, abs=1e-5), dim
+    # extend keeps each old position's exact row; interpolate resamples the 8x8 table onto 16x16
+    assert torch.equal(extended[1:].reshape(16, 16, -1)[:8, :8], old)
+    assert not torch.allclose(tables[64, "interpolate"][1:].reshape(16, 16, -1)[:8, :8], old, atol=1e-3)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_rpe_preset_runs_on_a_larger_grid_or_says_why(preset: str) -> None:
+    """Bucket tables, rotations and slopes are per offset, so 32 -> 48 -> 64 px just works; the one table
+    sized by a window (``swin`` on DeiT, rpe.window=14 patches) fits a 12x12 grid but not 16x16."""
+    for size in (48, 64):
+        net = _deit("none", rpe=preset)
+        if preset == "swin" and size == 64:
+            with pytest.raises(ModelConfigError) as err:
+                adapt_model(SimpleNamespace(net=net), (size, size), None, "relational_canvas64")
+            message = str(err.value)
+            assert "cannot run at 64x64 px" in message and "rpe.window=14" in message and "\n" not in message
+            continue
+        adapt_model(SimpleNamespace(net=net), (size, size), None, f"canvas{size}")
+        logits = _logits(net, size)
+        assert logits.shape == (2, 8) and torch.isfinite(logits).all()
+
+
+# ------------------------------------------------------------------------------------------ Swin at any size
+def test_swin_at_224x320_gives_timms_logits() -> None:
+    torch.manual_seed(0)
+    reference = SwinTransformer(img_size=(224, 320), patch_size=4, window_size=7, embed_dim=96, depths=(2, 2, 6, 2),
+                                num_heads=(3, 6, 12, 24), num_classes=5).eval()
+    ours = create_model("swin_tiny_patch4_window7_224", rpe="swin", img_size=(224, 320), num_classes=5).eval()
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    images = torch.randn(1, 3, 224, 320)
+    with torch.no_grad():
+        assert torch.equal(ours(images), reference(images))
+    # 80 tokens across are not tiled by 7-token windows: timm pads them (and so do we)
+    assert ours.layers[0].blocks[1].shift_size == (3, 3) and ours.layers[3].blocks[1].shift_size == (0, 3)
+
+
+@pytest.mark.parametrize("rpe", ["swin", "irpe_qkv"])
+def test_swin_resized_keeps_its_windows_and_equals_a_model_built_at_that_size(rpe: str) -> None:
+    """32 -> 48 px: stage 1 goes from 4 tokens (one window, no shift) to 6 (padded to 8, shift 2)."""
+    torch.manual_seed(0)
+    model = create_model(SWIN_MICRO, rpe=rpe, num_classes=8).eval()
+    state = copy.deepcopy(model.state_dict())
+    model.adapt_input_size(48)
+    built = create_model(SWIN_MICRO, rpe=rpe, num_classes=8, img_size=48).eval()
+    built.load_state_dict(state, strict=True)
+    assert [b.window_size for s in model.layers for b in s.blocks] == [(4, 4)] * 4
+    assert [b.shift_size for s in model.layers for b in s.blocks] == [(0, 0), (2, 2), (0, 0), (2, 2)]
+    assert torch.equal(_logits(model, 48), _logits(built, 48))
+    if rpe == "swin":  # timm's model at 48 px: the same numbers
+        reference = SwinTransformer(img_size=48, num_classes=8, **SWIN_MICRO_ARCH).eval()
+        reference.load_state_dict(state, strict=True)
+        assert torch.equal(_logits(model, 48), _logits(reference, 48))
+
+
+def test_swin_sizes_timm_pads_are_built_and_the_patch_rule_stays() -> None:
+    """Sizes that were refused: 24 px (6 tokens, windows of 4 pad to 8), 36 px (9 tokens: an odd side that
+    patch merging pads), 256 px for Swin-T (64 tokens, windows of 7)."""
+    for size in (24, 36):
+        torch.manual_seed(0)
+        reference = SwinTransformer(img_size=size, num_classes=3, **SWIN_MICRO_ARCH).eval()
+        ours = create_model(SWIN_MICRO, rpe="swin", num_classes=3, img_size=size).eval()
+        ours.load_state_dict(reference.state_dict(), strict=True)
+        assert torch.equal(_logits(ours, size), _logits(reference, size))
+    assert tuple(create_model("swin_tiny_patch4_window7_224", num_classes=3, img_size=256).patch_embed.img_size) == (
+        256, 256)
+    with pytest.raises(ModelConfigError, match="img_size=30 is not divisible by patch_size=4"):
+        create_model(SWIN_MICRO, num_classes=3, img_size=30)
+
+
+# ------------------------------------------------------------------------------------------ generator options
+def _objects(image: np.ndarray) -> list[tuple[int, int, int]]:
+    """(top, left, side) of the red (A) and the blue (B) square: channel >= 150, the others < 100."""
+    found = []
+    for channel in (0, 2):
+        others = [c for c in range(3) if c != channel]
+        mask = (image[..., channel] >= 150) & (image[..., others[0]] < 100) & (image[..., others[1]] < 100)
+        rows, cols = np.nonzero(mask)
+        side = rows.max() - rows.min() + 1
+        assert side == cols.max() - cols.min() + 1 and mask.sum() == side * side  # one solid square
+        found.append((int(rows.min()), int(cols.min()), int(side)))
+    return found
+
+
+def _compass(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
+    (ra, ca, sa), (rb, cb, sb) = a, b
+    d_row, d_col = (rb + (sb - 1) / 2) - (ra + (sa - 1) / 2), (cb + (sb - 1) / 2) - (ca + (sa - 1) / 2)
+    return int(((math.degrees(math.atan2(-d_row, d_col)) % 360 + 22.5) // 45) % 8)
+
+
+@pytest.mark.parametrize(
+    ("img_size", "region", "rows", "cols"),
+    [
+        (32, [0, 0, 32, 16], (0, 32), (0, 16)),  # left half
+        (32, [0, 16, 32, 32], (0, 32), (16, 32)),  # right half
+        (32, [16, 16, 32, 32], (16, 32), (16, 32)),  # bottom-right quadrant
+        (64, None, (0, 64), (0, 64)),  # a larger canvas, the same objects
+    ],
+)
+def test_region_and_canvas_place_objects_where_they_must(img_size: int, region, rows, cols) -> None:
+    images, labels = render_relational_shapes(48, img_size=img_size, seed=3, region=region)
+    assert images.shape == (48, img_size, img_size, 3)
+    tops, lefts = [], []
+    for image, label in zip(images, labels, strict=True):
+        a, b = _objects(image)
+        for top, left, side in (a, b):
+            assert 5 <= side <= 7  # the object size does not follow the canvas
+            assert rows[0] <= top and top + side <= rows[1] and cols[0] <= left and left + side <= cols[1]
+            tops.append(top)
+            lefts.append(left)
+        assert _compass(a, b) == label
+    if region is None:  # objects do use the new canvas: some lie wholly outside the old 32x32 one
+        assert max(tops) >= 32 and max(lefts) >= 32
+
+
+@pytest.mark.parametrize(("option", "right", "bottom"), [("relational_left", 16, 32), ("relational_corner", 16, 16)])
+def test_region_data_configs_train_in_their_region(option: str, right: int, bottom: int, tmp_path: Path) -> None:
+    from hydra.utils import instantiate
+    from PIL import Image
+
+    overrides = [f"data={option}", "data.generator.num_train=16", "data.generator.num_val=8"]
+    cfg = compose_config(overrides, tmp_path / "run", tmp_path / "data")
+    assert cfg.data.root == str(tmp_path / "data" / f"{option}_v1")  # not the default set's folder
+    datamodule = instantiate(cfg.data, _convert_="all")
+    datamodule.prepare_data()
+    files = sorted((tmp_path / "data" / f"{option}_v1").rglob("*.png"))
+    assert len(files) == 24
+    for file in files:
+        for top, left, side in _objects(np.asarray(Image.open(file).convert("RGB"))):
+            assert top + side <= bottom and left + side <= right, file
+
+
+def test_the_whole_canvas_as_region_is_the_default_images() -> None:
+    default = render_relational_shapes(40, seed=5)
+    whole = render_relational_shapes(40, seed=5, region=[0, 0, 32, 32])
+    assert np.array_equal(default[0], whole[0]) and np.array_equal(default[1], whole[1])
+
+
+def test_placement_rates_in_a_region_match_brute_force() -> None:
+    """Every placement of a 2 px and a 3 px object in the region rows 0-11, columns 4-11 of a 12 px canvas
+    (patch 4), counted directly: class, margin to the sector boundary, no shared patch cell."""
+    img, patch, size_a, size_b, margin, region = 12, 4, 2, 3, 5.0, [0, 4, 12, 12]
+    valid, total = np.zeros(8), 0
+    for ra in range(0, 12 - size_a + 1):
+        for ca in range(4, 12 - size_a + 1):
+            for rb in range(0, 12 - size_b + 1):
+                for cb in range(4, 12 - size_b + 1):
+                    total += 1
+                    cells_a = {(r // patch, c // patch) for r in range(ra, ra + size_a) for c in range(ca, ca + size_a)}
+                    cells_b = {(r // patch, c // patch) for r in range(rb, rb + size_b) for c in range(cb, cb + size_b)}
+                    d_row, d_col = rb + 1 - (ra + 0.5), cb + 1 - (ca + 0.5)
+                    angle = math.degrees(math.atan2(-d_row, d_col)) % 360
+                    inside = (angle + 22.5) % 45
+                    if cells_a & cells_b or min(inside, 45 - inside) < margin:
+                        continue
+                    valid[int((angle + 22.5) // 45) % 8] += 1
+    rates, _ = placement_rates(img, patch, size_a, size_b, margin, region)
+    np.testing.assert_allclose(rates, valid / total, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("region", "expected"),
+    [
+        ([0, 0, 40, 16], "data.generator.region=[0, 0, 40, 16] must satisfy 0 <= top < bottom <= 32"),
+        ([0, 0, 32], "data.generator.region=[0, 0, 32] must be null or [top, left, bottom, right]"),
+        ([0, 0, 32, 4], "is 32x4 px: max_object_size=7 does not fit it; valid: max_object_size <= 4"),
+        ([0, 0, 8, 8], "region=[0, 0, 8, 8]: no placement of class"),
+    ],
+)
+def test_bad_regions_are_one_line(region: list[int], expected: str) -> None:
+    with pytest.raises(DataConfigError) as err:
+        render_relational_shapes(8, region=region)
+    assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ eval.py testset=
+@pytest.mark.parametrize("name", all_testsets())
+def test_every_testset_config_composes_and_its_generator_settings_hold(name: str, tmp_path: Path) -> None:
+    from data.coco import check_shapes_settings
+    from data.relational import check_relational_settings
+
+    cfg = compose_config([f"testset={name}"], tmp_path, tmp_path / "data", config_name="eval")
+    testset = load_testset(cfg.testset)
+    assert testset["name"] == name  # the result file is named after the config's file
+    data = testset["data"]
+    generator = data.get("generator")
+    if generator is None:  # reads the run's own data: only settings of the run's data module change
+        assert "root" not in data and set(data) <= {"img_size", "eval_crop_pct", "val_size", "max_size"}
+        return
+    assert data["root"] == str(tmp_path / "data" / "testsets" / f"{name}_v1")  # a folder of its own
+    if testset["fits"] == ["relational"]:
+        assert generator["img_size"] == data["img_size"]
+        check_relational_settings(generator["img_size"], generator["patch_size"], generator["min_object_size"],
+                                  generator["max_object_size"], generator["boundary_margin_deg"],
+                                  generator["noise_max"], generator["region"])
+    else:
+        assert testset["fits"] == ["shapes_coco"]
+        check_shapes_settings(generator["num_train"], generator["num_val"], generator["image_size"],
+                              generator["object_size"], generator["max_objects"], generator["max_overlap"])
+
+
+def _fake_run(root: Path, data_dir: Path, overrides: list[str]) -> Path:
+    """A run dir (config.yaml, checkpoints/best.ckpt, metrics.json) of an untrained model; its own data is
+    never generated, so a test set can be shown not to need it (or make it)."""
+    from hydra.utils import instantiate
+
+    cfg = compose_config(overrides, root, data_dir)
+    OmegaConf.save(cfg, root / "config.yaml", resolve=True)
+    torch.manual_seed(0)
+    datamodule = instantiate(cfg.data, _convert_="all")
+    module = instantiate(cfg.model, rpe=OmegaConf.to_container(cfg.rpe, resolve=True),
+                         num_classes=datamodule.num_classes, _convert_="all")
+    (root / "checkpoints").mkdir()
+    torch.save({"state_dict": module.state_dict()}, root / "checkpoints" / "best.ckpt")
+    (root / "metrics.json").write_text('{"val/top1": 99.0}\n')
+    return root
+
+
+RUN = ["data.root=${paths.data_dir}/never_generated", "data.batch_size=16", "debug=fast"]
+
+
+def _eval(run: Path, data_dir: Path, testset: str, *extra: str) -> dict:
+    import eval as eval_script
+
+    cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", f"testset={testset}", "throughput_batch=2",
+                          *extra], run / "eval", data_dir, config_name="eval")
+    return eval_script.evaluate(cfg)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Path) -> None:
+    run = _fake_run(tmp_path / "run", tmp_path / "data", [*RUN, "model.net.ape=sincos"])
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    result = run_cli("eval.py", [f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
+                                 "ape=extend", f"paths.data_dir={tmp_path / 'data'}", "throughput_batch=2",
+                                 "testset.data.generator.num_val=16"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    path = run / RESULT_FOLDER / "relational_canvas48.json"
+    record = json.loads(path.read_text())
+    assert (record["testset"], record["ape"], record["ape_rule"]) == ("relational_canvas48", "sincos", "extend")
+    assert (record["train_img_size"], record["img_size"], record["patch_grid"]) == ([32, 32], [48, 48], [12, 12])
+    assert record["testset_config"]["data"]["generator"]["img_size"] == 48
+    assert record["data_root"] == str(tmp_path / "data" / "testsets" / "relational_canvas48_v1")
+    assert 0.0 <= record["metrics"]["val/top1"] <= 100.0 and record["metrics"]["MACs_M"] > 0
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after.pop(path.relative_to(run)) == path.read_bytes() and after == before  # metrics.json byte-identical
+    assert not (tmp_path / "data" / "never_generated").exists()  # the run's own data: not needed, not made
+    assert (tmp_path / "data" / "testsets" / "relational_canvas48_v1" / "val" / "0_E").is_dir()
+
+
+BAD_CLI = [
+    (["testset=relational_canvas96"], "testset='relational_canvas96' is not a config option; valid:"
+                                      " relational_canvas48, relational_canvas64"),
+    (["testset=relational_canvas48", "ape=stretch"], "ape='stretch' is not an APE rule; valid: interpolate, extend"),
+    (["ape=extend"], "ape=extend adapts a run to a test set's input size: give testset=<name> too; valid:"
+                     " relational_canvas48"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_CLI)
+def test_bad_testset_or_ape_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    """In-process, the checks eval.py's command line makes: the group choice before Hydra, then evaluate."""
+    import eval as eval_script
+    from models.lifecycle.cli import CommandLineError, check_group_choices
+
+    with pytest.raises((CommandLineError, ValueError)) as err:
+        check_group_choices(args)
+        cfg = compose_config(["ckpt_path=runs/x/checkpoints/best.ckpt", *args], tmp_path, tmp_path, config_name="eval")
+        eval_script.evaluate(cfg)
+    assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.slow  # three eval.py processes; the same checks run in-process above
+@pytest.mark.parametrize(("args", "expected"), BAD_CLI)
+def test_eval_cli_bad_testset_or_ape_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = run_cli("eval.py", ["ckpt_path=runs/x/checkpoints/best.ckpt", *args, f"paths.data_dir={tmp_path}"])
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("error: ") and expected in result.stderr
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_swin_and_learned_deit_runs_on_a_larger_canvas(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    swin = _fake_run(tmp_path / "swin", data, [*RUN, "experiment=swin_micro_relational"])
+    _eval(swin, data, "relational_canvas64", "testset.data.generator.num_val=16")
+    record = json.loads((swin / RESULT_FOLDER / "relational_canvas64.json").read_text())
+    assert (record["model"], record["ape_rule"], record["img_size"]) == ("RPESwinTransformer", None, [64, 64])
+    assert record["window_padding"] == [None, None]  # 16 and 8 tokens: tiled by 4-token windows
+    with pytest.raises(ModelConfigError, match="which Swin does not have"):
+        _eval(swin, data, "relational_canvas64", "ape=interpolate", "testset.data.generator.num_val=16")
+
+    deit = _fake_run(tmp_path / "deit", data, RUN)  # ape=learned
+    _eval(deit, data, "relational_canvas64", "testset.data.generator.num_val=16")  # default rule: interpolate
+    assert json.loads((deit / RESULT_FOLDER / "relational_canvas64.json").read_text())["ape_rule"] == "interpolate"
+    with pytest.raises(ModelConfigError, match="this DeiT's table is ape=learned .* valid: ape=interpolate"):
+        _eval(deit, data, "relational_right", "ape=extend", "testset.data.generator.num_val=16")
+    assert not (deit / RESULT_FOLDER / "relational_right.json").exists()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_testsets_that_do_not_fit_the_run_are_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    run = _fake_run(tmp_path / "run", data, RUN)
+    cases = [
+        (("val_at_64",), "data.root=" + str(data / "never_generated")),  # the run's data: read, never generated
+        (("shapes_coco_canvas256",), "fits runs trained on shapes_coco data, this run trained on imagefolder,"
+                                     " relational data; valid for this run: relational_canvas48"),
+        (("relational_canvas48", f"data_root={tmp_path}"), "has data of its own at testset.data.root="),
+    ]
+    for args, expected in cases:
+        with pytest.raises((TestsetError, DataConfigError)) as err:
+            _eval(run, data, *args)
+        assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not (data / "never_generated").exists() and not (run / RESULT_FOLDER).exists()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> None:
+    """The real-data case (train at 224, test at 288/384): the run's validation images, resized by its eval
+    transform; its data is read where the run (or data_root=) names it, and is never generated."""
+    from hydra.utils import instantiate
+
+    data = tmp_path / "data"
+    overrides = ["data.root=${paths.data_dir}/rel_small", "data.generator.num_train=16", "data.generator.num_val=16",
+                 "data.batch_size=16", "debug=fast"]
+    run = _fake_run(tmp_path / "run", data, overrides)
+    instantiate(compose_config(overrides, tmp_path / "gen", data).data, _convert_="all").prepare_data()  # as train.py
+    folders = sorted(p.name for p in data.iterdir())
+    metrics = _eval(run, data, "val_at_64")
+    record = json.loads((run / RESULT_FOLDER / "val_at_64.json").read_text())
+    assert record["data_root"] == str(data / "rel_small") and record["img_size"] == [64, 64]
+    assert record["ape_rule"] == "interpolate" and record["metrics"] == metrics
+    assert sorted(p.name for p in data.iterdir()) == folders  # nothing generated
+    shutil.copytree(data / "rel_small", tmp_path / "elsewhere")
+    _eval(run, data, "val_at_48", f"data_root={tmp_path / 'elsewhere'}")
+    assert json.loads((run / RESULT_FOLDER / "val_at_48.json").read_text())["data_root"] == str(tmp_path / "elsewhere")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_detr_run_on_the_larger_shapes_canvas(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    run = _fake_run(tmp_path / "detr", data, [
+        "experiment=detr_shapes", "data.root=${paths.data_dir}/never_generated", "debug=fast", "data.batch_size=4",
+    ])
+    metrics = _eval(run, data, "shapes_coco_canvas256", "testset.data.generator.num_val=4")
+    record = json.loads((run / RESULT_FOLDER / "shapes_coco_canvas256.json").read_text())
+    assert record["metrics"] == metrics and "val/AP" in metrics and record["ape_rule"] is None
+    annotations = data / "testsets" / "shapes_coco_canvas256_v1" / "annotations" / "instances_val2017.json"
+    sizes = [(i["height"], i["width"]) for i in json.loads(annotations.read_text())["images"]]
+    assert len(sizes) == 4 and all(192 <= s <= 256 for hw in sizes for s in hw)
+    with pytest.raises(ModelConfigError, match="DETR computes its position encodings for each input"):
+        _eval(run, data, "shapes_coco_canvas256", "ape=extend", "testset.data.generator.num_val=4")
