@@ -96,7 +96,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
         if not Path(weights).is_file():
             raise FileNotFoundError(f"model.weights={weights!r} does not exist")
-        if cfg.batch_size:
+        if cfg.batch_size is not None:
             cfg.data.batch_size = cfg.batch_size
         if cfg.get("data_root") is not None:
             cfg.data.root = cfg.data_root
@@ -143,10 +143,10 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     if not run_config.is_file():
         raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
     run_cfg = load_run_config(run_config)
-    if cfg.batch_size:
-        run_cfg.data.batch_size = cfg.batch_size
     checkpoint = load_run_checkpoint(ckpt_path)
-    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)  # before eval's own batch size changes it
+    if cfg.batch_size is not None:
+        run_cfg.data.batch_size = cfg.batch_size
     datamodule, model = build_data_and_model(run_cfg, data_root=cfg.get("data_root"))
     load_run_weights(model, checkpoint, ckpt_path, run_config)
     require_existing_data(datamodule, str(run_config), "data_root=<folder>")

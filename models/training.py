@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from models.lifecycle.files import guarded, replace_durably, temp_path_for
+from models.lifecycle.files import RunFileError, guarded, replace_durably, temp_path_for
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -32,6 +32,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             try:
                 torch.save(checkpoint, tmp)
                 replace_durably(tmp, path)
+            except RuntimeError as err:  # torch's writer reports a full disk as "unexpected pos" / "write failed"
+                Path(tmp).unlink(missing_ok=True)
+                import shutil
+
+                free = shutil.disk_usage(path.parent).free
+                reason = "no space left on the device" if free < 2**20 else " ".join(str(err).split())[:200]
+                raise RunFileError(f"cannot write checkpoint {path}: {reason}") from None
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise

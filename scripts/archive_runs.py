@@ -72,6 +72,14 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     from models.lifecycle.files import atomic_write_bytes
 
     target = dest / sweep_dir.name
+    source, where = sweep_dir.resolve(), Path(os.path.abspath(target))
+    if where.resolve() == source or source in where.resolve().parents or where.resolve() in source.parents:
+        raise TableError(f"--to {str(dest)!r} would put the archive of {str(sweep_dir)!r} in or around the sweep "
+                         "itself; valid: a folder outside the sweep (e.g. docs/ablations_mini_runs)")
+    inside = next((p for p in (where, *where.parents) if (p / "run.json").is_file() or (p / "metrics.json").is_file()),
+                  None)
+    if inside is not None:
+        raise TableError(f"--to {str(dest)!r} is inside the run dir {inside}; valid: a folder outside every run dir")
     expected_jobs(sweep_dir)  # a damaged grid stops here, as make_tables could not list its missing runs
     runs, left_out = [], []
     for run_dir in run_dirs(sweep_dir):  # check every run before writing anything

@@ -386,6 +386,9 @@ def validation_image(
 
 
 # ----------------------------------------------------------------------------- argument parsing
+MAX_GRID = 64  # token rows or columns of a plotted grid (224 px at patch 4 is 56)
+
+
 def _pair(text: str, option: str) -> tuple[int, int]:
     try:
         first, second = (int(v) for v in text.split(","))
@@ -452,8 +455,9 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
     grid_override = None
     if args.grid is not None:
         grid_override = _pair(args.grid, "--grid")
-        if min(grid_override) < 1:
-            raise PlotError(f"--grid {args.grid} must be positive; valid: H,W with H, W >= 1")
+        if min(grid_override) < 1 or max(grid_override) > MAX_GRID:
+            # the tables are drawn over all (H W)^2 offset pairs: a huge grid would exhaust memory
+            raise PlotError(f"--grid {args.grid} is out of range; valid: H,W with 1 <= H, W <= {MAX_GRID}")
     run_dir: Path = args.run_dir
     datamodule, module = load_run(run_dir, args.ckpt, args.data_root)
     net = backbone(module).eval()

@@ -361,3 +361,26 @@ def test_eval_cli_faults_are_one_line(run_dir: Path, tmp_path: Path, data_dir: P
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, (name, result.stderr)
         assert expected in result.stderr, (name, result.stderr)
         assert "val/top1" not in result.stdout and not (run / "metrics.json").exists()
+
+
+def test_eval_batch_size_is_only_a_loading_choice(run_dir: Path, tmp_path: Path, data_dir: Path) -> None:
+    """``batch_size=`` changes how eval loads the data, not which run it is: the same numbers."""
+    import eval as eval_script
+
+    base = eval_script.evaluate(_eval_cfg(run_dir, tmp_path, data_dir))
+    other = eval_script.evaluate(_eval_cfg(run_dir, tmp_path, data_dir, "batch_size=7"))
+    assert other["val/top1"] == pytest.approx(base["val/top1"]) and other["val/top5"] == pytest.approx(base["val/top5"])
+
+
+@pytest.mark.parametrize("arg", ["batch_size=0", "batch_size=-3", "throughput_batch=0", "throughput_batch=-1"])
+def test_eval_settings_are_range_checked(arg: str) -> None:
+    from models.lifecycle.cli import CommandLineError, check_overrides
+    from models.lifecycle.settings import SettingError
+
+    with pytest.raises((SettingError, CommandLineError), match=arg.split("=")[0]):
+        check_overrides(["ckpt_path=x.ckpt", arg], "eval")
+
+
+def test_plot_grid_is_bounded(run_dir: Path, capsys) -> None:
+    err = _plot_error(run_dir, capsys, "--grid", "2000,2000", "--out", str(run_dir.parent / "plots_grid"))
+    assert "--grid 2000,2000 is out of range; valid: H,W with 1 <= H, W <=" in err

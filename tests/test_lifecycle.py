@@ -238,3 +238,54 @@ def test_a_stop_signal_anywhere_is_an_interruption(phase: str, signum: int, tmp_
     second = run_cli("train.py", args, env_extra=ENV)
     assert second.returncode == 0, second.stderr[-3000:]
     assert records.run_status(run_dir).state == "finished"
+
+
+# ----------------------------------------------------------------------------- cases of the second probe
+@pytest.mark.parametrize("path", ["", ".", "  "])
+def test_an_empty_or_working_dir_output_dir_is_refused(path: str) -> None:
+    with pytest.raises(cli.CommandLineError, match="is not a folder of its own"):
+        cli.prepare_output_dir(path, "hydra.run.dir")
+
+
+def test_an_output_dir_inside_a_run_or_on_unusable_storage_is_refused(finished: Path, tmp_path: Path) -> None:
+    with pytest.raises(cli.CommandLineError, match=f"is inside the run dir {finished}"):
+        cli.prepare_output_dir(finished / "checkpoints" / "new", "hydra.run.dir")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(cli.CommandLineError, match="cannot be used: Not a directory"):
+        cli.prepare_output_dir(tmp_path / "file" / "run", "hydra.sweep.dir")
+    with pytest.raises(cli.CommandLineError, match="cannot be used"):
+        cli.prepare_output_dir("/proc/self/run", "hydra.run.dir")
+    cli.prepare_output_dir(tmp_path / "runs" / "a", "hydra.run.dir")
+    assert (tmp_path / "runs" / "a").is_dir() and not any((tmp_path / "runs" / "a").iterdir())
+
+
+def test_the_result_is_the_test_of_best_ckpt_only(finished: Path, tmp_path: Path, data_dir: Path) -> None:
+    """Not the last epoch's validation numbers, which Lightning still holds after fit."""
+    metrics = json.loads((finished / "metrics.json").read_text())
+    assert metrics["tested_batches"] == 2 and metrics["test_complete"] is False  # debug=fast limits the test
+    run_dir = tmp_path / "untested"
+    untested = job.run(compose_config([*TINY, "test_after_fit=false"], run_dir, data_dir))
+    assert untested["tested"] is False and "val/top1" not in untested and "train/loss" in untested
+    retested = job.run(compose_config(TINY, run_dir, data_dir))  # asked for the test now: made from best.ckpt
+    assert retested["val/top1"] == pytest.approx(metrics["val/top1"])
+    from models.lifecycle.settings import SettingError, check_schedule
+
+    with pytest.raises(SettingError, match="limit_test_batches=0 tests nothing"):
+        check_schedule(compose_config([*TINY, "trainer.limit_test_batches=0"], tmp_path / "x", data_dir))
+
+
+def test_a_full_disk_in_torch_save_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """torch's writer reports a full disk as a RuntimeError ("unexpected pos"), not an OSError."""
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    from models.training import AtomicCheckpointIO
+
+    def unexpected_pos(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", unexpected_pos)
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda _: namedtuple("u", "total used free")(1, 1, 0))
+    with pytest.raises(RunFileError, match="cannot write checkpoint .*last.ckpt: no space left on the device"):
+        AtomicCheckpointIO().save_checkpoint({"w": 1}, tmp_path / "last.ckpt")
+    assert not list(tmp_path.iterdir())  # no temp file left

@@ -97,6 +97,41 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
                                    "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
 
 
+def _is_run_dir(folder: Path) -> bool:
+    return (folder / "run.json").is_file() or ((folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir())
+
+
+def prepare_output_dir(path: Any, key: str) -> None:
+    """Check the folder Hydra is about to make for a run (or a sweep), then make it.
+
+    It must be a path of its own: not empty (Hydra would take the working dir, or ``/`` for
+    ``${paths.log_dir}/...`` with an empty log dir), not the working dir or one of its parents, and not
+    inside another run's dir. Making it here turns a read-only or full disk, or a file in its way, into
+    one line instead of Hydra's traceback.
+    """
+    text = "" if path is None else str(path)
+    folder = Path(os.path.abspath(text)) if text.strip() else None
+    cwd = Path.cwd().resolve()
+    if folder is None or folder == Path(folder.anchor) or folder.resolve() in (cwd, *cwd.parents):
+        raise CommandLineError(f"{key}={text!r} is not a folder of its own (it would be the working dir, one of "
+                               "its parents or /); valid: a path such as runs/<name> (paths.log_dir and run_name "
+                               "make one)")
+    inside = next((p for p in folder.parents if _is_run_dir(p)), None)
+    if inside is not None:
+        raise CommandLineError(f"{key}={text!r} is inside the run dir {inside}; valid: a folder outside every run dir")
+    if folder.is_dir():
+        return  # an existing run (a rerun may need no write at all) or sweep dir: its job checks what it writes
+    try:
+        folder.mkdir(parents=True)
+        probe = folder / f".write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise CommandLineError(f"{key}={text!r} cannot be used: {reason} ({err.filename or folder}); valid: a "
+                               "writable folder") from None
+
+
 def _first_of_sweeps(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -132,14 +167,17 @@ def check_overrides(argv: list[str], config_name: str) -> None:
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
-        if config_name == "train":
-            from models.lifecycle.settings import check_schedule, check_settings
+        from models.lifecycle.settings import check_schedule, check_settings
 
-            HydraConfig.instance().set_config(cfg)
-            check_settings(cfg)
+        HydraConfig.instance().set_config(cfg)
+        check_settings(cfg)
+        if config_name == "train":
             check_schedule(cfg)
-            if not multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
+            if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
+                prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")
+            else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
+                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir")
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err)) from None
     finally:
@@ -165,7 +203,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from hydra.errors import HydraException
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-    return (ValueError, FileNotFoundError, OmegaConfBaseException, HydraException, MisconfigurationException)
+    # OSError: the storage's answer (no space, read-only, a file in the way), which names its path
+    return (ValueError, OSError, OmegaConfBaseException, HydraException, MisconfigurationException)
 
 
 def root_cause(err: BaseException) -> BaseException:

@@ -117,6 +117,8 @@ def describe_non_file(path: Path) -> str:
         return f"it is a symlink (to {os.readlink(path)})"
     if path.is_dir():
         return "it is a directory"
+    if path.is_file():
+        return "it is a file"
     return "it is not a plain file"
 
 

@@ -287,7 +287,7 @@ def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any
     path = run_dir / CHECKPOINTS / BEST
     if not path.is_file():
         last = run_dir / CHECKPOINTS / LAST
-        why = ("the run never validated (trainer.limit_val_batches=0?)" if last.is_file()
+        why = ("it was deleted, or the run never validated (trainer.limit_val_batches=0?)" if last.is_file()
                else "the run saved no checkpoint (it made no training step: trainer.max_epochs, max_steps and "
                     "limit_train_batches must be > 0)")
         raise NoResultError(f"no result: {path} does not exist; {why}")
@@ -414,6 +414,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             problem = "" if stored is not None else f"{run_dir / METRICS} is missing"
         except RunFileError as err:
             stored, problem = None, str(err)
+        if stored is not None and cfg.get("test_after_fit") and not any(k in stored for k in HEADLINE_METRICS):
+            stored, problem = None, f"{run_dir / METRICS} holds no test result (the run had test_after_fit=false)"
         if stored is not None:  # the result was recorded from best.ckpt: it stands, whatever became of the weights
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
@@ -459,15 +461,26 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     if StopSignals.received is not None:  # arrived after the last batch: last.ckpt is the epoch's end
         raise RunInterrupted(StopSignals.received)
     best, steps = result_checkpoint(run_dir, identity_id)
-    metrics = scalar_metrics(trainer.callback_metrics) if not finished else {}
-    if cfg.get("test_after_fit") or finished:
-        trainer.test(model, datamodule=datamodule, ckpt_path=str(best), verbose=False, weights_only=True)
-        metrics.update(scalar_metrics(trainer.callback_metrics))
-    if StopSignals.received is not None:  # during the test: its numbers are not a result
-        raise RunInterrupted(StopSignals.received)
-    headline = next((k for k in HEADLINE_METRICS if k in metrics), None)
-    if headline is not None and not math.isfinite(metrics[headline]):
-        raise NoResultError(f"no result: {headline} of {best} is {metrics[headline]}")
+    # The result is the test of best.ckpt, and only that: the last epoch's validation numbers (still in
+    # trainer.callback_metrics) are another model's. Without the test, metrics.json holds no result.
+    metrics: dict[str, Any] = {k: v for k, v in scalar_metrics(trainer.callback_metrics).items()
+                               if k.startswith(("train/", "cost/"))} if not finished else {}
+    if cfg.get("test_after_fit"):
+        tested = trainer.test(model, datamodule=datamodule, ckpt_path=str(best), verbose=False, weights_only=True)
+        if StopSignals.received is not None:  # during the test: its numbers are not a result
+            raise RunInterrupted(StopSignals.received)
+        metrics.update(scalar_metrics(tested[0] if tested else {}))
+        headline = next((k for k in HEADLINE_METRICS if k in metrics), None)
+        if headline is None:
+            raise NoResultError(f"no result: the test of {best} logged none of {', '.join(HEADLINE_METRICS)} "
+                                f"(trainer.limit_test_batches={cfg.trainer.get('limit_test_batches')})")
+        if not math.isfinite(metrics[headline]):
+            raise NoResultError(f"no result: {headline} of {best} is {metrics[headline]}")
+        metrics["tested_batches"] = int(sum(trainer.num_test_batches))
+        limit = cfg.trainer.get("limit_test_batches")
+        metrics["test_complete"] = limit is None or limit == 1.0  # False: a part of the split (debug limits)
+    else:
+        metrics["tested"] = False  # test_after_fit=false: `python eval.py ckpt_path=<best.ckpt>` gives the result
     epoch, global_step = trainer.current_epoch, trainer.global_step
     last = run_dir / CHECKPOINTS / LAST
     if global_step == 0 and last.is_file():

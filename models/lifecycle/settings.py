@@ -502,3 +502,6 @@ def check_schedule(cfg: DictConfig) -> None:
         if key in trainer and trainer.get(key) == 0:
             raise SettingError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
                                "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")
+    if cfg.get("test_after_fit") and trainer.get("limit_test_batches") == 0:
+        raise SettingError("trainer.limit_test_batches=0 tests nothing, so the run could have no result; "
+                           "valid: a positive value, or test_after_fit=false (then eval.py tests best.ckpt)")
