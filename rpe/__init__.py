@@ -15,10 +15,10 @@ Public API::
 from . import encodings  # noqa: F401  (registers every encoding module)
 from .attention import RPEAttention, RPESites, rpe_attention, split_grid
 from .base import Description, LogitPiece, PositionEncoding
-from .config import PRESETS, RPEConfig, RPEConfigError, parse_shorthand, resolve_rpe
+from .config import PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from .encodings.xl import TransformerXLTerm
 from .index import IndexSpec, bucket_ids, clear_bucket_cache, clip_index, piecewise_index, t5_bucket
-from .registry import build_rpe, encoding, method_names
+from .registry import encoding, method_names, preset_names
 from .tables import CrossRelativePositionTable, RelativePositionTable, is_swin_bias
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "build_rpe",
     "encoding",
     "method_names",
+    "preset_names",
     "rpe_attention",
     "RPEAttention",
     "RPESites",

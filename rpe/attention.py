@@ -52,8 +52,7 @@ from timm.layers import register_notrace_module
 from torch import Tensor, nn
 
 from .base import Description, LogitPiece, PositionEncoding, materialize_pieces
-from .config import BACKENDS, RPEConfig, resolve_rpe
-from .registry import build_rpe
+from .config import BACKENDS, RPEConfig, build_rpe, resolve_rpe
 
 __all__ = ["rpe_attention", "RPEAttention", "RPESites", "split_grid"]
 

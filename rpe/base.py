@@ -18,13 +18,18 @@ hook               what it adds (per head, ``s = scale``, offsets query minus ke
 
 Every module also has ``reset_parameters``, ``extra_repr`` and `PositionEncoding.describe`, which
 tells tools (``scripts/plot_rpe.py``, ``scripts/make_tables.py``) what there is to draw or count.
+What every encoding shares lives here as well: `PositionEncoding.build` (the registry's builder of an
+encoding that is one module in the key slot) and `PositionEncoding.cached` (per-shape values such as
+sin/cos or distance tables, on the same `ShapeCache` as the bucket ids of `rpe.index`).
 See docs/design.md for the conventions and how to add an encoding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +39,7 @@ __all__ = [
     "Description",
     "LogitPiece",
     "PositionEncoding",
+    "ShapeCache",
     "ONEHOT_DEVICES",
     "bucket_rows",
     "build_for_cache",
@@ -122,6 +128,42 @@ def build_for_cache(build: Callable[[], Tensor]) -> Tensor:
         return build()
 
 
+class ShapeCache:
+    """Values built once per key (a grid shape, device, dtype, ...), the ``size`` most recently used kept.
+
+    Values are built with `build_for_cache`; one built while ``torch.compile`` traces is returned but not
+    kept (see there). The bucket ids of `rpe.index` use one shared instance, every `PositionEncoding` its own.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[Hashable, Tensor] = OrderedDict()
+
+    def get(self, key: Hashable, build: Callable[[], Tensor]) -> Tensor:
+        """The value kept for ``key``, else ``build()`` (kept unless compiling); do not modify it in place."""
+        value = self._values.get(key)
+        if value is not None:
+            self._values.move_to_end(key)
+            return value
+        value = build_for_cache(build)
+        if not torch.compiler.is_compiling():
+            self._values[key] = value
+            self.resize(self.size)
+        return value
+
+    def resize(self, size: int) -> None:
+        """Keep at most ``size`` (>= 1) values from now on, dropping the least recently used."""
+        self.size = max(1, int(size))
+        while len(self._values) > self.size:
+            self._values.popitem(last=False)
+
+    def clear(self) -> None:
+        self._values.clear()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 def materialize_pieces(pieces: list[LogitPiece]) -> Tensor | None:
     """Sum of all pieces, broadcastable to ``(B, H, n, n)``; None for no pieces."""
     total = None
@@ -156,7 +198,12 @@ class Description:
 
 
 class PositionEncoding(nn.Module):
-    """Base class of every encoding module; the class attributes say which hooks it provides."""
+    """Base class of every encoding module; the class attributes say which hooks it provides.
+
+    An encoding that is one module in the key slot registers ``Cls.build`` (`build`); its constructor
+    then takes ``(config, head_dim, num_heads, device=None, dtype=None)``, plus ``skip_bucket`` when
+    ``has_skip_bucket``.
+    """
 
     name: str = "?"
     site: str = "k"
@@ -166,6 +213,30 @@ class PositionEncoding(nn.Module):
     edits_tokens: bool = False
     uses_scaled_keys: bool = False  # logit_pieces reads ``s k``
     keeps_own_init: bool = False  # parameters that are not weights (frequencies): no backbone re-init
+    has_skip_bucket: bool = False  # a lookup table that reserves a bucket for skip pairs (built with skip_bucket)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # created here, not on first use: a forward traced by torch.compile must not create attributes
+        self._shape_cache = ShapeCache(16)
+
+    @classmethod
+    def build(
+        cls, config: Any, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
+        dtype: Any = None,
+    ) -> tuple[None, PositionEncoding, None]:
+        """`rpe.registry.Encoding.build` of an encoding that is one module in the key slot: ``(None, module, None)``."""
+        extra = {"skip_bucket": skip_bucket} if cls.has_skip_bucket else {}
+        return None, cls(config, head_dim, num_heads, device=device, dtype=dtype, **extra), None
+
+    def cached(self, key: Hashable, build: Callable[[], Tensor]) -> Tensor:
+        """``build()`` kept per ``key`` (include the device and dtype) by this module (`ShapeCache`, 16 keys);
+        moving the module (``.to``, ``.cuda``, ``.double``) drops the kept values."""
+        return self._shape_cache.get(key, build)
+
+    def _apply(self, fn, *args, **kwargs):
+        self._shape_cache.clear()
+        return super()._apply(fn, *args, **kwargs)
 
     def no_weight_decay(self) -> set[str]:
         """Names (relative to this module) of parameters to keep out of weight decay."""

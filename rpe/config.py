@@ -3,7 +3,9 @@ shorthand grammar (`parse_shorthand`) and `resolve_rpe`, which turns whatever a 
 config hands over into a validated `RPEConfig`.
 
 ``method`` names a registered encoding (`rpe.registry`); the other fields are the knobs the
-encodings read (each encoding declares which, and validates them). For the bucket-table methods an
+encodings read. Each encoding declares which (`rpe.registry.Encoding.fields`) and validates them; a
+field it does not read must keep its default (one-line error otherwise), so that ``rpe=rope_axial
+rpe.ratio=5`` is refused instead of training a plain RoPE model. For the bucket-table methods an
 encoding is three independent choices (docs/design.md):
 
 * an index (``method`` + ``index`` + ``ratio`` / ``window`` / ``num_buckets`` / ``max_distance``)
@@ -13,17 +15,23 @@ encoding is three independent choices (docs/design.md):
 * the injection sites (``on``: any subset of q, k, v).
 
 Hydra passes the group ``rpe`` as a dict ``{"preset": <name or shorthand>, <field>: value|None}``;
-``None`` means "keep the preset's value".
+``None`` means "keep the preset's value" (for a field the method does not read: its default); a value
+that is not None is set by the user and must be a field the method reads.
+
+`build_rpe` lives here too: this module depends on `rpe.registry`, never the other way round.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import registry
 from .registry import PRESETS
+
+if TYPE_CHECKING:
+    from .registry import Sites
 
 __all__ = [
     "MODES",
@@ -34,6 +42,7 @@ __all__ = [
     "PRESETS",
     "parse_shorthand",
     "resolve_rpe",
+    "build_rpe",
 ]
 
 MODES: tuple[str, ...] = ("bias", "ctx")
@@ -50,6 +59,13 @@ class RPEConfigError(ValueError):
 
 def _choices_error(name: str, value: Any, choices: tuple[str, ...]) -> RPEConfigError:
     return RPEConfigError(f"rpe.{name}={value!r} is not one of: {', '.join(choices)}")
+
+
+def _unread_error(name: str, value: Any, method: str) -> RPEConfigError:
+    reads = ", ".join((*registry.encoding(method).fields, "backend"))
+    return RPEConfigError(
+        f"rpe.{name}={value!r} is not read by rpe.method={method!r}, which reads only: {reads}; leave rpe.{name} unset"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +105,10 @@ class RPEConfig:
         object.__setattr__(self, "method", registry.canonical_method(self.method))
         if self.method not in registry.method_names():
             raise _choices_error("method", self.method, registry.method_names())
+        reads = registry.encoding(self.method).fields
+        for spec in dataclasses.fields(self):
+            if spec.name not in ("method", "backend", *reads) and getattr(self, spec.name) != spec.default:
+                raise _unread_error(spec.name, getattr(self, spec.name), self.method)
         if self.mode not in MODES:
             raise _choices_error("mode", self.mode, MODES)
         if self.index not in INDEXES:
@@ -152,7 +172,7 @@ class RPEConfig:
 
     def shorthand(self) -> str:
         """The reference flag ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` (index etc. not included);
-        the method name alone for encodings that read none of those fields (RoPE, ALiBi, ...).
+        the method name alone for encodings that read none of mode, on, ratio (RoPE, ALiBi, XL, ...).
         """
         if not self.enabled:
             return "none"
@@ -225,10 +245,30 @@ def resolve_rpe(spec: RPEConfig | str | Mapping[str, Any] | None) -> RPEConfig:
         preset = spec.get("preset")
         base = _from_name("none" if preset is None else str(preset))
         overrides = {key: value for key, value in spec.items() if key != "preset" and value is not None}
-        # a preset name "none" has method none, so overriding only e.g. the ratio keeps RPE off;
-        # that is intended: the method must be chosen explicitly.
-        return dataclasses.replace(base, **overrides) if overrides else base
+        config = dataclasses.replace(base, **overrides) if overrides else base
+        # a value set explicitly is refused for a field the method does not read even when it equals the
+        # default (RPEConfig alone cannot tell it from unset): `rpe=none rpe.ratio=2` names the method to set
+        reads = registry.encoding(config.method).fields
+        for key, value in overrides.items():
+            if key not in ("method", "backend", *reads):
+                raise _unread_error(key, value, config.method)
+        return config
     raise RPEConfigError(
         f"rpe spec of type {type(spec).__name__} is not supported; use None, RPEConfig, a preset name,"
         " a shorthand or a dict"
+    )
+
+
+def build_rpe(
+    config: Any, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None, dtype: Any = None
+) -> Sites:
+    """Build the ``(rpe_q, rpe_k, rpe_v)`` modules of one attention layer (None where unused).
+
+    ``config`` is anything `resolve_rpe` accepts. ``skip_bucket`` reserves the extra bucket shared
+    by skip (class/distillation) tokens in bucket tables: True for DeiT (49 + 1 at ratio 1.9, as in the
+    reference DeiT checkpoints), False for backbones without such tokens (DETR, Swin: 49).
+    """
+    config = resolve_rpe(config)
+    return registry.encoding(config.method).build(
+        config, head_dim, num_heads, skip_bucket=skip_bucket, device=device, dtype=dtype
     )

@@ -39,20 +39,23 @@ Conventions (docs/design.md)
   serves grids with and without class tokens; a DeiT-S product-1.9 table is ``(1, 64, 50)``.
 
 Bucket ids depend only on the index parameters, ``(h, w, skip)`` and the device; `bucket_ids`
-caches them in a bounded LRU, so a forward on a known shape does no index work.
+caches them in a bounded LRU (`rpe.base.ShapeCache`), so a forward on a known shape does no index work.
+
+This module holds the index functions of the table above. Each bucket-table method registers its index
+together with its encoding, in one row of `rpe.tables`; the exact-offset index ``xl``, which Transformer-XL,
+CPB and ALiBi share, is registered here.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .base import build_for_cache
+from .base import ShapeCache
 from .config import RPEConfig
 
 __all__ = [
@@ -122,7 +125,9 @@ INDEX_METHODS: dict[str, IndexMethod] = {}
 
 
 def register_index(method: IndexMethod) -> IndexMethod:
-    """Make bucket index ``method.name`` available to `IndexSpec` and `bucket_ids`."""
+    """Make bucket index ``method.name`` available to `IndexSpec` and `bucket_ids`; a name may be registered once."""
+    if method.name in INDEX_METHODS:
+        raise ValueError(f"bucket index {method.name!r} is registered twice")
     INDEX_METHODS[method.name] = method
     return method
 
@@ -201,37 +206,47 @@ def _grid_bucket_ids(spec: IndexSpec, h: int, w: int, device: torch.device) -> T
     return INDEX_METHODS[spec.method].grid_ids(spec, offsets[..., 0], offsets[..., 1], h, w)
 
 
-# --- the index methods of the module docstring's table ---------------------------------------------
-_PIECEWISE_FIELDS = ("index", "ratio")
-
-
-def _side(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+# --- the index methods of the module docstring's table (registered by rpe.tables, except xl) ---------
+def side_count(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+    """``S = 2B + 1``: the buckets of a piecewise/clip index of one quantity (euclidean, quant, cross)."""
     return 2 * spec.beta_int + 1
 
 
-def _euclidean(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def product_count(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+    return side_count(spec) ** 2
+
+
+def swin_count(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+    return (2 * spec.window - 1) ** 2
+
+
+def t5_count(spec: IndexSpec, h: int | None = None, w: int | None = None) -> int:
+    return spec.num_buckets**2
+
+
+def euclidean_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     distance = (dr * dr + dc * dc).to(torch.float64).sqrt().round()
     return _one_axis_index(spec, distance) + spec.beta_int
 
 
-def _quant(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def quant_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     return _one_axis_index(spec, dr * dr + dc * dc) + spec.beta_int
 
 
-def _quant_rank(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def quant_rank_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     return _one_axis_index(spec, _norm_rank(dr * dr + dc * dc)) + spec.beta_int
 
 
-def _cross(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def cross_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     return _one_axis_index(spec, dr if spec.axis == 0 else dc) + spec.beta_int
 
 
-def _product(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def product_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     B = spec.beta_int
     return (_one_axis_index(spec, dr) + B) * (2 * B + 1) + (_one_axis_index(spec, dc) + B)
 
 
-def _swin(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def swin_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     M = spec.window
     if h > M or w > M:
         raise ValueError(
@@ -240,7 +255,7 @@ def _swin(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     return (dr + M - 1) * (2 * M - 1) + (dc + M - 1)
 
 
-def _t5(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def t5_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     per_axis = spec.num_buckets
     return t5_bucket(dr, per_axis, spec.max_distance) * per_axis + t5_bucket(dc, per_axis, spec.max_distance)
 
@@ -251,21 +266,11 @@ def _xl_count(spec: IndexSpec, h: int | None, w: int | None) -> int:
     return (2 * h - 1) * (2 * w - 1)
 
 
-def _xl(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
+def _exact_ids(spec: IndexSpec, dr: Tensor, dc: Tensor, h: int, w: int) -> Tensor:
     return (dr + h - 1) * (2 * w - 1) + (dc + w - 1)
 
 
-for _method in (
-    IndexMethod("euclidean", _PIECEWISE_FIELDS, _side, _euclidean),
-    IndexMethod("quant", _PIECEWISE_FIELDS, _side, _quant),
-    IndexMethod("quant_rank", _PIECEWISE_FIELDS, _side, _quant_rank),
-    IndexMethod("cross", _PIECEWISE_FIELDS, _side, _cross, axes=(0, 1)),
-    IndexMethod("product", _PIECEWISE_FIELDS, lambda spec, h=None, w=None: _side(spec) ** 2, _product),
-    IndexMethod("swin", ("window",), lambda spec, h=None, w=None: (2 * spec.window - 1) ** 2, _swin),
-    IndexMethod("t5", ("num_buckets", "max_distance"), lambda spec, h=None, w=None: spec.num_buckets**2, _t5),
-    IndexMethod("xl", (), _xl_count, _xl),
-):
-    register_index(_method)
+register_index(IndexMethod("xl", (), _xl_count, _exact_ids))
 
 
 def compute_bucket_ids(spec: IndexSpec, h: int, w: int, skip: int, device: torch.device) -> Tensor:
@@ -279,28 +284,14 @@ def compute_bucket_ids(spec: IndexSpec, h: int, w: int, skip: int, device: torch
     return ids
 
 
-_CACHE: OrderedDict[tuple, Tensor] = OrderedDict()
-_CACHE_SIZE = [256]
-
-
-def _cached(key: tuple, build) -> Tensor:
-    value = _CACHE.get(key)
-    if value is None:
-        value = build_for_cache(build)
-        if not torch.compiler.is_compiling():  # see `build_for_cache`
-            _CACHE[key] = value
-        while len(_CACHE) > _CACHE_SIZE[0]:
-            _CACHE.popitem(last=False)
-    else:
-        _CACHE.move_to_end(key)
-    return value
+_CACHE = ShapeCache(256)
 
 
 def bucket_ids(spec: IndexSpec, h: int, w: int, skip: int, device: torch.device | str) -> Tensor:
     """Cached `compute_bucket_ids`: ``(n, n)`` long on ``device``; do not modify the result in place."""
     device = torch.device(device)
     key = (spec, h, w, skip, device.type, device.index)
-    return _cached(key, lambda: compute_bucket_ids(spec, h, w, skip, device))
+    return _CACHE.get(key, lambda: compute_bucket_ids(spec, h, w, skip, device))
 
 
 def bucket_onehot(
@@ -313,7 +304,7 @@ def bucket_onehot(
     """
     device = torch.device(device)
     key = ("onehot", spec, h, w, skip, device.type, device.index, width, dtype)
-    return _cached(
+    return _CACHE.get(
         key, lambda: torch.nn.functional.one_hot(bucket_ids(spec, h, w, skip, device), width).to(dtype)
     )
 
@@ -325,6 +316,4 @@ def clear_bucket_cache() -> None:
 
 def set_bucket_cache_size(size: int) -> None:
     """Keep at most ``size`` shapes cached (DETR sees many padded batch shapes; default 256)."""
-    _CACHE_SIZE[0] = max(1, int(size))
-    while len(_CACHE) > _CACHE_SIZE[0]:
-        _CACHE.popitem(last=False)
+    _CACHE.resize(size)

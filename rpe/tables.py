@@ -1,6 +1,7 @@
 """The bucket-table encodings (iRPE, Shaw, Swin, T5): a learned table per injection site (q, k or v)
-indexed by the bucket of a pair (`rpe.index`). Registers the methods of `rpe.index.INDEX_METHODS`
-except ``xl`` and their presets.
+indexed by the bucket of a pair (`rpe.index`). Each bucket-table method is one row of `_BUCKET_METHODS`
+below, which registers its bucket index (`rpe.index.register_index`) and its encoding
+(`rpe.registry.register`) from the same fields; the presets follow.
 
 A q/k site hands attention a list of `LogitPiece` (terms added to the scaled logits) through
 ``logit_pieces``; a v site adds ``value_term`` to the output. Pieces are kept factorised
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import registry
+from . import index, registry
 from .base import (
     ONEHOT_DEVICES,
     Description,
@@ -36,7 +37,7 @@ from .base import (
     onehot_scatter,
 )
 from .config import RPEConfig, RPEConfigError
-from .index import IndexSpec, bucket_ids, bucket_onehot, num_buckets
+from .index import IndexMethod, IndexSpec, bucket_ids, bucket_onehot, num_buckets, register_index
 
 __all__ = [
     "LogitPiece",
@@ -74,6 +75,8 @@ class RelativePositionTable(PositionEncoding):
     ``(Hs, d, nb)``; contextual v ``lookup_table_weight`` ``(Hs, nb, d)``, where ``nb`` is the
     index's bucket count plus the skip bucket and ``Hs`` is 1 with shared heads.
     """
+
+    has_skip_bucket = True
 
     def __init__(
         self,
@@ -346,21 +349,36 @@ def is_swin_bias(config: RPEConfig) -> bool:
     return config.method == "swin" and config.mode == "bias" and config.on == "k" and not config.shared_head
 
 
-_TABLE_FIELDS = ("mode", "on", "shared_head")
-_PIECEWISE = _TABLE_FIELDS + ("ratio", "index")
-for _name, _fields, _directed, _aliases, _summary in (
-    ("euclidean", _PIECEWISE, False, ("euc",), "iRPE: bucket of the rounded Euclidean distance"),
-    ("quant", _PIECEWISE, False, (), "iRPE: bucket of the squared distance (reference code)"),
-    ("quant_rank", _PIECEWISE, False, (), "iRPE: bucket of the distance's rank (the paper's quantisation)"),
-    ("cross", _PIECEWISE, True, (), "iRPE: a row table and a column table, summed"),
-    ("product", _PIECEWISE, True, (), "iRPE / Shaw: one bucket per (row, column) offset pair"),
-    ("swin", _TABLE_FIELDS + ("window",), True, (), "Swin: one bucket per exact offset in an M x M window"),
-    ("t5", _TABLE_FIELDS + ("num_buckets", "max_distance"), True, (), "T5 buckets per axis, product table"),
-):
+def _fit_swin(config: RPEConfig, window: int) -> RPEConfig:
+    """A table sized by the window (swin) is rebuilt for the attention window it serves."""
+    return dataclasses.replace(config, window=window)
+
+
+# What every table reads; each index reads its own fields on top (the `IndexSpec` fields).
+TABLE_FIELDS: tuple[str, ...] = ("mode", "on", "shared_head")
+_PIECEWISE = ("index", "ratio")
+# name, index fields, bucket count, bucket ids, table axes, directed, aliases, summary
+_BUCKET_METHODS = (
+    ("euclidean", _PIECEWISE, index.side_count, index.euclidean_ids, (None,), False, ("euc",),
+     "iRPE: bucket of the rounded Euclidean distance"),
+    ("quant", _PIECEWISE, index.side_count, index.quant_ids, (None,), False, (),
+     "iRPE: bucket of the squared distance (reference code)"),
+    ("quant_rank", _PIECEWISE, index.side_count, index.quant_rank_ids, (None,), False, (),
+     "iRPE: bucket of the distance's rank (the paper's quantisation)"),
+    ("cross", _PIECEWISE, index.side_count, index.cross_ids, (0, 1), True, (),
+     "iRPE: a row table and a column table, summed"),
+    ("product", _PIECEWISE, index.product_count, index.product_ids, (None,), True, (),
+     "iRPE / Shaw: one bucket per (row, column) offset pair"),
+    ("swin", ("window",), index.swin_count, index.swin_ids, (None,), True, (),
+     "Swin: one bucket per exact offset in an M x M window"),
+    ("t5", ("num_buckets", "max_distance"), index.t5_count, index.t5_ids, (None,), True, (),
+     "T5 buckets per axis, product table"),
+)
+for _name, _index_fields, _count, _ids, _axes, _directed, _aliases, _summary in _BUCKET_METHODS:
+    register_index(IndexMethod(_name, _index_fields, _count, _ids, axes=_axes))
     registry.register(registry.Encoding(
-        _name, _build_tables, _summary, _fields, _validate_table, _aliases, _directed,
-        # a table sized by the window (swin) is rebuilt for the attention window it serves
-        fit_window=(lambda config, window: dataclasses.replace(config, window=window)) if _name == "swin" else None,
+        _name, _build_tables, _summary, TABLE_FIELDS + _index_fields, _validate_table, _aliases, _directed,
+        fit_window=_fit_swin if _name == "swin" else None,
     ))
 
 # Shaw et al. 2018 uses clip; ratio 1.9 gives B = int(2 * 1.9) = 3, i.e. offsets clipped to [-3, 3]

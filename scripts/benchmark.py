@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import models  # noqa: E402  (registers our builders)
 from models.training import SavedTensorMeter  # noqa: E402
 from rpe.config import BACKENDS  # noqa: E402
+from rpe.registry import PRESETS, preset_names  # noqa: E402
 
 MODELS = {
     # name: (timm baseline, our builder name, image size)
@@ -44,12 +45,14 @@ MODELS = {
     "micro": (None, "deit_micro_patch4_32", 32),
     "swin_tiny": ("swin_tiny_patch4_window7_224", "swin_tiny_patch4_window7_224", 224),
 }
-NEWER = ["rope_axial", "rope_mixed", "cpb", "alibi", "huang", "sasa"]  # the encodings compared against today
+# Every encoding that is not a per-site bucket table (XL, Huang's, SASA's, RoPE, CPB, ALiBi, and any added
+# later), from the registry; the bucket tables are represented by a few presets except on DeiT-S (all of them).
+OTHERS = list(preset_names(per_site=False))
 DEFAULT_PRESETS = {
-    "deit_small": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", "irpe_cross_k", "shaw", "t5", "xl", *NEWER],
-    "deit_tiny": ["none", "irpe_k", "irpe_qkv", *NEWER],
-    "micro": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", *NEWER],
-    "swin_tiny": ["swin", "irpe_k", "irpe_qkv", "rope_axial", "rope_mixed", "cpb", "alibi"],
+    "deit_small": list(PRESETS),
+    "deit_tiny": ["none", "irpe_k", "irpe_qkv", *OTHERS],
+    "micro": ["none", "irpe_k", "irpe_qk", "irpe_qkv", "irpe_bias_k", *OTHERS],
+    "swin_tiny": ["swin", "irpe_k", "irpe_qkv", *OTHERS],
 }
 
 

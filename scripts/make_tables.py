@@ -20,12 +20,17 @@ else get a row of their own, labelled with the keys that differ.
 
 The layout of each table (rows, columns, metric) follows the ablation named by the runs'
 ``ablation`` key (set by ``configs/sweep/*.yaml``); runs without it go to a plain ``runs`` table.
-The paper's numbers come from ``scripts/paper_numbers.yaml`` and stand beside ours with their
-difference (ours - paper). Each finding of the paper gets a verdict computed from the runs: the
-finding's contrast of cells (e.g. contextual minus bias) is taken per seed, and its mean over seeds
-is tested against its standard error (two-sided t test, 95 %): ``holds``, ``reversed`` or
-``not resolved``. Writes ``OUT.md``, ``OUT.csv`` (one line per cell and metric; ``read_csv`` parses it
-back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the
+The paper's numbers come from ``scripts/paper_numbers.yaml`` and stand beside ours in their own column,
+never subtracted from ours (the paper's are ImageNet-1k and COCO, the mini tables' synthetic data). Every
+table shows the buckets each row's runs actually use on their token grid, and marks a row that cannot
+differ from another by construction (the same config up to an index that splits the grid's pairs into the
+same buckets). Each finding of the paper (``scripts/tables/findings.py``: its contrast, predicted sign and
+source) gets a verdict computed from the runs: the finding's contrast of cells (e.g. contextual minus bias)
+is taken per seed; its mean gets a 95 % t confidence interval and a paired t test, and Holm's step-down
+correction over all findings judged together decides ``holds`` / ``reversed`` / ``not resolved``, after the
+design checks ``cannot differ``, ``floor`` (a side at chance) and ``ceiling`` (both sides at 100). Beside
+ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line per cell and metric;
+``read_csv`` parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the
 findings table between the ``findings`` markers of a README.
 
 The work is done in ``scripts/tables/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
@@ -57,7 +62,17 @@ from scripts.tables.collect import (  # noqa: E402
     run_facts,
     sweep_grid,
 )
-from scripts.tables.findings import FINDINGS, Finding, Verdict, findings_markdown, judge, verdicts  # noqa: E402
+from scripts.tables.findings import (  # noqa: E402
+    FINDINGS,
+    Finding,
+    PairedTest,
+    Verdict,
+    findings_markdown,
+    holm,
+    judge,
+    paired_test,
+    verdicts,
+)
 from scripts.tables.layouts import LAYOUTS, PAPER, Layout, PaperTable, load_paper_numbers  # noqa: E402
 from scripts.tables.render import (  # noqa: E402
     CSV_COLUMNS,
@@ -72,10 +87,11 @@ from scripts.tables.render import (  # noqa: E402
 
 __all__ = [
     "CSV_COLUMNS", "FINDINGS", "LAYOUTS", "NOT_COUNTED", "PAPER", "STATUSES", "STATUS_COLUMNS", "Cell", "Finding",
-    "Layout", "PaperTable", "Run", "Table", "TableError", "Verdict", "build_tables", "cell_identity", "check_record",
-    "collect", "expected_jobs", "findings_markdown", "judge", "load_paper_numbers", "load_run", "main", "read_config",
-    "read_csv", "read_overrides", "run_dirs", "run_facts", "split_by_config", "sweep_grid", "to_csv", "to_latex",
-    "to_markdown", "verdicts", "with_findings", "write_outputs",
+    "Layout", "PairedTest", "PaperTable", "Run", "Table", "TableError", "Verdict", "build_tables", "cell_identity",
+    "check_record", "collect", "expected_jobs", "findings_markdown", "holm", "judge", "load_paper_numbers",
+    "load_run", "main", "paired_test", "read_config", "read_csv", "read_overrides", "run_dirs", "run_facts",
+    "split_by_config", "sweep_grid", "to_csv", "to_latex", "to_markdown", "verdicts", "with_findings",
+    "write_outputs",
 ]
 
 

@@ -13,6 +13,7 @@ import pytest
 import models.lifecycle.cli as cli
 from models import ModelConfigError, create_model
 from models.swin import swin_grid_problem
+from rpe import PRESETS
 from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -65,7 +66,7 @@ def test_declared_trainer_keys_equal_lightning_defaults_and_plus_still_works(tmp
                      "model.optimizer.lrr is not a config key; valid keys of model.optimizer: betas, eps, lr, "
                      "lr_base_batch", marks=pytest.mark.slow),
         (["model.net=["], "error: override 'model.net=[' is not valid override syntax"),
-        pytest.param(["rpe=_base"], "error: rpe='_base' is not a config option; valid: alibi, cpb, huang, irpe_bias_k,",
+        pytest.param(["rpe=_base"], f"error: rpe='_base' is not a config option; valid: {', '.join(sorted(PRESETS))}",
                      marks=pytest.mark.slow),
     ],
     ids=["trainer", "nested", "multirun", "syntax", "internal_base"],

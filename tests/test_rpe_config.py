@@ -8,7 +8,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rpe import PRESETS, RPEConfig, RPEConfigError, parse_shorthand, resolve_rpe
+from rpe import (
+    PRESETS,
+    RPEConfig,
+    RPEConfigError,
+    encoding,
+    method_names,
+    parse_shorthand,
+    preset_names,
+    registry,
+    resolve_rpe,
+)
+from rpe.index import INDEX_METHODS, register_index
+from rpe.tables import TABLE_FIELDS
 
 FIELDS = [f.name for f in dataclasses.fields(RPEConfig)]
 RPE_CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "rpe"
@@ -51,9 +63,10 @@ def test_on_is_order_free_and_canonical():
         ({"on": "kk"}, "rpe.on='kk'"),
         ({"mode": "bias", "on": "v"}, "bias mode is defined for q/k only"),
         ({"mode": "bias", "on": "qkv"}, "bias mode is defined for q/k only"),
-        ({"method": "xl", "on": "qk"}, "rpe.method='xl' needs rpe.on='k'"),
-        ({"window": 0}, "rpe.window=0"),
-        ({"num_buckets": 7}, "rpe.num_buckets=7 must be even"),
+        ({"method": "xl", "on": "qk"}, "rpe.on='qk' is not read by rpe.method='xl', which reads only: backend"),
+        ({"method": "swin", "window": 0}, "rpe.window=0 must be an integer >= 1"),
+        ({"method": "t5", "num_buckets": 7}, "rpe.num_buckets=7 must be even"),
+        ({"window": 7}, "rpe.window=7 is not read by rpe.method='product'"),
     ],
 )
 def test_invalid_values_raise_one_line_errors(kwargs, fragment):
@@ -182,3 +195,115 @@ def test_config_group_files():
         option = yaml.safe_load((RPE_CONFIG_DIR / f"{name}.yaml").read_text())
         assert option == {"defaults": ["_base", "_self_"], "preset": name}
         assert resolve_rpe({**base, "preset": option["preset"]}) == PRESETS[name]
+
+
+# ----------------------------------------------------------------------------- the registry's own invariants
+def test_registry_invariants():
+    """Presets set only fields their method reads; each method, alias, index and preset is registered once;
+    every option file of configs/rpe is a registry preset and every preset has one."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RPEConfig)}
+    for name, config in PRESETS.items():
+        reads = set(encoding(config.method).fields)
+        assert reads <= set(FIELDS) - {"method", "backend"}, config.method
+        changed = {key for key, value in dataclasses.asdict(config).items() if value != defaults[key]}
+        assert changed - {"method", "backend"} <= reads, (name, changed - reads)
+
+    names = method_names()
+    assert len(names) == len(set(names)) and "none" in names and "euc" not in names  # aliases are not methods
+    with pytest.raises(ValueError, match="'product' is registered twice"):
+        registry.register(registry.Encoding("product", lambda *a, **k: (None, None, None), "a second product"))
+    with pytest.raises(ValueError, match="'euc' is registered twice"):
+        registry.register(registry.Encoding("euc_again", lambda *a, **k: (None, None, None), "?", aliases=("euc",)))
+    with pytest.raises(ValueError, match="bucket index 'product' is registered twice"):
+        register_index(INDEX_METHODS["product"])
+    with pytest.raises(ValueError, match="rpe preset 'irpe_k' is registered twice"):
+        registry.register_preset("irpe_k", RPEConfig())
+    with pytest.raises(ValueError, match="repeat a name or list method/backend"):
+        registry.register(registry.Encoding("twice_ratio", lambda *a, **k: (None, None, None), "?",
+                                            fields=("ratio", "ratio")))
+    assert "euc_again" not in method_names() and "twice_ratio" not in method_names()  # refused before adding
+
+    # a bucket table's encoding and its index are one row of rpe.tables: the encoding reads the index's fields
+    tables = [name for name in names if name in INDEX_METHODS and name != "xl"]
+    assert tables == ["euclidean", "quant", "quant_rank", "cross", "product", "swin", "t5"]
+    for name in tables:
+        assert encoding(name).fields == TABLE_FIELDS + INDEX_METHODS[name].fields, name
+    assert encoding("product").fields == ("mode", "on", "shared_head", "index", "ratio")
+    assert encoding("t5").fields == ("mode", "on", "shared_head", "num_buckets", "max_distance")
+    assert (encoding("xl").fields, encoding("alibi").fields, encoding("cpb").fields) == ((), (), ("hidden_dim",))
+    assert encoding("rope_axial").fields == encoding("rope_mixed").fields == ("theta",)
+
+    options = {path.stem for path in RPE_CONFIG_DIR.glob("*.yaml") if path.stem != "_base"}
+    assert options == set(PRESETS)
+
+
+def test_presets_carry_only_what_their_method_reads():
+    """The presets whose method reads none of mode/on/shared_head no longer carry values for them; the read
+    fields, hence the built modules, are those of before (Huang's and SASA's product/cross tables with clip)."""
+    for name in ("alibi", "cpb", "rope_axial", "rope_mixed", "xl"):
+        assert PRESETS[name] == RPEConfig(method=name), name
+    assert PRESETS["huang"] == RPEConfig(method="huang", shared_head=True, ratio=1.9, index="clip")
+    assert PRESETS["sasa"] == RPEConfig(method="sasa", shared_head=True, ratio=6.5, index="clip")
+    assert PRESETS["swin"] == RPEConfig(method="swin", mode="bias", on="k", shared_head=False, window=14)
+    assert PRESETS["xl"].shorthand() == "xl" and PRESETS["huang"].shorthand() == "rpe-1.9-huang-ctx-1-k"
+    assert preset_names(per_site=False) == ("alibi", "cpb", "huang", "rope_axial", "rope_mixed", "sasa", "xl")
+    assert preset_names(per_site=True) == (
+        "irpe_k", "irpe_qk", "irpe_qkv", "irpe_euc_k", "irpe_quant_k", "irpe_cross_k", "irpe_bias_k", "swin", "shaw",
+        "t5",
+    )
+    assert set(preset_names()) == set(PRESETS) - {"none"}
+
+
+def test_a_field_the_method_does_not_read_is_a_one_line_error():
+    """``rpe=rope_axial rpe.ratio=5`` trained a plain RoPE model; now it names the field, the method and the
+    fields that method reads."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(RPE_CONFIG_DIR.parent), version_base="1.3"):
+        cfg = compose("train", overrides=["rpe=rope_axial", "rpe.ratio=5"])
+    spec = OmegaConf.to_container(cfg.rpe, resolve=True)
+    assert spec["ratio"] == 5 and spec["mode"] is None and spec["preset"] == "rope_axial"
+    with pytest.raises(RPEConfigError) as info:
+        resolve_rpe(spec)
+    assert str(info.value) == (
+        "rpe.ratio=5 is not read by rpe.method='rope_axial', which reads only: theta, backend; leave rpe.ratio unset"
+    )
+    # set explicitly, even the default value is refused; a field RoPE reads, and the backend, pass
+    with pytest.raises(RPEConfigError, match=r"^rpe.mode='ctx' is not read by rpe.method='rope_axial'"):
+        resolve_rpe({**spec, "ratio": None, "mode": "ctx"})
+    assert resolve_rpe({**spec, "ratio": None, "theta": 50, "backend": "eager"}) == RPEConfig(
+        method="rope_axial", theta=50.0, backend="eager")
+    # the same for a config built directly, a shorthand, the "none" preset and a model
+    with pytest.raises(RPEConfigError, match=r"^rpe.window=7 is not read by rpe.method='alibi', which reads only: "
+                                             r"backend; leave rpe.window unset$"):
+        RPEConfig(method="alibi", window=7)
+    with pytest.raises(RPEConfigError, match="rpe.mode='bias' is not read by rpe.method='sasa', which reads only: "
+                                             "shared_head, ratio, index, backend"):
+        parse_shorthand("rpe-6.5-sasa-bias-1-k")
+    with pytest.raises(RPEConfigError, match="rpe.ratio=2.0 is not read by rpe.method='none'"):
+        resolve_rpe({"preset": "none", "ratio": 2.0})
+    from models import create_model
+
+    with pytest.raises(RPEConfigError, match="rpe.hidden_dim=64 is not read by rpe.method='rope_mixed'"):
+        create_model("deit_micro_patch4_32", rpe={"preset": "rope_mixed", "hidden_dim": 64}, num_classes=4)
+    # switching the method of a preset keeps the preset's table fields, which the new method must read
+    assert resolve_rpe({"preset": "irpe_bias_k", "method": "t5"}) == RPEConfig(
+        method="t5", mode="bias", shared_head=False)
+    with pytest.raises(RPEConfigError, match="rpe.mode='bias' is not read by rpe.method='cpb'"):
+        resolve_rpe({"preset": "irpe_bias_k", "method": "cpb"})
+
+
+@pytest.mark.slow  # a train.py process; the check itself is tested in-process just above
+def test_a_field_the_method_does_not_read_is_one_line_on_the_command_line(tmp_path: Path) -> None:
+    from tests.helpers import run_cli
+
+    result = run_cli("train.py", ["rpe=rope_axial", "rpe.ratio=5", f"paths.log_dir={tmp_path}", "print_config=false"],
+                     env_extra={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip() == (
+        "error: rpe.ratio=5 is not read by rpe.method='rope_axial', which reads only: theta, backend;"
+        " leave rpe.ratio unset"
+    )

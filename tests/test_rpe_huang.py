@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpe import build_rpe, parse_shorthand, rpe_attention
+from rpe import RPEConfigError, build_rpe, parse_shorthand, rpe_attention
 from tests.helpers import check_encoding_everywhere, check_trains_from_the_command_line
 
 H, D = 2, 8
@@ -69,7 +69,9 @@ def test_matches_naive_formula_forward_and_gradients() -> None:
 
 def test_config_and_backbones() -> None:
     assert build_rpe("huang", D, H)[1].lookup_table_weight.shape == (1, D, 7 * 7 + 1)  # shared heads, 49 + skip
-    assert parse_shorthand("rpe-1.9-huang-ctx-1-qk").method == "huang"
+    assert parse_shorthand("rpe-1.9-huang-ctx-1-k").method == "huang"
+    with pytest.raises(RPEConfigError, match="rpe.on='qk' is not read by rpe.method='huang'"):
+        parse_shorthand("rpe-1.9-huang-ctx-1-qk")  # Huang's term is on q and k by definition: `on` is not a knob
     check_encoding_everywhere("huang")
 
 

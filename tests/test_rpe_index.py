@@ -125,7 +125,40 @@ def test_cache_hit_does_not_recompute(monkeypatch):
     assert len(calls) == 2
 
 
+def test_shape_cache_keeps_the_most_recent_and_modules_drop_theirs_when_moved():
+    from rpe.base import ShapeCache
+
+    built = []
+
+    def build(key):
+        built.append(key)
+        return torch.full((1,), float(key))
+
+    cache = ShapeCache(2)
+    for key in (1, 2, 1, 3, 1, 2):  # 3 evicts 2 (1 was used after it); 2 then evicts 3
+        assert cache.get(key, lambda k=key: build(k)).item() == key
+    assert built == [1, 2, 3, 2] and len(cache) == 2
+    cache.resize(1)
+    assert len(cache) == 1 and cache.get(2, lambda: build(-1)).item() == 2  # the most recent one stays
+
+    # a module's per-shape table (ALiBi's, via PositionEncoding.cached) is built once per shape and dtype,
+    # and again after the module moved
+    _, alibi, _ = build_rpe("alibi", 8, 2)
+    table = alibi.table(3, 4, torch.device("cpu"), torch.float32)
+    assert alibi.table(3, 4, torch.device("cpu"), torch.float32) is table
+    assert alibi.table(3, 4, torch.device("cpu"), torch.float64).dtype == torch.float64
+    assert len(alibi._shape_cache) == 2
+    alibi.to(torch.float64)
+    assert len(alibi._shape_cache) == 0
+    assert alibi.table(3, 4, torch.device("cpu"), torch.float32) is not table
+
+
 def test_index_spec_ignores_irrelevant_fields():
-    assert IndexSpec.from_config(RPEConfig(window=3)) == IndexSpec.from_config(RPEConfig(window=9))
+    # the table's own fields (mode, sites, heads) are not the index's: one cache entry serves both tables
+    bias = IndexSpec.from_config(RPEConfig(mode="bias", on="qk", shared_head=False))
+    assert bias == IndexSpec.from_config(RPEConfig()) == IndexSpec("product", "piecewise", ratio=1.9)
+    assert IndexSpec.from_config(RPEConfig(method="swin", window=9)) == IndexSpec("swin", window=9)
+    with pytest.raises(RPEConfigError, match="rpe.window=3 is not read by rpe.method='product'"):
+        RPEConfig(window=3)  # a field the method does not read is refused, not ignored
     with pytest.raises(RPEConfigError):
         RPEConfig(ratio=float("nan"))

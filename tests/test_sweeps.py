@@ -336,11 +336,12 @@ def test_table_layout_seeds_and_statuses(tmp_path: Path) -> None:
     assert where.cells[("qkv", "no APE")].text("val/top1") == "unfinished"
 
     markdown = make_tables.to_markdown(tables)
-    # per column: ours, the paper's (Table 4: learned APE, then no APE) and ours - paper
-    assert "| RPE on | with APE | paper with APE | Δ with APE | no APE | paper no APE | Δ no APE |" \
-        in markdown
-    assert "| k | 81.00 ± 1.41 (n=2), 1 failed | 80.9 | +0.10 | – | 80.9 |  |" in markdown
-    assert "| none | 70.00 | 79.9 | -9.90 | – | 77.6 |  |" in markdown
+    # the buckets used (? without an image size in the config; 0 without RPE), then per column ours and the
+    # paper's (Table 4: learned APE, then no APE), never subtracted: ImageNet numbers beside synthetic ones
+    assert "| RPE on | used | with APE | paper with APE | no APE | paper no APE |" in markdown
+    assert "| k | ? | 81.00 ± 1.41 (n=2), 1 failed | 80.9 | – | 80.9 |" in markdown
+    assert "| none | 0 | 70.00 | 79.9 | – | 77.6 |" in markdown
+    assert "Δ" not in markdown
     assert "- failed: `" in markdown and "out of memory" in markdown
 
     out = tmp_path / "t"
@@ -354,10 +355,10 @@ def test_table_layout_seeds_and_statuses(tmp_path: Path) -> None:
         "table": "where_mini", "row": "k", "col": "with APE", "metric": "val/top1", "mean": 81.0,
         "std": pytest.approx(math.sqrt(2), abs=1e-4), "n": 2, "ok": 2, "failed": 1, "unfinished": 0,
         "missing": 0, "interrupted": 0, "running": 0, "died": 0, "no_result": 0, "unreadable": 0, "duplicate": 0,
-        "paper": 80.9, "delta": pytest.approx(0.1), "runs": "", "errors": ""}
+        "paper": 80.9, "used": "?", "same_as": "", "runs": "", "errors": ""}
     assert parsed[("where_mini", "qkv", "no APE")]["unfinished"] == 1
     latex = out.with_suffix(".tex").read_text()
-    assert r"81.00 $\pm$ 1.41 (n=2), 1 failed" in latex and r"RPE on & with APE" in latex
+    assert r"81.00 $\pm$ 1.41 (n=2), 1 failed" in latex and r"RPE on & used & with APE" in latex
 
 
 def test_a_cell_pools_only_runs_that_differ_in_the_seed(tmp_path: Path) -> None:
@@ -391,10 +392,11 @@ def _shared_head_runs(root: Path, bias_per_head: list[float], bias_shared: list[
 
 
 @pytest.mark.parametrize(("per_head", "shared", "verdict", "mean", "t"), [
-    # paired differences 1.0, 1.5, 1.5: mean 4/3, sd 0.2887, SE 0.1667, t = 8.0 > t(0.975, 2) = 4.303
+    # paired differences 1.0, 1.5, 1.5: mean 4/3, sd 0.2887, SE 0.1667, t = 8.0, p = 1 - 8 / sqrt(66) = 0.0153
+    # (2 degrees of freedom: p = 1 - |t| / sqrt(t^2 + 2))
     ([81.0, 82.0, 83.0], [80.0, 80.5, 81.5], "holds", 4 / 3, 8.0),
     ([80.0, 80.5, 81.5], [81.0, 82.0, 83.0], "reversed", -4 / 3, -8.0),
-    # differences 3, -2, 0.5: mean 0.5, sd 2.5, SE 1.4434, t = 0.346
+    # differences 3, -2, 0.5: mean 0.5, sd 2.5, SE 1.4434, t = 0.346, p = 0.762
     ([83.0, 80.0, 81.0], [80.0, 82.0, 80.5], "not resolved", 0.5, 0.3464),
 ])
 def test_findings_get_a_verdict_from_paired_seeds(tmp_path: Path, per_head, shared, verdict, mean, t) -> None:
@@ -404,6 +406,8 @@ def test_findings_get_a_verdict_from_paired_seeds(tmp_path: Path, per_head, shar
     hurts = results["sharing heads hurts bias mode (per head minus shared)"]
     assert (hurts.verdict, hurts.n) == (verdict, 3)
     assert hurts.mean == pytest.approx(mean) and hurts.t == pytest.approx(t, abs=1e-3)
+    # the only finding tested: Holm over a family of one leaves p as it is
+    assert hurts.p == pytest.approx(1 - abs(t) / math.sqrt(t * t + 2), abs=1e-4) and hurts.p_holm == hurts.p
     assert hurts.paper == "+0.49"  # Table 2: 80.54 - 80.05
     # the contextual cells were not run: that finding is not judged
     assert results["sharing heads costs more in bias than in contextual mode"].verdict == "not run"
@@ -435,7 +439,7 @@ def test_cost_table_shows_step_time_relative_to_no_rpe(tmp_path: Path) -> None:
     assert ratio[(PRODUCT_K, "backend auto")] == pytest.approx(1.1)
     assert ratio[("none", "backend auto")] == pytest.approx(1.0)
     # the released code's ratio stands beside our naive backend's
-    assert "| rpe-1.9-product-ctx-1-k | 1.50 | 1.13 | +0.37 | 1.10 |" in make_tables.to_markdown([table])
+    assert "| rpe-1.9-product-ctx-1-k | ? | 1.50 | 1.13 | 1.10 |" in make_tables.to_markdown([table])
 
 
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -124,7 +124,7 @@ def test_unreadable_runs_are_listed_by_name_and_never_lose_the_table(tmp_path: P
     assert rows[(make_tables.NOT_COUNTED, str(broken))] | {"errors": ""} == {
         "table": make_tables.NOT_COUNTED, "row": str(broken), "col": "status", "metric": "", "mean": None,
         "std": None, "n": 0, "ok": 0, "failed": 0, "unfinished": 0, "missing": 0, "interrupted": 0, "running": 0,
-        "died": 0, "no_result": 0, "unreadable": 1, "duplicate": 0, "paper": None, "delta": None,
+        "died": 0, "no_result": 0, "unreadable": 1, "duplicate": 0, "paper": None, "used": "", "same_as": "",
         "runs": str(broken), "errors": ""}
     assert "not valid YAML" in rows[(make_tables.NOT_COUNTED, str(broken))]["errors"]
 
@@ -326,3 +326,27 @@ def test_archive_refuses_a_damaged_run_and_writes_nothing(tmp_path: Path, capsys
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: ") and named in line and str(run_dir) in line
     assert not (tmp_path / "archive").exists()
+
+
+def test_archive_refuses_a_destination_in_a_run_or_the_sweep_itself(tmp_path: Path, capsys) -> None:
+    sweep = _sweep_with_multirun(tmp_path / "runs")
+    run = _run(tmp_path / "elsewhere", "finished", K, 0, {"val/top1": 80.0}, state="finished")
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    for dest, expected in ((run / "a", "is inside the run dir"), (sweep.parent, "in or around the sweep itself")):
+        assert archive_runs.main([str(sweep), "--to", str(dest)]) == 2
+        assert expected in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+
+
+def test_two_configs_with_the_same_shortened_label_are_never_merged(tmp_path: Path) -> None:
+    """Groups that differ in more keys than a label shows get a config digest: each keeps its own row."""
+    _run(tmp_path, "a", K, 0, {"val/top1": 80.0, "val/top5": 100.0}, state="finished",
+         data__generator__num_train=256, model__optimizer__lr=1e-3, model__net__drop_rate=0.0)
+    _run(tmp_path, "b", K, 0, {"val/top1": 60.0, "val/top5": 100.0}, state="finished",
+         data__generator__num_train=3000, model__optimizer__lr=2e-3, model__net__drop_rate=0.1,
+         trainer__gradient_clip_val=1.0)
+    _run(tmp_path, "c", K, 0, {"val/top1": 70.0, "val/top5": 100.0}, state="finished",
+         data__generator__num_train=256, model__optimizer__lr=1e-3, model__net__drop_rate=0.0,
+         trainer__gradient_clip_val=2.0)
+    runs = _runs_by_path(_tables(tmp_path))
+    assert {name for name, run in runs.items() if run.status == "ok"} >= {"a", "b", "c"}

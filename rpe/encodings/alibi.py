@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import registry
-from ..base import Description, LogitPiece, PositionEncoding, build_for_cache, offset_grid
+from ..base import Description, LogitPiece, PositionEncoding, offset_grid
 from ..config import RPEConfig
 from ..index import IndexSpec, bucket_ids
 
@@ -39,13 +39,14 @@ class ALiBi2D(PositionEncoding):
 
     adds_logits = True
 
-    def __init__(self, num_heads: int) -> None:
+    def __init__(
+        self, config: RPEConfig, head_dim: int, num_heads: int, device: Any = None, dtype: Any = None
+    ) -> None:
         super().__init__()
         self.name = "alibi"
         self.num_heads = num_heads
         self.slopes = alibi_slopes(num_heads)
         self.index_spec = IndexSpec("xl")
-        self._tables: dict[tuple, Tensor] = {}
 
     def offset_bias(self, h: int, w: int) -> Tensor:
         """``(H, 2h-1, 2w-1)`` float64 bias of each offset ``(dr, dc)``."""
@@ -55,19 +56,11 @@ class ALiBi2D(PositionEncoding):
 
     def table(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """``(H, (2h-1)(2w-1) + 1)`` in bucket-id order, zero in the skip bucket (cached per shape)."""
-        key = (h, w, device, dtype)
-        table = self._tables.get(key)
-        if table is None:
-            if len(self._tables) >= 16:
-                self._tables.clear()
-            def build() -> Tensor:
-                flat = self.offset_bias(h, w).flatten(1)
-                return torch.cat([flat, flat.new_zeros(self.num_heads, 1)], dim=1).to(device, dtype)
+        def build() -> Tensor:
+            flat = self.offset_bias(h, w).flatten(1)
+            return torch.cat([flat, flat.new_zeros(self.num_heads, 1)], dim=1).to(device, dtype)
 
-            table = build_for_cache(build)
-            if not torch.compiler.is_compiling():  # see `build_for_cache`
-                self._tables[key] = table
-        return table
+        return self.cached((h, w, device, dtype), build)
 
     def logit_pieces(
         self, q_scaled: Tensor, k_scaled: Tensor | None, h: int, w: int, skip: int, scale: float
@@ -85,12 +78,7 @@ class ALiBi2D(PositionEncoding):
         return f"heads={self.num_heads}, slopes={[round(m, 4) for m in self.slopes]}"
 
 
-def _build(
-    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
-    dtype: Any = None,
-) -> registry.Sites:
-    return None, ALiBi2D(num_heads), None
-
-
-registry.register(registry.Encoding("alibi", _build, "2-D ALiBi: -m_h ||p_i - p_j||, no parameters", directed=False))
-registry.register_preset("alibi", RPEConfig(method="alibi", mode="bias", on="k", shared_head=False))
+registry.register(registry.Encoding(
+    "alibi", ALiBi2D.build, "2-D ALiBi: -m_h ||p_i - p_j||, no parameters", directed=False
+))
+registry.register_preset("alibi", RPEConfig(method="alibi"))

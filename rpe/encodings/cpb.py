@@ -22,7 +22,7 @@ from timm.layers import Mlp, gen_relative_log_coords
 from torch import Tensor, nn
 
 from .. import registry
-from ..base import Description, LogitPiece, PositionEncoding, build_for_cache
+from ..base import Description, LogitPiece, PositionEncoding
 from ..config import RPEConfig
 from ..index import IndexSpec, bucket_ids
 
@@ -38,7 +38,7 @@ class LogCPB(PositionEncoding):
     adds_logits = True
 
     def __init__(
-        self, config: RPEConfig, num_heads: int, device: Any = None, dtype: Any = None
+        self, config: RPEConfig, head_dim: int, num_heads: int, device: Any = None, dtype: Any = None
     ) -> None:
         super().__init__()
         self.name = "cpb"
@@ -46,22 +46,13 @@ class LogCPB(PositionEncoding):
         self.index_spec = IndexSpec("xl")
         self.mlp = Mlp(2, config.hidden_dim, num_heads, act_layer=nn.ReLU, bias=(True, False), device=device,
                        dtype=dtype)
-        self._coords: dict[tuple, Tensor] = {}
 
     def log_coords(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """``((2h-1)(2w-1), 2)`` log-spaced ``(dr, dc)`` in bucket-id order (cached per shape)."""
-        key = (h, w, device, dtype)
-        coords = self._coords.get(key)
-        if coords is None:
-            if len(self._coords) >= 16:
-                self._coords.clear()
-            coords = build_for_cache(
-                lambda: gen_relative_log_coords((h, w), _REFERENCE_WINDOW, mode="swin").to(device, dtype)
-            )
-            coords = coords.reshape(-1, 2)
-            if not torch.compiler.is_compiling():  # see `build_for_cache`
-                self._coords[key] = coords
-        return coords
+        return self.cached(
+            (h, w, device, dtype),
+            lambda: gen_relative_log_coords((h, w), _REFERENCE_WINDOW, mode="swin").to(device, dtype).reshape(-1, 2),
+        )
 
     def offset_bias(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """``(H, (2h-1)(2w-1))`` bias of every offset."""
@@ -80,10 +71,6 @@ class LogCPB(PositionEncoding):
         self.mlp.fc1.reset_parameters()
         self.mlp.fc2.reset_parameters()
 
-    def _apply(self, fn, *args, **kwargs):
-        self._coords.clear()
-        return super()._apply(fn, *args, **kwargs)
-
     def describe(self, h: int, w: int) -> Description:
         with torch.no_grad():
             bias = self.offset_bias(h, w, self.mlp.fc1.weight.device, torch.float32).cpu()
@@ -96,15 +83,8 @@ class LogCPB(PositionEncoding):
         return f"heads={self.num_heads}, hidden={self.mlp.fc1.out_features}"
 
 
-def _build(
-    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
-    dtype: Any = None,
-) -> registry.Sites:
-    return None, LogCPB(config, num_heads, device=device, dtype=dtype), None
-
-
 registry.register(registry.Encoding(
-    "cpb", _build, "Swin-v2 continuous position bias: an MLP of sign(d) log2(1 + |d|)",
+    "cpb", LogCPB.build, "Swin-v2 continuous position bias: an MLP of sign(d) log2(1 + |d|)",
     fields=("hidden_dim",), directed=True,
 ))
-registry.register_preset("cpb", RPEConfig(method="cpb", mode="bias", on="k", shared_head=False))
+registry.register_preset("cpb", RPEConfig(method="cpb"))

@@ -58,17 +58,10 @@ class HuangTable(RelativePositionTable):
         )
 
 
-def _build(
-    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
-    dtype: Any = None,
-) -> registry.Sites:
-    return None, HuangTable(config, head_dim, num_heads, skip_bucket=skip_bucket, device=device, dtype=dtype), None
-
-
 registry.register(registry.Encoding(
-    "huang", _build, "Huang et al. 2020: s (q.k + q.a_ij + k.a_ij), one product-index embedding",
+    "huang", HuangTable.build, "Huang et al. 2020: s (q.k + q.a_ij + k.a_ij), one product-index embedding",
     fields=("shared_head", "ratio", "index"), directed=True,
 ))
 registry.register_preset(
-    "huang", RPEConfig(method="huang", mode="ctx", on="qk", shared_head=True, ratio=1.9, index="clip")
+    "huang", RPEConfig(method="huang", shared_head=True, ratio=1.9, index="clip")
 )

@@ -25,7 +25,7 @@ from timm.layers.pos_embed_sincos import init_random_2d_freqs
 from torch import Tensor
 
 from .. import registry
-from ..base import Description, PositionEncoding, build_for_cache, offset_grid
+from ..base import Description, PositionEncoding, offset_grid
 from ..config import RPEConfig, RPEConfigError
 
 __all__ = ["RotaryPositionEncoding"]
@@ -60,7 +60,6 @@ class RotaryPositionEncoding(PositionEncoding):
             )
         else:
             self.rope = RotaryEmbeddingCat(head_dim, temperature=self.theta, in_pixels=False, device=device)
-        self._cache: dict[tuple, Tensor] = {}
 
     def embedding(self, h: int, w: int, skip: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """sin/cos of every token ``(n, 2d)`` (axial, cached per shape) or ``(H, n, 2d)`` (mixed); the ``skip``
@@ -69,21 +68,10 @@ class RotaryPositionEncoding(PositionEncoding):
         if self.mixed:
             grid = self.rope.get_embed((h, w))[0].to(device=device, dtype=dtype)  # learned: per forward
             return _with_identity_rows(grid, skip)
-        key = (h, w, skip, device, dtype)
-        embed = self._cache.get(key)
-        if embed is None:
-            if len(self._cache) >= 16:
-                self._cache.clear()
-            embed = build_for_cache(
-                lambda: _with_identity_rows(self.rope.get_embed((h, w)).to(device=device, dtype=dtype), skip)
-            )
-            if not torch.compiler.is_compiling():  # see `build_for_cache`
-                self._cache[key] = embed
-        return embed
-
-    def _apply(self, fn, *args, **kwargs):
-        self._cache.clear()  # a device or dtype change invalidates the cached embeddings
-        return super()._apply(fn, *args, **kwargs)
+        return self.cached(
+            (h, w, skip, device, dtype),
+            lambda: _with_identity_rows(self.rope.get_embed((h, w)).to(device=device, dtype=dtype), skip),
+        )
 
     def rotate(self, q: Tensor, k: Tensor, h: int, w: int, skip: int) -> tuple[Tensor, Tensor]:
         # sin/cos stay float32 (or float64) for low-precision q, k; timm casts the rotated result back
@@ -139,16 +127,11 @@ def _with_identity_rows(embed: Tensor, skip: int) -> Tensor:
     return torch.cat([identity, embed], dim=-2)
 
 
-def _build(
-    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
-    dtype: Any = None,
-) -> registry.Sites:
-    return None, RotaryPositionEncoding(config, head_dim, num_heads, device=device, dtype=dtype), None
-
-
 for _name, _summary in (
     ("rope_axial", "2-D RoPE, axial: half the channels turn with the row, half with the column"),
     ("rope_mixed", "2-D RoPE, mixed: learned per-head frequencies over row and column"),
 ):
-    registry.register(registry.Encoding(_name, _build, _summary, fields=("theta",), directed=True))
-    registry.register_preset(_name, RPEConfig(method=_name, mode="bias", on="qk", shared_head=False))
+    registry.register(registry.Encoding(
+        _name, RotaryPositionEncoding.build, _summary, fields=("theta",), directed=True
+    ))
+    registry.register_preset(_name, RPEConfig(method=_name))

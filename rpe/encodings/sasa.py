@@ -29,6 +29,7 @@ class SASAEmbedding(PositionEncoding):
     """Key-site contextual term with a row half and a column half of the head dim (module docstring)."""
 
     adds_logits = True
+    has_skip_bucket = True
 
     def __init__(
         self, config: RPEConfig, head_dim: int, num_heads: int, skip_bucket: bool = True, device: Any = None,
@@ -89,17 +90,10 @@ class SASAEmbedding(PositionEncoding):
         return f"shape={tuple(self.rel_rows.shape)} x 2"
 
 
-def _build(
-    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
-    dtype: Any = None,
-) -> registry.Sites:
-    return None, SASAEmbedding(config, head_dim, num_heads, skip_bucket=skip_bucket, device=device, dtype=dtype), None
-
-
 registry.register(registry.Encoding(
-    "sasa", _build, "SASA: q.(k + [row emb d/2, col emb d/2])", fields=("shared_head", "ratio", "index"),
+    "sasa", SASAEmbedding.build, "SASA: q.(k + [row emb d/2, col emb d/2])", fields=("shared_head", "ratio", "index"),
     directed=True,
 ))
 registry.register_preset(
-    "sasa", RPEConfig(method="sasa", mode="ctx", on="k", shared_head=True, ratio=6.5, index="clip")
+    "sasa", RPEConfig(method="sasa", shared_head=True, ratio=6.5, index="clip")
 )

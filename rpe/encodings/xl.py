@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .. import registry
 from ..base import Description, LogitPiece, PositionEncoding
-from ..config import RPEConfig, RPEConfigError
+from ..config import RPEConfig
 from ..index import IndexSpec, bucket_ids
 
 __all__ = ["TransformerXLTerm"]
@@ -96,23 +96,9 @@ class TransformerXLTerm(PositionEncoding):
         return f"heads={self.num_heads}, head_dim={self.head_dim}, frequencies={self.frequencies}"
 
 
-def _validate(config: RPEConfig) -> None:
-    if config.on != "k" or config.mode != "ctx":
-        raise RPEConfigError(
-            "rpe.method='xl' needs rpe.on='k' and rpe.mode='ctx'"
-            f" (got on={config.on!r}, mode={config.mode!r}): the Transformer-XL terms are a single logit term"
-        )
-
-
-def _build(
-    config: RPEConfig, head_dim: int, num_heads: int, *, skip_bucket: bool = True, device: Any = None,
-    dtype: Any = None,
-) -> registry.Sites:
-    return None, TransformerXLTerm(config, head_dim, num_heads, device=device, dtype=dtype), None
-
-
+# reads no field: the terms are fixed (one contextual logit term at the key site, heads never shared)
 registry.register(registry.Encoding(
-    "xl", _build, "Transformer-XL: q.W_R R + u.k + v'.W_R R with sinusoidal R of the exact offset",
-    fields=("mode", "on"), validate=_validate, directed=True,
+    "xl", TransformerXLTerm.build, "Transformer-XL: q.W_R R + u.k + v'.W_R R with sinusoidal R of the exact offset",
+    directed=True,
 ))
-registry.register_preset("xl", RPEConfig(method="xl", mode="ctx", on="k", shared_head=False))
+registry.register_preset("xl", RPEConfig(method="xl"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 import statistics
@@ -38,6 +39,17 @@ class Cell:
             if run.status == "ok" and math.isfinite(run.metrics.get(metric, math.nan)):
                 seeds.setdefault(run.facts["seed"], []).append(run.metrics[metric])
         return {seed: statistics.fmean(v) for seed, v in seeds.items()}
+
+    @property
+    def design(self) -> str | None:
+        """The one design (`collect._design`) of this cell's runs; None when they have none or several."""
+        designs = {run.facts.get("design") for run in self.runs}
+        return designs.pop() if len(designs) == 1 else None
+
+    def used_buckets(self) -> str:
+        """The buckets the runs' grid reaches (``49``; ``?`` where unknown), distinct values joined."""
+        values = {run.facts.get("used_buckets") for run in self.runs}
+        return ", ".join(sorted(("?" if v is None else str(v) for v in values), key=_natural))
 
     def stats(self, metric: str) -> tuple[float | None, float | None, int]:
         values = self.values(metric)
@@ -81,6 +93,24 @@ class Table:
         paper = self.paper
         return f"{col} (extra)" if paper is not None and str(col) in paper.extra_cols else str(col)
 
+    def same_design(self, row: Any, col: Any) -> list[Any]:
+        """The other rows whose cell in column ``col`` has the design of cell (row, col): they cannot differ."""
+        cell = self.cells.get((row, col))
+        design = cell.design if cell is not None else None
+        return [] if design is None else [
+            r for r in self.rows if r != row and (r, col) in self.cells and self.cells[(r, col)].design == design]
+
+    def cannot_differ(self) -> dict[Any, Any]:
+        """Row -> the first earlier row that it cannot differ from: the same design in every column both have."""
+        flagged: dict[Any, Any] = {}
+        for i, row in enumerate(self.rows):
+            for earlier in self.rows[:i]:
+                shared = [c for c in self.cols if (row, c) in self.cells and (earlier, c) in self.cells]
+                if shared and all(earlier in self.same_design(row, c) for c in shared):
+                    flagged[row] = flagged.get(earlier, earlier)
+                    break
+        return flagged
+
 
 def _natural(value: Any) -> list[Any]:
     """Sort key that puts "9 (...)" before "25 (...)"."""
@@ -112,7 +142,11 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     for ident, members in zip(identities, groups.values(), strict=True):
         label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in differing[:3])
         label += f", +{len(differing) - 3} keys" if len(differing) > 3 else ""
-        split[f"{row} [{label}]"] = members
+        name = f"{row} [{label}]"
+        if name in split or len(differing) > 3:  # a shortened label may not tell groups apart: never merge them
+            digest = hashlib.sha1(repr(sorted(ident.items())).encode()).hexdigest()[:6]
+            name = f"{row} [{label}, config {digest}]"
+        split[name] = members
     first = next(iter(split))
     split[first] = split[first] + never_ran
     return split

@@ -8,6 +8,7 @@ it cannot count instead of dropping it or failing the whole table.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -30,8 +31,9 @@ from models.lifecycle.identity import (
     run_length,
 )
 from models.lifecycle.records import CONFIG, HYDRA_DIR, METRICS, RUN_RECORD, RunStatus, read_run_record, run_status
-from rpe.config import FIELDS, PRESETS, RPEConfigError, parse_shorthand, resolve_rpe
-from rpe.index import IndexSpec, bucket_ids, num_buckets
+from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
+from rpe.index import INDEX_METHODS, IndexSpec, bucket_ids, num_buckets
+from rpe.registry import encoding
 
 # A run's status in a table. ``ok``: a finished run with its result; ``failed`` (failed.json); ``unfinished``
 # (no record, no result: a run of an older version that stopped); ``interrupted``, ``running`` and ``died``
@@ -96,6 +98,8 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "backend": rpe.get("backend"),
         "buckets": _bucket_count(rpe) if enabled else 0,
         "used_buckets": _used_buckets(rpe, _grid_side(cfg)) if enabled else 0,
+        "num_classes": _num_classes(cfg),
+        "design": _design(cfg, _grid_side(cfg)),
         "ape": net.get("ape", model.get("position_embedding")),
         "seed": cfg.get("seed"),
         "name": cfg.get("name") or "?",
@@ -106,7 +110,6 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
-
 def _rpe_label(rpe: dict[str, Any]) -> str:
     try:
         return f"rpe-{float(rpe['ratio']):g}-{rpe['method']}-{rpe['mode']}-{int(bool(rpe['shared_head']))}-{rpe['on']}"
@@ -114,33 +117,139 @@ def _rpe_label(rpe: dict[str, Any]) -> str:
         return str(rpe.get("method"))
 
 
+def _config_of(rpe: dict[str, Any]) -> RPEConfig:
+    """The `RPEConfig` of a run's RPE fields as `_lenient_rpe` gives them (every field, a value for each)."""
+    return RPEConfig(**{k: v for k, v in rpe.items() if k in FIELDS})
+
+
 def _bucket_count(rpe: dict[str, Any]) -> int | None:
     """Buckets of one table without the skip bucket (product 1.9: 49); None when undefined."""
     try:
-        config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
-        return num_buckets(IndexSpec.tables_of(config)[0])
+        return num_buckets(IndexSpec.tables_of(_config_of(rpe))[0])
     except (RPEConfigError, ValueError, TypeError, IndexError):
         return None
 
 
 def _grid_side(cfg: dict[str, Any]) -> int | None:
-    """Side of a ViT's square token grid, image size / patch size (``..._patch16_224``); else None."""
+    """Side of the largest square grid an attention call of the model sees; None when the config does not say.
+
+    A ViT: image size / patch size (``..._patch16_224``). A Swin: its window (``..._window7_...``), or the
+    patch grid where that is smaller. DETR: None (its feature map is that of each padded batch).
+    """
     name = str(((cfg.get("model") or {}).get("net") or {}).get("name", ""))
     patch = re.search(r"patch(\d+)", name)
     img_size = (cfg.get("data") or {}).get("img_size")
-    return int(img_size) // int(patch.group(1)) if patch and isinstance(img_size, int) else None
+    if not patch or not isinstance(img_size, int) or isinstance(img_size, bool):
+        return None
+    side = img_size // int(patch.group(1))
+    window = re.search(r"window(\d+)", name)
+    return min(side, int(window.group(1))) if window else side
+
+
+def _fitted(config: RPEConfig, side: int) -> RPEConfig:
+    """``config`` as it indexes a grid of ``side`` (a table sized by the window is fitted to the window)."""
+    fit_window = encoding(config.method).fit_window if config.method != "none" else None
+    return config if fit_window is None else fit_window(config, side)
+
+
+@functools.lru_cache(maxsize=256)
+def _built_indexes(config: RPEConfig) -> tuple[tuple[IndexSpec, ...], bool]:
+    """The bucket indexes held by the modules that ``config`` builds (any encoding: iRPE's tables, Huang's,
+    SASA's, CPB's and ALiBi's offsets), and whether every parameter of those modules starts at zero."""
+    modules = [m for site in build_rpe(config, head_dim=8, num_heads=2) if site is not None for m in site.modules()]
+    specs: list[IndexSpec] = []
+    for module in modules:
+        for value in vars(module).values():
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, IndexSpec) and item not in specs:
+                    specs.append(item)
+    return tuple(specs), all(not p.detach().any() for m in modules for p in m.parameters(recurse=False))
 
 
 def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
-    """Distinct buckets that the pairs of a ``side x side`` grid reach (class-token bucket not counted)."""
+    """Distinct buckets that the pairs of a ``side x side`` grid reach, summed over the tables of a site (cross:
+    rows and cols; class-token bucket not counted); 0 for an encoding without a bucket index (RoPE, a PEG),
+    None when the grid or the config is unknown."""
     if side is None:
         return None
     try:
-        config = resolve_rpe({k: v for k, v in rpe.items() if k in FIELDS})
-        spec = IndexSpec.tables_of(config)[0]
-        return int(bucket_ids(spec, side, side, 0, "cpu").unique().numel())
-    except (RPEConfigError, ValueError, TypeError, IndexError):
+        specs, _ = _built_indexes(_fitted(_config_of(rpe), side))
+        return sum(int(bucket_ids(spec, side, side, 0, "cpu").unique().numel()) for spec in specs)
+    except (RPEConfigError, ValueError, TypeError, KeyError):
         return None
+
+
+def _num_classes(cfg: dict[str, Any]) -> int | None:
+    """Classes of the run's data (chance top-1 is 100 / classes); None when the config does not say."""
+    model = cfg.get("model") or {}
+    for value in ((cfg.get("data") or {}).get("num_classes"), (model.get("net") or {}).get("num_classes")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+# Keys of a run's identity that label it and never change what it trains: which sweep and table it belongs
+# to, and the `rows` entry a row sweep resolves into the config (what it selects stays in the identity).
+DESIGN_LABELS = ("sweep_name", "ablation", "row")
+
+
+def partition(ids: Any) -> str:
+    """A name of the partition of the pairs that bucket ids ``ids`` induce: the same for two index functions
+    exactly when they put the same pairs together, whatever ids they give (each pair named by the first pair
+    of its bucket)."""
+    import hashlib
+
+    import numpy as np
+
+    flat = np.asarray(ids).reshape(-1)
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    return hashlib.sha1(first[inverse].astype(np.int64).tobytes()).hexdigest()[:16]
+
+
+def _bucket_partitions(config: RPEConfig, side: int) -> tuple[str, ...] | None:
+    """Per bucket table of ``config``, the partition of the ``side x side`` grid's pairs, where a relabelling of
+    the buckets cannot change training: every parameter starts at zero, so buckets that hold the same pairs
+    train alike whatever their ids. None where the ids themselves matter: tables drawn at random (Swin's own
+    bias: truncated normal), offsets embedded by a network (xl, CPB)."""
+    specs, zero = _built_indexes(config)
+    return tuple(partition(bucket_ids(spec, side, side, 0, "cpu")) for spec in specs) if specs and zero else None
+
+
+def _design(cfg: dict[str, Any], side: int | None) -> str | None:
+    """What a run trains, up to relabelled buckets: two runs with the same design cannot differ but by chance.
+
+    The run's cell identity (`cell_identity`: its identity without the seed, plus its length) minus the labels
+    of `DESIGN_LABELS`, with the RPE config resolved (``preset=irpe_k`` and the fields it stands for are one
+    config) and, where `_bucket_partitions` proves it safe, the index fields (``index``, ``ratio``, ...)
+    replaced by the partition of the grid's pairs into buckets. So ratio 1.9 and 2.0 on an 8x8 grid (both
+    put offsets 0, 1, 2, 3, 4-7 of an axis in classes 0, 1, 2, 2, 3) share a design, while clip and piecewise at
+    ratio 1.9 do not (offset 3: clip 3, piecewise 2). DETR re-initialises its tables Xavier-uniform from
+    outside the encoding (models/detr/transformer.py), so there the index fields stay as written.
+    None when the config cannot be read that far.
+    """
+    import hashlib
+    import json
+
+    try:
+        identity = cell_identity(cfg)
+        raw = dict(cfg.get("rpe") or {})
+        config = resolve_rpe({k: v for k, v in raw.items() if k == "preset" or (k in FIELDS and v is not None)})
+    except (RPEConfigError, AttributeError, TypeError, ValueError):
+        return None
+    design = {k: v for k, v in identity.items() if not k.startswith("rpe.") and k.split(".")[0] not in DESIGN_LABELS}
+    fields = dataclasses.asdict(config)
+    reinitialised = "detr" in str((cfg.get("model") or {}).get("_target_", "")).lower()
+    if side is not None and not reinitialised and config.method in INDEX_METHODS:
+        try:
+            partitions = _bucket_partitions(_fitted(config, side), side)
+        except (RPEConfigError, ValueError, TypeError, KeyError):
+            partitions = None
+        if partitions is not None:
+            for name in INDEX_METHODS[config.method].fields:
+                fields.pop(name, None)
+            fields["partition of the grid's pairs"] = f"{side}x{side}: {', '.join(partitions)}"
+    design["rpe"] = repr(sorted(fields.items()))
+    return hashlib.sha1(json.dumps(sorted(design.items()), default=str).encode()).hexdigest()[:16]
 
 
 def cell_identity(cfg: dict[str, Any]) -> dict[str, str]:

@@ -1,24 +1,68 @@
-"""The paper's findings as contrasts of cells, and their verdicts on the runs."""
+"""The paper's findings as contrasts of cells, and their verdicts on the runs.
+
+A finding is a contrast ``c = sum(weight * cell)`` of the cells of one ablation table that the paper
+predicts to have the sign ``sign``. Per seed that every cell of the contrast has, ``d_s`` is the
+contrast of that seed's runs (paired differences: seed effects shared by the cells cancel). Over the
+``n`` seeds: mean ``m``, standard deviation ``s``, standard error ``se = s / sqrt(n)``; the 95 %
+confidence interval is ``m ± t(0.975, n - 1) * se`` (Student's t quantile, ``n - 1`` degrees of
+freedom), and the two-sided p value of ``m = 0`` is ``2 * P(T(n - 1) >= |m| / se)``.
+
+The findings judged together are one family: Holm's step-down correction (`holm`) adjusts their p values,
+and a finding is significant when its adjusted p is at most `ALPHA`. The verdict, in this order:
+
+* ``not run``: a cell of the contrast has no run, or no seed has all of them.
+* ``cannot differ``: by construction, the contrast is zero: its cells fall into groups of the same design
+  (`collect._design`: the same config up to relabelled buckets on the grid the runs use) whose weights
+  sum to zero, e.g. ratio 1.9 against 2.0 on an 8x8 grid. No test: there is nothing to find.
+* ``floor``: every run of one side of the contrast (the cells of positive, or of negative, weight) is within
+  `NEAR` points of chance (top-1: 100 / classes): that side learned nothing, so the contrast compares a
+  failure, not the encodings.
+* ``ceiling``: every run of both sides is within `NEAR` points of 100: no headroom to tell them apart.
+* ``holds`` / ``reversed``: Holm-significant, with the predicted sign / the opposite one.
+* ``not resolved``: neither (also with a single seed: no interval, no test).
+
+Findings judged ``cannot differ``, ``floor``, ``ceiling``, ``not run`` or on one seed get no test and are
+not part of the family.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 from scripts.tables.cells import Table
 from scripts.tables.layouts import DIRECTED, LAYOUTS, PAPER
 
+ALPHA = 0.05  # family-wise error rate of the verdicts
+LEVEL = 0.95  # of the confidence intervals
+NEAR = 1.0  # points: a run this close to chance is at the floor, this close to 100 at the ceiling
+IRPE = "Wu et al., ICCV 2021"  # "Rethinking and Improving Relative Position Encoding for Vision Transformer"
+VERDICTS = ("holds", "reversed", "not resolved", "cannot differ", "floor", "ceiling", "not run")
+
 
 # ----------------------------------------------------------------------------- findings
 @dataclass(frozen=True)
 class Finding:
-    """A claim of the paper as a contrast of cells of one ablation table: ``sum(weight * cell) > 0``."""
+    """A claim of the paper as a contrast of cells of one ablation table, ``sign(sum(weight * cell)) == sign``.
+
+    ``source``: where ``reference`` makes the claim (table or figure); ``paper_text``: what the paper shows
+    where its numbers do not give the contrast (a curve).
+    """
 
     claim: str
     ablation: str
     contrast: tuple[tuple[str, str, float], ...]  # (row, col, weight)
-    paper_text: str = ""  # what the paper shows where its numbers do not give the contrast
+    source: str
+    sign: int = 1  # the predicted sign of the contrast
+    paper_text: str = ""
+    reference: str = IRPE
+
+    @property
+    def cited(self) -> str:
+        """``source``, with the reference named where it is not the iRPE paper (whose numbers the tables show)."""
+        return self.source if self.reference == IRPE else f"{self.reference}, {self.source}"
 
 
 def _mean_of(cells: list[tuple[str, str]], weight: float) -> tuple[tuple[str, str, float], ...]:
@@ -28,64 +72,115 @@ def _mean_of(cells: list[tuple[str, str]], weight: float) -> tuple[tuple[str, st
 _METHOD_ROWS = [f"{m} ({d})" for m, d in DIRECTED.items()]
 FINDINGS: tuple[Finding, ...] = (
     Finding("contextual beats bias (mean over the four methods)", "method_mode",
-            _mean_of([(r, "ctx") for r in _METHOD_ROWS], 1) + _mean_of([(r, "bias") for r in _METHOD_ROWS], -1)),
+            _mean_of([(r, "ctx") for r in _METHOD_ROWS], 1) + _mean_of([(r, "bias") for r in _METHOD_ROWS], -1),
+            source="Table 1"),
     Finding("directed beats undirected in contextual mode", "method_mode",
             _mean_of([("cross (directed)", "ctx"), ("product (directed)", "ctx")], 1)
-            + _mean_of([("euclidean (undirected)", "ctx"), ("quant (undirected)", "ctx")], -1)),
+            + _mean_of([("euclidean (undirected)", "ctx"), ("quant (undirected)", "ctx")], -1), source="Table 1"),
     Finding("sharing heads hurts bias mode (per head minus shared)", "shared_head",
-            (("bias", "per head", 1.0), ("bias", "shared", -1.0))),
+            (("bias", "per head", 1.0), ("bias", "shared", -1.0)), source="Table 2"),
     Finding("sharing heads costs more in bias than in contextual mode", "shared_head",
-            (("bias", "per head", 1.0), ("bias", "shared", -1.0), ("ctx", "per head", -1.0), ("ctx", "shared", 1.0))),
+            (("bias", "per head", 1.0), ("bias", "shared", -1.0), ("ctx", "per head", -1.0), ("ctx", "shared", 1.0)),
+            source="Table 2"),
     Finding("more buckets help up to ~50 (49 minus 9 buckets)", "buckets",
-            (("49 (ratio 1.9)", "ours", 1.0), ("9 (ratio 0.5)", "ours", -1.0)),
+            (("49 (ratio 1.9)", "ours", 1.0), ("9 (ratio 0.5)", "ours", -1.0)), source="Figure 3",
             paper_text="rises (Figure 3: 79.9 without RPE to 80.9 at 50)"),
     Finding("the gain saturates past ~50 (gain 9->49 exceeds gain 49->121)", "buckets",
             (("49 (ratio 1.9)", "ours", 2.0), ("9 (ratio 0.5)", "ours", -1.0), ("121 (ratio 2.9)", "ours", -1.0)),
-            paper_text="flat after 50 (Figure 3)"),
+            source="Figure 3", paper_text="flat after 50 (Figure 3)"),
     Finding("keys carry more than values (mean over both APE columns)", "where",
-            _mean_of([("k", "with APE"), ("k", "no APE")], 1)
-            + _mean_of([("v", "with APE"), ("v", "no APE")], -1)),
+            _mean_of([("k", "with APE"), ("k", "no APE")], 1) + _mean_of([("v", "with APE"), ("v", "no APE")], -1),
+            source="Table 4"),
     Finding("RPE replaces APE: QKV without APE beats APE alone", "where",
-            (("qkv", "no APE", 1.0), ("none", "with APE", -1.0))),
+            (("qkv", "no APE", 1.0), ("none", "with APE", -1.0)), source="Table 4"),
     Finding("RPE helps DETR (contextual 9x9 minus none, sine APE)", "detr",
-            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, none, short", "ours", -1.0))),
+            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, none, short", "ours", -1.0)), source="Table 6, rows 6, 1"),
     Finding("RPE helps DETR at the long schedule too (contextual 9x9 minus none, sine APE)", "detr",
-            (("sine, ctx 9x9, long", "ours", 1.0), ("sine, none, long", "ours", -1.0))),
+            (("sine, ctx 9x9, long", "ours", 1.0), ("sine, none, long", "ours", -1.0)), source="Table 6, rows 9, 8"),
     Finding("detection needs the absolute encoding (sine minus none, no RPE)", "detr",
-            (("sine, none, short", "ours", 1.0), ("none, none, short", "ours", -1.0))),
+            (("sine, none, short", "ours", 1.0), ("none, none, short", "ours", -1.0)), source="Table 6, rows 1, 2"),
     Finding("piecewise beats clip for detection", "detr",
-            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, ctx clip 9x9, short", "ours", -1.0))),
+            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, ctx clip 9x9, short", "ours", -1.0)),
+            source="Table 6, rows 6, 5"),
     Finding("contextual beats bias for detection (9x9, sine APE)", "detr",
-            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, bias 9x9, short", "ours", -1.0))),
-    Finding("iRPE-K beats CPVT's conditional encoding", "compare", (("irpe_k", "ours", 1.0), ("cpvt", "ours", -1.0))),
+            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, bias 9x9, short", "ours", -1.0)),
+            source="Table 6, rows 6, 3"),
+    Finding("iRPE-K beats CPVT's conditional encoding", "compare", (("irpe_k", "ours", 1.0), ("cpvt", "ours", -1.0)),
+            source="Table 5"),
     Finding("iRPE-QKV beats the best earlier relative encoding (Huang's)", "compare",
-            (("irpe_qkv", "ours", 1.0), ("huang", "ours", -1.0))),
-    Finding("Swin's bias beats no RPE on Swin", "swin", (("swin", "ours", 1.0), ("none", "ours", -1.0))),
+            (("irpe_qkv", "ours", 1.0), ("huang", "ours", -1.0)), source="Table 5"),
+    Finding("Swin's bias beats no RPE on Swin", "swin", (("swin", "ours", 1.0), ("none", "ours", -1.0)),
+            source="Supplement, Swin-T"),
     Finding("contextual iRPE-QKV beats Swin's bias on Swin", "swin",
-            (("rpe-1.9-product-ctx-1-qkv", "ours", 1.0), ("swin", "ours", -1.0))),
+            (("rpe-1.9-product-ctx-1-qkv", "ours", 1.0), ("swin", "ours", -1.0)), source="Supplement, Swin-T"),
 )
 
 
+# ----------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class PairedTest:
+    """Mean, standard error, confidence interval, t and two-sided p of paired differences (module docstring)."""
+
+    n: int
+    mean: float
+    se: float | None
+    ci: tuple[float, float] | None
+    t: float | None
+    p: float | None
+
+
+def paired_test(diffs: list[float], level: float = LEVEL) -> PairedTest:
+    """The t interval and test of ``mean(diffs) = 0``; one difference has neither (``se``, ``ci``, ``p``: None)."""
+    from scipy.stats import t as student_t
+
+    n, mean = len(diffs), statistics.fmean(diffs)
+    if n < 2:
+        return PairedTest(n, mean, None, None, None, None)
+    se = statistics.stdev(diffs) / math.sqrt(n)
+    half = float(student_t.ppf(0.5 + level / 2, n - 1)) * se
+    if se == 0:  # every seed gives the same difference: exact, p is 0 unless that difference is 0
+        t, p = (math.copysign(math.inf, mean), 0.0) if mean != 0 else (0.0, 1.0)
+    else:
+        t = mean / se
+        p = float(2 * student_t.sf(abs(t), n - 1))
+    return PairedTest(n, mean, se, (mean - half, mean + half), t, p)
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjusted p values, in the order given: the i-th smallest ``p_(i)`` of ``m`` becomes
+    ``max over j <= i of min(1, (m - j + 1) p_(j))``. A hypothesis is rejected at level alpha exactly when its
+    adjusted p is <= alpha, which is Holm's procedure: reject while ``p_(i) <= alpha / (m - i + 1)``, stop at
+    the first that is not."""
+    m = len(p_values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+# ----------------------------------------------------------------------------- verdicts
 @dataclass
 class Verdict:
+    """A finding judged on one table: the contrast's statistics, its Holm-adjusted p and the verdict."""
+
     finding: Finding
     table: str
     paper: str
-    mean: float | None
-    se: float | None
-    n: int
-    t: float | None
-    verdict: str
-
-
-def _t_critical(df: int) -> float:
-    from scipy.stats import t as student_t
-
-    return float(student_t.ppf(0.975, df))
+    n: int = 0
+    mean: float | None = None
+    se: float | None = None
+    ci: tuple[float, float] | None = None
+    t: float | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    verdict: str = "not run"
+    note: str = ""
 
 
 def paper_contrast(finding: Finding) -> str:
-    """The finding's contrast of the paper's numbers, or what the paper shows instead."""
+    """The finding's contrast of the paper's own numbers, or what the paper shows instead."""
     paper, metric = PAPER.get(finding.ablation), LAYOUTS[finding.ablation].metrics[0]
     values = [paper.value(row, col, metric) if paper else None for row, col, _ in finding.contrast]
     if all(v is not None for v in values):
@@ -93,46 +188,128 @@ def paper_contrast(finding: Finding) -> str:
     return finding.paper_text or "–"
 
 
-def judge(finding: Finding, table: Table) -> Verdict:
-    """The finding's contrast per seed (seeds with every cell ok), its mean, standard error and verdict."""
+def _chance(metric: str, num_classes: int | None) -> float | None:
+    """The metric of a model that learned nothing; None where that is not a fixed number (AP)."""
+    if num_classes is None:
+        return None
+    if metric == "val/top1":
+        return 100.0 / num_classes
+    if metric == "val/top5":
+        return 100.0 * min(5, num_classes) / num_classes
+    return None
+
+
+def _cannot_differ(finding: Finding, table: Table) -> str | None:
+    """Why the contrast is zero by construction (its cells grouped by design, each group's weights summing to
+    zero), or None. A cell without a single design is a group of its own."""
+    groups: dict[object, list[tuple[str, float]]] = {}
+    for row, col, weight in finding.contrast:
+        design = table.cells[(row, col)].design
+        groups.setdefault(design if design is not None else (row, col), []).append((row, weight))
+    if not all(abs(sum(w for _, w in members)) < 1e-9 for members in groups.values()):
+        return None
+    same = [" ≡ ".join(dict.fromkeys(f"`{row}`" for row, _ in members)) for members in groups.values()]
+    return "same config and buckets: " + "; ".join(same)
+
+
+def _bound(finding: Finding, table: Table, metric: str, seeds: list[object]) -> tuple[str, str] | None:
+    """``("floor", why)`` when a side's runs all sit at chance, ``("ceiling", why)`` when all runs of both sides
+    sit at 100, else None (module docstring)."""
+    sides: dict[bool, list[float]] = {True: [], False: []}
+    classes: set[int | None] = set()
+    for row, col, weight in finding.contrast:
+        cell = table.cells[(row, col)]
+        by_seed = cell.by_seed(metric)
+        sides[weight > 0] += [by_seed[s] for s in seeds]
+        classes |= {run.facts.get("num_classes") for run in cell.runs if run.status == "ok"}
+    chance = _chance(metric, classes.pop()) if len(classes) == 1 else None
+    if chance is not None:
+        for positive, values in sides.items():
+            if values and all(abs(v - chance) <= NEAR for v in values):
+                cells = [f"`{r} / {c}`" for r, c, w in finding.contrast if (w > 0) == positive]
+                return "floor", f"{', '.join(cells)} at chance, {chance:.4g}"
+    if metric.startswith(("val/top", "val/AP")) and all(abs(v - 100.0) <= NEAR for vs in sides.values() for v in vs):
+        return "ceiling", "every run within 1 point of 100"
+    return None
+
+
+def _measure(finding: Finding, table: Table) -> Verdict:
+    """The finding on one table, every verdict but the significance ones (``verdict=""``: to be tested)."""
+    base = Verdict(finding, table.name, paper_contrast(finding))
+    if any((row, col) not in table.cells for row, col, _ in finding.contrast):
+        return base
+    why = _cannot_differ(finding, table)
+    if why is not None:
+        base.verdict, base.note = "cannot differ", why
     metric = table.layout.metrics[0]
-    per_cell = [(table.cells.get((row, col)), weight) for row, col, weight in finding.contrast]
-    paper_text = paper_contrast(finding)
-    if any(cell is None for cell, _ in per_cell):
-        return Verdict(finding, table.name, paper_text, None, None, 0, None, "not run")
-    seed_values = [cell.by_seed(metric) for cell, _ in per_cell]  # type: ignore[union-attr]
-    seeds = sorted(set.intersection(*(set(v) for v in seed_values)), key=str)
-    diffs = [sum(w * values[s] for (_, w), values in zip(per_cell, seed_values, strict=True)) for s in seeds]
-    if not diffs:
-        return Verdict(finding, table.name, paper_text, None, None, 0, None, "not run")
-    mean = statistics.fmean(diffs)
-    if len(diffs) < 2:
-        return Verdict(finding, table.name, paper_text, mean, None, 1, None, "not resolved (1 seed)")
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
-    t = math.copysign(math.inf, mean) if se == 0 and mean != 0 else (0.0 if se == 0 else mean / se)
-    critical = _t_critical(len(diffs) - 1)
-    verdict = "holds" if t > critical else "reversed" if t < -critical else "not resolved"
-    return Verdict(finding, table.name, paper_text, mean, se, len(diffs), t, verdict)
+    seed_values = [(table.cells[(row, col)].by_seed(metric), weight) for row, col, weight in finding.contrast]
+    seeds = sorted(set.intersection(*(set(values) for values, _ in seed_values)), key=str)
+    if not seeds:
+        return base
+    test = paired_test([sum(w * values[s] for values, w in seed_values) for s in seeds])
+    base.n, base.mean, base.se, base.ci, base.t, base.p = test.n, test.mean, test.se, test.ci, test.t, test.p
+    if base.verdict == "cannot differ":
+        base.t = base.p = None
+        return base
+    bound = _bound(finding, table, metric, seeds)
+    if bound is not None:
+        base.verdict, base.note = bound
+        base.t = base.p = None
+    elif test.p is None:
+        base.verdict, base.note = "not resolved", "1 seed"
+    else:
+        base.verdict = ""
+    return base
 
 
-def verdicts(tables: list[Table]) -> list[Verdict]:
-    """A verdict per finding and table of its ablation; ``not run`` for a finding without such a table."""
-    results = []
-    for finding in FINDINGS:
-        judged = [judge(finding, t) for t in tables if t.ablation == finding.ablation]
-        results += judged or [Verdict(finding, "–", paper_contrast(finding), None, None, 0, None, "not run")]
+def decide(results: list[Verdict], alpha: float = ALPHA) -> list[Verdict]:
+    """Holm over the findings of ``results`` that have a test, then ``holds`` / ``reversed`` / ``not resolved``."""
+    tested = [v for v in results if v.verdict == ""]
+    for verdict, adjusted in zip(tested, holm([v.p for v in tested]), strict=True):  # type: ignore[misc]
+        verdict.p_holm = adjusted
+        if adjusted > alpha:
+            verdict.verdict = "not resolved"
+        else:
+            verdict.verdict = "holds" if math.copysign(1, verdict.mean) == verdict.finding.sign else "reversed"  # type: ignore[arg-type]
     return results
 
 
+def judge(finding: Finding, table: Table) -> Verdict:
+    """The finding judged on one table alone (a family of one)."""
+    return decide([_measure(finding, table)])[0]
+
+
+def verdicts(tables: list[Table]) -> list[Verdict]:
+    """A verdict per finding and table of its ablation, Holm-corrected over all of them; ``not run`` for a
+    finding without such a table."""
+    results = []
+    for finding in FINDINGS:
+        measured = [_measure(finding, t) for t in tables if t.ablation == finding.ablation]
+        results += measured or [Verdict(finding, "–", paper_contrast(finding))]
+    return decide(results)
+
+
+def _p_text(p: float | None) -> str:
+    return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def findings_markdown(results: list[Verdict]) -> str:
-    """The verdict table: one line per finding and table."""
-    lines = ["| finding (paper) | table | paper | ours: mean ± SE (seeds) | t | verdict |", "|---|---|---|---|---|---|"]
+    """The verdict table, one line per finding and table, and a line counting the verdicts."""
+    lines = ["| finding (paper) | source | table | paper | ours: mean [95 % CI] (seeds) | p | Holm p | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for v in results:
-        ours = "–" if v.mean is None else f"{v.mean:+.2f}" + (f" ± {v.se:.2f}" if v.se is not None else "")
-        ours += "" if v.mean is None else f" ({v.n})"
-        t = "–" if v.t is None else f"{v.t:+.1f}"
+        if v.mean is None:
+            ours = "–"
+        elif v.ci is None:
+            ours = f"{v.mean:+.2f} ({v.n})"
+        else:
+            ours = f"{v.mean:+.2f} [{v.ci[0]:+.2f}, {v.ci[1]:+.2f}] ({v.n})"
         table = f"`{v.table}`" if v.table != "–" else "–"
-        lines.append(f"| {v.finding.claim} | {table} | {v.paper} | {ours} | {t} | {v.verdict} |")
+        verdict = f"{v.verdict} ({v.note})" if v.note else v.verdict
+        lines.append(f"| {v.finding.claim} | {v.finding.cited} | {table} | {v.paper} | {ours} | {_p_text(v.p)} "
+                     f"| {_p_text(v.p_holm)} | {verdict} |")
+    counts = Counter(v.verdict for v in results)
+    tested = sum(v.p_holm is not None for v in results)
+    lines += ["", f"Holm over the {tested} findings tested, family-wise α = {ALPHA:g}: "
+              + ", ".join(f"{counts[k]} {k}" for k in VERDICTS) + "."]
     return "\n".join(lines) + "\n"
-
-

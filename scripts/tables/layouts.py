@@ -71,7 +71,6 @@ class Layout:
     row_order: tuple[Any, ...] = ()
     col_order: tuple[Any, ...] = ()
     note: str = ""
-    extra: tuple[str, Callable[[dict[str, Any]], Any]] | None = None  # (header, fact of a row) shown per row
     relative: tuple[str, str, Any] | None = None  # (new metric, metric, row): a cell's mean over that row's mean
 
 
@@ -122,9 +121,9 @@ LAYOUTS: dict[str, Layout] = {
         "Number of buckets (paper Figure 3)", "buckets (ratio)",
         lambda f: f"{'?' if f['buckets'] is None else f['buckets']} ({_ratio(f)})",
         lambda f: "ours", metrics=TOP1,
-        note="`used` = distinct buckets the token grid's pairs reach (a small grid leaves the outer buckets of a"
-        " large table unused, and two ratios can then split the offsets alike)",
-        extra=("used", lambda f: f["used_buckets"]),
+        note="A small grid leaves the outer buckets of a large table unused (`used`), and two ratios can then split"
+        " the offsets alike (`≡`): on an 8x8 grid ratios 1.9 and 2.0 both put offsets 0, 1, 2, 3, 4-7 of an axis"
+        " into classes 0, 1, 2, 2, 3",
     ),
     "where": Layout(
         "Where: Q, K, V, with and without APE (paper Table 4)", "RPE on", lambda f: f["on"],
@@ -159,5 +158,6 @@ LAYOUTS: dict[str, Layout] = {
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),
 }
-ABLATION_SCALE = {"detr": "AP on COCO val2017 (DETR-R50)", "swin": "top-1 on ImageNet-1k (Swin-T)"}
+ABLATION_SCALE = {"detr": "AP on COCO val2017 (DETR-R50)", "swin": "top-1 on ImageNet-1k (Swin-T)",
+                  "cost": "DeiT-S steps on a CPU"}
 

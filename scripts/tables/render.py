@@ -7,50 +7,69 @@ import io
 from pathlib import Path
 from typing import Any
 
-from scripts.tables.cells import NOT_COUNTED, Cell, Table, _natural
+from scripts.tables.cells import NOT_COUNTED, Table, _natural
 from scripts.tables.collect import STATUSES, TableError
 from scripts.tables.findings import findings_markdown, verdicts
 from scripts.tables.layouts import ABLATION_SCALE
 
 STATUS_COLUMNS = tuple(s.replace(" ", "_") for s in STATUSES)  # a count per status ("no result": no_result)
-CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLUMNS, "paper", "delta", "runs",
-               "errors")
+CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLUMNS, "paper", "used", "same_as",
+               "runs", "errors")
+
+
+USED_TEXT = ("`used`: the distinct buckets the pairs of the token grid reach (0: no bucket table; ?: the grid is"
+             " not known from the config, e.g. DETR's padded batches); `≡ R`: the row's runs cannot differ from"
+             " row R's, by construction (the same config but for an index that puts the grid's pairs into the same"
+             " buckets).")
+FINDINGS_TEXT = (
+    "Each finding (`source`: its table or figure in Wu et al., ICCV 2021) is a contrast of cells (e.g."
+    " contextual minus bias) with a predicted sign, taken per seed over"
+    " the seeds where every cell has a result (paired differences `d`). `ours`: their mean `m` over the `n` seeds"
+    " and the 95 % confidence interval `m ± t(0.975, n-1) · s/√n` (`s`: the standard deviation of `d`); `p`: the"
+    " two-sided p value of the paired t test of `m = 0`; `Holm p`: p adjusted by Holm's step-down correction over"
+    " every finding tested here (one family), significant at ≤ 0.05. Verdicts, checked in this order: `cannot"
+    " differ` (the contrast is zero by construction: its sides are runs of one config up to relabelled buckets"
+    " on the grid the runs use), `floor` (every run of one side within 1 point of chance, 100/classes),"
+    " `ceiling` (every run of both sides within 1 point of 100), then `holds` / `reversed` (Holm-significant,"
+    " with the predicted sign / against it), else `not resolved` (so also with one seed). Floor, ceiling and"
+    " cannot-differ findings get no test and are not in the family. `paper`: the same contrast of the paper's"
+    " own numbers (ImageNet-1k, COCO), for its direction and size; ours is on other data and is never"
+    " subtracted from it.")
 
 
 # ----------------------------------------------------------------------------- writers
-def _delta_text(cell: Cell | None, paper: float | None, metric: str) -> str:
-    mean = cell.stats(metric)[0] if cell is not None else None
-    return "" if mean is None or paper is None else f"{mean - paper:+.2f}"
+def _used_text(table: Table, row: Any, flagged: dict[Any, Any]) -> str:
+    """The buckets the row's runs reach, and ``≡ R`` when the row cannot differ from an earlier row R."""
+    values = {v for (r, _), cell in table.cells.items() if r == row for v in cell.used_buckets().split(", ")}
+    used = ", ".join(sorted(values, key=_natural))
+    return f"{used} ≡ {flagged[row]}" if row in flagged else used
 
 
 def _grid(table: Table, metric: str) -> list[list[str]]:
-    """Header plus one line per row: the row label, then per column ours, the paper's and ours - paper."""
-    layout, paper = table.layout, table.paper
+    """Header plus one line per row: the row label, the buckets used, then per column ours and the paper's.
+
+    The paper's number stands beside ours, never subtracted from it: its dataset and scale are not ours.
+    """
+    paper = table.paper
     with_paper = {c for c in table.cols for r in table.rows if paper and paper.value(r, c, metric) is not None}
-    header = [layout.row_name] + ([layout.extra[0]] if layout.extra else [])
+    flagged = table.cannot_differ()
+    header = [table.layout.row_name, "used"]
     for col in table.cols:
         label = table.col_label(col)
         header.append(label)
         if col in with_paper:
-            header += ["paper", "Δ"] if len(table.cols) == 1 else [f"paper {label}", f"Δ {label}"]
+            header.append("paper" if len(table.cols) == 1 else f"paper {label}")
     lines = [header]
     for row in table.rows:
-        line = [table.row_label(row)] + ([_row_extra(table, row)] if layout.extra else [])
+        line = [table.row_label(row), _used_text(table, row, flagged)]
         for col in table.cols:
             cell = table.cells.get((row, col))
             line.append(cell.text(metric) if cell is not None else "–")
             if col in with_paper:
                 assert paper is not None
-                line += [paper.text_of(row, col, metric), _delta_text(cell, paper.value(row, col, metric), metric)]
+                line.append(paper.text_of(row, col, metric))
         lines.append(line)
     return lines
-
-
-def _row_extra(table: Table, row: Any) -> str:
-    assert table.layout.extra is not None
-    values = {table.layout.extra[1](r.facts) for (r_key, _), cell in table.cells.items() if r_key == row
-              for r in cell.runs}
-    return ", ".join(sorted("?" if v is None else str(v) for v in values))
 
 
 def _metrics_present(table: Table) -> list[str]:
@@ -65,10 +84,7 @@ def to_markdown(tables: list[Table]) -> str:
     results = verdicts(tables)
     if results:
         out.write("## The paper's findings, judged on these runs\n\n")
-        out.write("Each finding is a contrast of cells (e.g. contextual minus bias), taken per seed over the seeds"
-                  " where every cell has a result; `t` = mean / standard error, and the verdict is `holds` or"
-                  " `reversed` when |t| exceeds the two-sided 95 % t quantile, else `not resolved`. `paper`: the"
-                  " same contrast of the paper's numbers.\n\n")
+        out.write(FINDINGS_TEXT + "\n\n")
         out.write(findings_markdown(results) + "\n")
     for table in tables:
         if table.ablation == NOT_COUNTED:
@@ -76,13 +92,14 @@ def to_markdown(tables: list[Table]) -> str:
             continue
         out.write(f"## {table.layout.title}: `{table.name}`\n\n")
         out.write(f"Models: {table.scale}. Cells: mean ± std (n) over seeds; failed, unfinished and missing"
-                  " runs are counted in the cell. Δ = ours - paper.\n")
+                  " runs are counted in the cell. " + USED_TEXT + "\n")
         seeds = sorted({r.facts.get("seed") for cell in table.cells.values() for r in cell.runs}, key=_natural)
         single = " (one seed: cells have no std, and a finding drawn from this table stays not resolved)"
         out.write(f"Seeds: {', '.join(map(str, seeds))}{single if len(seeds) == 1 else ''}.\n")
         if table.paper is not None:
             scale = ABLATION_SCALE.get(table.ablation, "top-1 on ImageNet-1k (DeiT-S)")
-            out.write(f"Paper: {table.paper.text}; {scale}.\n")
+            out.write(f"Paper: {table.paper.text}; {scale}. Beside ours, never subtracted from them: the paper's"
+                      " data, model and scale are not these runs' (the findings compare directions).\n")
         if table.layout.note:
             out.write(f"{table.layout.note}.\n")
         for metric in _metrics_present(table):
@@ -111,7 +128,7 @@ def _not_counted_markdown(table: Table) -> str:
 
 def _latex_escape(text: str) -> str:
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("±", r"$\pm$"), ("–", "--"), ("Δ", r"$\Delta$")):
+                 ("±", r"$\pm$"), ("–", "--"), ("≡", r"$\equiv$")):
         text = text.replace(a, b)
     return text
 
@@ -135,6 +152,7 @@ def to_csv(tables: list[Table]) -> str:
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for table in tables:
+        counted = table.ablation != NOT_COUNTED
         for (row, col), cell in sorted(table.cells.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
             for metric in table.layout.metrics:
                 mean, std, n = cell.stats(metric)
@@ -144,7 +162,8 @@ def to_csv(tables: list[Table]) -> str:
                     "mean": "" if mean is None else f"{mean:.4f}", "std": "" if std is None else f"{std:.4f}",
                     "n": n, **{c: cell.count(s) for s, c in zip(STATUSES, STATUS_COLUMNS, strict=True)},
                     "paper": "" if paper is None else paper,
-                    "delta": "" if mean is None or paper is None else f"{mean - paper:.4f}",
+                    "used": cell.used_buckets() if counted else "",
+                    "same_as": ";".join(map(str, table.same_design(row, col))),
                     "runs": ";".join(r.path for r in cell.runs),
                     "errors": ";".join(r.error for r in cell.runs if r.error),
                 })
@@ -157,7 +176,7 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
     with open(path, newline="") as f:
         for line in csv.DictReader(f):
             record: dict[str, Any] = dict(line)
-            for key in ("mean", "std", "paper", "delta"):
+            for key in ("mean", "std", "paper"):
                 record[key] = float(line[key]) if line[key] else None
             for key in ("n",) + STATUS_COLUMNS:
                 record[key] = int(line[key])
