@@ -114,6 +114,47 @@ def test_skip_tokens_are_not_rotated_and_sdpa_stays_fused(monkeypatch: pytest.Mo
     assert masks == [None]  # no score bias: the fused kernel of plain attention
 
 
+def test_deit_token_order_matches_the_rotation_axes() -> None:
+    """In the micro DeiT, the token of image patch (row 2, col 5) turns by 2 f_p on the row pairs and 5 f_p on
+    the column pairs (theta 100, d/4 = 8 bands: f_p = 100^(-p/8)), and the class token not at all; so timm's
+    row-major patch order and the module's (row, col) grid agree."""
+    from models import create_model
+
+    net = create_model("deit_micro_patch4_32", rpe="rope_axial", num_classes=4)
+    image = torch.zeros(1, 3, 32, 32)
+    image[..., 8:12, 20:24] = 1.0  # pixel rows 8-11, cols 20-23: patch (2, 5)
+    tokens = net.patch_embed(image)[0]
+    moved = (tokens - tokens[0]).abs().sum(-1).nonzero().flatten().tolist()
+    assert moved == [2 * 8 + 5]
+    rope = net.blocks[0].attn.rpe_k
+    x = torch.zeros(1, 4, 1 + 64, 32)
+    x[..., 0::2] = 1.0  # every pair at angle 0
+    rotated, _ = rope.rotate(x, x, 8, 8, 1)
+    cos, sin = rotated[0, 0, :, 0::2], rotated[0, 0, :, 1::2]  # (65, 16): cos, sin of each pair's angle
+    bands = torch.tensor([100.0 ** (-p / 8) for p in range(8)])
+    expected = torch.cat([2 * bands, 5 * bands])
+    assert torch.allclose(cos[1 + moved[0]], expected.cos(), atol=1e-5)
+    assert torch.allclose(sin[1 + moved[0]], expected.sin(), atol=1e-5)
+    assert torch.equal(cos[0], torch.ones(16)) and torch.equal(sin[0], torch.zeros(16))
+
+
+@pytest.mark.parametrize("method", ["rope_axial", "rope_mixed"])
+def test_class_token_attends_like_a_token_at_the_corner(method: str) -> None:
+    """An unrotated class token is the identity rotation, i.e. the rotation of cell (0, 0): its logit with a
+    patch at (r, c) equals that of the same content placed at the corner, a function of the patch's absolute
+    cell. (With an absolute table this biases what the class token reads; docs/design.md, RoPE section.)"""
+    h, w = 4, 5
+    _, module, _ = build_rpe(method, D, H)
+    torch.manual_seed(2)
+    cls_q, key = torch.randn(1, H, 1, D), torch.randn(1, H, 1, D)
+    q = torch.cat([cls_q, cls_q.expand(1, H, h * w, D)], dim=2)  # the class query, and the same query on every cell
+    k = torch.cat([key, key.expand(1, H, h * w, D)], dim=2)
+    rq, rk = module.rotate(q, k, h, w, 1)
+    logits = (rq @ rk.transpose(-1, -2))[0]  # (H, 1 + hw, 1 + hw)
+    assert torch.allclose(logits[:, 0, 1:], logits[:, 1, 1:], atol=1e-5)  # class row == row of cell (0, 0)
+    assert not torch.allclose(logits[:, 0, 1], logits[:, 0, 1 + 2 * w + 3], atol=1e-3)  # depends on the cell
+
+
 def test_describe_is_one_at_offset_zero_and_config_names() -> None:
     _, module, _ = build_rpe("rope_mixed", D, H)
     panels = module.describe(3, 4).panels
