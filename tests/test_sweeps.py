@@ -253,7 +253,7 @@ def test_rerunning_a_sweep_resumes_each_job_from_its_own_checkpoint(tmp_path: Pa
     second = run_cli("train.py", args, env_extra={"OMP_NUM_THREADS": "1"})
     assert second.returncode == 0, second.stderr[-3000:]
     # finished jobs are not trained again: the one without metrics.json is re-tested from best.ckpt
-    assert f"{runs[0]} is finished; re-testing {runs[0]}/checkpoints/best.ckpt" in second.stdout
+    assert f"note: {runs[0]}/metrics.json is missing; re-testing {runs[0]}/checkpoints/best.ckpt" in second.stdout
     assert f"{runs[1]} is finished (same config and length)" in second.stdout
     for run_dir in runs:
         assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 2  # not trained again
