@@ -83,7 +83,8 @@ def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Pa
 def test_eval_unknown_key_is_one_line() -> None:
     result = run_cli("eval.py", ["ckpt_path=x.ckpt", "batch=3"], env_extra=ENV)
     assert result.returncode == 2
-    assert "batch is not a config key; valid keys of the root config: ape, batch_size," in _one_error_line(result.stderr)
+    line = _one_error_line(result.stderr)
+    assert "batch is not a config key; valid keys of the root config: ape, batch_size," in line
 
 
 def test_group_choices_hide_internal_bases() -> None:
