@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", help="sweep dirs (runs/sweeps/<name>) or dirs holding them")
     parser.add_argument("--to", required=True, help="the archive (e.g. docs/ablations_mini_runs)")
     args = parser.parse_args(argv)
+    if not args.to.strip():
+        print("error: --to '' names no folder; valid: the archive folder, e.g. --to docs/ablations_mini_runs",
+              file=sys.stderr)
+        return 2
     try:
         for sweep_dir in [s for root in map(Path, args.dirs) for s in _sweep_dirs(root)]:
             new, replaced, left_out = archive_sweep(sweep_dir, Path(args.to))

@@ -112,14 +112,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise TableError(f"--readme {str(readme)!r} is not a file")
             atomic_write_bytes(readme, with_findings(readme.read_text(), findings_markdown(verdicts(tables))).encode())
             print(f"wrote the findings into {readme}")
-    except TableError as err:
+        if args.out:
+            for path in write_outputs(tables, Path(args.out)):
+                print(f"wrote {path}")
+        else:
+            print(to_markdown(tables))
+    except (ValueError, OSError) as err:  # TableError, and RunFileError from writing the outputs
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.out:
-        for path in write_outputs(tables, Path(args.out)):
-            print(f"wrote {path}")
-    else:
-        print(to_markdown(tables))
     counts = {s: sum(c.count(s) for t in tables for c in t.cells.values()) for s in STATUSES}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "ok"), file=sys.stderr)
     return 0

@@ -289,3 +289,44 @@ def test_a_full_disk_in_torch_save_is_one_line(tmp_path: Path, monkeypatch) -> N
     with pytest.raises(RunFileError, match="cannot write checkpoint .*last.ckpt: no space left on the device"):
         AtomicCheckpointIO().save_checkpoint({"w": 1}, tmp_path / "last.ckpt")
     assert not list(tmp_path.iterdir())  # no temp file left
+
+
+# ----------------------------------------------------------------------------- cases of the third probe
+@pytest.mark.parametrize(("override", "expected"), [
+    ("resume=false", "resume=false would train .* from scratch over its results"),
+    ("trainer.max_steps=1", r"trainer.max_steps=1 is shorter than .*schedule \(trainer.max_steps: no limit\)"),
+])
+def test_a_rerun_never_retrains_or_shortens_a_finished_run(override: str, expected: str, finished: Path,
+                                                           tmp_path: Path, data_dir: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(records.RunDirConflict, match=expected):
+        job.run(compose_config([*TINY, override], run_dir, data_dir))
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_copied_or_implausible_metrics_json_is_no_result(finished: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    identity = json.loads((run_dir / "run.json").read_text())["identity"]
+    assert metrics["identity"] == identity and records.read_metrics(run_dir, identity) == metrics
+    atomic_write_json(run_dir / "metrics.json", {**metrics, "identity": "0123456789abcdef"})  # another run's
+    with pytest.raises(RunFileError, match="is another run's"):
+        records.read_metrics(run_dir, identity)
+    assert records.run_status(run_dir).state == "unreadable"
+    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 1e9})
+    with pytest.raises(RunFileError, match=r"val/top1=1000000000.0 is not a percentage in \[0, 100\]"):
+        records.read_metrics(run_dir, identity)
+
+
+def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": ["seed=0,1", "debug=fast"]}}}))
+    cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1", f"hydra.sweep.dir={sweep}"])  # the same
+    with pytest.raises(cli.CommandLineError, match="holds another sweep"):
+        cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "model.optimizer.lr=1e-3,2e-3"])

@@ -132,6 +132,25 @@ def prepare_output_dir(path: Any, key: str) -> None:
                                "writable folder") from None
 
 
+def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> None:
+    """A sweep dir holds one sweep: Hydra would replace its ``multirun.yaml`` (the grid the tables read) with
+    another sweep's. The same command again (a requeue, an interrupted sweep resumed) is the same sweep."""
+    import yaml
+
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        return
+    try:
+        task = ((yaml.safe_load(saved.read_text()) or {}).get("hydra") or {}).get("overrides", {}).get("task")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return  # a damaged grid is the tables' to list; the jobs still check their own dirs
+    ours = sorted(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/")))
+    if task is not None and sorted(map(str, task)) != ours:
+        made_by = " ".join(map(str, task))
+        raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({saved} was made by "
+                               f"{made_by!r}); valid: the same command again, or a new hydra.sweep.dir")
+
+
 def _first_of_sweeps(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -174,6 +193,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         if config_name == "train":
             check_schedule(cfg)
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
+                check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))

@@ -307,6 +307,26 @@ def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any
     return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"])}
 
 
+def _shorter(new: Any, old: Any) -> bool:
+    """Whether a schedule limit ``new`` ends before ``old`` (None and -1 mean no limit)."""
+    unlimited = (None, -1)
+    return new not in unlimited and (old in unlimited or new < old)
+
+
+def _refuse_destructive_rerun(cfg: DictConfig, earlier: dict[str, Any], length: dict[str, Any], run_dir: Path) -> None:
+    """A rerun continues a run or extends it; it never trains it anew over its results, nor shortens it."""
+    if not cfg.get("resume") and holds_results(run_dir):
+        raise RunDirConflict(f"resume=false would train {run_dir} from scratch over its results; nothing was "
+                             "written. Give this run a new run_name=... (or move the old run dir away)")
+    old = earlier.get("length") or {}
+    shorter = [k for k in ("max_epochs", "max_steps") if k in old and _shorter(length.get(k), old.get(k))]
+    if shorter and holds_results(run_dir):
+        key = shorter[0]
+        was = "no limit" if old.get(key) in (None, -1) else old.get(key)
+        raise RunDirConflict(f"trainer.{key}={length.get(key)} is shorter than {run_dir}'s schedule (trainer.{key}: "
+                             f"{was}); a run can be extended, not shortened. Give this one a new run_name=...")
+
+
 def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Non-finite values are not results: they become ``null`` (metrics.json stays strict JSON)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
@@ -407,10 +427,12 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     # a failed job, recorded in its own (claimed) run dir so that the tables list it.
     check_settings(cfg)
     check_schedule(cfg)
+    if earlier is not None and rank0:
+        _refuse_destructive_rerun(cfg, earlier, length, run_dir)
     finished = earlier is not None and earlier.get("state") == "finished" and earlier.get("length") == length
     if finished and rank0:
         try:
-            stored = read_metrics(run_dir)
+            stored = read_metrics(run_dir, identity_id)
             problem = "" if stored is not None else f"{run_dir / METRICS} is missing"
         except RunFileError as err:
             stored, problem = None, str(err)
@@ -489,7 +511,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         epoch, global_step = saved["epoch"] + 1, saved["global_step"]
     metrics.update(
         epoch=epoch, global_step=global_step, best_epoch=steps["epoch"], best_step=steps["global_step"],
-        best_checkpoint=f"{CHECKPOINTS}/{BEST}", run_dir=str(run_dir),
+        best_checkpoint=f"{CHECKPOINTS}/{BEST}", run_dir=str(run_dir), identity=identity_id,
         wall_time_s=round(time.time() - started, 1),
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )

@@ -155,9 +155,26 @@ class RunRecord:
         atomic_write_json(self.run_dir / RUN_RECORD, record, make_parents=False)
 
 
-def read_metrics(run_dir: Path) -> dict[str, Any] | None:
-    """``metrics.json`` (``None`` when absent); damaged files raise `RunFileError`."""
-    return read_json(run_dir / METRICS)
+PERCENT_METRICS = ("val/top1", "val/top5", "val/AP", "val/AP50", "val/AP75", "val/APs", "val/APm", "val/APl",
+                   "val_ema/top1", "val_ema/top5")
+
+
+def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] | None:
+    """``metrics.json`` (``None`` when absent). A damaged file, one that names another run's identity (copied
+    from elsewhere), or a percentage outside [0, 100] raise `RunFileError`: such numbers are no result."""
+    path = run_dir / METRICS
+    metrics = read_json(path)
+    if metrics is None:
+        return None
+    if identity is not None and metrics.get("identity", identity) != identity:
+        raise RunFileError(f"{path} is another run's (identity {metrics.get('identity')}, this run's {identity})")
+    for key in PERCENT_METRICS:
+        value = metrics.get(key)
+        if isinstance(value, float) and value != value:
+            continue  # NaN: not a number at all; the tables list it as no result
+        if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= 100):
+            raise RunFileError(f"{path} is damaged: {key}={value!r} is not a percentage in [0, 100]")
+    return metrics
 
 
 @dataclass
@@ -181,7 +198,7 @@ def run_status(run_dir: Path) -> RunStatus:
     try:
         record = read_run_record(run_dir)
         failure = read_json(run_dir / FAILURE)
-        metrics = read_metrics(run_dir)
+        metrics = read_metrics(run_dir, record["identity"] if record is not None else None)
     except RunFileError as err:
         return RunStatus("unreadable", problem=str(err))
     if failure is not None:

@@ -339,6 +339,7 @@ RULES: tuple[Rule, ...] = (
     Rule("model.scheduler.warmup_epochs", NONNEG),
     Rule("model.scheduler.warmup_lr", NONNEG),
     Rule("model.scheduler.min_lr", NONNEG),
+    Rule("model.mixup", Kwargs("a mapping of timm Mixup settings"), NULL("no mixup")),
     Rule("model.mixup.mixup_alpha", NONNEG),
     Rule("model.mixup.cutmix_alpha", NONNEG),
     Rule("model.mixup.cutmix_minmax", list_of(real("(0, 1]"), 2), NULL("off")),
