@@ -328,5 +328,6 @@ def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": ["seed=0,1", "debug=fast"]}}}))
     cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1", f"hydra.sweep.dir={sweep}"])  # the same
+    cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1,2"])  # extended by a seed
     with pytest.raises(cli.CommandLineError, match="holds another sweep"):
         cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "model.optimizer.lr=1e-3,2e-3"])

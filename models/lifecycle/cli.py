@@ -134,7 +134,7 @@ def prepare_output_dir(path: Any, key: str) -> None:
 
 def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> None:
     """A sweep dir holds one sweep: Hydra would replace its ``multirun.yaml`` (the grid the tables read) with
-    another sweep's. The same command again (a requeue, an interrupted sweep resumed) is the same sweep."""
+    another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep."""
     import yaml
 
     saved = sweep_dir / "multirun.yaml"
@@ -144,8 +144,10 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> Non
         task = ((yaml.safe_load(saved.read_text()) or {}).get("hydra") or {}).get("overrides", {}).get("task")
     except (OSError, yaml.YAMLError, AttributeError):
         return  # a damaged grid is the tables' to list; the jobs still check their own dirs
-    ours = sorted(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/")))
-    if task is not None and sorted(map(str, task)) != ours:
+    def keys(items: list[str]) -> set[str]:  # the keys a sweep sets: new values (e.g. a further seed) extend it
+        return {o.split("=", 1)[0].lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
+
+    if task is not None and keys(list(map(str, task))) != keys(overrides):
         made_by = " ".join(map(str, task))
         raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({saved} was made by "
                                f"{made_by!r}); valid: the same command again, or a new hydra.sweep.dir")
