@@ -123,17 +123,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
-def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
-    """The data module and the LightningModule of ``cfg.ckpt_path``'s run, with the checkpoint's weights
-    (checked to fit the model and to be finite) and the run's data (checked to be on disk; never generated)."""
-    from models.run_config import (
-        build_data_and_model,
-        check_run_identity,
-        load_run_checkpoint,
-        load_run_config,
-        load_run_weights,
-        require_existing_data,
-    )
+def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
+    """``(ckpt_path, config path, run config, checkpoint)`` of ``cfg.ckpt_path``, checked to be one run's."""
+    from models.run_config import check_run_identity, load_run_checkpoint, load_run_config
 
     ckpt_path = Path(cfg.ckpt_path)
     if not ckpt_path.is_file():
@@ -144,7 +136,20 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
         raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
     run_cfg = load_run_config(run_config)
     checkpoint = load_run_checkpoint(ckpt_path)
-    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)  # before eval's own batch size changes it
+    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    return ckpt_path, run_config, run_cfg, checkpoint
+
+
+def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
+    """The data module and the LightningModule of ``cfg.ckpt_path``'s run, with the checkpoint's weights
+    (checked to fit the model and to be finite) and the run's data (checked to be on disk; never generated)."""
+    from models.run_config import (
+        build_data_and_model,
+        load_run_weights,
+        require_existing_data,
+    )
+
+    ckpt_path, run_config, run_cfg, checkpoint = _load_run(cfg)  # checked before eval's batch size changes it
     if cfg.batch_size is not None:
         run_cfg.data.batch_size = cfg.batch_size
     datamodule, model = build_data_and_model(run_cfg, data_root=cfg.get("data_root"))
@@ -161,9 +166,6 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
 
     from models.run_config import (
         build_data_and_model,
-        check_run_identity,
-        load_run_checkpoint,
-        load_run_config,
         load_run_weights,
     )
     from models.testsets import (
@@ -178,15 +180,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     )
 
     testset = load_testset(cfg.testset)
-    ckpt_path = Path(cfg.ckpt_path)
-    if not ckpt_path.is_file():
-        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
-    run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
-    if not run_config.is_file():
-        raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
-    run_cfg = load_run_config(run_config)
-    checkpoint = load_run_checkpoint(ckpt_path)
-    check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    ckpt_path, run_config, run_cfg, checkpoint = _load_run(cfg)
     _, model = build_data_and_model(run_cfg)  # the run's datamodule, detached, is not used
     load_run_weights(model, checkpoint, ckpt_path, run_config)
 
