@@ -191,7 +191,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     datamodule = build_datamodule(data)
     prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"))
     check_classes(datamodule, model, testset["name"])
-    adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"])
+    adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     record = {
         "testset": testset["name"],
         "checkpoint": str(ckpt_path),

@@ -148,6 +148,16 @@ def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
     return int(getattr(trainer, "world_size", 1)), int(getattr(trainer, "global_rank", 0))
 
 
+EVALUATION_SEED = 0  # the same order for every run, so two runs' limited evaluations see the same images
+
+
+def evaluation_order(datamodule: L.LightningDataModule, dataset: Any) -> DistributedSampler:
+    """A shuffle fixed by `EVALUATION_SEED` (not the run's seed), sharded over ranks as Lightning's own
+    evaluation sampler would be."""
+    world_size, rank = trainer_world(datamodule)
+    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=EVALUATION_SEED)
+
+
 class ResumableSampler(DistributedSampler):
     """The training order: a shuffle fixed by ``(seed, epoch)``, sharded over ranks, resumable mid-epoch.
 
@@ -445,9 +455,12 @@ class ImageFolderDataModule(L.LightningDataModule):
         return make_loader(self, self.train_set, train=True, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
+        """The val split in a fixed shuffled order (`evaluation_order`): its folders are sorted by class, so
+        a limited evaluation (``trainer.limit_val_batches``/``limit_test_batches``) in file order would see
+        the first classes only. A full pass gives the same accuracy in any order."""
         if self.val_set is None:
             self.setup("validate")
-        return make_loader(self, self.val_set, train=False)
+        return make_loader(self, self.val_set, train=False, sampler=evaluation_order(self, self.val_set))
 
     def test_dataloader(self) -> DataLoader:
         """The val split (ImageNet-style setups have no labelled test split)."""

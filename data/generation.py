@@ -322,9 +322,16 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
 
         tmp = new_temp_dir(root)
         try:
-            generator(root=str(tmp))
-            marker = {"generator": expected, "content": content_summary(tmp)}
-            (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+            try:
+                generator(root=str(tmp))
+                marker = {"generator": expected, "content": content_summary(tmp)}
+                (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+            except OSError as err:  # an image writer's error may not name its file (PIL on a full disk)
+                where = f" ({err.filename})" if err.filename else ""
+                raise DataConfigError(
+                    f"generating data.root={root} failed while writing into {tmp}{where}: "
+                    f"{err.strerror or err}; nothing was kept (free space, or point data.root elsewhere)"
+                ) from None
             try:
                 os.replace(tmp, root)
             except OSError:

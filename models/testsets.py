@@ -189,10 +189,62 @@ def _backbones(module: Any) -> list[torch.nn.Module]:
     return nets
 
 
-def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None, name: str) -> dict[str, Any]:
+# Bytes per attention entry at evaluation: the float32 scores, their softmax and a relative term of the
+# same shape live together (measured peaks on CPU stay under this bound).
+_ATTENTION_BYTES_PER_ENTRY = 16
+
+
+def free_memory_bytes() -> int | None:
+    """Memory an evaluation can still take: the GPU's free memory, else the OS's ``MemAvailable``; None
+    where neither can be read (the check is skipped)."""
+    if torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def attention_entries(net: torch.nn.Module, size: tuple[int, int]) -> int:
+    """Attention entries of one image in the largest layer at ``size``: heads x tokens x tokens for
+    DeiT (global attention), heads x tokens x window area for Swin's first stage."""
+    grid = [s // p for s, p in zip(size, net.patch_embed.patch_size, strict=True)]
+    tokens = grid[0] * grid[1]
+    if isinstance(net, RPESwinTransformer):
+        window = net._ref_window_sizes[0]
+        return net.layers[0].blocks[0].attn.num_heads * tokens * window[0] * window[1]
+    tokens += getattr(net, "num_prefix_tokens", 0)
+    return net.blocks[0].attn.num_heads * tokens * tokens
+
+
+def check_attention_memory(net: torch.nn.Module, size: tuple[int, int], batch_size: int, name: str,
+                           free: int | None) -> None:
+    """Refuse, in one line, a test set whose attention at ``batch_size`` cannot fit in ``free`` bytes
+    (a 32 px run at 384 px has 9217 tokens: hundreds of GiB per batch), naming the batch size that fits."""
+    if free is None:
+        return
+    per_image = attention_entries(net, size) * _ATTENTION_BYTES_PER_ENTRY
+    if per_image * batch_size <= free:
+        return
+    gib = 2.0**30
+    fits = free // per_image
+    valid = (f"batch_size={fits} or less" if fits >= 1 else
+             "a test set nearer the run's training size: even one image does not fit")
+    raise ModelConfigError(
+        f"testset={name} at {size[0]}x{size[1]} px needs about {per_image * batch_size / gib:.1f} GiB for one"
+        f" attention layer at batch_size={batch_size}, and {free / gib:.1f} GiB is free; valid: {valid}")
+
+
+def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None, name: str,
+                batch_size: int = 1) -> dict[str, Any]:
     """Move the run's network(s) to the test set's input ``size`` by ``ape_rule``; returns what was done
-    (for the result file). One forward at the new size surfaces a relative encoding that cannot run
-    there (a window-sized table) as one line before any evaluation."""
+    (for the result file). A test set whose attention at ``batch_size`` cannot fit in memory is refused
+    first (`check_attention_memory`); one forward at the new size then surfaces a relative encoding that
+    cannot run there (a window-sized table) as one line before any evaluation."""
     net = _backbones(module)[0]
     if size is None:  # DETR: backbone and encodings follow each input; there is no table to adapt
         if ape_rule is not None:
@@ -205,6 +257,7 @@ def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None,
     train_size = tuple(int(s) for s in net.patch_embed.img_size)
     if is_deit and net.pos_embed is not None and ape_rule is None:
         ape_rule = "interpolate"  # timm's own way of resizing a ViT
+    check_attention_memory(net, size, batch_size, name, free_memory_bytes())
     for each in _backbones(module):
         each.adapt_input_size(size, ape_rule)
     record: dict[str, Any] = {

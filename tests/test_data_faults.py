@@ -224,6 +224,40 @@ def test_temp_dir_of_a_running_generation_is_left_alone(tmp_path: Path) -> None:
     assert sweep_stale_temp_dirs(root) == [in_use] and not in_use.exists()
 
 
+def test_a_full_disk_during_generation_names_the_root_and_keeps_nothing(tmp_path: Path) -> None:
+    """PIL's writer reports ENOSPC without a file name; the error names the data root and its temp dir."""
+    import errno
+
+    def full_disk(root: str) -> None:
+        FAKE(root)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    root = tmp_path / "rel"
+    with pytest.raises(DataConfigError) as err:
+        ensure_generated(root, full_disk)
+    message = _one_line(err)
+    assert f"generating data.root={root} failed while writing into {tmp_path}/.rel.tmp-" in message
+    assert "No space left on device; nothing was kept" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rel.lock"]
+
+
+def test_a_limited_evaluation_sees_every_class_in_a_fixed_order(tmp_path: Path) -> None:
+    """The val folders are sorted by class; a limited evaluation (its first batches) must not read the
+    first classes only, and two runs (two seeds) read the same images."""
+    make_fake_imagefolder(tmp_path / "fake", num_classes=8, per_class=8, img_size=8)
+    orders = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        datamodule = ImageFolderDataModule(root=str(tmp_path / "fake"), img_size=8, batch_size=8, num_workers=0)
+        datamodule.setup("validate")
+        batches = list(datamodule.val_dataloader())
+        orders.append(torch.cat([labels for _, labels in batches]))
+    first = orders[0][:8]
+    assert len(set(first.tolist())) >= 4, first  # file order would give class 0 eight times
+    assert torch.equal(orders[0], orders[1])
+    assert sorted(orders[0].tolist()) == sorted(datamodule.val_set.targets)  # a full pass: every image once
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [(b'{"generator": {"target": "x", "kw', "not valid JSON"), (b"\xff\xfe\x00", "unreadable"),

@@ -187,6 +187,8 @@ def test_a_damaged_grid_is_listed_and_its_runs_still_counted(tmp_path: Path) -> 
     ({"val/top1": None, "val/top5": 90.0}, "val/top1 is null in metrics.json (not a finite number)"),
     ('{"val/top1": NaN, "val/top5": NaN}', "val/top1, val/top5 are null in metrics.json (not a finite number)"),
     ({"val/loss": 0.5, "epoch": 3}, "metrics.json has no val/top1 or val/top5"),
+    ({"val/top1": 99.0, "val/top5": 100.0, "tested_batches": 2, "test_complete": False},
+     "its test read 2 batches, a part of its split (trainer.limit_test_batches); rerun without the limit"),
 ])
 def test_a_null_or_absent_metric_is_no_result(tmp_path: Path, metrics: object, error: str) -> None:
     _sound_runs(tmp_path)

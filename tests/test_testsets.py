@@ -126,6 +126,26 @@ def test_every_rpe_preset_runs_on_a_larger_grid_or_says_why(preset: str) -> None
 
 
 # ------------------------------------------------------------------------------------------ Swin at any size
+def test_attention_memory_is_counted_by_hand_and_a_test_set_that_cannot_fit_is_one_line() -> None:
+    """deit_micro (4 heads, patch 4) at 384 px: 96 x 96 patches + the class token = 9217 tokens, so
+    4 x 9217^2 = 339,812,356 entries per image (16 bytes each at evaluation: 5.44 GB)."""
+    from models.testsets import attention_entries, check_attention_memory
+
+    deit = _deit("sincos")
+    assert attention_entries(deit, (384, 384)) == 4 * 9217**2
+    swin = create_model(SWIN_MICRO, rpe="swin", num_classes=5)
+    assert attention_entries(swin, (64, 64)) == 2 * 16 * 16 * 4 * 4  # heads x tokens x window area
+    gib = 2**30
+    check_attention_memory(deit, (384, 384), 1, "val_at_384", free=6 * gib)
+    check_attention_memory(deit, (384, 384), 128, "val_at_384", free=None)  # unknown: not checked
+    with pytest.raises(ModelConfigError) as err:
+        check_attention_memory(deit, (384, 384), 128, "val_at_384", free=11 * gib)
+    assert str(err.value) == ("testset=val_at_384 at 384x384 px needs about 648.1 GiB for one attention layer at"
+                              " batch_size=128, and 11.0 GiB is free; valid: batch_size=2 or less")
+    with pytest.raises(ModelConfigError, match="valid: a test set nearer the run's training size: even one"):
+        check_attention_memory(deit, (384, 384), 1, "val_at_384", free=gib)
+
+
 def test_swin_at_224x320_gives_timms_logits() -> None:
     torch.manual_seed(0)
     reference = SwinTransformer(img_size=(224, 320), patch_size=4, window_size=7, embed_dim=96, depths=(2, 2, 6, 2),

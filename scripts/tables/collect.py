@@ -414,6 +414,10 @@ def load_run(run_dir: Path) -> Run:
                             if v is None or (isinstance(v, float) and not math.isfinite(v))))
         numbers = {k: float(v) for k, v in values.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        if values.get("test_complete") is False:  # a limited test (debug): a part of the split, not a result
+            why = (f"its test read {values.get('tested_batches', '?')} batches, a part of its split "
+                   "(trainer.limit_test_batches); rerun without the limit")
+            return Run(shown, "no result", facts, {}, why, ablation, sweep, identity)
         return Run(shown, "ok", facts, numbers, "", ablation, sweep, identity, null)
     if status.state == "failed":
         return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity)
