@@ -15,7 +15,7 @@ model and data.
 
 ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name> [ape=interpolate|extend]`` evaluates
 the run on a named test set (``configs/testset/<name>.yaml``: another canvas, placement region or image
-size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>.json``
+size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>[@<ape rule>].json``
 (atomically; ``metrics.json`` untouched). A test set with its own generator is generated at its own
 ``data.root`` on first use: the only data eval.py ever generates, since the eval config names it.
 """
@@ -55,9 +55,9 @@ def measure_throughput(model: torch.nn.Module, image_shape: tuple[int, ...], bat
     return batch * iters / (time.perf_counter() - started)
 
 
-def evaluate(cfg: DictConfig) -> dict[str, Any]:
+def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, Any]:
     """Evaluate ``cfg.ckpt_path`` with its run's config, or ``cfg.model.weights`` with the composed
-    experiment; returns the metrics.
+    experiment; returns the metrics (and appends the test set's result file to ``written``).
 
     The run's ``config.yaml`` is checked and built by `models.run_config` (never Hydra's ``instantiate``),
     so a run dir from elsewhere cannot run code; a weights file is only read with ``weights_only=True``.
@@ -120,6 +120,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
         path = result.pop("path")
         write_result(path, {**result, "metrics": metrics})
+        if written is not None:
+            written.append(path)
     return metrics
 
 
@@ -192,13 +194,16 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"))
     check_classes(datamodule, model, testset["name"])
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
+    from models.lifecycle.identity import identity_config, identity_hash
+
     record = {
         "testset": testset["name"],
         "checkpoint": str(ckpt_path),
+        "identity": identity_hash(identity_config(run_cfg)),  # whose result this is (make_tables checks it)
         **adapted,
         "data_root": str(Path(datamodule.root).expanduser().absolute()),
         "testset_config": testset,
-        "path": result_path(ckpt_path, testset["name"]),
+        "path": result_path(ckpt_path, testset["name"], adapted["ape_rule"]),
     }
     return datamodule, model, record
 
@@ -219,15 +224,14 @@ def print_table(metrics: dict[str, Any], title: str) -> None:
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="eval")
 def main(cfg: DictConfig) -> None:
+    written: list[Path] = []
     try:
-        metrics = evaluate(cfg)
+        metrics = evaluate(cfg, written)
     except user_error_types() as err:
         report_user_error(err)
     title = str(cfg.ckpt_path or cfg.model.weights)
-    if cfg.get("testset") is not None:
-        from models.testsets import result_path
-
-        title += f" on testset={cfg.testset.name} (written to {result_path(cfg.ckpt_path, cfg.testset.name)})"
+    if written:
+        title += f" on testset={cfg.testset.name} (written to {written[0]})"
     print_table(metrics, title=title)
 
 

@@ -5,7 +5,7 @@ generator...) and which runs it fits (``fits``: kinds of training data, `run_dat
 model is rebuilt and loaded as in eval.py (strict, checked), then moved to the test set's input size by
 `adapt_model`: DeiT's absolute table by the rule the user names (`models.deit.APE_RULES`), Swin with its
 windows kept, DETR as it is (its position encodings follow each input). The result goes atomically to
-``<run dir>/testsets/<name>.json``; the run's ``metrics.json`` is never touched.
+``<run dir>/testsets/<name>[@<ape rule>].json``; the run's ``metrics.json`` is never touched.
 
 Data: a test set with its own ``data.generator`` lives at its own ``data.root`` and is generated there on
 first use (the user named it in the eval config; the run dir's generator stays detached). A test set
@@ -30,7 +30,7 @@ from models.lifecycle.cli import group_options
 from models.lifecycle.files import atomic_write_json
 from models.swin import RPESwinTransformer, swin_grid_problem
 
-RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>.json
+RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
 # What a test set may say it fits: the kind of data the run trained on (`run_data_kinds`).
 DATA_KINDS = ("imagefolder", "relational", "digits", "coco", "shapes_coco")
@@ -295,10 +295,16 @@ def check_classes(datamodule: Any, module: Any, name: str) -> None:
                            f"model has {head}; a test set must have the run's classes")
 
 
-def result_path(ckpt_path: str | os.PathLike, name: str) -> Path:
-    """``<run dir>/testsets/<name>.json``, the run dir being the one that holds ``ckpt_path`` (not a
+def result_name(name: str, ape_rule: str | None) -> str:
+    """The result's file stem: the test set's name, with ``@<rule>`` where an APE rule adapted the model
+    (``relational_canvas48@extend``), so results of the two rules on one run sit side by side."""
+    return name if ape_rule is None else f"{name}@{ape_rule}"
+
+
+def result_path(ckpt_path: str | os.PathLike, name: str, ape_rule: str | None = None) -> Path:
+    """``<run dir>/testsets/<result_name>.json``, the run dir being the one that holds ``ckpt_path`` (not a
     symlink's target: never another run's folder)."""
-    return Path(os.path.abspath(ckpt_path)).parent.parent / RESULT_FOLDER / f"{name}.json"
+    return Path(os.path.abspath(ckpt_path)).parent.parent / RESULT_FOLDER / f"{result_name(name, ape_rule)}.json"
 
 
 def write_result(path: Path, record: dict[str, Any]) -> None:

@@ -235,15 +235,8 @@ def _run_command(command: str, run_dir: Path, data_dir: Path, tmp_path: Path, ca
     return {"archive": tmp_path / "archive" / run_dir.parent.name / run_dir.name}
 
 
-# `make test` takes one command per row (file x damage), the commands in turn, so every row and every command
-# is in it (75 of the cells; all of them take ~4 minutes on a core); `make slow` runs the rest of the matrix.
-ROWS = [(f, d) for f in FILES for d in DAMAGES if applies(f, d)]
-FAST_CELLS = {(COMMANDS[i % len(COMMANDS)], f, d) for i, (f, d) in enumerate(ROWS)}
-
-
-@pytest.mark.parametrize(("command", "file", "damage"),
-                         [c if c in FAST_CELLS else pytest.param(*c, marks=pytest.mark.slow) for c in CELLS],
-                         ids=[f"{c}|{f}|{d}" for c, f, d in CELLS])
+# Every cell runs in `make test` (376 cells, about 2 minutes on one core).
+@pytest.mark.parametrize(("command", "file", "damage"), CELLS, ids=[f"{c}|{f}|{d}" for c, f, d in CELLS])
 def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path], data_dir: Path,
                       tmp_path: Path, capsys) -> None:
     truth = json.loads((runs["victim"] / "metrics.json").read_text())

@@ -259,10 +259,18 @@ def test_an_output_dir_inside_a_run_or_on_unusable_storage_is_refused(finished: 
     assert (tmp_path / "runs" / "a").is_dir() and not any((tmp_path / "runs" / "a").iterdir())
 
 
+def test_a_test_is_complete_only_when_it_read_the_whole_split() -> None:
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(64)), batch_size=32)  # 2 batches
+    assert job.split_batches(loader) == 2 and job.split_batches([loader, loader]) == 4
+    assert job.split_batches(iter(range(3))) == float("inf")  # no length: never called complete
+
+
 def test_the_result_is_the_test_of_best_ckpt_only(finished: Path, tmp_path: Path, data_dir: Path) -> None:
     """Not the last epoch's validation numbers, which Lightning still holds after fit."""
     metrics = json.loads((finished / "metrics.json").read_text())
-    assert metrics["tested_batches"] == 2 and metrics["test_complete"] is False  # debug=fast limits the test
+    assert metrics["tested_batches"] == 2 and metrics["test_complete"] is True  # the limit 2 is all 64 images
     run_dir = tmp_path / "untested"
     untested = job.run(compose_config([*TINY, "test_after_fit=false"], run_dir, data_dir))
     assert untested["tested"] is False and "val/top1" not in untested and "train/loss" in untested

@@ -359,7 +359,7 @@ def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Pa
                                  "ape=extend", f"paths.data_dir={tmp_path / 'data'}", "throughput_batch=2",
                                  "testset.data.generator.num_val=16"])
     assert result.returncode == 0, result.stderr[-3000:]
-    path = run / RESULT_FOLDER / "relational_canvas48.json"
+    path = run / RESULT_FOLDER / "relational_canvas48@extend.json"
     record = json.loads(path.read_text())
     assert (record["testset"], record["ape"], record["ape_rule"]) == ("relational_canvas48", "sincos", "extend")
     assert (record["train_img_size"], record["img_size"], record["patch_grid"]) == ([32, 32], [48, 48], [12, 12])
@@ -370,6 +370,13 @@ def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Pa
     assert after.pop(path.relative_to(run)) == path.read_bytes() and after == before  # metrics.json byte-identical
     assert not (tmp_path / "data" / "never_generated").exists()  # the run's own data: not needed, not made
     assert (tmp_path / "data" / "testsets" / "relational_canvas48_v1" / "val" / "0_E").is_dir()
+    assert f"writtento{path}" in "".join(result.stdout.split())  # rich wraps the title
+    from models.lifecycle.identity import identity_config, identity_hash
+
+    assert record["identity"] == identity_hash(identity_config(OmegaConf.load(run / "config.yaml")))
+    _eval(run, tmp_path / "data", "relational_canvas48", "ape=interpolate", "testset.data.generator.num_val=16")
+    other = json.loads((run / RESULT_FOLDER / "relational_canvas48@interpolate.json").read_text())
+    assert other["ape_rule"] == "interpolate" and json.loads(path.read_text()) == record  # both rules kept
 
 
 BAD_CLI = [
@@ -415,10 +422,11 @@ def test_swin_and_learned_deit_runs_on_a_larger_canvas(tmp_path: Path) -> None:
 
     deit = _fake_run(tmp_path / "deit", data, RUN)  # ape=learned
     _eval(deit, data, "relational_canvas64", "testset.data.generator.num_val=16")  # default rule: interpolate
-    assert json.loads((deit / RESULT_FOLDER / "relational_canvas64.json").read_text())["ape_rule"] == "interpolate"
+    interpolated = json.loads((deit / RESULT_FOLDER / "relational_canvas64@interpolate.json").read_text())
+    assert interpolated["ape_rule"] == "interpolate"
     with pytest.raises(ModelConfigError, match="this DeiT's table is ape=learned .* valid: ape=interpolate"):
         _eval(deit, data, "relational_right", "ape=extend", "testset.data.generator.num_val=16")
-    assert not (deit / RESULT_FOLDER / "relational_right.json").exists()
+    assert not (deit / RESULT_FOLDER).joinpath("relational_right@extend.json").exists()
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -451,13 +459,14 @@ def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> No
     instantiate(compose_config(overrides, tmp_path / "gen", data).data, _convert_="all").prepare_data()  # as train.py
     folders = sorted(p.name for p in data.iterdir())
     metrics = _eval(run, data, "val_at_64")
-    record = json.loads((run / RESULT_FOLDER / "val_at_64.json").read_text())
+    record = json.loads((run / RESULT_FOLDER / "val_at_64@interpolate.json").read_text())
     assert record["data_root"] == str(data / "rel_small") and record["img_size"] == [64, 64]
     assert record["ape_rule"] == "interpolate" and record["metrics"] == metrics
     assert sorted(p.name for p in data.iterdir()) == folders  # nothing generated
     shutil.copytree(data / "rel_small", tmp_path / "elsewhere")
     _eval(run, data, "val_at_48", f"data_root={tmp_path / 'elsewhere'}")
-    assert json.loads((run / RESULT_FOLDER / "val_at_48.json").read_text())["data_root"] == str(tmp_path / "elsewhere")
+    elsewhere = json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())
+    assert elsewhere["data_root"] == str(tmp_path / "elsewhere")
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -1,0 +1,153 @@
+"""Evaluate every finished run of some sweeps (or single run dirs) on named test sets, resumably.
+
+    python scripts/evaluate_testsets.py runs/sweeps/shift_mini --testsets relational_right relational_everywhere
+    python scripts/evaluate_testsets.py runs/sweeps/canvas_mini --testsets relational_canvas48 --ape extend
+
+Each (run, test set) is what ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name>
+[ape=<rule>]`` does, in this one process (a process per evaluation would spend most of its time starting):
+the result goes to ``<run>/testsets/<name>[@<rule>].json``. A result already there for the same run
+(identity), test set definition and rule is kept, so running the command again evaluates only what is
+missing. One there for another definition of the test set (its yaml was edited) is never overwritten: that
+evaluation stops with one line saying to remove the file. Runs that have not finished are listed and left
+out. Every problem is one line per (run, test set); the others still run; the exit code is 1 when any
+evaluation was not done, 0 when every finished run has every result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models.lifecycle.cli import CONFIG_DIR, one_line, say, user_error_types  # noqa: E402
+from models.lifecycle.files import RunFileError, read_json  # noqa: E402
+from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Run dirs: each path that holds a ``config.yaml``, else its sub-folders that do (a sweep dir)."""
+    runs: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path} is not a run or sweep dir")
+        if (path / CONFIG).is_file():
+            runs.append(path)
+        else:
+            runs.extend(sorted(p for p in path.iterdir() if p.is_dir() and (p / CONFIG).is_file()))
+    return runs
+
+
+def _compose(overrides: list[str]) -> Any:
+    """The eval config with ``overrides``, as eval.py's command line composes it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from models.lifecycle.cli import normalize_overrides
+    from models.lifecycle.settings import check_settings
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("eval", overrides=normalize_overrides(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        check_settings(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Path, dict[str, Any]] | None:
+    """The result already written for test set ``name`` with ``ape_rule`` (None: the model's default rule,
+    i.e. no rule or interpolate), as ``(path, record)``; None when there is none. A damaged file raises."""
+    from models.testsets import RESULT_FOLDER, result_name
+
+    rules = [ape_rule] if ape_rule is not None else [None, "interpolate"]
+    for rule in rules:
+        path = run_dir / RESULT_FOLDER / f"{result_name(name, rule)}.json"
+        record = read_json(path)
+        if record is not None:
+            return path, record
+    return None
+
+
+def run_identity(run_dir: Path) -> str:
+    """The identity of the run's config (for a result file of a run whose metrics.json predates it)."""
+    from models.lifecycle.identity import identity_config, identity_hash
+    from models.run_config import load_run_config
+
+    return identity_hash(identity_config(load_run_config(run_dir / CONFIG)))
+
+
+def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[str], identity: str) -> str:
+    """Evaluate one run on one test set unless its result is there; returns what was done, in one line."""
+    import eval as eval_script
+    from models.testsets import load_testset
+
+    overrides = [f"ckpt_path={run_dir / CHECKPOINTS / BEST}", f"testset={testset}", *extra]
+    if ape_rule is not None:
+        overrides.append(f"ape={ape_rule}")
+    cfg = _compose(overrides)
+    definition = load_testset(cfg.testset)
+    found = existing_result(run_dir, testset, ape_rule)
+    if found is not None:
+        path, record = found
+        if record.get("identity") == identity and record.get("testset_config") == json.loads(json.dumps(definition)):
+            return f"kept {path}"
+        why = ("another run's result" if record.get("identity") not in (None, identity)
+               else "a result of another definition of the test set")
+        raise RunFileError(f"{path} holds {why}; remove it to evaluate {run_dir.name} on {testset} again")
+    written: list[Path] = []
+    metrics = eval_script.evaluate(cfg, written)
+    headline = next((k for k in ("val/top1", "val/AP") if k in metrics), None)
+    shown = f", {headline} {metrics[headline]:.2f}" if headline else ""
+    return f"wrote {written[0]}{shown}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="sweep dirs or run dirs")
+    parser.add_argument("--testsets", nargs="+", required=True, help="names of configs/testset/*.yaml")
+    parser.add_argument("--ape", default=None, help="interpolate | extend (DeiT runs with a table)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more eval.py overrides (paths.data_dir=..., batch_size=...)")
+    args = parser.parse_args(argv)
+    try:
+        from models.testsets import check_ape_rule, testset_names
+
+        check_ape_rule(args.ape)
+        unknown = [t for t in args.testsets if t not in testset_names()]
+        if unknown:
+            raise ValueError(f"--testsets {unknown[0]} is not a test set; valid: {', '.join(testset_names())}")
+        runs = find_runs(args.paths)
+    except user_error_types() as err:
+        say(f"error: {one_line(err)}", stream=sys.stderr)
+        return 2
+    problems = 0
+    for run_dir in runs:
+        status = run_status(run_dir)
+        if status.state != "finished":
+            say(f"left out {run_dir}: {status.state}{': ' + status.error if status.error else ''}")
+            problems += 1
+            continue
+        identity = status.metrics.get("identity") or run_identity(run_dir)
+        for testset in args.testsets:
+            try:
+                say(f"{run_dir.name} / {testset}: {evaluate_run(run_dir, testset, args.ape, args.set, identity)}")
+            except user_error_types() as err:
+                say(f"error: {run_dir.name} / {testset}: {one_line(err)}", stream=sys.stderr)
+                problems += 1
+    say(f"{len(runs)} runs x {len(args.testsets)} test sets; {problems} not evaluated")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

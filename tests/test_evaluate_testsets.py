@@ -1,0 +1,94 @@
+"""scripts/evaluate_testsets.py: every finished run of a sweep on named test sets, resumably, never
+overwriting a result it did not make for the same run and test set."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from models.lifecycle import job
+from models.lifecycle.identity import identity_config, identity_hash
+from scripts import evaluate_testsets
+from tests.helpers import compose_config
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TINY = [
+    "debug=fast", "logger=csv", "data.root=${paths.data_dir}/relational_tiny", "data.generator.num_train=256",
+    "data.generator.num_val=64", "data.num_workers=0", "data.batch_size=32", "model.net.ape=sincos",
+    "print_config=false",
+]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A sweep dir with one finished run (``0``) and one run dir that never finished (``1``)."""
+    root = tmp_path_factory.mktemp("sweep") / "shift"
+    job.run(compose_config(TINY, root / "0", data_dir))
+    (root / "1").mkdir()
+    shutil.copy(root / "0" / "config.yaml", root / "1" / "config.yaml")
+    return root
+
+
+def _main(sweep: Path, data_dir: Path, *args: str) -> int:
+    return evaluate_testsets.main([str(sweep), *args, "--set", f"paths.data_dir={data_dir}",
+                                   "testset.data.generator.num_val=16", "throughput_batch=2"])
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: Path, data_dir: Path,
+                                                                       capsys) -> None:
+    import eval as eval_script
+
+    code = _main(sweep, data_dir, "--testsets", "relational_right", "relational_canvas48", "--ape", "extend")
+    out = capsys.readouterr().out
+    assert code == 1 and f"left out {sweep / '1'}: unfinished" in out  # the unfinished run is named
+    results = sweep / "0" / "testsets"
+    assert sorted(p.name for p in results.iterdir()) == ["relational_canvas48@extend.json",
+                                                          "relational_right@extend.json"]
+    record = json.loads((results / "relational_canvas48@extend.json").read_text())
+    run_cfg = compose_config(TINY, sweep / "0", data_dir)
+    assert record["identity"] == identity_hash(identity_config(run_cfg)) and record["img_size"] == [48, 48]
+    # the same numbers as eval.py's own evaluation of that run and test set
+    cfg = compose_config([f"ckpt_path={sweep / '0' / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
+                          "ape=extend", "testset.data.generator.num_val=16", "throughput_batch=2"],
+                         sweep.parent / "eval", data_dir, config_name="eval")
+    direct = eval_script.evaluate(cfg)
+    assert record["metrics"]["val/top1"] == pytest.approx(direct["val/top1"])
+
+    shutil.rmtree(sweep / "1")
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+    assert _main(sweep, data_dir, "--testsets", "relational_right", "relational_canvas48", "--ape", "extend") == 0
+    assert capsys.readouterr().out.count("kept ") == 2
+    assert {p.name: p.read_bytes() for p in results.iterdir()} == before  # nothing evaluated again
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_dir: Path, capsys) -> None:
+    path = sweep / "0" / "testsets" / "relational_right.json"
+    path.parent.mkdir(exist_ok=True)
+    stale = {"testset": "relational_right", "identity": "0" * 16, "ape_rule": None, "testset_config": {},
+             "metrics": {"val/top1": 50.0}}
+    path.write_text(json.dumps(stale))
+    if (sweep / "1").exists():
+        shutil.rmtree(sweep / "1")
+    code = _main(sweep, data_dir, "--testsets", "relational_right", "--ape", "interpolate")
+    assert code == 0  # another rule: a file of its own
+    assert _main(sweep, data_dir, "--testsets", "relational_right") == 1  # the default rule: that file
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: 0 / relational_right: {path} holds another run's result; remove it to evaluate 0 on"
+                   " relational_right again"]
+    assert json.loads(path.read_text()) == stale
+
+
+def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
+    assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_leftish"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --testsets relational_leftish is not a test set; valid: ") and "\n" not in err
+    assert evaluate_testsets.main([str(tmp_path / "nowhere"), "--testsets", "relational_right"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nowhere'} is not a run or sweep dir"
+    assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_right", "--ape", "stretch"]) == 2
+    assert "ape='stretch' is not an APE rule; valid: interpolate, extend" in capsys.readouterr().err
