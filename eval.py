@@ -194,12 +194,15 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"))
     check_classes(datamodule, model, testset["name"])
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
-    from models.lifecycle.identity import identity_config, identity_hash
+    from models.lifecycle.identity import identity_config, identity_hash, run_length
 
     record = {
         "testset": testset["name"],
         "checkpoint": str(ckpt_path),
-        "identity": identity_hash(identity_config(run_cfg)),  # whose result this is (make_tables checks it)
+        # whose result this is, and of which length of it (make_tables checks both: a run extended to more
+        # epochs after this evaluation has another best.ckpt)
+        "identity": identity_hash(identity_config(run_cfg)),
+        "length": run_length(run_cfg),
         **adapted,
         "data_root": str(Path(datamodule.root).expanduser().absolute()),
         "testset_config": testset,

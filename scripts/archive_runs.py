@@ -5,18 +5,21 @@
 A sweep's run dirs hold checkpoints (megabytes each) and live in ``runs/``, outside version control. This
 copies what ``make_tables.py`` reads, and nothing else: the sweep's ``multirun.yaml`` (its grid) and, for
 every run that ended (finished or failed, by the lifecycle's ``run_status``), its resolved ``config.yaml``,
-its ``.hydra/overrides.yaml``, its ``run.json`` where it has one (the state and length) and its result
-file. The archive mirrors the sweep's layout (``DEST/<sweep>/<job>/``), so ``make_tables.py DEST/*`` builds
-the same tables as ``runs/sweeps/*`` did, and results gathered over several sittings or machines add up in
-one place. Runs that have not ended (unfinished, interrupted, running, died) are left out, each named (the
-grid lists them as missing until they end).
+its ``.hydra/overrides.yaml``, its ``run.json`` where it has one (the state and length), its result file
+and, for a finished run, its results on other test sets (``testsets/<name>.json``, from ``eval.py
+testset=<name>``; a later sitting mirrors the run's, removing those it no longer has). The archive mirrors
+the sweep's layout (``DEST/<sweep>/<job>/``), so ``make_tables.py DEST/*`` builds the same tables as
+``runs/sweeps/*`` did, and results gathered over several sittings or machines add up in one place. Runs
+that have not ended (unfinished, interrupted, running, died) are left out, each named (the grid lists them
+as missing until they end).
 
 Every run is checked before anything is written: a damaged record or config (what ``make_tables.py`` lists
 as unreadable) stops the script with one line naming the file, as an archive must not keep a result it
-cannot place. A run already archived under the same job name is replaced only by a run of the same identity
-(the same job run again, or extended to more epochs); a different config there stops the script with one
-line, as the archive belongs to the recipe its runs were made with (remove that sweep's archive to start it
-afresh).
+cannot place; so does a test-set result that make_tables would not count (a symlink or a file that is not
+plain, damaged, another run's or another test set's: `scripts.tables.collect.read_testset_result`). A run
+already archived under the same job name is replaced only by a run of the same identity (the same job run
+again, or extended to more epochs); a different config there stops the script with one line, as the
+archive belongs to the recipe its runs were made with (remove that sweep's archive to start it afresh).
 """
 from __future__ import annotations
 
@@ -27,15 +30,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.identity import identity_config  # noqa: E402
+from models.lifecycle.files import describe_non_file  # noqa: E402
+from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from models.lifecycle.records import CONFIG, FAILURE, METRICS, RUN_RECORD, run_status  # noqa: E402
 from scripts.tables.collect import (  # noqa: E402
     OVERRIDES,
+    TESTSETS,
     TableError,
     check_record,
     expected_jobs,
     read_config,
     read_overrides,
+    read_testsets,
     run_dirs,
 )
 
@@ -67,6 +73,34 @@ def _check_run(run_dir: Path) -> str:
     return status.state
 
 
+def _testset_files(run_dir: Path, state: str, out: Path) -> list[str]:
+    """The test-set result files of a finished run to archive (``testsets/<name>.json``), each one that
+    make_tables counts; one it would not count is a `TableError` naming it, as is an archived ``testsets``
+    that is not a plain folder (a write there could land outside the archive)."""
+    if state != "finished":  # make_tables reads test-set results of finished runs only
+        return []
+    cfg = read_config(run_dir / CONFIG)
+    _, testsets, problems = read_testsets(run_dir, identity_hash(identity_config(cfg)), run_length(cfg))
+    if problems:
+        file, why = problems[0]
+        raise TableError(f"{run_dir / file} is not a result make_tables counts: {why}; repair it or move it away, "
+                         "then archive again")
+    archived = out / TESTSETS
+    if os.path.lexists(archived) and (archived.is_symlink() or not archived.is_dir()):
+        raise TableError(f"{archived} cannot hold the archived test-set results: {describe_non_file(archived)}; "
+                         "move it away")
+    return [f"{TESTSETS}/{name}.json" for name in sorted(testsets)]
+
+
+def _archived_testsets(out: Path) -> list[str]:
+    """The test-set result files already archived in ``out`` (plain files only: a symlink there is not ours)."""
+    folder = out / TESTSETS
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    return sorted(f"{TESTSETS}/{p.name}" for p in folder.iterdir()
+                  if p.name.endswith(".json") and p.is_file() and not p.is_symlink())
+
+
 def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out)."""
     from models.lifecycle.files import atomic_write_bytes
@@ -92,18 +126,22 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
                 read_config(run_dir / CONFIG)):
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")
-        runs.append(run_dir)
+        runs.append((run_dir, _testset_files(run_dir, state, archived.parent)))
     atomic_write_bytes(target / "multirun.yaml", (sweep_dir / "multirun.yaml").read_bytes())
     new = replaced = 0
-    for run_dir in runs:
+    for run_dir, testsets in runs:
         out = target / run_dir.relative_to(sweep_dir)
         existed = (out / CONFIG).is_file()
         for stale in RECORDS:  # a failed run that later finished keeps only its newer result
             if (out / stale).is_file() and not (run_dir / stale).is_file():
                 (out / stale).unlink()
+        for stale in set(_archived_testsets(out)) - set(testsets):  # the results of an earlier run of this job
+            (out / stale).unlink()
         for name in (CONFIG, OVERRIDES, *RECORDS):
             if (run_dir / name).is_file():
                 atomic_write_bytes(out / name, (run_dir / name).read_bytes())
+        for name in testsets:  # checked plain files (`_testset_files`): a symlink was refused, never followed
+            atomic_write_bytes(out / name, (run_dir / name).read_bytes())
         new, replaced = new + (not existed), replaced + existed
     return new, replaced, left_out
 

@@ -20,8 +20,13 @@ from rpe import resolve_rpe
 from scripts import make_tables
 from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
-SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml") if not p.stem.startswith("_"))
-FAST = ["debug=fast", "logger=csv", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1"]
+# The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
+BENCHMARK_SWEEPS = {"shift_mini": 24}
+SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml")
+                if not p.stem.startswith("_") and p.stem not in BENCHMARK_SWEEPS)
+# the result's test reads the whole 512-image split: a limited test is no result in the tables
+FAST = ["debug=fast", "logger=csv", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1.0"]
 ONE_SEED = ["seed=0"]  # the mini sweeps run seeds 0, 1, 2; one is enough to test the machinery
 
 
@@ -141,6 +146,27 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
     assert len({(layout.row(f), layout.col(f), f["seed"]) for f in facts}) == len(configs)
     assert {(layout.row(f), layout.col(f)) for f in facts} == EXPECTED_CELLS[ablation]
     assert sorted({f["seed"] for f in facts}) == list(range(len(configs) // len(EXPECTED_CELLS[ablation])))
+
+
+def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the_references() -> None:
+    """sweep=shift_mini: 24 rows x seeds 0-4; every row a valid encoding; the recipe is the mini one with
+    6 epochs and the objects in the left half; only the reference rows have an absolute encoding."""
+    grid = _grid("shift_mini")
+    rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
+    assert len(grid) == BENCHMARK_SWEEPS["shift_mini"] * 5 and rows[:24] * 5 == rows
+    experiment = _compose(["experiment=ablation_mini", "data.root=/x"])
+    seen = {}
+    for job in grid[:24]:  # seed 0: one job per row
+        cfg = _compose(["sweep=shift_mini", "data.root=/x", *job])
+        rpe = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True))
+        seen[cfg.row] = (cfg.model.net.ape, cfg.model.net.peg_blocks, rpe)
+        assert list(cfg.data.generator.region) == [0, 0, 32, 16] and cfg.trainer.max_epochs == 6
+        assert cfg.data.generator.num_train == experiment.data.generator.num_train
+    assert set(seen) == set(_compose(["sweep=shift_mini", "data.root=/x"]).rows)  # no row left out of the grid
+    references = {row for row, (ape, _, _) in seen.items() if ape != "none"}
+    assert references == {"ape_learned", "ape_sincos", "cpvt"} and seen["cpvt"][1] == [0, 1, 2, 3]
+    assert seen["euc_bias"][2] != seen["euc_ctx"][2] and seen["euc_bias"][2].mode == "bias"
+    assert seen["product_ctx_unshared"][2].shared_head is False and seen["product_ctx"][2].shared_head is True
 
 
 def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:

@@ -1,4 +1,13 @@
-"""Runs into cells and tables: pooling over seeds, and the statistics of a cell."""
+"""Runs into cells and tables: pooling over seeds, and the statistics of a cell.
+
+A test-set column (`testset_columns`) is ``<name>@<rule>`` for the results of runs whose absolute position
+table was resized by APE rule ``<rule>``; a run without an absolute table (its result file's ``ape_rule`` is
+null: eval.py refuses a rule there) has one result whatever the rule, and it stands in each rule's column of
+its test set. A test set that no run of the table has a rule for gets the plain column ``<name>``. A cell's
+entry there is the mean ± std over the seeds that have that result, and says how many of the cell's counted
+seeds that is when it is not all of them: a mean over fewer seeds than the cell's own is never shown as if
+it were over the same seeds.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.tables.collect import STATUSES, Run
+from scripts.tables.collect import STATUSES, TESTSET_NAME, TESTSETS, Run
 from scripts.tables.layouts import LAYOUTS, PAPER, Layout, PaperTable
 
 NOT_COUNTED = "runs not counted"  # the table of runs that no cell can hold (their config is unreadable)
@@ -52,22 +61,72 @@ class Cell:
         return ", ".join(sorted(("?" if v is None else str(v) for v in values), key=_natural))
 
     def stats(self, metric: str) -> tuple[float | None, float | None, int]:
-        values = self.values(metric)
-        if not values:
-            return None, None, 0
-        std = statistics.stdev(values) if len(values) > 1 else None
-        return statistics.fmean(values), std, len(values)
+        return _stats(self.values(metric))
+
+    def testset_values(self, column: str, metric: str) -> list[float]:
+        """``metric`` of the counted runs' results in the test-set ``column`` (``<name>`` or ``<name>@<rule>``):
+        those of that rule, and those of runs without an absolute table (``ape_rule`` null), which no rule
+        changes."""
+        name, _, rule = column.partition("@")  # a test set's name has no '@' (`collect.TESTSET_NAME`)
+        values = []
+        for run in self.runs:
+            if run.status != "ok":
+                continue
+            for own_column, own in run.testsets.items():  # at most one matches: one file per rule
+                key = f"{own_column}/{metric}"
+                if own_column.partition("@")[0] == name and (own is None or own == rule) and key in run.metrics:
+                    values.append(run.metrics[key])
+                    break
+        return values
+
+    def testset_stats(self, column: str, metric: str) -> tuple[float | None, float | None, int]:
+        return _stats(self.testset_values(column, metric))
 
     def text(self, metric: str, digits: int = 2) -> str:
         mean, std, n = self.stats(metric)
         parts = []
         if mean is not None:
-            parts.append(f"{mean:.{digits}f}" + (f" ± {std:.{digits}f} (n={n})" if std is not None else ""))
+            parts.append(_mean_text(mean, std, n, digits))
         for status in STATUSES[1:]:
             k = self.count(status)
             if k:
                 parts.append(status if not parts and k == len(self.runs) else f"{k} {status}")
         return ", ".join(parts) if parts else "–"
+
+    def testset_problems(self, column: str) -> list[tuple[Run, str, str]]:
+        """``(run, file, why)`` of the cell's counted runs whose result for ``column``'s test set is not counted."""
+        name = column.split("@", 1)[0]  # a test set's name has no '@' (`collect.TESTSET_NAME`)
+        return [(run, file, why) for run in self.runs if run.status == "ok" for file, why in run.testset_problems
+                if file == TESTSETS or _file_column(file).partition("@")[0] == name]
+
+    def testset_text(self, column: str, metric: str, digits: int = 2) -> str:
+        """The cell in a test-set column: ``mean ± std (n)`` over the seeds evaluated there, then ``k of N seeds
+        evaluated`` when not all N counted seeds are, and ``m not counted`` for results that cannot be trusted
+        (listed under the table); "–" when the cell counts no run (its own column says why)."""
+        counted = self.count("ok")
+        if not counted:
+            return "–"
+        mean, std, n = self.testset_stats(column, metric)
+        parts = [] if mean is None else [_mean_text(mean, std, n, digits)]
+        if n < counted:
+            parts.append(f"{n} of {counted} seeds evaluated")
+        rejected = len(self.testset_problems(column))
+        if rejected:
+            parts.append(f"{rejected} not counted")
+        return ", ".join(parts)
+
+
+def _stats(values: list[float]) -> tuple[float | None, float | None, int]:
+    """Mean, standard deviation (None for one value) and count; ``(None, None, 0)`` for none."""
+    if not values:
+        return None, None, 0
+    std = statistics.stdev(values) if len(values) > 1 else None
+    return statistics.fmean(values), std, len(values)
+
+
+def _mean_text(mean: float, std: float | None, n: int, digits: int) -> str:
+    """``mean ± std (n=n)``, or the mean alone for one value (no std)."""
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f} (n={n})" if std is not None else "")
 
 
 @dataclass
@@ -80,6 +139,7 @@ class Table:
     cols: list[Any]
     cells: dict[tuple[Any, Any], Cell]
     scale: str
+    testsets: list[str] = field(default_factory=list)  # the test-set columns (`testset_columns`)
 
     @property
     def paper(self) -> PaperTable | None:
@@ -150,6 +210,32 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     first = next(iter(split))
     split[first] = split[first] + never_ran
     return split
+
+
+def _file_column(file: str) -> str:
+    """``testsets/<name>[@<rule>].json`` -> ``<name>[@<rule>]``."""
+    return file.removeprefix(f"{TESTSETS}/").removesuffix(".json")
+
+
+def testset_columns(layout: Layout, runs: list[Run]) -> list[str]:
+    """The test-set columns of a table: those ``layout.testsets`` names, in its order (a bare name gives one
+    column per APE rule its results used, or the name alone where none has one), then every other column
+    the counted runs have a result for (or a result not counted), so that none is hidden. A test set gets
+    its plain column only where no result of it has a rule (module docstring)."""
+    counted = [run for run in runs if run.status == "ok"]
+    found = {column for run in counted for column, rule in run.testsets.items() if rule}
+    # a test set without a rule anywhere, or whose every result is not counted, gets its plain column
+    plain = {column for run in counted for column, rule in run.testsets.items() if rule is None}
+    plain |= {_file_column(file).partition("@")[0] for run in counted
+              for file, _ in run.testset_problems if file != TESTSETS}
+    found |= {name for name in plain if TESTSET_NAME.fullmatch(name)
+              and not any(column.split("@", 1)[0] == name for column in found)}
+    columns: list[str] = []
+    for name in layout.testsets:
+        variants = [name] if "@" in name else sorted(
+            (column for column in found if column.split("@", 1)[0] == name), key=_natural) or [name]
+        columns += [column for column in variants if column not in columns]
+    return columns + [column for column in sorted(found, key=_natural) if column not in columns]
 
 
 def _add_relative_metric(layout: Layout, cells: dict[tuple[Any, Any], Cell]) -> None:
@@ -232,7 +318,8 @@ def build_tables(runs: list[Run]) -> list[Table]:
         rows = _ordered({r for r, _ in cells}, layout.row_order)
         cols = _ordered({c for _, c in cells}, layout.col_order)
         scale = ", ".join(sorted({str(r.facts["model"]) for r in members}))
-        tables.append(Table(sweep or ablation, ablation, layout, [sweep] if sweep else [], rows, cols, cells, scale))
+        tables.append(Table(sweep or ablation, ablation, layout, [sweep] if sweep else [], rows, cols, cells, scale,
+                            testset_columns(layout, members)))
     if unplaced:
         tables.append(_not_counted(unplaced))
     return tables

@@ -3,6 +3,14 @@
 What a run dir's state is comes from the lifecycle (`models.lifecycle.records.run_status`), and which runs
 share a cell from its identity (`models.lifecycle.identity`): this module only reads, and names each run
 it cannot count instead of dropping it or failing the whole table.
+
+A finished run's results on other test sets (``eval.py testset=<name>``: ``<run dir>/testsets/<name>.json``)
+join its metrics under the test set's column (`testset_column`): ``<name>/<metric>``, or
+``<name>@<rule>/<metric>`` when the result file's ``ape_rule`` is set (the APE rule that resized the run's
+absolute position table: ``relational_canvas48@interpolate/val/top1`` and
+``relational_canvas48@extend/val/top1`` are two columns, never pooled; a run without an absolute table has
+no rule, and `cells` shows its one result in each rule's column). A result file that cannot be trusted is
+listed on the run (`Run.testset_problems`), not counted, and never costs the run its own result.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from models.lifecycle.files import RunFileError, check_plain_file
+from models.lifecycle.files import RunFileError, check_plain_file, describe_non_file, read_json
 from models.lifecycle.identity import (
     SEED_KEY,
     config_differences,
@@ -30,7 +38,16 @@ from models.lifecycle.identity import (
     identity_hash,
     run_length,
 )
-from models.lifecycle.records import CONFIG, HYDRA_DIR, METRICS, RUN_RECORD, RunStatus, read_run_record, run_status
+from models.lifecycle.records import (
+    CONFIG,
+    HYDRA_DIR,
+    METRICS,
+    PERCENT_METRICS,
+    RUN_RECORD,
+    RunStatus,
+    read_run_record,
+    run_status,
+)
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from rpe.index import INDEX_METHODS, IndexSpec, bucket_ids, num_buckets
 from rpe.registry import encoding
@@ -43,6 +60,11 @@ from rpe.registry import encoding
 STATUSES = ("ok", "failed", "unfinished", "missing", "interrupted", "running", "died", "no result", "unreadable",
             "duplicate")
 OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
+# `models.testsets.RESULT_FOLDER` and the test set names it accepts, spelled out here: importing that module
+# would load every model (timm) only to read JSON files (tests/test_tables_testsets.py checks they agree).
+TESTSETS = "testsets"
+TESTSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+APE_RULE = re.compile(r"[A-Za-z0-9_-]{1,50}")  # an APE rule's name goes into a column name: no '/' nor '@'
 
 
 class TableError(ValueError):
@@ -63,6 +85,11 @@ class Run:
     sweep: str | None = None
     identity: dict[str, str] | None = None  # `cell_identity` (None: a grid point never run, or placed by it)
     null_metrics: tuple[str, ...] = ()  # metrics.json's keys whose value is null or not finite
+    # the counted results' columns (<name>[@<rule>], the file stems) -> their APE rules
+    testsets: dict[str, str | None] = field(default_factory=dict)
+    # (file, why) of each test-set result not counted, e.g. ("testsets/relational_right.json", "it is another
+    # run's result ..."); the file is "testsets" when the folder itself cannot be read
+    testset_problems: tuple[tuple[str, str], ...] = ()
 
 
 def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -357,6 +384,98 @@ def read_overrides(run_dir: Path) -> list[str] | None:
     return overrides
 
 
+# ----------------------------------------------------------------------------- results on other test sets
+def testset_column(name: str, ape_rule: str | None) -> str:
+    """The column of a test set's results: ``<name>``, or ``<name>@<rule>`` when an APE rule resized the run."""
+    return name if ape_rule is None else f"{name}@{ape_rule}"
+
+
+def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None = None
+                        ) -> tuple[str | None, dict[str, float]]:
+    """``(ape_rule, metrics)`` of the result file ``path`` of the run whose identity hash is ``identity``.
+
+    Anything that makes the numbers not this run's on this test set is a `TableError` saying why, without
+    the path (the caller names the file): a symlink or a file that is not plain (never followed), damaged
+    or non-JSON, not an object, a ``testset`` other than its file name (renamed or copied), another run's
+    ``identity`` (a file without one, written before eval.py recorded it, is taken as the run's), an
+    ``ape_rule`` that is no rule name, and a metric that is not a finite number or a percentage outside
+    [0, 100]. Only JSON is parsed: nothing in the file is executed or resolved.
+    """
+    # the file is <test set>[@<ape rule>].json (eval.py's models.testsets.result_name)
+    name, _, named_rule = path.name.removesuffix(".json").partition("@")
+    if not TESTSET_NAME.fullmatch(name) or (named_rule and not APE_RULE.fullmatch(named_rule)):
+        raise TableError("its name is not <test set>[@<ape rule>].json (letters, digits, '_', '.', '-')")
+    try:
+        value = read_json(path)
+    except RunFileError as err:
+        raise TableError(str(err).replace(str(path), "the file")) from None
+    if value is None:
+        raise TableError("it vanished while it was read")
+    if value.get("testset") != name:
+        raise TableError(f"it is the result of test set {value.get('testset')!r}, not of {name!r} (its file name):"
+                         " renamed or copied from another test set?")
+    owner = value.get("identity")
+    if owner is not None and owner != identity:
+        raise TableError(f"it is another run's result (identity {owner!r}, this run's {identity!r}):"
+                         " copied from another run dir?")
+    rule = value.get("ape_rule")
+    if rule is not None and not (isinstance(rule, str) and APE_RULE.fullmatch(rule)):
+        raise TableError(f"the file is damaged: ape_rule {rule!r} is not an APE rule name")
+    if (rule or "") != named_rule:
+        raise TableError(f"it holds the result of ape_rule {rule!r}, its file name says {named_rule or None!r}:"
+                         " renamed?")
+    made, now = value.get("length"), length
+    if made is not None and now is not None and made != now:
+        raise TableError(f"it was evaluated when the run's length was {made}, the run's length is now {now}:"
+                         " evaluate it again (scripts/evaluate_testsets.py)")
+    metrics = value.get("metrics")
+    if not isinstance(metrics, dict) or not metrics:
+        raise TableError("the file is damaged: it has no metrics")
+    numbers: dict[str, float] = {}
+    for key, number in metrics.items():
+        # Python's JSON reader takes NaN and Infinity, which eval.py never writes: such a file was edited
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise TableError(f"the file is damaged: {key}={number!r} is not a finite number")
+        if key in PERCENT_METRICS and not 0 <= number <= 100:
+            raise TableError(f"the file is damaged: {key}={number!r} is not a percentage in [0, 100]")
+        numbers[key] = float(number)
+    return rule, numbers
+
+
+def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = None
+                  ) -> tuple[dict[str, float], dict[str, str | None], tuple[tuple[str, str], ...]]:
+    """A finished run's results on other test sets: ``(metrics, testsets, problems)``.
+
+    ``metrics``: ``<column>/<metric>`` of every result counted (`testset_column`: the file's stem);
+    ``testsets``: column -> its APE rule; ``problems``: ``(file, why)`` of each result not counted
+    (`read_testset_result`). Read are the plain ``*.json`` files of ``run_dir/testsets`` (hidden ones, e.g.
+    an atomic write's leftover, are not results); that folder must be the run's own, not a symlink into another run dir.
+    """
+    folder = run_dir / TESTSETS
+    if not os.path.lexists(folder):
+        return {}, {}, ()
+    if folder.is_symlink() or not folder.is_dir():
+        return {}, {}, ((TESTSETS, f"{describe_non_file(folder)}, where the run's own folder belongs; none of its"
+                                   " results is counted"),)
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json") and not p.name.startswith("."))
+    except OSError as err:
+        return {}, {}, ((TESTSETS, f"cannot list it: {err.strerror or type(err).__name__}"),)
+    metrics: dict[str, float] = {}
+    testsets: dict[str, str | None] = {}
+    problems: list[tuple[str, str]] = []
+    for file in names:
+        try:
+            rule, numbers = read_testset_result(folder / file, identity, length)
+        except TableError as err:
+            problems.append((f"{TESTSETS}/{file}", str(err)))
+            continue
+        column = file.removesuffix(".json")  # <name>[@<rule>], checked by read_testset_result
+        testsets[column] = rule
+        metrics.update({f"{column}/{key}": number for key, number in numbers.items()})
+    return metrics, testsets, tuple(problems)
+
+
 def _not_ended(run_dir: Path, status: RunStatus) -> str:
     """Why a run with a record that is not finished has no result, and what to do."""
     length = ", ".join(f"trainer.{k}={v}" for k, v in (status.length or {}).items() if v is not None)
@@ -418,7 +537,12 @@ def load_run(run_dir: Path) -> Run:
             why = (f"its test read {values.get('tested_batches', '?')} batches, a part of its split "
                    "(trainer.limit_test_batches); rerun without the limit")
             return Run(shown, "no result", facts, {}, why, ablation, sweep, identity)
-        return Run(shown, "ok", facts, numbers, "", ablation, sweep, identity, null)
+        # the test-set files must be this config's results: its identity hash, as eval.py writes it (and as
+        # run.json records it, checked above)
+        tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
+                                                           run_length(cfg))
+        return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,
+                   testset_problems)
     if status.state == "failed":
         return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity)
     if status.state == "unfinished":

@@ -61,7 +61,8 @@ PAPER = load_paper_numbers()
 # ----------------------------------------------------------------------------- layouts
 @dataclass(frozen=True)
 class Layout:
-    """How one ablation is tabulated: ``row(facts)``, ``col(facts)`` and the metrics of a cell."""
+    """How one ablation is tabulated: ``row(facts)``, ``col(facts)``, the metrics of a cell and the test sets
+    beside them."""
 
     title: str
     row_name: str
@@ -72,6 +73,11 @@ class Layout:
     col_order: tuple[Any, ...] = ()
     note: str = ""
     relative: tuple[str, str, Any] | None = None  # (new metric, metric, row): a cell's mean over that row's mean
+    # Test-set columns beside each column's own result (``eval.py testset=<name>``), in this order: a name
+    # (``"relational_canvas48"``) shows one column per APE rule its results used, ``"<name>@<rule>"`` (e.g.
+    # ``"relational_canvas48@extend"``) that rule's; each is shown even where no run has the result. The
+    # runs' other test-set results follow, so that no result is hidden (`cells.testset_columns`).
+    testsets: tuple[str, ...] = ()
 
 
 def _ratio(facts: dict[str, Any]) -> str:

@@ -21,6 +21,14 @@ USED_TEXT = ("`used`: the distinct buckets the pairs of the token grid reach (0:
              " not known from the config, e.g. DETR's padded batches); `≡ R`: the row's runs cannot differ from"
              " row R's, by construction (the same config but for an index that puts the grid's pairs into the same"
              " buckets).")
+TESTSETS_TEXT = (
+    "Test-set columns: the same runs' best checkpoints evaluated on another test set (`eval.py"
+    " testset=<name> [ape=<rule>]`, read from each run's `testsets/<name>.json`), mean ± std (n) over the seeds"
+    " evaluated there. `<name>@<rule>`: runs with an absolute position table, resized to the test set's grid by"
+    " APE rule `<rule>` (`interpolate`, `extend`: each rule its own column, never pooled); runs without one have"
+    " nothing to resize, so their one result stands in every rule's column. `<name>`: no run here has an"
+    " absolute table. `k of N seeds evaluated`: only k of the cell's N counted seeds have that result, and the"
+    " mean is over those k; `m not counted`: results that cannot be trusted, listed under the table.")
 FINDINGS_TEXT = (
     "Each finding (`source`: its table or figure in Wu et al., ICCV 2021) is a contrast of cells (e.g."
     " contextual minus bias) with a predicted sign, taken per seed over"
@@ -59,6 +67,8 @@ def _grid(table: Table, metric: str) -> list[list[str]]:
         header.append(label)
         if col in with_paper:
             header.append("paper" if len(table.cols) == 1 else f"paper {label}")
+        # each column's results on other test sets stand right after its own, so a row reads across
+        header += [column if len(table.cols) == 1 else f"{column} ({label})" for column in table.testsets]
     lines = [header]
     for row in table.rows:
         line = [table.row_label(row), _used_text(table, row, flagged)]
@@ -68,6 +78,7 @@ def _grid(table: Table, metric: str) -> list[list[str]]:
             if col in with_paper:
                 assert paper is not None
                 line.append(paper.text_of(row, col, metric))
+            line += [cell.testset_text(column, metric) if cell is not None else "–" for column in table.testsets]
         lines.append(line)
     return lines
 
@@ -102,6 +113,8 @@ def to_markdown(tables: list[Table]) -> str:
                       " data, model and scale are not these runs' (the findings compare directions).\n")
         if table.layout.note:
             out.write(f"{table.layout.note}.\n")
+        if table.testsets:
+            out.write(TESTSETS_TEXT + "\n")
         for metric in _metrics_present(table):
             grid = _grid(table, metric)
             out.write(f"\n**{metric}**\n\n")
@@ -113,8 +126,19 @@ def to_markdown(tables: list[Table]) -> str:
             out.write("\nNot ok:\n\n")
             for run in failures:
                 out.write(f"- {run.status}: `{run.path}`" + (f": {run.error}" if run.error else "") + "\n")
+        rejected = _testset_problems(table)
+        if rejected:
+            out.write("\nTest-set results not counted (the runs' own results are):\n\n")
+            out.write("".join(f"- {text}\n" for text in rejected))
         out.write("\n")
     return out.getvalue()
+
+
+def _testset_problems(table: Table) -> list[str]:
+    """``testsets/<name>.json of <run>: <why>`` for each test-set result of the table's runs not counted."""
+    problems = sorted((run.path, file, why) for cell in table.cells.values() for run in cell.runs
+                      for file, why in run.testset_problems)
+    return [f"`{file}` of `{path}`: {why}" for path, file, why in problems]
 
 
 def _not_counted_markdown(table: Table) -> str:
@@ -153,19 +177,25 @@ def to_csv(tables: list[Table]) -> str:
     writer.writeheader()
     for table in tables:
         counted = table.ablation != NOT_COUNTED
+        # a test set's lines follow the cell's own (metric ``<column>/<metric>``; `n`: the seeds evaluated there)
+        entries: list[tuple[str, str | None]] = [(metric, None) for metric in table.layout.metrics]
+        entries += [(metric, column) for column in table.testsets for metric in table.layout.metrics]
         for (row, col), cell in sorted(table.cells.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
-            for metric in table.layout.metrics:
-                mean, std, n = cell.stats(metric)
-                paper = table.paper.value(row, col, metric) if table.paper else None
+            for metric, column in entries:
+                mean, std, n = cell.stats(metric) if column is None else cell.testset_stats(column, metric)
+                paper = table.paper.value(row, col, metric) if table.paper and column is None else None
+                errors = ([r.error for r in cell.runs if r.error] if column is None else
+                          [f"{file} of {run.path}: {why}" for run, file, why in cell.testset_problems(column)])
                 writer.writerow({
-                    "table": table.name, "row": row, "col": col, "metric": metric,
+                    "table": table.name, "row": row, "col": col,
+                    "metric": metric if column is None else f"{column}/{metric}",
                     "mean": "" if mean is None else f"{mean:.4f}", "std": "" if std is None else f"{std:.4f}",
                     "n": n, **{c: cell.count(s) for s, c in zip(STATUSES, STATUS_COLUMNS, strict=True)},
                     "paper": "" if paper is None else paper,
                     "used": cell.used_buckets() if counted else "",
                     "same_as": ";".join(map(str, table.same_design(row, col))),
                     "runs": ";".join(r.path for r in cell.runs),
-                    "errors": ";".join(r.error for r in cell.runs if r.error),
+                    "errors": ";".join(errors),
                 })
     return out.getvalue()
 

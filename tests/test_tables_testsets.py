@@ -1,0 +1,357 @@
+"""make_tables.py and archive_runs.py on runs evaluated on other test sets (``eval.py testset=<name>``).
+
+Each test builds finished where_mini run dirs by hand in tmp_path (configs copied from
+docs/ablations_mini_runs, run.json written by the lifecycle's `RunRecord`) and their result files
+``testsets/<name>.json`` by eval.py's own writer (`models.testsets.write_result`), then checks the test-set
+columns against numbers worked out by hand: every result that cannot be trusted is listed by name and not
+counted, the runs' own results still are, and a cell with fewer evaluated seeds than counted ones says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from models.lifecycle.identity import identity_config, identity_hash, run_length
+from models.lifecycle.records import RunRecord
+from models.testsets import _NAME, result_path, write_result
+from scripts import archive_runs, make_tables
+from scripts.tables import collect, layouts
+
+ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "ablations_mini_runs" / "where_mini"
+K = "model.net.ape=sincos,rpe.preset=rpe-1.9-product-ctx-1-k"  # row k, column with APE
+NONE = "model.net.ape=sincos,rpe.preset=none"  # row none, column with APE
+K_NO_APE = "model.net.ape=none,rpe.preset=rpe-1.9-product-ctx-1-k"  # row k, column no APE
+OWN = {(K, 0): 80.0, (K, 1): 82.0, (NONE, 0): 70.0, (NONE, 1): 74.0}
+RIGHT = "relational_right"
+INTERPOLATE = f"{RIGHT}@interpolate"
+
+
+def _run(root: Path, job: str, seed: int, top1: float) -> Path:
+    """A finished run dir as a job leaves it: config.yaml, .hydra/overrides.yaml, metrics.json, run.json."""
+    run_dir = root / f"{job},seed={seed}"
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = OmegaConf.load(ARCHIVE / f"{job},seed=0" / "config.yaml")
+    cfg.seed, cfg.run_name = seed, f"where_mini/{job},seed={seed}"
+    OmegaConf.save(cfg, run_dir / "config.yaml")
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}", *job.split(",")]))
+    (run_dir / "metrics.json").write_text(json.dumps({"val/top1": top1, "val/top5": 100.0}) + "\n")
+    identity = identity_config(OmegaConf.to_container(cfg))
+    RunRecord(run_dir, identity_hash(identity), identity, run_length(cfg)).save("finished")
+    return run_dir
+
+
+def _own_runs(root: Path) -> dict[tuple[str, int], Path]:
+    return {(job, seed): _run(root, job, seed, top1) for (job, seed), top1 in OWN.items()}
+
+
+def _result(run_dir: Path, top1: float, name: str = RIGHT, ape_rule: str | None = "interpolate",
+            **edits: object) -> Path:
+    """``run_dir/testsets/<name>.json`` as eval.py writes it (its writer, its identity), with ``edits``."""
+    run_cfg = OmegaConf.load(run_dir / "config.yaml")
+    record = {
+        "testset": name, "checkpoint": str(run_dir / "checkpoints" / "best.ckpt"),
+        "identity": identity_hash(identity_config(run_cfg)),  # as eval.py computes it
+        "model": "RPEVisionTransformer", "ape": run_cfg.model.net.ape, "ape_rule": ape_rule,
+        "train_img_size": [32, 32], "img_size": [48, 48], "patch_grid": [12, 12], "data_root": "/data",
+        "testset_config": {"name": name},
+        "metrics": {"val/top1": top1, "val/top5": 100.0, "val/loss": 0.5, "params_M": 0.54},
+    }
+    record.update(edits)
+    path = result_path(run_dir / "checkpoints" / "best.ckpt", name, ape_rule)
+    write_result(path, record)
+    return path
+
+
+def _table(root: Path) -> make_tables.Table:
+    [table] = [t for t in make_tables.build_tables(make_tables.collect([root])) if t.ablation == "where"]
+    return table
+
+
+def _markdown_rows(markdown: str, metric: str) -> dict[str, dict[str, str]]:
+    """The Markdown grid of ``metric`` as ``row -> header -> text``."""
+    block = markdown.split(f"\n**{metric}**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    header = [c.strip() for c in block[0].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in block[2:]]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+
+
+def _assert_own_cells(table: make_tables.Table) -> None:
+    """The runs' own results, whatever their test-set results: 80, 82 and 70, 74."""
+    assert table.cells[("k", "with APE")].stats("val/top1") == (81.0, pytest.approx(math.sqrt(2)), 2)
+    assert table.cells[("none", "with APE")].stats("val/top1") == (72.0, pytest.approx(math.sqrt(8)), 2)
+
+
+# ----------------------------------------------------------------------------- columns
+def test_the_reader_agrees_with_eval_pys_writer(tmp_path: Path) -> None:
+    """The result folder and the test set names are spelled out in collect (models.testsets loads timm)."""
+    folder = tmp_path / "run" / collect.TESTSETS
+    assert result_path(tmp_path / "run" / "checkpoints" / "best.ckpt", RIGHT) == folder / f"{RIGHT}.json"
+    best = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    assert result_path(best, RIGHT, "extend") == folder / f"{RIGHT}@extend.json"
+    assert collect.TESTSET_NAME.pattern == _NAME.pattern
+
+
+def test_testset_columns_hold_mean_and_std_beside_the_own_result(tmp_path: Path) -> None:
+    runs = _own_runs(tmp_path)
+    for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 50.0, (NONE, 1): 51.0}.items():
+        _result(runs[(job, seed)], top1)
+    table = _table(tmp_path)
+    run = next(r for r in table.cells[("k", "with APE")].runs if r.facts["seed"] == 0)
+    assert run.testsets == {INTERPOLATE: "interpolate"} and run.testset_problems == ()
+    assert (run.metrics["val/top1"], run.metrics[f"{INTERPOLATE}/val/top1"]) == (80.0, 60.0)
+    assert table.testsets == [INTERPOLATE]
+    assert table.cells[("k", "with APE")].testset_stats(INTERPOLATE, "val/top1") == (
+        62.0, pytest.approx(math.sqrt(8)), 2)
+    assert table.cells[("none", "with APE")].testset_stats(INTERPOLATE, "val/top1") == (
+        50.5, pytest.approx(math.sqrt(0.5)), 2)
+    _assert_own_cells(table)
+
+    markdown = make_tables.to_markdown([table])
+    rows = _markdown_rows(markdown, "val/top1")
+    assert rows["k"]["with APE"] == "81.00 ± 1.41 (n=2)" and rows["k"][INTERPOLATE] == "62.00 ± 2.83 (n=2)"
+    assert rows["none"][INTERPOLATE] == "50.50 ± 0.71 (n=2)"
+    assert list(rows["k"]).index(INTERPOLATE) > list(rows["k"]).index("with APE")
+    assert "`<name>@<rule>`: runs with an absolute position table" in markdown
+    assert "Test-set results not counted" not in markdown
+    csv_path = tmp_path / "out" / "t"
+    make_tables.write_outputs([table], csv_path)
+    lines = {(r["row"], r["metric"]): r for r in make_tables.read_csv(csv_path.with_suffix(".csv"))}
+    line = lines[("k", f"{INTERPOLATE}/val/top1")]
+    assert (line["mean"], line["std"], line["n"], line["ok"], line["paper"]) == (
+        62.0, pytest.approx(math.sqrt(8), abs=1e-4), 2, 2, None)
+    assert lines[("k", "val/top1")]["mean"] == 81.0
+    assert r" & relational\_right@interpolate \\" in make_tables.to_latex([table])  # the header's last column
+
+
+def test_each_ape_rule_is_its_own_column_and_a_run_without_a_table_stands_in_each(tmp_path: Path) -> None:
+    runs = _own_runs(tmp_path)
+    no_ape = [_run(tmp_path, K_NO_APE, seed, top1) for seed, top1 in ((0, 90.0), (1, 92.0))]
+    _result(runs[(K, 0)], 60.0)
+    _result(runs[(K, 1)], 66.0, ape_rule="extend")
+    for run_dir, top1 in zip(no_ape, (85.0, 89.0), strict=True):
+        _result(run_dir, top1, ape_rule=None)  # eval.py: no absolute table, no rule
+    table = _table(tmp_path)
+    extend = f"{RIGHT}@extend"
+    assert table.testsets == [extend, INTERPOLATE]
+    k = table.cells[("k", "with APE")]
+    assert k.testset_stats(INTERPOLATE, "val/top1") == (60.0, None, 1)
+    assert k.testset_stats(extend, "val/top1") == (66.0, None, 1)
+    assert k.testset_text(INTERPOLATE, "val/top1") == "60.00, 1 of 2 seeds evaluated"
+    for column in (extend, INTERPOLATE):  # the no-APE runs' one result, which no rule changes
+        assert table.cells[("k", "no APE")].testset_stats(column, "val/top1") == (
+            87.0, pytest.approx(math.sqrt(8)), 2)
+    rows = _markdown_rows(make_tables.to_markdown([table]), "val/top1")
+    assert rows["k"][f"{extend} (with APE)"] == "66.00, 1 of 2 seeds evaluated"
+    assert rows["k"][f"{INTERPOLATE} (no APE)"] == "87.00 ± 2.83 (n=2)"
+
+
+def test_a_test_set_without_any_rule_gets_its_plain_column(tmp_path: Path) -> None:
+    no_ape = [_run(tmp_path, K_NO_APE, seed, top1) for seed, top1 in ((0, 90.0), (1, 92.0))]
+    _result(no_ape[0], 85.0, ape_rule=None)
+    table = _table(tmp_path)
+    assert table.testsets == [RIGHT]
+    assert table.cells[("k", "no APE")].testset_text(RIGHT, "val/top1") == "85.00, 1 of 2 seeds evaluated"
+
+
+def test_a_layouts_test_sets_come_first_and_unevaluated_ones_say_so(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0)
+    _result(runs[(K, 0)], 40.0, name="relational_canvas48")
+    where = dataclasses.replace(layouts.LAYOUTS["where"], testsets=("relational_far_corner", RIGHT))
+    monkeypatch.setitem(layouts.LAYOUTS, "where", where)
+    table = _table(tmp_path)
+    assert table.testsets == ["relational_far_corner", INTERPOLATE, "relational_canvas48@interpolate"]
+    rows = _markdown_rows(make_tables.to_markdown([table]), "val/top1")
+    assert rows["k"]["relational_far_corner"] == "0 of 2 seeds evaluated"
+    assert rows["none"]["relational_far_corner"] == "0 of 2 seeds evaluated"
+    assert rows["k"][INTERPOLATE] == "60.00, 1 of 2 seeds evaluated"
+    assert rows["none"][INTERPOLATE] == "0 of 2 seeds evaluated"
+    _assert_own_cells(table)
+
+
+def test_a_cell_without_a_counted_run_has_no_testset_entry(tmp_path: Path) -> None:
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0)
+    failed = tmp_path / f"{K_NO_APE},seed=0"
+    _run(tmp_path, K_NO_APE, 0, 90.0)
+    (failed / "failed.json").write_text(json.dumps({"error": "boom"}) + "\n")
+    rows = _markdown_rows(make_tables.to_markdown([_table(tmp_path)]), "val/top1")
+    assert rows["k"][f"{INTERPOLATE} (no APE)"] == "–" and rows["k"]["no APE"] == "failed"
+
+
+# ----------------------------------------------------------------------------- results not counted
+def _damage(path: Path, damage: str, run_dir: Path) -> None:
+    record = json.loads(path.read_text())
+    if damage == "another run":
+        record["identity"] = "0123456789abcdef"
+    elif damage == "renamed":
+        os.replace(path, path.with_name("relational_canvas48@interpolate.json"))
+        return
+    elif damage == "nan":
+        path.write_text(path.read_text().replace('"val/top1": 61.0', '"val/top1": NaN'))
+        return
+    elif damage == "percentage":
+        record["metrics"]["val/top1"] = 101.0
+    elif damage == "string":
+        record["metrics"]["val/top1"] = "61"
+    elif damage == "no metrics":
+        record["metrics"] = []
+    elif damage == "bad rule":
+        record["ape_rule"] = "inter/polate"
+    elif damage == "other rule":
+        record["ape_rule"] = "extend"
+    elif damage == "shorter run":
+        record["length"] = {"max_epochs": 1, "max_steps": -1}
+    elif damage == "truncated":
+        path.write_text(path.read_text()[:40])
+        return
+    elif damage == "list":
+        path.write_text("[1, 2]\n")
+        return
+    elif damage == "symlink":  # another run's file, linked in: never followed
+        path.unlink()
+        path.symlink_to(run_dir.parent / f"{K},seed=0" / "testsets" / f"{INTERPOLATE}.json")
+        return
+    path.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(("damage", "file", "why"), [
+    ("another run", f"{INTERPOLATE}.json", "it is another run's result (identity '0123456789abcdef', this run's"),
+    ("renamed", "relational_canvas48@interpolate.json",
+     f"it is the result of test set '{RIGHT}', not of 'relational_canvas48'"),
+    ("nan", f"{INTERPOLATE}.json", "the file is damaged: val/top1=nan is not a finite number"),
+    ("percentage", f"{INTERPOLATE}.json", "the file is damaged: val/top1=101.0 is not a percentage in [0, 100]"),
+    ("string", f"{INTERPOLATE}.json", "the file is damaged: val/top1='61' is not a finite number"),
+    ("no metrics", f"{INTERPOLATE}.json", "the file is damaged: it has no metrics"),
+    ("bad rule", f"{INTERPOLATE}.json", "the file is damaged: ape_rule 'inter/polate' is not an APE rule name"),
+    ("other rule", f"{INTERPOLATE}.json", "it holds the result of ape_rule 'extend', its file name says"
+                                          " 'interpolate': renamed?"),
+    ("shorter run", f"{INTERPOLATE}.json", "it was evaluated when the run's length was {'max_epochs': 1,"),
+    ("truncated", f"{INTERPOLATE}.json", "the file is damaged: not valid JSON"),
+    ("list", f"{INTERPOLATE}.json", "the file is damaged: it holds a JSON list, not a dict"),
+    ("symlink", f"{INTERPOLATE}.json", "the file cannot be used: it is a symlink (to"),
+])
+def test_a_result_that_cannot_be_trusted_is_listed_by_name_and_not_counted(
+        tmp_path: Path, damage: str, file: str, why: str) -> None:
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0)
+    bad = runs[(K, 1)]
+    _damage(_result(bad, 61.0), damage, bad)
+    table = _table(tmp_path)
+    run = next(r for r in table.cells[("k", "with APE")].runs if r.facts["seed"] == 1)
+    assert (run.status, run.testsets) == ("ok", {})
+    [(named, reason)] = run.testset_problems
+    assert named == f"testsets/{file}" and reason.startswith(why)
+    assert not any("/" in key and key.split("/")[0].startswith("relational") for key in run.metrics)
+    _assert_own_cells(table)  # the run's own result is still counted
+    k = table.cells[("k", "with APE")]
+    assert k.testset_stats(INTERPOLATE, "val/top1") == (60.0, None, 1)  # seed 0's alone
+    markdown = make_tables.to_markdown([table])
+    assert f"- `testsets/{file}` of `{run.path}`: {why}" in markdown
+    if damage != "renamed":  # a renamed file is another test set's column; its own is simply not evaluated
+        assert _markdown_rows(markdown, "val/top1")["k"][INTERPOLATE] == (
+            "60.00, 1 of 2 seeds evaluated, 1 not counted")
+
+
+def test_a_result_without_identity_is_taken_as_the_runs(tmp_path: Path) -> None:
+    """Result files written before eval.py recorded the identity: nothing to check them against."""
+    runs = _own_runs(tmp_path)
+    path = _result(runs[(K, 0)], 60.0)
+    record = json.loads(path.read_text())
+    del record["identity"]
+    path.write_text(json.dumps(record))
+    assert _table(tmp_path).cells[("k", "with APE")].testset_stats(INTERPOLATE, "val/top1") == (60.0, None, 1)
+
+
+def test_a_symlinked_testsets_folder_is_listed_and_none_of_it_counted(tmp_path: Path) -> None:
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0)
+    (runs[(K, 1)] / "testsets").symlink_to(runs[(K, 0)] / "testsets")
+    table = _table(tmp_path)
+    run = next(r for r in table.cells[("k", "with APE")].runs if r.facts["seed"] == 1)
+    assert run.testsets == {} and run.testset_problems[0][0] == "testsets"
+    assert run.testset_problems[0][1].startswith("it is a symlink (to ")
+    assert table.cells[("k", "with APE")].testset_text(INTERPOLATE, "val/top1") == (
+        "60.00, 1 of 2 seeds evaluated, 1 not counted")
+    _assert_own_cells(table)
+
+
+def test_hidden_and_other_files_in_testsets_are_not_results(tmp_path: Path) -> None:
+    runs = _own_runs(tmp_path)
+    path = _result(runs[(K, 0)], 60.0)
+    (path.parent / f".{RIGHT}.json.abc123.tmp").write_text("{")  # a killed atomic write's leftover
+    (path.parent / ".hidden.json").write_text("{")
+    (path.parent / "notes.txt").write_text("evaluated by hand\n")
+    run = next(r for r in _table(tmp_path).cells[("k", "with APE")].runs if r.facts["seed"] == 0)
+    assert (run.testsets, run.testset_problems) == ({INTERPOLATE: "interpolate"}, ())
+
+
+# ----------------------------------------------------------------------------- the archive
+def _sweep(root: Path) -> tuple[Path, dict[tuple[str, int], Path]]:
+    sweep = root / "where_mini"
+    runs = _own_runs(sweep)
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": {"_target_": "optuna"}}}))
+    return sweep, runs
+
+
+def _outputs(root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """Markdown and CSV of ``root/where_mini``, the runs named relative to ``root`` (as in the archive)."""
+    monkeypatch.chdir(root)
+    tables = make_tables.build_tables(make_tables.collect(["where_mini"]))
+    return make_tables.to_markdown(tables), make_tables.to_csv(tables)
+
+
+def test_the_archive_keeps_the_results_and_builds_the_same_table(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep, runs = _sweep(tmp_path / "runs")
+    for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 50.0}.items():
+        _result(runs[(job, seed)], top1)
+    _result(runs[(K, 0)], 30.0, name="relational_canvas64")
+    archive = tmp_path / "archive"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    kept = archive / "where_mini" / f"{K},seed=0"
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
+        ".hydra/overrides.yaml", "config.yaml", "metrics.json", "run.json",
+        "testsets/relational_canvas64@interpolate.json", f"testsets/{INTERPOLATE}.json"]
+    source_file = runs[(K, 0)] / "testsets" / f"{INTERPOLATE}.json"
+    assert (kept / "testsets" / f"{INTERPOLATE}.json").read_bytes() == source_file.read_bytes()
+    source = _outputs(tmp_path / "runs", monkeypatch)
+    assert f"{INTERPOLATE}/val/top1" in source[1] and "1 of 2 seeds evaluated" in source[0]
+    assert _outputs(archive, monkeypatch) == source
+
+    # a later sitting: seed 0 no longer has relational_canvas64 (removed as stale), seed 1 got it
+    (runs[(K, 0)] / "testsets" / "relational_canvas64@interpolate.json").unlink()
+    _result(runs[(K, 1)], 32.0, name="relational_canvas64")
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    assert not (kept / "testsets" / "relational_canvas64@interpolate.json").exists()
+    assert (archive / "where_mini" / f"{K},seed=1" / "testsets" / "relational_canvas64@interpolate.json").is_file()
+    assert _outputs(archive, monkeypatch) == _outputs(tmp_path / "runs", monkeypatch)
+
+
+@pytest.mark.parametrize(("damage", "why"), [
+    ("another run", "it is another run's result"),
+    ("symlink", "the file cannot be used: it is a symlink"),
+    ("truncated", "the file is damaged: not valid JSON"),
+])
+def test_the_archive_refuses_a_result_make_tables_would_not_count(tmp_path: Path, capsys, damage: str,
+                                                                 why: str) -> None:
+    sweep, runs = _sweep(tmp_path / "runs")
+    _result(runs[(K, 0)], 60.0)
+    bad = runs[(NONE, 1)]
+    path = _result(bad, 61.0)
+    _damage(path, damage, bad)
+    capsys.readouterr()
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {path} is not a result make_tables counts: {why}")
+    assert line.endswith("repair it or move it away, then archive again")
+    assert not (tmp_path / "archive").exists()
