@@ -6,7 +6,8 @@
 Each (run, test set) is what ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name>
 [ape=<rule>]`` does, in this one process (a process per evaluation would spend most of its time starting):
 the result goes to ``<run>/testsets/<name>[@<rule>].json``. A result already there for the same run
-(identity), test set definition and rule is kept, so running the command again evaluates only what is
+(identity and length), test set definition and rule is kept (one of an earlier length of the run, which
+was extended since, is replaced), so running the command again evaluates only what is
 missing. One there for another definition of the test set (its yaml was edited) is never overwritten: that
 evaluation stops with one line saying to remove the file. Runs that have not finished are listed and left
 out. Every problem is one line per (run, test set); the others still run; the exit code is 1 when any
@@ -26,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.lifecycle.cli import CONFIG_DIR, one_line, say, user_error_types  # noqa: E402
 from models.lifecycle.files import RunFileError, read_json  # noqa: E402
+from models.lifecycle.identity import run_length  # noqa: E402
 from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
+from models.run_config import load_run_config  # noqa: E402
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
@@ -82,12 +85,12 @@ def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Pat
 def run_identity(run_dir: Path) -> str:
     """The identity of the run's config (for a result file of a run whose metrics.json predates it)."""
     from models.lifecycle.identity import identity_config, identity_hash
-    from models.run_config import load_run_config
 
     return identity_hash(identity_config(load_run_config(run_dir / CONFIG)))
 
 
-def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[str], identity: str) -> str:
+def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[str], identity: str,
+                 length: dict[str, Any]) -> str:
     """Evaluate one run on one test set unless its result is there; returns what was done, in one line."""
     import eval as eval_script
     from models.testsets import load_testset
@@ -98,18 +101,23 @@ def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[
     cfg = _compose(overrides)
     definition = load_testset(cfg.testset)
     found = existing_result(run_dir, testset, ape_rule)
+    stale = ""
     if found is not None:
         path, record = found
-        if record.get("identity") == identity and record.get("testset_config") == json.loads(json.dumps(definition)):
+        ours = record.get("identity") == identity
+        same_definition = record.get("testset_config") == json.loads(json.dumps(definition))
+        if ours and same_definition and record.get("length") in (None, length):
             return f"kept {path}"
-        why = ("another run's result" if record.get("identity") not in (None, identity)
-               else "a result of another definition of the test set")
-        raise RunFileError(f"{path} holds {why}; remove it to evaluate {run_dir.name} on {testset} again")
+        if not (ours and same_definition):
+            why = ("another run's result" if record.get("identity") not in (None, identity)
+                   else "a result of another definition of the test set")
+            raise RunFileError(f"{path} holds {why}; remove it to evaluate {run_dir.name} on {testset} again")
+        stale = f" (replacing the result of its earlier length {record.get('length')})"  # the run was extended
     written: list[Path] = []
     metrics = eval_script.evaluate(cfg, written)
     headline = next((k for k in ("val/top1", "val/AP") if k in metrics), None)
     shown = f", {headline} {metrics[headline]:.2f}" if headline else ""
-    return f"wrote {written[0]}{shown}"
+    return f"wrote {written[0]}{shown}{stale}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,9 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             problems += 1
             continue
         identity = status.metrics.get("identity") or run_identity(run_dir)
+        length = run_length(load_run_config(run_dir / CONFIG))
         for testset in args.testsets:
             try:
-                say(f"{run_dir.name} / {testset}: {evaluate_run(run_dir, testset, args.ape, args.set, identity)}")
+                done = evaluate_run(run_dir, testset, args.ape, args.set, identity, length)
+                say(f"{run_dir.name} / {testset}: {done}")
             except user_error_types() as err:
                 say(f"error: {run_dir.name} / {testset}: {one_line(err)}", stream=sys.stderr)
                 problems += 1

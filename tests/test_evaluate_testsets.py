@@ -65,6 +65,15 @@ def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: P
     assert capsys.readouterr().out.count("kept ") == 2
     assert {p.name: p.read_bytes() for p in results.iterdir()} == before  # nothing evaluated again
 
+    stale = json.loads((results / "relational_right@extend.json").read_text())
+    stale["length"] = {"max_epochs": 0, "max_steps": -1}  # as if evaluated before the run was extended
+    (results / "relational_right@extend.json").write_text(json.dumps(stale))
+    assert _main(sweep, data_dir, "--testsets", "relational_right", "--ape", "extend") == 0
+    assert "(replacing the result of its earlier length {'max_epochs': 0" in capsys.readouterr().out
+    again, first = (json.loads(b) for b in ((results / "relational_right@extend.json").read_bytes(),
+                                             before["relational_right@extend.json"]))
+    assert again["length"] == first["length"] and again["metrics"]["val/top1"] == first["metrics"]["val/top1"]
+
 
 @pytest.mark.filterwarnings("ignore")
 def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_dir: Path, capsys) -> None:

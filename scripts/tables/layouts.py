@@ -160,6 +160,14 @@ LAYOUTS: dict[str, Layout] = {
         "Comparison with other encodings (paper Table 5)", "encoding", lambda f: f["row"] or f["rpe"],
         lambda f: "ours", row_order=("none", "cpvt", "shaw", "xl", "huang", "sasa", "irpe_k", "irpe_qk", "irpe_qkv"),
     ),
+    "shift": Layout(
+        "Benchmark: position shift (trained in the left half, no APE but the reference rows)", "encoding",
+        lambda f: f["row"] or f["rpe"], lambda f: "own val",
+        row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
+        testsets=("relational_left", "relational_right", "relational_everywhere"),
+        note="Own val: the left-half split that selected the checkpoint. relational_left: 5000 fresh left-half"
+             " images; relational_right: the unseen right half; relational_everywhere: anywhere on the canvas.",
+    ),
     "runs": Layout(
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),
