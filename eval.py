@@ -23,6 +23,7 @@ size; `models.testsets`) and writes the one file this script writes, ``<run dir>
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
-from models.lifecycle.cli import cli, report_user_error, user_error_types
+from models.lifecycle.cli import cli, report_user_error, say, user_error_types
 from models.lifecycle.job import build_trainer, scalar_metrics
 
 
@@ -130,6 +131,9 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     from models.run_config import check_run_identity, load_run_checkpoint, load_run_config
 
     ckpt_path = Path(cfg.ckpt_path)
+    if ckpt_path.is_dir():
+        example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
+        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
     if not ckpt_path.is_file():
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
     # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
@@ -139,6 +143,12 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     run_cfg = load_run_config(run_config)
     checkpoint = load_run_checkpoint(ckpt_path)
     check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    from models.lifecycle.records import run_status
+
+    state = run_status(run_config.parent).state
+    if state != "finished":  # a legitimate look at a checkpoint, but not the run's result: say so
+        say(f"note: {run_config.parent} has not finished ({state}): these are the numbers of {ckpt_path.name} so"
+            " far, not the run's result", stream=sys.stderr)
     return ckpt_path, run_config, run_cfg, checkpoint
 
 
@@ -156,7 +166,8 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
         run_cfg.data.batch_size = cfg.batch_size
     datamodule, model = build_data_and_model(run_cfg, data_root=cfg.get("data_root"))
     load_run_weights(model, checkpoint, ckpt_path, run_config)
-    require_existing_data(datamodule, str(run_config), "data_root=<folder>")
+    source = "the data_root= override" if cfg.get("data_root") is not None else str(run_config)
+    require_existing_data(datamodule, source, "data_root=<folder>")
     return datamodule, model
 
 
@@ -225,10 +236,30 @@ def print_table(metrics: dict[str, Any], title: str) -> None:
     Console().print(table)
 
 
+# What a command line may set when it evaluates a run (ckpt_path=): the run's own config.yaml decides the
+# model, its encodings and its data, so an override of those would be silently ignored.
+RUN_EVAL_KEYS = ("ckpt_path", "batch_size", "data_root", "throughput_batch", "testset", "ape", "trainer", "paths",
+                 "hydra")
+
+
+def check_run_eval_overrides(overrides: list[str]) -> None:
+    """With ``ckpt_path=``, refuse (one line) an override that the run's own config would overrule."""
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key.split(".", 1)[0].split("/", 1)[0] not in RUN_EVAL_KEYS:
+            raise ValueError(f"{override} cannot change a run evaluated with ckpt_path=: its model, encodings and"
+                             f" data come from the run's config.yaml; valid here: {', '.join(RUN_EVAL_KEYS)}"
+                             " (evaluate another model with a run of its own)")
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="eval")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
     written: list[Path] = []
     try:
+        if cfg.ckpt_path is not None:
+            check_run_eval_overrides(list(HydraConfig.get().overrides.task))
         metrics = evaluate(cfg, written)
     except user_error_types() as err:
         report_user_error(err)

@@ -170,7 +170,8 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
     detach_generator(datamodule)
     if data_root is not None:
         datamodule.run_generator = None
-    require_existing_data(datamodule, str(run_config), "data_root=<folder>")
+    source = "the data_root= override" if data_root is not None else str(run_config)
+    require_existing_data(datamodule, source, "data_root=<folder>")
 
 
 def input_size(datamodule: Any) -> tuple[int, int] | None:

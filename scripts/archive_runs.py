@@ -39,6 +39,7 @@ from scripts.tables.collect import (  # noqa: E402
     TableError,
     check_record,
     expected_jobs,
+    grid_files,
     read_config,
     read_overrides,
     read_testsets,
@@ -127,7 +128,8 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")
         runs.append((run_dir, _testset_files(run_dir, state, archived.parent)))
-    atomic_write_bytes(target / "multirun.yaml", (sweep_dir / "multirun.yaml").read_bytes())
+    for grid in grid_files(sweep_dir):  # the latest launch's grid and the earlier ones kept beside it
+        atomic_write_bytes(target / grid.name, grid.read_bytes())
     new = replaced = 0
     for run_dir, testsets in runs:
         out = target / run_dir.relative_to(sweep_dir)

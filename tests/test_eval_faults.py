@@ -384,3 +384,49 @@ def test_eval_settings_are_range_checked(arg: str) -> None:
 def test_plot_grid_is_bounded(run_dir: Path, capsys) -> None:
     err = _plot_error(run_dir, capsys, "--grid", "2000,2000", "--out", str(run_dir.parent / "plots_grid"))
     assert "--grid 2000,2000 is out of range; valid: H,W with 1 <= H, W <=" in err
+
+
+@pytest.mark.parametrize("override", ["model.net.ape=sincos", "rpe=irpe_qkv", "data.img_size=64",
+                                      "+model.net.drop_path_rate=0.5", "experiment=ablation_mini"])
+def test_an_override_the_runs_config_would_overrule_is_refused(override: str) -> None:
+    """eval.py ckpt_path=... builds the run from its own config.yaml: such an override would be ignored."""
+    import eval as eval_script
+
+    eval_script.check_run_eval_overrides(["ckpt_path=r/checkpoints/best.ckpt", "batch_size=8", "testset=val_at_48",
+                                          "testset.data.generator.num_val=16", "ape=extend", "trainer=cpu",
+                                          "paths.data_dir=/d", "data_root=/x", "throughput_batch=2"])
+    with pytest.raises(ValueError) as err:
+        eval_script.check_run_eval_overrides(["ckpt_path=r/checkpoints/best.ckpt", override])
+    assert str(err.value).startswith(f"{override} cannot change a run evaluated with ckpt_path=: its model,")
+    assert "valid here: ckpt_path, batch_size, data_root" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_run_that_has_not_finished_is_evaluated_with_a_note(run_dir: Path, tmp_path: Path, data_dir: Path,
+                                                               capsys) -> None:
+    """Looking at an interrupted run's best.ckpt is legitimate, but its numbers are not the run's result."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)  # a config and a checkpoint, no result: the run never ended
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    assert f"note: {run} has not finished (unfinished): these are the numbers of best.ckpt so far, not the run's" \
+           " result" in capsys.readouterr().err
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0}))
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    assert "has not finished" not in capsys.readouterr().err
+
+
+def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_dir: Path, tmp_path: Path,
+                                                                          data_dir: Path) -> None:
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)
+    for folder, example in ((run / "checkpoints", run / "checkpoints" / "best.ckpt"),
+                            (run, run / "checkpoints" / "best.ckpt")):
+        cfg = compose_config([f"ckpt_path={folder}"], tmp_path / "eval", data_dir, config_name="eval")
+        with pytest.raises(FileNotFoundError) as err:
+            eval_script.evaluate(cfg)
+        assert str(err.value) == f"ckpt_path={str(folder)!r} is a folder; give a checkpoint file, e.g. {example}"
+    with pytest.raises(ValueError) as err:
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={tmp_path / 'nowhere'}"))
+    assert str(err.value).startswith(f"data.root={tmp_path / 'nowhere'} named by the data_root= override does"
+                                     " not exist")

@@ -259,6 +259,24 @@ def test_an_output_dir_inside_a_run_or_on_unusable_storage_is_refused(finished: 
     assert (tmp_path / "runs" / "a").is_dir() and not any((tmp_path / "runs" / "a").iterdir())
 
 
+def test_a_run_that_trained_part_of_each_epoch_is_no_result() -> None:
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader
+
+    from models.lifecycle.records import partial_run
+
+    trainer = SimpleNamespace(train_dataloader=DataLoader(list(range(256)), batch_size=32))  # 8 batches
+    assert job.trained_whole_epochs(None, trainer, None) and job.trained_whole_epochs(1.0, trainer, None)
+    assert job.trained_whole_epochs(8, trainer, None) and job.trained_whole_epochs(100, trainer, None)
+    assert not job.trained_whole_epochs(2, trainer, None) and not job.trained_whole_epochs(0.5, trainer, None)
+    assert not job.trained_whole_epochs(1, trainer, None)  # the integer 1 is one batch, not the whole split
+    assert partial_run({"train_complete": True, "test_complete": True}) == ""
+    assert partial_run({"train_complete": False, "test_complete": False, "tested_batches": 2}) == (
+        "each epoch trained on a part of the training split (trainer.limit_train_batches); its test read 2"
+        " batches, a part of its split (trainer.limit_test_batches)")
+
+
 def test_a_test_is_complete_only_when_it_read_the_whole_split() -> None:
     from torch.utils.data import DataLoader
 
@@ -271,6 +289,7 @@ def test_the_result_is_the_test_of_best_ckpt_only(finished: Path, tmp_path: Path
     """Not the last epoch's validation numbers, which Lightning still holds after fit."""
     metrics = json.loads((finished / "metrics.json").read_text())
     assert metrics["tested_batches"] == 2 and metrics["test_complete"] is True  # the limit 2 is all 64 images
+    assert metrics["train_complete"] is False  # 2 of the 8 training batches: a smoke run, not a result
     run_dir = tmp_path / "untested"
     untested = job.run(compose_config([*TINY, "test_after_fit=false"], run_dir, data_dir))
     assert untested["tested"] is False and "val/top1" not in untested and "train/loss" in untested

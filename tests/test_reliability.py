@@ -210,6 +210,19 @@ def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir
     assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
 
 
+@pytest.mark.slow  # one more train.py run; the SIGTERM path above is in `make test`
+def test_ctrl_c_is_one_line_naming_the_run_and_exits_as_a_shell_does(tmp_path: Path, data_dir: Path) -> None:
+    """SIGINT: Lightning shuts the fit down and exits 1 on its own; the job says what happened, like a stop signal."""
+    fault = _fault(4, tmp_path / "m", signal.SIGINT)
+    args = _args(tmp_path, data_dir, "run_name=ctrl_c", "trainer.max_epochs=2", *fault)
+    result = run_cli("train.py", args, env_extra=ENV)
+    assert result.returncode == 128 + signal.SIGINT, result.stderr[-3000:]
+    [line] = _error_lines(result.stderr)
+    assert f"run interrupted ({tmp_path / 'ctrl_c'}) by SIGINT" in line and "rerun the same command to resume" in line
+    assert json.loads((tmp_path / "ctrl_c" / "run.json").read_text())["state"] == "interrupted"
+    assert not (tmp_path / "ctrl_c" / "metrics.json").exists()
+
+
 @pytest.mark.slow  # a sweep; SIGTERM of one run stays in `make test`
 def test_sigterm_stops_a_sweep_and_reports_the_interrupted_job(tmp_path: Path, data_dir: Path) -> None:
     """Like scancel under SLURM: the step that gets SIGTERM also fails (a DataLoader worker killed by it)."""

@@ -352,3 +352,45 @@ def test_two_configs_with_the_same_shortened_label_are_never_merged(tmp_path: Pa
          trainer__gradient_clip_val=2.0)
     runs = _runs_by_path(_tables(tmp_path))
     assert {name for name, run in runs.items() if run.status == "ok"} >= {"a", "b", "c"}
+
+
+def _grid_yaml(params: dict, task: list[str]) -> str:
+    """A multirun.yaml as Hydra's basic sweeper saves it (the part make_tables reads)."""
+    return yaml.safe_dump({"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                                 "params": params}, "overrides": {"task": task}}})
+
+
+def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_path: Path) -> None:
+    """Hydra rewrites multirun.yaml at each launch; train.py first keeps the earlier grid beside it, so a
+    launch with another seed (or one that was refused) does not make the earlier jobs unexpected."""
+    from models.lifecycle.cli import keep_earlier_grid
+    from scripts.tables.collect import expected_jobs
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    assert keep_earlier_grid(sweep) is None  # a new sweep: nothing to keep
+    (sweep / "multirun.yaml").write_text(_grid_yaml({"seed": "0,1"}, ["rpe=irpe_k"]))
+    assert keep_earlier_grid(sweep) == sweep / "multirun.1.yaml"
+    assert keep_earlier_grid(sweep) is None  # kept already
+    (sweep / "multirun.yaml").write_text(_grid_yaml({"seed": "5"}, ["rpe=irpe_k"]))  # what Hydra then writes
+    assert expected_jobs(sweep) == [["seed=0", "rpe=irpe_k"], ["seed=1", "rpe=irpe_k"], ["seed=5", "rpe=irpe_k"]]
+    assert keep_earlier_grid(sweep) == sweep / "multirun.2.yaml"
+    (sweep / "multirun.yaml").write_text(_grid_yaml({"seed": "1,2"}, ["rpe=irpe_k"]))
+    assert [job[0] for job in expected_jobs(sweep)] == ["seed=0", "seed=1", "seed=5", "seed=2"]  # each job once
+
+    archive = tmp_path / "archive"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    assert sorted(p.name for p in (archive / "sweep").iterdir()) == ["multirun.1.yaml", "multirun.2.yaml",
+                                                                     "multirun.yaml"]
+    assert expected_jobs(archive / "sweep") == expected_jobs(sweep)
+
+
+def test_a_missing_job_of_a_plain_multirun_has_its_run_name_resolved(tmp_path: Path) -> None:
+    """`train.py -m seed=0,1` without a sweep config: the default name is `${hydra:runtime.choices...}`,
+    which the missing job's label resolves (not the raw interpolation)."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(_grid_yaml({}, ["seed=0,1", "rpe=irpe_qkv"]))
+    missing = [r for r in make_tables.collect([sweep]) if r.status == "missing"]
+    assert [r.facts["name"] for r in missing] == ["deit_micro_irpe_qkv"] * 2
+    assert [r.facts["seed"] for r in missing] == [0, 1]

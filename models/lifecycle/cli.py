@@ -197,6 +197,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")
+                keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir")
@@ -204,6 +205,27 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         raise CommandLineError(override_error(err)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def keep_earlier_grid(sweep_dir: Path) -> Path | None:
+    """Before Hydra replaces ``multirun.yaml`` with this launch's grid, keep the earlier one as
+    ``multirun.<n>.yaml`` (unless an identical copy is kept already), so that the sweep's tables still
+    expect every job an earlier launch asked for (another seed added later, or a launch refused). Returns
+    the copy made."""
+    from models.lifecycle.files import atomic_write_bytes, guarded
+
+    latest = sweep_dir / "multirun.yaml"
+    with guarded(latest, "read"):
+        if not latest.is_file():
+            return None
+        content = latest.read_bytes()
+        kept = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
+                      key=lambda p: int(p.name.split(".")[1]))
+        if any(p.read_bytes() == content for p in kept):
+            return None
+    copy = sweep_dir / f"multirun.{int(kept[-1].name.split('.')[1]) + 1 if kept else 1}.yaml"
+    atomic_write_bytes(copy, content)
+    return copy
 
 
 def override_error(err: BaseException) -> str:

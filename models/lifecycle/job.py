@@ -44,6 +44,7 @@ from models.lifecycle.records import (
     RunRecord,
     check_layout,
     lock_run_dir,
+    partial_run,
     read_metrics,
     read_run_record,
     release_lock,
@@ -524,6 +525,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         wall_time_s=round(time.time() - started, 1),
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )
+    # False: each epoch trained on a part of the split (debug limits): a smoke run, which make_tables lists
+    # as no result
+    metrics["train_complete"] = trained_whole_epochs(cfg.trainer.get("limit_train_batches"), trainer, datamodule)
     metrics = _finite_metrics(metrics)
     if trainer.is_global_zero:
         atomic_write_json(run_dir / METRICS, metrics, make_parents=False)
@@ -531,7 +535,21 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         summary = ", ".join(f"{k} {metrics[k]:.2f}" for k in ("val/top1", "val/top5", "val/AP")
                             if metrics.get(k) is not None)
         say(f"\n{summary}\nrun dir: {run_dir}")
+        partial = partial_run(metrics)
+        if partial:
+            say(f"note: not a result: {partial}; scripts/make_tables.py lists this run as no result")
     return metrics
+
+
+def trained_whole_epochs(limit: Any, trainer: L.Trainer, datamodule: Any) -> bool:
+    """Whether every epoch went through the whole training split: no ``trainer.limit_train_batches``, a
+    fraction of 1.0, or a batch count that reaches the split's length."""
+    if limit is None or (not isinstance(limit, int) and float(limit) >= 1.0):
+        return True
+    if not isinstance(limit, int):
+        return False
+    loader = trainer.train_dataloader if trainer.train_dataloader is not None else datamodule.train_dataloader()
+    return limit >= split_batches(loader)
 
 
 def run(cfg: DictConfig, script: Path | None = None) -> dict[str, Any]:
@@ -594,6 +612,8 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
         return next((metrics[k] for k in HEADLINE_METRICS if metrics.get(k) is not None), None)
     except BaseException as err:
         signum = err.signum if isinstance(err, RunInterrupted) else StopSignals.received
+        if signum is None and (isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt)):
+            signum = int(signal.SIGINT)  # Ctrl-C: Lightning shuts down and exits 1; say so and exit as a shell does
         if signum is not None or isinstance(err, KeyboardInterrupt | SystemExit):
             job.save_state("interrupted", **({"signal": signal.Signals(signum).name} if signum else {}))
             if signum is not None:

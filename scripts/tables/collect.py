@@ -45,6 +45,7 @@ from models.lifecycle.records import (
     PERCENT_METRICS,
     RUN_RECORD,
     RunStatus,
+    partial_run,
     read_run_record,
     run_status,
 )
@@ -533,10 +534,10 @@ def load_run(run_dir: Path) -> Run:
                             if v is None or (isinstance(v, float) and not math.isfinite(v))))
         numbers = {k: float(v) for k, v in values.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-        if values.get("test_complete") is False:  # a limited test (debug): a part of the split, not a result
-            why = (f"its test read {values.get('tested_batches', '?')} batches, a part of its split "
-                   "(trainer.limit_test_batches); rerun without the limit")
-            return Run(shown, "no result", facts, {}, why, ablation, sweep, identity)
+        partial = partial_run(values)  # a limited training or test (debug): a smoke run, not a result
+        if partial:
+            return Run(shown, "no result", facts, {}, f"{partial}; rerun without the limit", ablation, sweep,
+                       identity)
         # the test-set files must be this config's results: its identity hash, as eval.py writes it (and as
         # run.json records it, checked above)
         tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
@@ -555,13 +556,33 @@ def _normalised(overrides: Iterable[str]) -> frozenset[str]:
     return frozenset(str(o).replace("\\{", "{").replace("\\}", "}") for o in overrides)
 
 
+def grid_files(sweep_dir: Path) -> list[Path]:
+    """``multirun.yaml`` (the latest launch) and the earlier launches' grids that train.py kept before Hydra
+    replaced it (``multirun.<n>.yaml``, `models.lifecycle.cli.keep_earlier_grid`), oldest first."""
+    earlier = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
+                     key=lambda p: int(p.name.split(".")[1]))
+    return [*earlier, sweep_dir / "multirun.yaml"]
+
+
 def expected_jobs(sweep_dir: Path) -> list[list[str]]:
-    """The override lists of every job of the multirun saved in ``sweep_dir/multirun.yaml``.
+    """The override lists of every job that a launch of the sweep in ``sweep_dir`` asked for: the union of
+    its grids (`grid_files`), each job once, in launch order.
 
     Expands ``hydra.sweeper.params`` plus the command-line overrides the way Hydra's basic sweeper
     does; other sweepers (optuna) have no fixed grid, so nothing is expected of them.
     """
-    path = sweep_dir / "multirun.yaml"
+    jobs: list[list[str]] = []
+    seen: set[frozenset[str]] = set()
+    for path in grid_files(sweep_dir):
+        for job in _launch_jobs(path):
+            if _normalised(job) not in seen:
+                seen.add(_normalised(job))
+                jobs.append(job)
+    return jobs
+
+
+def _launch_jobs(path: Path) -> list[list[str]]:
+    """The jobs of one launch's saved grid (a ``multirun.yaml``)."""
     saved = _yaml(path)
     hydra = saved.get("hydra") if isinstance(saved, dict) else None
     sweeper = hydra.get("sweeper") if isinstance(hydra, dict) else None
@@ -615,12 +636,18 @@ def _grid_point(overrides: list[str]) -> dict[str, Any]:
     """The config of a grid point, composed from its overrides (``{}`` when it does not compose)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
 
     config_dir = Path(__file__).resolve().parents[2] / "configs"
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_dir), version_base="1.3"):
-            cfg = compose("train", overrides=[o for o in overrides if not o.startswith("hydra")])
+            cfg = compose("train", overrides=[o for o in overrides if not o.startswith("hydra")],
+                          return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # `${hydra:runtime.choices...}` labels (the default run name)
+        with open_dict(cfg):
+            del cfg["hydra"]
         return _resolved_where_possible(cfg)
     except Exception:  # a grid point that does not even compose: still listed, with what is known
         return {}
