@@ -123,6 +123,14 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         write_result(path, {**result, "metrics": metrics})
         if written is not None:
             written.append(path)
+    if cfg.ckpt_path is not None:
+        from models.lifecycle.records import run_status
+
+        run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent
+        state = run_status(run_dir).state
+        if state != "finished":  # a legitimate look at a checkpoint, but not the run's result: say so
+            say(f"note: {run_dir} has not finished ({state}): these are the numbers of {Path(cfg.ckpt_path).name}"
+                " so far, not the run's result", stream=sys.stderr)
     return metrics
 
 
@@ -143,12 +151,6 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     run_cfg = load_run_config(run_config)
     checkpoint = load_run_checkpoint(ckpt_path)
     check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
-    from models.lifecycle.records import run_status
-
-    state = run_status(run_config.parent).state
-    if state != "finished":  # a legitimate look at a checkpoint, but not the run's result: say so
-        say(f"note: {run_config.parent} has not finished ({state}): these are the numbers of {ckpt_path.name} so"
-            " far, not the run's result", stream=sys.stderr)
     return ckpt_path, run_config, run_cfg, checkpoint
 
 

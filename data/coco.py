@@ -221,6 +221,7 @@ class CocoDetectionDataset(CocoDetection):
         self._unique(dataset.get("categories", []), "category")
         self._unique(dataset.get("annotations", []), "annotation")
         for image in images.values():
+            self._check_file_name(image)
             if not (_is_number(image.get("width")) and _is_number(image.get("height"))
                     and image["width"] > 0 and image["height"] > 0):
                 raise DataConfigError(
@@ -275,6 +276,26 @@ class CocoDetectionDataset(CocoDetection):
                 invalid[0][1], shown, more,
             )
         return len(invalid)
+
+    def _check_file_name(self, image: dict) -> None:
+        """An image's ``file_name`` is a relative path inside the split's image folder (``self.root``).
+
+        Judged on the path as written (normalised, not resolved), so an absolute path or one that climbs out
+        with ``..`` is refused before anything is opened, while an image that is a symlink inside the folder
+        (a subset built from links) still loads.
+        """
+        name = image.get("file_name")
+        if not isinstance(name, str) or not name.strip():
+            raise DataConfigError(
+                f"{self.ann_file}: image id {image.get('id')!r} has file_name {name!r}; expected the image's "
+                f"path relative to the image folder {self.root}"
+            )
+        normal = os.path.normpath(name)
+        if os.path.isabs(name) or normal == ".." or normal.startswith(".." + os.sep) or normal == ".":
+            raise DataConfigError(
+                f"{self.ann_file}: image id {image.get('id')!r} has file_name {name!r}, which points outside the "
+                f"image folder {self.root}; file names must be relative paths inside it (no absolute path, no '..')"
+            )
 
     def _unique(self, records: list[dict], kind: str) -> dict[Any, dict]:
         """``{id: record}``; a repeated id is an error (pycocotools would silently keep the last record)."""
@@ -399,7 +420,7 @@ def _write_split(
         placed: list[tuple[int, int, int]] = []
         for _ in range(int(rng.integers(1, max_objects + 1))):
             for _attempt in range(20):
-                s = int(rng.integers(object_size[0], min(object_size[1], h, w) + 1))
+                s = int(rng.integers(object_size[0], object_size[1] + 1))  # fits: check_shapes_settings
                 box = (int(rng.integers(0, w - s + 1)), int(rng.integers(0, h - s + 1)), s)
                 if not _overlap_too_large(box, placed, max_overlap):
                     break
@@ -458,6 +479,12 @@ def check_shapes_settings(
             f"data.generator.object_size={list(object_size)} does not fit image_size={list(image_size)}: the "
             f"smallest object ({object_size[0]} px) must fit the smallest image ({image_size[0]} px); valid: "
             f"object_size[0] <= {image_size[0]}"
+        )
+    if object_size[1] > image_size[0]:  # every drawn size must fit every image: never capped silently
+        raise DataConfigError(
+            f"data.generator.object_size={list(object_size)} does not fit image_size={list(image_size)}: the "
+            f"largest object ({object_size[1]} px) must fit the smallest image ({image_size[0]} px); valid: "
+            f"object_size[1] <= {image_size[0]}"
         )
     if not (_is_number(max_overlap) and 0.0 <= max_overlap <= 1.0):
         raise DataConfigError(f"data.generator.max_overlap={max_overlap!r} must be a number in [0, 1]")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,36 @@ LAYOUT_HINT = (
 )
 # Keys whose YAML lists timm expects as tuples.
 _TUPLE_KEYS = ("scale", "ratio", "color_jitter", "mean", "std")
+# timm's resize modes (timm.data.transforms); training also takes "random" (bilinear or bicubic per image).
+EVAL_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "box", "hamming", "lanczos")
+TRAIN_INTERPOLATIONS = (*EVAL_INTERPOLATIONS, "random")
+# String choices of data.train_transform that timm would only reject deep inside create_transform (a bare
+# KeyError or AssertionError), checked up front instead; a null value means timm's default.
+TRAIN_TRANSFORM_CHOICES: dict[str, tuple[str, ...]] = {
+    "interpolation": TRAIN_INTERPOLATIONS,
+    "re_mode": ("const", "rand", "pixel"),
+    "train_crop_mode": ("rrc", "rkrc", "rkrr"),
+}
+
+
+def check_choice(setting: str, value: Any, choices: Sequence[str]) -> None:
+    """A one-line `DataConfigError` unless ``value`` is one of ``choices`` (naming the setting and them)."""
+    if not isinstance(value, str) or value not in choices:
+        raise DataConfigError(f"{setting}={value!r} is not one of: {', '.join(choices)}")
+
+
+def class_folder_difference(train: Sequence[str], val: Sequence[str], train_split: str, val_split: str) -> str:
+    """``only in train/: a, b; only in val/: d`` (at most 10 names per side)."""
+
+    def shown(names: list[str]) -> str:
+        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+        return ", ".join(names[:10]) + more
+
+    only_train = sorted(set(train) - set(val))
+    only_val = sorted(set(val) - set(train))
+    parts = [f"only in {train_split}/: {shown(only_train)}"] if only_train else []
+    parts += [f"only in {val_split}/: {shown(only_val)}"] if only_val else []
+    return "; ".join(parts)
 
 
 def _count_class_dirs(split_dir: Path) -> int:
@@ -312,6 +341,17 @@ class ImageFolderDataModule(L.LightningDataModule):
         if len(self.mean) != 3 or len(self.std) != 3:
             raise DataConfigError(f"data.mean={self.mean} and data.std={self.std} must have 3 values each")
         self.train_transform_kwargs = None if train_transform is None else dict(_plain(train_transform))
+        for key, choices in TRAIN_TRANSFORM_CHOICES.items():
+            value = (self.train_transform_kwargs or {}).get(key)
+            if value is not None:
+                check_choice(f"data.train_transform.{key}", value, choices)
+        check_choice("data.eval_interpolation", eval_interpolation, EVAL_INTERPOLATIONS)
+        if num_classes is not None and (
+            isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
+        ):
+            raise DataConfigError(
+                f"data.num_classes={num_classes!r} must be a positive integer, or null to count the class folders"
+            )
         self.eval_crop_pct = float(eval_crop_pct)
         self.eval_interpolation = eval_interpolation
         self.repeated_aug = bool(repeated_aug)
@@ -417,24 +457,24 @@ class ImageFolderDataModule(L.LightningDataModule):
         reference = self.train_set if self.train_set is not None else self.val_set
         if self.train_set is not None and self.val_set.classes != self.train_set.classes:
             # ImageFolder indexes classes by sorted folder name: differing class sets silently shift labels.
+            difference = class_folder_difference(
+                self.train_set.classes, self.val_set.classes, self.train_split, self.val_split
+            )
             raise DataConfigError(
-                f"data.root={self.root}: {self.val_split}/ has {len(self.val_set.classes)} class folders but "
-                f"{self.train_split}/ has {len(self.train_set.classes)} (or different names); they must match"
+                f"data.root={self.root}: the class folders of {self.train_split}/ "
+                f"({len(self.train_set.classes)}) and {self.val_split}/ ({len(self.val_set.classes)}) differ "
+                f"({difference}); they must match, as labels are indexed by sorted folder name"
             )
         found = len(reference.classes)
         configured = self._configured_num_classes
-        if configured is not None and configured < found:
+        if configured is not None and configured != found:
+            # Fewer: labels out of range. More: a head with classes no image has (its logits still take
+            # probability mass): both are a wrong setting, not something to train through.
             raise DataConfigError(
-                f"data.num_classes={configured} but data.root={self.root} has {found} class folders (labels "
-                "would be out of range); set data.num_classes to match (or null to count them)"
+                f"data.num_classes={configured} but data.root={self.root} has {found} class folders; set "
+                f"data.num_classes={found} (or null to count them)"
             )
-        if configured is not None and configured > found:
-            # Allowed so the ImageNet config runs on a tiny fake ImageFolder (tests): extra logits go unused.
-            warnings.warn(
-                f"data.num_classes={configured} but data.root={self.root} has only {found} class folders",
-                stacklevel=2,
-            )
-        self.num_classes = configured if configured is not None else found
+        self.num_classes = found
 
     # ------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:

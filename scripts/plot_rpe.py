@@ -459,6 +459,9 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
             # the tables are drawn over all (H W)^2 offset pairs: a huge grid would exhaust memory
             raise PlotError(f"--grid {args.grid} is out of range; valid: H,W with 1 <= H, W <= {MAX_GRID}")
     run_dir: Path = args.run_dir
+    out_path = args.out if args.out is not None else run_dir / "plots"
+    if out_path.exists() and not out_path.is_dir():  # found before the run is loaded, not at the first save
+        raise PlotError(f"--out {out_path} is a file, not a folder; valid: a folder (made if missing)")
     datamodule, module = load_run(run_dir, args.ckpt, args.data_root)
     net = backbone(module).eval()
     layers_all = attention_layers(net)
@@ -489,6 +492,8 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
         if not plots:
             preset = getattr(getattr(net, "rpe_config", None), "method", None)
             reason = f" (rpe method: {preset})" if preset else ""
+            if any("pass --grid H,W" in note for note in notes):  # tables there are, for a grid the user names
+                reason += "; its tables depend on the input's token grid: pass --grid H,W to draw them"
             if args.plots == "tables":
                 raise PlotError(
                     f"the run's model has no plottable relative position tables{reason}; nothing to draw for"

@@ -133,3 +133,27 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
     assert swin_grid_problem(16, 4, 4, 2) is None  # 4 tokens: one window; 2 tokens: smaller than the window
     assert "odd 3-token side" in swin_grid_problem(12, 4, 4, 2)  # 3 tokens fit one window but cannot merge
     assert "stage 1 has a 6-token side" in swin_grid_problem(48, 4, 4, 2)  # 12 tokens tile, then 6 do not
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["~rpe.ratio"], "~rpe.ratio cannot delete rpe.ratio: it is null (or absent) already, which is its default;"
+                     " leave it out, or set rpe.ratio=<value>"),
+    (["model.mixup.alpha=-0.2"], "model.mixup.alpha is not a config key; model.mixup is null (no mixup); valid keys"
+                                 " of model.mixup (timm.data.Mixup's arguments): correct_lam, cutmix_alpha,"),
+    (["run_name=ünï"], "must be quoted, e.g. 'run_name=\"my run\"'"),
+], ids=["delete_null", "mixup_null", "unquoted"])
+def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
+    """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*args, f"paths.log_dir={tmp_path}"], "train")
+    assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_multirun_flag_may_come_anywhere() -> None:
+    from models.lifecycle.cli import multirun_flag_first
+
+    assert multirun_flag_first(["a=1", "-m", "seed=0,1"]) == ["-m", "a=1", "seed=0,1"]
+    assert multirun_flag_first(["a=1", "--multirun"]) == ["--multirun", "a=1"]
+    assert multirun_flag_first(["a=1", "b=2"]) == ["a=1", "b=2"]

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from data import ImageFolderDataModule, make_fake_imagefolder
+from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "data"
 
@@ -94,8 +94,7 @@ def test_imagenet_config_on_fake_imagefolder(tmp_path: Path) -> None:
     assert val_images.shape == (4, 3, 224, 224)
     assert "CenterCrop" in repr(dm.build_eval_transform())
 
-    # Without overriding num_classes (as the experiment smoke tests do) it still runs, with a warning.
+    # The config's 1000 classes on a folder with fewer: refused (a head whose extra classes never occur)
     dm_1000 = instantiate(load_data_config("imagenet", tmp_path, root=str(root), batch_size=4, num_workers=0))
-    with pytest.warns(UserWarning, match="num_classes=1000"):
+    with pytest.raises(DataConfigError, match="data.num_classes=1000 but data.root="):
         dm_1000.setup("fit")
-    assert dm_1000.num_classes == 1000

@@ -160,8 +160,9 @@ def test_loaders_shapes_dtypes_and_normalisation(tmp_path: Path) -> None:
     assert labels.shape == (16,) and labels.dtype == torch.int64 and 0 <= labels.min() <= labels.max() < 8
 
     # Eval (and, for relational, train) transform is exactly (pixel / 255 - mean) / std: no resize, no crop.
-    val_images, val_labels = next(iter(dm.val_dataloader()))
-    path, label = dm.val_set.samples[0]
+    val_loader = dm.val_dataloader()
+    val_images, val_labels = next(iter(val_loader))
+    path, label = dm.val_set.samples[next(iter(val_loader.sampler))]  # the fixed evaluation order's first
     pixels = torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1).float() / 255
     torch.testing.assert_close(val_images[0], (pixels - 0.5) / 0.5)
     assert val_labels[0] == label and dm.val_set.classes[label] == Path(path).parent.name
@@ -218,11 +219,13 @@ def test_num_classes_mismatch_and_too_large_batch(tmp_path: Path) -> None:
     root = make_fake_imagefolder(tmp_path / "fake", num_classes=3, per_class=2, img_size=16)
     with pytest.raises(DataConfigError, match="data.num_classes=2 .* 3 class folders"):
         ImageFolderDataModule(root=str(root), img_size=16, num_classes=2).setup("fit")
-    # More configured classes than folders (ImageNet config on a fake folder) only warns.
-    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=64, num_workers=0, num_classes=1000)
-    with pytest.warns(UserWarning, match="data.num_classes=1000"):
-        dm.setup("fit")
-    assert dm.num_classes == 1000
+    # More configured classes than folders (ImageNet's 1000 on a 3-class folder) trains a head whose extra
+    # classes never occur: refused too; null counts the folders.
+    with pytest.raises(DataConfigError, match="data.num_classes=1000 but data.root=.* has 3 class folders"):
+        ImageFolderDataModule(root=str(root), img_size=16, num_classes=1000).setup("fit")
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=64, num_workers=0, num_classes=None)
+    dm.setup("fit")
+    assert dm.num_classes == 3
     with pytest.raises(DataConfigError, match="data.batch_size=64"):
         dm.train_dataloader()
 

@@ -294,6 +294,17 @@ def test_bad_input_is_one_line(args: list[str], expected: str, trained_run: Path
     assert not (tmp_path / "plots").exists()  # nothing drawn on bad input
 
 
+def test_out_that_is_a_file_is_refused_before_the_run_is_loaded(trained_run: Path, tmp_path: Path, capsys,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "afile"
+    target.write_text("not a folder")
+    monkeypatch.setattr(plot_rpe, "load_run", lambda *a: pytest.fail("the run was loaded"))
+    assert plot_rpe.main([str(trained_run), "--out", str(target)]) == 2
+    expected = f"error: --out {target} is a file, not a folder; valid: a folder (made if missing)\n"
+    assert capsys.readouterr().err == expected
+    assert target.read_text() == "not a folder"
+
+
 @pytest.mark.slow  # a plot_rpe.py process; its checks run in-process in test_bad_input_is_one_line
 def test_missing_checkpoint_and_cli_exit_code(trained_run: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"

@@ -160,9 +160,9 @@ BAD = [
     ("trainer.limit_val_batches=-1",
      "trainer.limit_val_batches=-1 must be an integer >= 0 (batches), a fraction >= 0 and <= 1 or null (all batches)"),
     ("trainer.val_check_interval=0", "trainer.val_check_interval=0 must be an integer >= 1 (batches), a fraction "
-     ">= 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null (once per epoch)"),
+     "> 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null (once per epoch)"),
     ("trainer.val_check_interval=1.5", "trainer.val_check_interval=1.5 must be an integer >= 1 (batches), a "
-     "fraction >= 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null "
+     "fraction > 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null "
      "(once per epoch)"),
     ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1.0 must be >= 0 or null (no clipping)"),
     ("trainer.log_every_n_steps=-1",

@@ -18,13 +18,17 @@ from omegaconf import OmegaConf
 
 from rpe import resolve_rpe
 from scripts import make_tables
-from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
+from tests.helpers import CONFIG_DIR, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
 BENCHMARK_SWEEPS = {"shift_mini": 24}
 SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml")
                 if not p.stem.startswith("_") and p.stem not in BENCHMARK_SWEEPS)
-# the result's test reads the whole 512-image split: a limited test is no result in the tables
+# 64 training images (2 batches of 32, the whole split at FAST's limit) and 64 test images: the runs train
+# and test on whole splits, so the tables count their results (a limited run is no result)
+TABLE_DATA = ["data.root=${paths.data_dir}/relational_64", "data.generator.num_train=64",
+              "data.generator.num_val=64", "data.num_workers=0"]
+# the result's test reads the whole split: a limited test is no result in the tables
 FAST = ["debug=fast", "logger=csv", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
         "trainer.limit_test_batches=1.0"]
 ONE_SEED = ["seed=0"]  # the mini sweeps run seeds 0, 1, 2; one is enough to test the machinery
@@ -219,7 +223,7 @@ def test_buckets_sweep_covers_the_paper_counts() -> None:
 def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Path, data_dir: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     result = run_cli("train.py", [
-        "sweep=buckets_mini", "rpe.ratio=1.0,-1,1.9", *ONE_SEED, *FAST, *SMALL_RELATIONAL,
+        "sweep=buckets_mini", "rpe.ratio=1.0,-1,1.9", *ONE_SEED, *FAST, *TABLE_DATA,
         f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"})
     # the sweep ran all three jobs, then exits 1 naming the failure
@@ -269,7 +273,7 @@ def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Pat
 def test_rerunning_a_sweep_resumes_each_job_from_its_own_checkpoint(tmp_path: Path, data_dir: Path) -> None:
     # What a SLURM requeue (or a re-run after a crash) does: the same command, the same run dirs.
     sweep_dir = tmp_path / "sweep"
-    args = ["sweep=shared_head_mini", "rpe.mode=ctx", *ONE_SEED, *FAST, *SMALL_RELATIONAL,
+    args = ["sweep=shared_head_mini", "rpe.mode=ctx", *ONE_SEED, *FAST, *TABLE_DATA,
             f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}"]
     first = run_cli("train.py", args, env_extra={"OMP_NUM_THREADS": "1"})
     assert first.returncode == 0, first.stderr[-3000:]
@@ -291,7 +295,7 @@ def test_ddp_inside_each_job_of_a_multirun(tmp_path: Path, data_dir: Path) -> No
     # Each job launches its own 2-process group; the second job must not inherit the first one's.
     sweep_dir = tmp_path / "sweep"
     result = run_cli("train.py", [
-        "-m", "rpe=none,irpe_k", "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, f"hydra.sweep.dir={sweep_dir}",
+        "-m", "rpe=none,irpe_k", "trainer=ddp_cpu", *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}",
         f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -305,7 +309,7 @@ def test_optuna_sweeper_over_rpe_fields(tmp_path: Path, data_dir: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
     sweep_dir = tmp_path / "optuna"
     result = run_cli("train.py", [
-        "-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2", *FAST, *SMALL_RELATIONAL,
+        "-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2", *FAST, *TABLE_DATA,
         f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -321,7 +325,7 @@ def test_optuna_sweeper_over_rpe_fields(tmp_path: Path, data_dir: Path) -> None:
 def test_plain_multirun_uses_the_default_sweep_dir(tmp_path: Path, data_dir: Path) -> None:
     # Hydra resolves the multirun dir before any job exists, so it must not need the job's runtime info.
     result = run_cli("train.py", [
-        "-m", "rpe=none", *FAST, *SMALL_RELATIONAL, f"paths.log_dir={tmp_path}", f"paths.data_dir={data_dir}",
+        "-m", "rpe=none", *FAST, *TABLE_DATA, f"paths.log_dir={tmp_path}", f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list((tmp_path / "multirun").rglob("metrics.json"))) == 1
@@ -564,7 +568,7 @@ def test_wandb_groups_by_sweep_and_logs_rpe_columns(tmp_path: Path, data_dir: Pa
 
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "offline")
-    cfg = compose_config([*SMALL_RELATIONAL, *FAST, "logger=wandb", "sweep_name=where_mini",
+    cfg = compose_config([*TABLE_DATA, *FAST, "logger=wandb", "sweep_name=where_mini",
                           "rpe.preset=rpe-1.9-product-ctx-1-qk"], tmp_path / "run", data_dir)
     trainer = job.build_trainer(cfg.trainer, cfg.callbacks, cfg.logger, job.run_hparams(cfg))
     wandb_logger = next(lg for lg in trainer.loggers if type(lg).__name__ == "WandbLogger")

@@ -211,6 +211,7 @@ def test_swin_experiment_configs_run_one_step(tmp_path: Path) -> None:
         root = make_fake_imagefolder(tmp_path / f"fake_{img_size}", num_classes=3, per_class=2, img_size=img_size,
                                      seed=0)
         extra = ["data.generator=null"] if "micro" in name else []
+        extra.append("data.num_classes=null")  # the fake folder's 3 classes, not the experiment's
         cfg = compose_config(
             # no checkpoints (a Swin-T one with AdamW state is 0.3 GB) and no sanity-check pass
             [f"experiment={name}", f"data.root={root}", *extra, "trainer=cpu", "trainer.devices=1", "debug=fast",

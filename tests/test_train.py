@@ -128,7 +128,8 @@ def test_experiment_configs_run_one_step(tmp_path: Path) -> None:
     for name in experiments:
         cfg = compose_config(
             [f"experiment={name}", f"data.root={root}", "trainer=cpu", "trainer.devices=1", *FAST, "data.batch_size=2",
-             "data.img_size=64", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false",
+             "data.img_size=64", "data.num_classes=null",
+             "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false",
              # no checkpoints: DeiT-B's take 1.3 GB and most of its time here (saving is tested elsewhere)
              "callbacks=none", "callbacks.model_checkpoint=null", "callbacks.last_checkpoint=null",
              "+trainer.enable_checkpointing=false"],

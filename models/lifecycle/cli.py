@@ -69,6 +69,13 @@ def normalize_overrides(argv: list[str]) -> list[str]:
     return [f"+{arg}" if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", arg) else arg for arg in argv]
 
 
+def multirun_flag_first(argv: list[str]) -> list[str]:
+    """``-m``/``--multirun`` moved before the overrides: Hydra's parser takes its flags only there, and
+    ``train.py a=1 -m b=2,3`` would otherwise print its usage and stop."""
+    flags = [arg for arg in argv if arg in ("-m", "--multirun")]
+    return flags + [arg for arg in argv if arg not in ("-m", "--multirun")]
+
+
 def check_run_location(run_name: Any, log_dir: Any) -> None:
     """A run dir is ``<log_dir>/<run_name>``: ``run_name`` is a relative path of plain components inside it.
 
@@ -188,10 +195,12 @@ def check_overrides(argv: list[str], config_name: str) -> None:
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
-        from models.lifecycle.settings import check_schedule, check_settings
+        from models.lifecycle.settings import check_devices, check_schedule, check_settings
 
         HydraConfig.instance().set_config(cfg)
         check_settings(cfg)
+        if config_name == "eval":
+            check_devices(cfg)
         if config_name == "train":
             check_schedule(cfg)
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
@@ -232,12 +241,25 @@ def override_error(err: BaseException) -> str:
     """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them."""
     cause = root_cause(err)
     if getattr(err, "override", None):  # a parse error: OverrideParseException
-        return f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}"
+        return (f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}; a value"
+                " with spaces, non-ASCII letters or other special characters must be quoted, e.g."
+                " 'run_name=\"my run\"'")
+    deleted = re.search(r"Could not delete from config\. '([^']+)' does not exist", str(err))
+    if deleted:  # Hydra's ~key on a key whose value is null
+        key = deleted.group(1)
+        return (f"~{key} cannot delete {key}: it is null (or absent) already, which is its default; leave it out,"
+                f" or set {key}=<value>")
     full_key = getattr(cause, "full_key", None)
     parent = getattr(cause, "parent_node", None)
     if full_key and isinstance(parent, DictConfig) and "not in struct" in str(cause):
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
         valid = ", ".join(sorted(str(k) for k in parent.keys()))
+        if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
+            from models.lifecycle.settings import mixup_keys
+
+            return (f"{full_key} is not a config key; model.mixup is null (no mixup); valid keys of model.mixup"
+                    f" (timm.data.Mixup's arguments): {', '.join(mixup_keys())} (a new key needs"
+                    " +model.mixup.<key>=..., e.g. +model.mixup.mixup_alpha=0.2)")
         return f"{full_key} is not a config key; valid keys of {where}: {valid} (a new key needs +{full_key}=...)"
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 
@@ -283,7 +305,7 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
 
     ``after()`` runs once Hydra returns and may return an exit code (train.py's: 1 when sweep jobs failed).
     """
-    sys.argv[1:] = normalize_overrides(sys.argv[1:])
+    sys.argv[1:] = multirun_flag_first(normalize_overrides(sys.argv[1:]))
     try:
         check_group_choices(sys.argv[1:])
         check_overrides(sys.argv[1:], config_name)

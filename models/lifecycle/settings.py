@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -27,7 +28,8 @@ from data.errors import DataConfigError
 from data.relational import OBJECT_MIN
 from rpe.config import MAX_RATIO
 
-__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "rule_for"]
+__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
+           "mixup_keys", "rule_for"]
 
 
 class SettingError(ValueError):
@@ -191,15 +193,49 @@ def list_of(item: Num | OneOf | Text, *lengths: int) -> ListOf:
 
 @dataclass(frozen=True)
 class Kwargs:
-    """A mapping (e.g. keyword arguments of ``datetime.timedelta``); its numbers are still checked for nan/inf."""
+    """A mapping (e.g. keyword arguments of ``datetime.timedelta``); its numbers are still checked for nan/inf.
+
+    With ``keys`` (a function giving the valid keys, e.g. a class's constructor arguments) each key of the
+    mapping must be one of them; ``owner`` names what takes them and ``note`` says what else applies."""
 
     text: str
+    keys: Callable[[], tuple[str, ...]] | None = None
+    owner: str = ""
+    note: str = ""
 
     def accepts(self, value: Any) -> bool:
         return isinstance(value, dict)
 
     def describe(self) -> str:
         return self.text
+
+    def bad_key(self, key: str, value: dict[str, Any]) -> str | None:
+        """The one-line refusal of the first key of ``value`` (the mapping at ``key``) that is not valid."""
+        if self.keys is None:
+            return None
+        valid = self.keys()
+        for name, item in value.items():
+            if name not in valid:
+                note = f" ({self.note})" if self.note else ""
+                return (f"{key}.{name}={show(item)} is not an argument of {self.owner}; "
+                        f"valid keys of {key}: {', '.join(valid)}{note}")
+        return None
+
+
+# The module passes num_classes itself (from the data): a user's would be overwritten.
+MIXUP_SET_BY_THE_MODULE = ("num_classes",)
+
+
+@lru_cache(maxsize=1)
+def mixup_keys() -> tuple[str, ...]:
+    """The settings ``model.mixup`` may hold: ``timm.data.Mixup``'s arguments but those the module sets."""
+    import inspect
+
+    from timm.data import Mixup
+
+    names = [n for n, p in inspect.signature(Mixup.__init__).parameters.items()
+             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return tuple(sorted(n for n in names if n not in MIXUP_SET_BY_THE_MODULE))
 
 
 @dataclass(frozen=True)
@@ -264,7 +300,12 @@ SIZE = list_of(POSITIVE, 2)
 # Lightning's limit_*_batches / overfit_batches / val_check_interval: an int counts batches, a float is a
 # fraction (so the int 0 is no fraction 0.0 there: val_check_interval=0 would check every 0th batch)
 FRACTION = real("[0, 1]", noun="a fraction", floats_only=True)
+# val_check_interval=0.0 would validate after every batch (Lightning rounds 0 batches up to 1)
+FRACTION_OF_EPOCH = real("(0, 1]", noun="a fraction", floats_only=True)
 BATCH_LIMIT = (integer("[0, inf)", "batches"), FRACTION)
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
+              "32-true", "64-true", "64", "32", "16", "bf16")
 TIME = text(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS'")
 TIMEDELTA = Kwargs("a mapping of datetime.timedelta arguments")
 
@@ -339,7 +380,8 @@ RULES: tuple[Rule, ...] = (
     Rule("model.scheduler.warmup_epochs", NONNEG),
     Rule("model.scheduler.warmup_lr", NONNEG),
     Rule("model.scheduler.min_lr", NONNEG),
-    Rule("model.mixup", Kwargs("a mapping of timm Mixup settings"), NULL("no mixup")),
+    Rule("model.mixup", Kwargs("a mapping of timm Mixup settings", mixup_keys, "timm.data.Mixup",
+                               "num_classes comes from the data"), NULL("no mixup")),
     Rule("model.mixup.mixup_alpha", NONNEG),
     Rule("model.mixup.cutmix_alpha", NONNEG),
     Rule("model.mixup.cutmix_minmax", list_of(real("(0, 1]"), 2), NULL("off")),
@@ -347,6 +389,8 @@ RULES: tuple[Rule, ...] = (
     Rule("model.mixup.switch_prob", PROB),
     Rule("model.mixup.label_smoothing", PROB),
     Rule("model.mixup.correct_lam", BOOL),
+    Rule("model.mixup.multi_label", BOOL),
+    Rule("model.mixup.mode", one_of("batch", "pair", "elem")),  # timm treats any other mode as 'batch'
     Rule("model.label_smoothing", PROB),
     # 0 would silently mean "no EMA" (the module tests `if ema_decay`), 1 an average that never moves
     Rule("model.ema_decay", real("(0, 1)"), NULL("no EMA")),
@@ -384,7 +428,11 @@ RULES: tuple[Rule, ...] = (
     Rule("trainer.devices", POSITIVE, one_of(-1, note="all"), one_of("auto"), list_of(COUNT),
          text(r"-1|\d+|\d+(,\d+)*,?", "a string of device ids such as '0,1'")),
     Rule("trainer.num_nodes", POSITIVE),
-    Rule("trainer.precision", one_of(16, 32, 64), text(r".+", "a precision name such as '32-true' or 'bf16-mixed'")),
+    # Lightning's accelerator names ("gpu": cuda or mps); check_devices checks that the machine has one
+    Rule("trainer.accelerator", one_of(*ACCELERATORS)),
+    # Lightning's precision names (lightning.fabric.connector._PRECISION_INPUT)
+    Rule("trainer.precision", one_of(16, 32, 64), text("|".join(map(re.escape, PRECISIONS)),
+                                                        "a precision name such as '32-true' or 'bf16-mixed'")),
     Rule("trainer.max_epochs", one_of(-1, note="unlimited"), POSITIVE, NULL("Lightning's default")),
     Rule("trainer.min_epochs", COUNT, NULL("none")),
     Rule("trainer.max_steps", one_of(-1, note="unlimited"), POSITIVE),
@@ -392,12 +440,13 @@ RULES: tuple[Rule, ...] = (
     Rule("trainer.max_time", TIME, TIMEDELTA, NULL("no limit")),
     Rule("trainer.limit_*_batches", *BATCH_LIMIT, NULL("all batches")),
     Rule("trainer.overfit_batches", *BATCH_LIMIT),
-    Rule("trainer.val_check_interval", integer("[1, inf)", "batches"), FRACTION, TIME, TIMEDELTA,
+    Rule("trainer.val_check_interval", integer("[1, inf)", "batches"), FRACTION_OF_EPOCH, TIME, TIMEDELTA,
          NULL("once per epoch")),
     Rule("trainer.check_val_every_n_epoch", POSITIVE, NULL("by val_check_interval only")),
     Rule("trainer.num_sanity_val_steps", one_of(-1, note="all"), COUNT, NULL("Lightning's default")),
     Rule("trainer.log_every_n_steps", integer("[0, inf)", "0: no step logging"), NULL("Lightning's default")),
     Rule("trainer.gradient_clip_val", NONNEG, NULL("no clipping")),
+    Rule("trainer.gradient_clip_algorithm", one_of("norm", "value"), NULL("Lightning's default (norm)")),
     Rule("trainer.accumulate_grad_batches", POSITIVE),
     Rule("trainer.reload_dataloaders_every_n_epochs", COUNT),
     Rule("trainer.fast_dev_run", BOOL, integer("[0, inf)", "batches")),
@@ -413,6 +462,7 @@ RULES: tuple[Rule, ...] = (
     Rule("callbacks.progress_bar.refresh_rate", integer("[0, inf)", "0: off")),
     Rule("callbacks.last_checkpoint.every_n_train_steps", POSITIVE, NULL("at epoch ends only")),
     Rule("callbacks.model_checkpoint.save_top_k", one_of(-1, note="all"), COUNT),
+    Rule("callbacks.model_checkpoint.mode", one_of("min", "max")),
     Rule("callbacks.model_checkpoint.every_n_epochs", COUNT, NULL("Lightning's default")),
     Rule("callbacks.model_checkpoint.every_n_train_steps", COUNT, NULL("Lightning's default")),
     Rule("callbacks.model_checkpoint.save_last", BOOL, one_of("link"), NULL("off")),
@@ -476,6 +526,12 @@ def _check(key: str, value: Any) -> None:
             )
             must = "must be a finite number; valid:" if bad_float else "must be"
             raise _fail(key, f"{key}={show(plain, rule.is_real)} {must} {rule.describe()}")
+        for form in rule.forms:
+            if isinstance(form, Kwargs) and form.accepts(plain):
+                problem = form.bad_key(key, plain)
+                if problem is not None:
+                    raise _fail(key, problem)
+                break
         if not isinstance(value, DictConfig):
             return
     if isinstance(value, (DictConfig, ListConfig)):
@@ -497,7 +553,10 @@ def check_settings(cfg: DictConfig) -> None:
 
 
 def check_schedule(cfg: DictConfig) -> None:
-    """Refuse a schedule that trains nothing: the run could have no trained weights, so no result."""
+    """Refuse a training run that cannot train as configured, across keys: a schedule that trains nothing
+    (the run could have no trained weights, so no result) or that the lr schedule cannot measure, an lr
+    schedule below its own floor, a model built for another image size than the data's, and (on the machine
+    that runs the job) an accelerator it does not have (`check_devices`)."""
     trainer = cfg.get("trainer") or {}
     for key in ("max_epochs", "max_steps", "limit_train_batches"):
         if key in trainer and trainer.get(key) == 0:
@@ -506,3 +565,130 @@ def check_schedule(cfg: DictConfig) -> None:
     if cfg.get("test_after_fit") and trainer.get("limit_test_batches") == 0:
         raise SettingError("trainer.limit_test_batches=0 tests nothing, so the run could have no result; "
                            "valid: a positive value, or test_after_fit=false (then eval.py tests best.ckpt)")
+    model = cfg.get("model") or {}
+    if "scheduler" in model and "optimizer" in model:  # models.classification.ClassificationModule
+        _check_lr_schedule(cfg, trainer, model)
+        _check_input_size(cfg, model)
+    if _runs_here(cfg):
+        check_devices(cfg)
+
+
+def _get(node: Any, key: str, default: Any = None) -> Any:
+    try:
+        value = node.get(key, default) if node is not None else default
+    except OmegaConfBaseException:  # an interpolation that cannot be resolved here: left to instantiation
+        return default
+    return _plain(value)
+
+
+def _unlimited_epochs(trainer: Any) -> str | None:
+    """How the run gets no epoch limit (Lightning's rule: max_epochs=-1, or null with a step or time limit)."""
+    max_epochs = _get(trainer, "max_epochs")
+    if max_epochs == -1:
+        return "trainer.max_epochs=-1 (unlimited)"
+    if max_epochs is None and _get(trainer, "max_steps", -1) != -1:
+        return f"trainer.max_epochs=null (unlimited with trainer.max_steps={show(_get(trainer, 'max_steps'))})"
+    if max_epochs is None and _get(trainer, "max_time") is not None:
+        return "trainer.max_epochs=null (unlimited with trainer.max_time set)"
+    return None
+
+
+def _world_size(trainer: Any) -> int | None:
+    """Processes in the run when the config says (devices -1 and 'auto' depend on the machine: None)."""
+    devices, nodes = _get(trainer, "devices", 1), _get(trainer, "num_nodes", 1)
+    if isinstance(devices, str) and re.fullmatch(r"\d+", devices.strip()):
+        devices = int(devices)
+    elif isinstance(devices, str) and "," in devices:
+        devices = len([d for d in devices.split(",") if d.strip()])
+    elif isinstance(devices, list):
+        devices = len(devices)
+    if not (_is_number(devices) and devices >= 1 and _is_number(nodes) and nodes >= 1):
+        return None
+    return int(devices) * int(nodes)
+
+
+def _check_lr_schedule(cfg: DictConfig, trainer: Any, model: Any) -> None:
+    """models.classification: a per-step cosine schedule over Lightning's estimated_stepping_batches, with
+    ``warmup_epochs`` of ``total steps / max_epochs`` steps each, from ``warmup_lr`` to the batch-scaled lr
+    and down to ``min_lr`` (the module's defaults where a key is absent)."""
+    sched, opt = model.get("scheduler") or {}, model.get("optimizer") or {}
+    if not _get(trainer, "fast_dev_run", False):  # a smoke run has a fixed number of steps
+        unlimited = _unlimited_epochs(trainer)
+        if unlimited and _get(trainer, "max_steps", -1) == -1:
+            raise SettingError(f"{unlimited} with trainer.max_steps=-1 gives the cosine lr schedule (model.scheduler) "
+                               "no length; valid: trainer.max_epochs an integer >= 1, or trainer.max_steps an integer "
+                               ">= 1")
+        warmup = _get(sched, "warmup_epochs", 0)
+        if unlimited and _is_number(warmup) and warmup > 0:
+            raise SettingError(f"model.scheduler.warmup_epochs={show(warmup, True)} needs an epoch count (an epoch "
+                               f"of the warm-up is total steps / max_epochs), but {unlimited}; valid: "
+                               "trainer.max_epochs an integer >= 1, or model.scheduler.warmup_epochs=0")
+    lr, base = _get(opt, "lr", 5e-4), _get(opt, "lr_base_batch", 512)
+    batch, accumulate = _get(cfg.get("data"), "batch_size"), _get(trainer, "accumulate_grad_batches", 1)
+    world = _world_size(trainer)
+    if world is None or not all(_is_number(v) and v > 0 for v in (lr, base, batch, accumulate)):
+        return  # the peak lr depends on the machine (devices=auto/-1) or a value check_settings refuses
+    total = batch * accumulate * world
+    peak = lr * total / base
+    for key, default in (("min_lr", 1e-5), ("warmup_lr", 1e-6)):
+        value = _get(sched, key, default)
+        if _is_number(value) and value > peak:
+            raise SettingError(
+                f"model.scheduler.{key}={show(value, True)} must be <= the peak lr, model.optimizer.lr={show(lr, True)}"
+                f" x total batch {total} / model.optimizer.lr_base_batch={base} = {peak:g}")
+
+
+def _check_input_size(cfg: DictConfig, model: Any) -> None:
+    net = model.get("net") or {}
+    size, data_size = _get(net, "img_size"), _get(cfg.get("data"), "img_size")
+    if _get(net, "dynamic_img_size", False) or not (_is_number(size) and _is_number(data_size)):
+        return
+    if size != data_size:
+        raise SettingError(f"model.net.img_size={show(size)} must equal data.img_size={show(data_size)}: the model is "
+                           f"built for the data's image size (valid: model.net.img_size={show(data_size)}, its default "
+                           "${data.img_size})")
+
+
+def _runs_here(cfg: DictConfig) -> bool:
+    """Whether the job runs on this machine: not when a composed config's Hydra launcher submits it elsewhere
+    (SLURM); the job checks its devices again when it starts there."""
+    target = OmegaConf.select(cfg, "hydra.launcher._target_", default=None, throw_on_resolution_failure=False)
+    return target is None or str(target).endswith("BasicLauncher")
+
+
+_GPU_KINDS = {"gpu": ("cuda", "mps"), "cuda": ("cuda",), "mps": ("mps",), "tpu": ("tpu",)}
+_NOUNS = {"gpu": "GPU", "cuda": "CUDA GPU", "mps": "Apple MPS GPU", "tpu": "TPU"}
+
+
+def _available(kind: str) -> int:
+    """Devices of Lightning's accelerator ``kind`` that this machine has (0: none)."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    accelerator = AcceleratorRegistry[kind]["accelerator"]
+    try:
+        return accelerator.auto_device_count() if accelerator.is_available() else 0
+    except Exception:  # noqa: BLE001  (a backend that cannot even be asked is not available)
+        return 0
+
+
+def check_devices(cfg: DictConfig) -> None:
+    """Refuse ``trainer.accelerator`` (and an integer ``trainer.devices``) that this machine does not have."""
+    trainer = cfg.get("trainer") or {}
+    accelerator = _get(trainer, "accelerator", "auto")
+    if accelerator not in _GPU_KINDS:  # cpu, auto (Lightning picks what there is), or a value check_settings refuses
+        return
+    counts = {kind: _available(kind) for kind in _GPU_KINDS[accelerator]}
+    count = max(counts.values())
+    noun = _NOUNS[accelerator]
+    if count == 0:
+        here = [k for k in ("cuda", "mps", "tpu") if k not in counts and _available(k)]
+        valid = " or ".join(["cpu", *here])
+        raise SettingError(f"trainer.accelerator={accelerator} needs a {noun}, but none is visible on this machine; "
+                           f"valid here: trainer.accelerator={valid} (trainer=cpu)")
+    devices = _get(trainer, "devices", "auto")
+    if isinstance(devices, list):
+        devices = len(devices)
+    if _is_number(devices) and devices > count:
+        raise SettingError(f"trainer.devices={devices} with trainer.accelerator={accelerator}: this machine has "
+                           f"{count} {noun}{'s' if count > 1 else ''}; valid here: an integer >= 1 and <= {count}, "
+                           "-1 or 'auto' (all)")

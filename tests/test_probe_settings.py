@@ -1,0 +1,346 @@
+"""The fault probe's settings cases: cross-key schedule checks, the model's input size, choice settings that
+reach Lightning or timm, the keys of model.mixup, the devices of the machine, and for every rule that the
+range its message states is the range it accepts."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from models.lifecycle import settings
+from models.lifecycle.settings import (
+    RULES,
+    ListOf,
+    Num,
+    OneOf,
+    SettingError,
+    check_devices,
+    check_schedule,
+    check_settings,
+    mixup_keys,
+)
+from tests.helpers import CONFIG_DIR, compose_config
+
+
+def _compose(tmp_path: Path, overrides: list[str], config_name: str = "train") -> DictConfig:
+    return compose_config(overrides, tmp_path / "run", tmp_path / "data", config_name=config_name)
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory: pytest.TempPathFactory) -> DictConfig:
+    tmp = tmp_path_factory.mktemp("probe")
+    return _compose(tmp, ["debug=fast"])
+
+
+def _with(cfg: DictConfig, *overrides: str) -> DictConfig:
+    job = copy.deepcopy(cfg)
+    for override in overrides:
+        parsed = OverridesParser.create().parse_overrides([override])[0]
+        OmegaConf.update(job, parsed.key_or_group, parsed.value(), merge=False, force_add=override.startswith("+"))
+    return job
+
+
+def _refused(check, cfg: DictConfig) -> str:
+    with pytest.raises(SettingError) as info:
+        check(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.fixture
+def gpus(monkeypatch: pytest.MonkeyPatch):
+    """Pretend the machine has ``n`` CUDA GPUs (and nothing else but the CPU)."""
+    def pretend(n: int) -> None:
+        monkeypatch.setattr(settings, "_available", lambda kind: n if kind == "cuda" else 0)
+    pretend(0)
+    return pretend
+
+
+# ------------------------------------------------------------------ 1, 2, 3: cross-key checks of a run
+SCHEDULE_BAD = [
+    (["trainer.max_epochs=-1"],
+     "trainer.max_epochs=-1 (unlimited) with trainer.max_steps=-1 gives the cosine lr schedule (model.scheduler) no "
+     "length; valid: trainer.max_epochs an integer >= 1, or trainer.max_steps an integer >= 1"),
+    (["trainer.max_epochs=null", "trainer.max_time={hours:1}"],
+     "trainer.max_epochs=null (unlimited with trainer.max_time set) with trainer.max_steps=-1 gives the cosine lr "
+     "schedule (model.scheduler) no length; valid: trainer.max_epochs an integer >= 1, or trainer.max_steps an "
+     "integer >= 1"),
+    (["trainer.max_epochs=-1", "trainer.max_steps=10"],
+     "model.scheduler.warmup_epochs=1.0 needs an epoch count (an epoch of the warm-up is total steps / max_epochs), "
+     "but trainer.max_epochs=-1 (unlimited); valid: trainer.max_epochs an integer >= 1, or "
+     "model.scheduler.warmup_epochs=0"),
+    (["trainer.max_epochs=null", "trainer.max_steps=10"],
+     "model.scheduler.warmup_epochs=1.0 needs an epoch count (an epoch of the warm-up is total steps / max_epochs), "
+     "but trainer.max_epochs=null (unlimited with trainer.max_steps=10); valid: trainer.max_epochs an integer >= 1, "
+     "or model.scheduler.warmup_epochs=0"),
+    (["model.scheduler.min_lr=1.0"],
+     "model.scheduler.min_lr=1.0 must be <= the peak lr, model.optimizer.lr=0.001 x total batch 64 / "
+     "model.optimizer.lr_base_batch=64 = 0.001"),
+    (["model.scheduler.warmup_lr=0.01"],
+     "model.scheduler.warmup_lr=0.01 must be <= the peak lr, model.optimizer.lr=0.001 x total batch 64 / "
+     "model.optimizer.lr_base_batch=64 = 0.001"),
+    # the peak lr is the batch-scaled one: 1e-3 x 16 / 64
+    (["data.batch_size=16", "model.scheduler.min_lr=5e-4"],
+     "model.scheduler.min_lr=0.0005 must be <= the peak lr, model.optimizer.lr=0.001 x total batch 16 / "
+     "model.optimizer.lr_base_batch=64 = 0.00025"),
+    (["data.batch_size=16", "trainer.accumulate_grad_batches=2", "trainer.devices=2", "model.scheduler.min_lr=1"],
+     "model.scheduler.min_lr=1.0 must be <= the peak lr, model.optimizer.lr=0.001 x total batch 64 / "
+     "model.optimizer.lr_base_batch=64 = 0.001"),
+    (["model.net.img_size=64"],
+     "model.net.img_size=64 must equal data.img_size=32: the model is built for the data's image size (valid: "
+     "model.net.img_size=32, its default ${data.img_size})"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", SCHEDULE_BAD, ids=[" ".join(o) for o, _ in SCHEDULE_BAD])
+def test_bad_schedule_is_one_line_naming_the_keys(overrides: list[str], message: str, default: DictConfig) -> None:
+    cfg = _with(default, *overrides)
+    check_settings(cfg)  # each value alone is in range: only the combination is wrong
+    assert _refused(check_schedule, cfg) == message
+
+
+SCHEDULE_GOOD = [
+    ["trainer.max_epochs=-1", "trainer.max_steps=10", "model.scheduler.warmup_epochs=0"],
+    ["trainer.max_epochs=-1", "trainer.fast_dev_run=true"],  # Lightning runs a fixed number of steps
+    ["trainer.max_epochs=null"],  # Lightning's default: 1000 epochs
+    ["model.scheduler.min_lr=0.001", "model.scheduler.warmup_lr=0.001"],  # a constant lr is a schedule
+    ["trainer.devices=auto", "model.scheduler.min_lr=0.002"],  # the peak lr depends on the machine: unchecked
+    ["+model.net.dynamic_img_size=true", "model.net.img_size=64"],
+    # the warm-up may outlast a short run (timing runs, smoke runs of the paper recipe): timm handles it
+    ["model.scheduler.warmup_epochs=5"],
+]
+
+
+@pytest.mark.parametrize("overrides", SCHEDULE_GOOD, ids=[" ".join(o) for o in SCHEDULE_GOOD])
+def test_valid_schedules_pass(overrides: list[str], default: DictConfig) -> None:
+    cfg = _with(default, *overrides)
+    check_settings(cfg)
+    check_schedule(cfg)
+
+
+def test_detr_has_no_cosine_schedule_nor_fixed_input_size(tmp_path: Path) -> None:
+    cfg = _compose(tmp_path, ["experiment=detr_shapes", "trainer.max_epochs=-1"])
+    check_settings(cfg)
+    check_schedule(cfg)  # StepLR in epochs: no length needed
+
+
+# ------------------------------------------------------------------ 4, 5, 6: single settings
+SETTINGS_BAD = [
+    ("trainer.val_check_interval=0", "trainer.val_check_interval=0 must be an integer >= 1 (batches), a fraction "
+     "> 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null (once per epoch)"),
+    # Lightning would round 0 batches up to 1: validate after every batch
+    ("trainer.val_check_interval=0.0", "trainer.val_check_interval=0.0 must be an integer >= 1 (batches), a "
+     "fraction > 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null "
+     "(once per epoch)"),
+    ("callbacks.model_checkpoint.mode=maximum", "callbacks.model_checkpoint.mode='maximum' must be 'min' or 'max'"),
+    ("trainer.accelerator=gpus",
+     "trainer.accelerator='gpus' must be 'auto', 'cpu', 'gpu', 'cuda', 'mps' or 'tpu'"),
+    ("trainer.precision=bogus",
+     "trainer.precision='bogus' must be 16, 32 or 64 or a precision name such as '32-true' or 'bf16-mixed'"),
+    ("trainer.precision=bf16_mixed",
+     "trainer.precision='bf16_mixed' must be 16, 32 or 64 or a precision name such as '32-true' or 'bf16-mixed'"),
+    ("trainer.gradient_clip_algorithm=l2",
+     "trainer.gradient_clip_algorithm='l2' must be 'norm' or 'value' or null (Lightning's default (norm))"),
+    ("+model.mixup.mixup_alpha=0.8 +model.mixup.bogus=3",
+     "model.mixup.bogus=3 is not an argument of timm.data.Mixup; valid keys of model.mixup: correct_lam, "
+     "cutmix_alpha, cutmix_minmax, label_smoothing, mixup_alpha, mode, multi_label, prob, switch_prob "
+     "(num_classes comes from the data)"),
+    ("+model.mixup.num_classes=8",
+     "model.mixup.num_classes=8 is not an argument of timm.data.Mixup; valid keys of model.mixup: correct_lam, "
+     "cutmix_alpha, cutmix_minmax, label_smoothing, mixup_alpha, mode, multi_label, prob, switch_prob "
+     "(num_classes comes from the data)"),
+    ("+model.mixup.mode=element", "model.mixup.mode='element' must be 'batch', 'pair' or 'elem'"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", SETTINGS_BAD, ids=[o for o, _ in SETTINGS_BAD])
+def test_bad_setting_is_one_line_naming_the_key(overrides: str, message: str, default: DictConfig) -> None:
+    assert _refused(check_settings, _with(default, *overrides.split())) == message
+
+
+@pytest.mark.parametrize("overrides", [
+    "trainer.val_check_interval=1.0", "trainer.val_check_interval=0.25", "trainer.val_check_interval=1",
+    "trainer.precision=16-mixed", "trainer.precision='16'", "trainer.precision=64", "trainer.precision=bf16",
+    "trainer.accelerator=auto", "trainer.accelerator=gpu", "callbacks.model_checkpoint.mode=min",
+    "trainer.gradient_clip_algorithm=value",
+    "+model.mixup.mixup_alpha=0.8 +model.mixup.cutmix_alpha=1.0 +model.mixup.mode=pair +model.mixup.correct_lam=false",
+])
+def test_valid_choices_pass(overrides: str, default: DictConfig) -> None:
+    check_settings(_with(default, *overrides.split()))
+
+
+def test_mixup_keys_are_timms_arguments_but_num_classes() -> None:
+    from timm.data import Mixup
+
+    arguments = set(inspect.signature(Mixup.__init__).parameters) - {"self"}
+    assert set(mixup_keys()) == arguments - {"num_classes"}
+
+
+def test_precision_names_are_lightnings() -> None:
+    import typing
+
+    from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+
+    names = set(typing.get_args(_PRECISION_INPUT_STR)) | set(typing.get_args(_PRECISION_INPUT_STR_ALIAS))
+    assert set(settings.PRECISIONS) == names
+
+
+def test_accelerator_names_are_lightnings() -> None:
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    assert set(settings.ACCELERATORS) == {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
+
+
+# ------------------------------------------------------------------ 5: the machine's devices
+def test_gpu_on_a_machine_without_one(default: DictConfig, gpus, tmp_path: Path) -> None:
+    cfg = _compose(tmp_path, ["debug=fast", "trainer=gpu"])
+    check_settings(cfg)  # the config is valid: only this machine lacks the GPU
+    message = ("trainer.accelerator=gpu needs a GPU, but none is visible on this machine; valid here: "
+               "trainer.accelerator=cpu (trainer=cpu)")
+    assert _refused(check_schedule, cfg) == message
+    assert _refused(check_devices, _with(default, "trainer.accelerator=cuda")) == (
+        "trainer.accelerator=cuda needs a CUDA GPU, but none is visible on this machine; valid here: "
+        "trainer.accelerator=cpu (trainer=cpu)")
+
+
+def test_more_devices_than_the_machine_has(default: DictConfig, gpus) -> None:
+    gpus(1)
+    cfg = _with(default, "trainer.accelerator=gpu", "trainer.devices=8")
+    assert _refused(check_devices, cfg) == ("trainer.devices=8 with trainer.accelerator=gpu: this machine has 1 GPU; "
+                                            "valid here: an integer >= 1 and <= 1, -1 or 'auto' (all)")
+    for devices in ("1", "-1", "auto", "[0]"):
+        check_devices(_with(default, "trainer.accelerator=gpu", f"trainer.devices={devices}"))
+    for accelerator in ("cpu", "auto"):
+        check_devices(_with(default, f"trainer.accelerator={accelerator}", "trainer.devices=8"))
+
+
+def test_a_job_submitted_elsewhere_checks_its_devices_where_it_runs(gpus) -> None:
+    """On a login node without GPUs, `-m hydra/launcher=slurm trainer=ddp` is not refused: the job checks
+    again when it starts on its node (its config has no hydra key there)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["hydra/launcher=slurm", "trainer=ddp"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    check_schedule(cfg)
+    with pytest.raises(SettingError, match=r"^trainer\.accelerator=gpu needs a GPU"):
+        check_schedule(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+
+
+# ------------------------------------------------------------------ 4: every rule's stated range is its range
+_BOUND = re.compile(r"(>=|<=|>|<) (-?[0-9.e+]+)")
+
+
+def _numbers(form) -> list[tuple[Num, int]]:
+    """The interval forms of a rule's form (a list's item, wrapped as a list of its smallest length)."""
+    if isinstance(form, Num):
+        return [(form, 0)]
+    if isinstance(form, ListOf) and isinstance(form.item, Num):
+        return [(form.item, min(form.lengths) if form.lengths else 1)]
+    return []
+
+
+def _probes(num: Num, bound: float) -> list[float | int]:
+    """The values a reader takes the stated bound to allow: an int for "an integer", a float for "a fraction",
+    both for a plain number."""
+    if num.kind is int:
+        return [int(bound)]
+    values: list[float | int] = [float(bound)]
+    if not num.floats_only and float(bound).is_integer():
+        values.append(int(bound))
+    return values
+
+
+def _wrap(value, length: int):
+    return [value] * length if length else value
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.pattern for r in RULES])
+def test_every_rule_accepts_what_its_message_states(rule) -> None:
+    """Each bound a message states ('>= 0', '< 1') is probed at the bound and just beyond it: a closed bound
+    is accepted by the rule, an open one and anything beyond are refused by the form that states it; each
+    fixed value a message names (-1, 'auto', null) is accepted."""
+    for form in rule.forms:
+        if isinstance(form, OneOf):
+            for value in form.values:
+                assert rule.accepts(value), (rule.pattern, value)
+        for num, length in _numbers(form):
+            stated = _BOUND.findall(num.describe().split(" (")[0])
+            assert len(stated) == (num.lo > -math.inf) + (num.hi < math.inf), (rule.pattern, stated)
+            for op, text in stated:
+                bound = float(text)
+                inside = op in (">=", "<=")
+                for value in _probes(num, bound):
+                    assert num.accepts(value) == inside, (rule.pattern, op, value)
+                    if inside:
+                        assert rule.accepts(_wrap(value, length)), (rule.pattern, value)
+                if inside and bound.is_integer() and num.kind is float:
+                    # a reader writes the bound of "a fraction >= 0" as 0: the rule (another of its forms, such
+                    # as a count of batches) must take that too, or the message states a range it refuses
+                    assert rule.accepts(_wrap(int(bound), length)), (rule.pattern, "stated", op, int(bound))
+                    step = 1 if isinstance(value, int) else max(abs(bound), 1.0) * 1e-9
+                    beyond = value - step if op.startswith(">") else value + step
+                    assert not num.accepts(beyond), (rule.pattern, op, beyond)
+                    within = value + step if op.startswith(">") else value - step
+                    other = [(o, float(t)) for o, t in stated if (o, t) != (op, text)]
+                    if all((within > b if o == ">" else within >= b if o == ">=" else within < b if o == "<"
+                            else within <= b) for o, b in other):
+                        assert num.accepts(within), (rule.pattern, op, within)
+            if num.floats_only:
+                assert "fraction" in num.describe(), rule.pattern
+            if num.kind is int:
+                assert "integer" in num.describe(), rule.pattern
+
+
+# ------------------------------------------------------------------ the shipped configs stay valid
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def _group_overrides(group: str, option: str) -> list[str]:
+    overrides = [f"{group}={option}"]
+    if group == "data" and "coco" in option:
+        overrides.append("model=detr_small")
+    if group == "model" and option.startswith("detr"):
+        overrides.append("data=shapes_coco")
+    return overrides
+
+
+REAL = ([[]] + [[f"experiment={name}"] for name in _options("experiment")]
+        + [_group_overrides(g, o) for g in ("model", "data", "rpe", "trainer", "callbacks", "debug")
+           for o in _options(g)])
+
+
+@pytest.mark.parametrize("overrides", REAL, ids=lambda o: " ".join(o) or "default")
+def test_shipped_configs_pass_the_run_checks(overrides: list[str], tmp_path: Path, gpus) -> None:
+    gpus(8)  # the paper recipes' machine
+    cfg = _compose(tmp_path, overrides)
+    check_settings(cfg)
+    check_schedule(cfg)
+
+
+@pytest.mark.parametrize("sweep", _options("sweep"))
+def test_every_sweep_job_passes_the_run_checks(sweep: str, tmp_path: Path, gpus) -> None:
+    gpus(8)
+    cfg = _compose(tmp_path, [f"sweep={sweep}"])
+    params = HydraConfig.get().sweeper.params or {}
+    parser = OverridesParser.create()
+    check_schedule(cfg)
+    for key, spec in params.items():
+        override = parser.parse_overrides([f"{key}={spec}"])[0]
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        for value in values:
+            job = copy.deepcopy(cfg)
+            OmegaConf.update(job, key, value, merge=False)
+            check_schedule(job)
