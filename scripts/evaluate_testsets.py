@@ -82,6 +82,12 @@ def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Pat
     return None
 
 
+def quoted(value: str) -> str:
+    """``value`` as a quoted Hydra override value: a sweep's run dirs are named ``key=value,key=value``,
+    and a bare ``=`` or ``,`` in an override is Hydra syntax."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def run_identity(run_dir: Path) -> str:
     """The identity of the run's config (for a result file of a run whose metrics.json predates it)."""
     from models.lifecycle.identity import identity_config, identity_hash
@@ -95,7 +101,7 @@ def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[
     import eval as eval_script
     from models.testsets import load_testset
 
-    overrides = [f"ckpt_path={run_dir / CHECKPOINTS / BEST}", f"testset={testset}", *extra]
+    overrides = [f"ckpt_path={quoted(str(run_dir / CHECKPOINTS / BEST))}", f"testset={testset}", *extra]
     if ape_rule is not None:
         overrides.append(f"ape={ape_rule}")
     cfg = _compose(overrides)

@@ -23,13 +23,17 @@ TINY = [
 ]
 
 
+RUN = "row=a,seed=0"
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    """A sweep dir with one finished run (``0``) and one run dir that never finished (``1``)."""
+    """A sweep dir with one finished run (``0``, named as a sweep names its jobs: ``row=a,seed=0``, which
+    Hydra's override syntax must see quoted) and one run dir that never finished (``1``)."""
     root = tmp_path_factory.mktemp("sweep") / "shift"
-    job.run(compose_config(TINY, root / "0", data_dir))
+    job.run(compose_config(TINY, root / RUN, data_dir))
     (root / "1").mkdir()
-    shutil.copy(root / "0" / "config.yaml", root / "1" / "config.yaml")
+    shutil.copy(root / RUN / "config.yaml", root / "1" / "config.yaml")
     return root
 
 
@@ -46,14 +50,15 @@ def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: P
     code = _main(sweep, data_dir, "--testsets", "relational_right", "relational_canvas48", "--ape", "extend")
     out = capsys.readouterr().out
     assert code == 1 and f"left out {sweep / '1'}: unfinished" in out  # the unfinished run is named
-    results = sweep / "0" / "testsets"
+    results = sweep / RUN / "testsets"
     assert sorted(p.name for p in results.iterdir()) == ["relational_canvas48@extend.json",
                                                           "relational_right@extend.json"]
     record = json.loads((results / "relational_canvas48@extend.json").read_text())
-    run_cfg = compose_config(TINY, sweep / "0", data_dir)
+    run_cfg = compose_config(TINY, sweep / RUN, data_dir)
     assert record["identity"] == identity_hash(identity_config(run_cfg)) and record["img_size"] == [48, 48]
     # the same numbers as eval.py's own evaluation of that run and test set
-    cfg = compose_config([f"ckpt_path={sweep / '0' / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
+    best = evaluate_testsets.quoted(str(sweep / RUN / "checkpoints" / "best.ckpt"))
+    cfg = compose_config([f"ckpt_path={best}", "testset=relational_canvas48",
                           "ape=extend", "testset.data.generator.num_val=16", "throughput_batch=2"],
                          sweep.parent / "eval", data_dir, config_name="eval")
     direct = eval_script.evaluate(cfg)
@@ -77,7 +82,7 @@ def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: P
 
 @pytest.mark.filterwarnings("ignore")
 def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_dir: Path, capsys) -> None:
-    path = sweep / "0" / "testsets" / "relational_right.json"
+    path = sweep / RUN / "testsets" / "relational_right.json"
     path.parent.mkdir(exist_ok=True)
     stale = {"testset": "relational_right", "identity": "0" * 16, "ape_rule": None, "testset_config": {},
              "metrics": {"val/top1": 50.0}}
@@ -88,7 +93,7 @@ def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_d
     assert code == 0  # another rule: a file of its own
     assert _main(sweep, data_dir, "--testsets", "relational_right") == 1  # the default rule: that file
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: 0 / relational_right: {path} holds another run's result; remove it to evaluate 0 on"
+    assert err == [f"error: {RUN} / relational_right: {path} holds another run's result; remove it to evaluate {RUN} on"
                    " relational_right again"]
     assert json.loads(path.read_text()) == stale
 
