@@ -166,7 +166,7 @@ LAYOUTS: dict[str, Layout] = {
         row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
         testsets=("relational_left", "relational_right", "relational_everywhere"),
         note="Own val: the left-half split that selected the checkpoint. relational_left: 5000 fresh left-half"
-             " images; relational_right: the unseen right half; relational_everywhere: anywhere on the canvas.",
+             " images; relational_right: the unseen right half; relational_everywhere: anywhere on the canvas",
     ),
     "runs": Layout(
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
