@@ -111,8 +111,10 @@ def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path
 
 @pytest.mark.slow  # two train.py runs
 def test_a_run_that_failed_before_training_can_be_rerun_fixed(tmp_path: Path, data_dir: Path) -> None:
-    failed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "model.net.img_size=30"), env_extra=ENV)
-    assert failed.returncode == 2 and "img_size" in failed.stderr, failed.stderr[-2000:]
+    # a data folder that is not there: found when the job prepares its data, after it claimed the run dir
+    failed = run_cli("train.py", _args(tmp_path, data_dir, "run_name=typo", "data.generator=null",
+                                       f"data.root={tmp_path / 'no_such_data'}"), env_extra=ENV)
+    assert failed.returncode == 2 and "no_such_data" in failed.stderr, failed.stderr[-2000:]
     run_dir = tmp_path / "typo"
     assert (run_dir / "failed.json").is_file()
     assert json.loads((run_dir / "run.json").read_text())["state"] == "failed"

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from rpe import resolve_rpe
 from scripts import make_tables
-from tests.helpers import CONFIG_DIR, compose_config, run_cli
+from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
 BENCHMARK_SWEEPS = {"shift_mini": 24}
@@ -295,13 +295,28 @@ def test_ddp_inside_each_job_of_a_multirun(tmp_path: Path, data_dir: Path) -> No
     # Each job launches its own 2-process group; the second job must not inherit the first one's.
     sweep_dir = tmp_path / "sweep"
     result = run_cli("train.py", [
-        "-m", "rpe=none,irpe_k", "trainer=ddp_cpu", *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}",
+        "-m", "rpe=none,irpe_k", "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, f"hydra.sweep.dir={sweep_dir}",
         f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     for job in (0, 1):
         metrics = json.loads((sweep_dir / str(job) / "metrics.json").read_text())
         assert metrics["global_step"] == 2 and metrics["run_dir"] == str(sweep_dir / str(job))
+
+
+@pytest.mark.slow  # a sweep of two DDP jobs
+def test_a_failed_ddp_job_does_not_kill_the_sweep(tmp_path: Path, data_dir: Path) -> None:
+    """Its worker process fails with it; Lightning's observer of that worker must not SIGKILL the sweep
+    during the next job (exit 137, no summary)."""
+    sweep_dir = tmp_path / "sweep"
+    result = run_cli("train.py", [
+        "-m", "data.batch_size=64,16", "trainer=ddp_cpu", *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}",
+        f"paths.data_dir={data_dir}",
+    ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "1 sweep job(s) failed" in result.stderr and "data.batch_size=64 exceeds" in result.stderr
+    assert (sweep_dir / "0" / "failed.json").is_file()
+    assert json.loads((sweep_dir / "1" / "metrics.json").read_text())["global_step"] == 2
 
 
 @pytest.mark.slow  # a two-trial Optuna sweep

@@ -591,6 +591,26 @@ def _report_interruption(run_dir: Path, signum: int) -> None:
     sys.exit(128 + signum)
 
 
+def end_ddp_workers(timeout_s: float = 60.0) -> None:
+    """After a failed job: wait for its DDP worker processes (they fail with it) and stop Lightning's
+    child-process observer from watching them. That thread SIGKILLs this process when a worker exits
+    non-zero, which would otherwise happen in the middle of the sweep's next job, with no summary."""
+    import subprocess
+    import threading
+
+    for thread in threading.enumerate():
+        workers = getattr(thread, "_child_processes", None)
+        if thread.name != "child-process-observer" or not isinstance(workers, list):
+            continue
+        thread._child_processes = []  # its next check finds nothing to watch and ends (Lightning's private API)
+        for worker in workers:
+            try:
+                worker.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+
 def run_job(cfg: DictConfig, script: Path) -> float | None:
     """The body of train.py's ``main``: run one job and record how it ended; returns the sweep objective.
 
@@ -621,6 +641,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             raise
         if not isinstance(err, Exception):
             raise
+        end_ddp_workers()  # first: Lightning's observer may SIGKILL this process once a worker has failed
         message = job.record_failure(err)
         if _is_multirun():
             # One failed job must not stop the sweep: report it, keep going, summarise at the end.
