@@ -12,8 +12,10 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from rpe import resolve_rpe
@@ -166,6 +168,10 @@ def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the
         rpe = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True))
         seen[cfg.row] = (cfg.model.net.ape, cfg.model.net.peg_blocks, rpe)
         assert list(cfg.data.generator.region) == [0, 0, 32, 16] and cfg.trainer.max_epochs == 6
+        assert cfg.model.net.class_token is False and cfg.model.net.global_pool == "avg"  # pooled, every row
+        net = instantiate(cfg.model, rpe=OmegaConf.to_container(cfg.rpe, resolve=True), num_classes=8,
+                          _convert_="all").net
+        assert net.num_prefix_tokens == 0 and net(torch.zeros(1, 3, 32, 32)).shape == (1, 8)
         assert cfg.data.generator.num_train == experiment.data.generator.num_train
     assert set(seen) == set(_compose(["sweep=shift_mini", "data.root=/x"]).rows)  # no row left out of the grid
     references = {row for row, (ape, _, _) in seen.items() if ape != "none"}
