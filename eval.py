@@ -124,14 +124,22 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         if written is not None:
             written.append(path)
     if cfg.ckpt_path is not None:
-        from models.lifecycle.records import run_status
-
-        run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent
-        state = run_status(run_dir).state
-        if state != "finished":  # a legitimate look at a checkpoint, but not the run's result: say so
-            say(f"note: {run_dir} has not finished ({state}): these are the numbers of {Path(cfg.ckpt_path).name}"
-                " so far, not the run's result", stream=sys.stderr)
+        why = not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent)
+        if why:  # a legitimate look at a checkpoint, but not a result of the run: say so
+            say(f"note: not a result: {why}", stream=sys.stderr)
     return metrics
+
+
+def not_a_result(run_dir: Path) -> str:
+    """Why numbers of ``run_dir``'s checkpoints are not a result of the run (it has not finished, or it is
+    a smoke run that trained or tested on part of its splits), or ''."""
+    from models.lifecycle.records import partial_run, run_status
+
+    status = run_status(run_dir)
+    if status.state != "finished":
+        return f"{run_dir} has not finished ({status.state}): these are the numbers of its checkpoint so far"
+    partial = partial_run(status.metrics)
+    return f"{run_dir} is a smoke run: {partial}" if partial else ""
 
 
 def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
@@ -209,6 +217,10 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from models.lifecycle.identity import identity_config, identity_hash, run_length
 
+    path = result_path(ckpt_path, testset["name"], adapted["ape_rule"])
+    if os.path.lexists(path.parent) and (path.parent.is_symlink() or not path.parent.is_dir()):
+        raise FileExistsError(f"{path.parent} is a file or a link where the run's folder of test-set results belongs;"
+                              " move it away (nothing was evaluated)")
     record = {
         "testset": testset["name"],
         "checkpoint": str(ckpt_path),
@@ -219,7 +231,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         **adapted,
         "data_root": str(Path(datamodule.root).expanduser().absolute()),
         "testset_config": testset,
-        "path": result_path(ckpt_path, testset["name"], adapted["ape_rule"]),
+        "path": path,
     }
     return datamodule, model, record
 
@@ -258,13 +270,23 @@ def check_run_eval_overrides(overrides: list[str]) -> None:
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
+    from models.lifecycle.signals import install_stop_signals
+    from models.training import RunInterrupted
+
     written: list[Path] = []
+    install_stop_signals()  # before the Trainer: Lightning then leaves SIGTERM to us
     try:
         if cfg.ckpt_path is not None:
             check_run_eval_overrides(list(HydraConfig.get().overrides.task))
         metrics = evaluate(cfg, written)
     except user_error_types() as err:
         report_user_error(err)
+    except RunInterrupted as err:
+        import signal
+
+        say(f"error: eval.py interrupted by {signal.Signals(err.signum).name}: nothing was evaluated or written"
+            " (results are written whole or not at all)", stream=sys.stderr)
+        sys.exit(128 + err.signum)
     title = str(cfg.ckpt_path or cfg.model.weights)
     if written:
         title += f" on testset={cfg.testset.name} (written to {written[0]})"

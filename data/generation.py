@@ -303,43 +303,53 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
         _check_content(root, marker)
         return False
 
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with generation_lock(root) as locked:
-        remove_stale_temp_dirs(root, locked)
-        marker = read_marker(root)  # another process may have finished while we waited for the lock
-        if marker is not None:
-            _check_marker(root, marker, expected)
-            _check_content(root, marker)
-            return False
-        if root.exists():
-            if root.is_dir() and not any(root.iterdir()):
-                root.rmdir()  # an empty placeholder dir is harmless; the rename below needs it gone
-            else:
-                raise DataConfigError(
-                    f"data.root={root} exists but has no {MARKER_NAME} completion marker; it was not made by "
-                    "data.generator (delete it to regenerate, or set data.generator=null to use it as is)"
-                )
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with generation_lock(root) as locked:
+            return _generate_locked(root, generator, expected, locked)
+    except OSError as err:  # the folder above data.root cannot hold it (read-only, /proc, a file in the way)
+        where = f" ({err.filename})" if err.filename else ""
+        raise DataConfigError(f"data.root={root} cannot be generated there{where}: {err.strerror or err}; valid: a"
+                              " writable folder (paths.data_dir=... or data.root=...)") from None
 
-        tmp = new_temp_dir(root)
+
+def _generate_locked(root: Path, generator: Generator, expected: dict[str, Any], locked: bool) -> bool:
+    """`ensure_generated`'s work under the generation lock."""
+    remove_stale_temp_dirs(root, locked)
+    marker = read_marker(root)  # another process may have finished while we waited for the lock
+    if marker is not None:
+        _check_marker(root, marker, expected)
+        _check_content(root, marker)
+        return False
+    if root.exists():
+        if root.is_dir() and not any(root.iterdir()):
+            root.rmdir()  # an empty placeholder dir is harmless; the rename below needs it gone
+        else:
+            raise DataConfigError(
+                f"data.root={root} exists but has no {MARKER_NAME} completion marker; it was not made by "
+                "data.generator (delete it to regenerate, or set data.generator=null to use it as is)"
+            )
+
+    tmp = new_temp_dir(root)
+    try:
         try:
-            try:
-                generator(root=str(tmp))
-                marker = {"generator": expected, "content": content_summary(tmp)}
-                (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-            except OSError as err:  # an image writer's error may not name its file (PIL on a full disk)
-                where = f" ({err.filename})" if err.filename else ""
-                raise DataConfigError(
-                    f"generating data.root={root} failed while writing into {tmp}{where}: "
-                    f"{err.strerror or err}; nothing was kept (free space, or point data.root elsewhere)"
-                ) from None
-            try:
-                os.replace(tmp, root)
-            except OSError:
-                # Lost a race on a filesystem where the lock did not hold: keep the winner's copy.
-                if read_marker(root) is None:
-                    raise
-                return False
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            generator(root=str(tmp))
+            marker = {"generator": expected, "content": content_summary(tmp)}
+            (tmp / MARKER_NAME).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+        except OSError as err:  # an image writer's error may not name its file (PIL on a full disk)
+            where = f" ({err.filename})" if err.filename else ""
+            raise DataConfigError(
+                f"generating data.root={root} failed while writing into {tmp}{where}: "
+                f"{err.strerror or err}; nothing was kept (free space, or point data.root elsewhere)"
+            ) from None
+        try:
+            os.replace(tmp, root)
+        except OSError:
+            # Lost a race on a filesystem where the lock did not hold: keep the winner's copy.
+            if read_marker(root) is None:
+                raise
+            return False
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return True

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -343,14 +344,17 @@ def read_checkpoint_file(
     if not Path(path).is_file():
         raise error(f"checkpoint {path} does not exist")
     try:
-        with torch.serialization.safe_globals(list(safe_globals)):
+        # torch's own warnings about the pickle (its protocol) come before our one line: the error says it
+        with warnings.catch_warnings(), torch.serialization.safe_globals(list(safe_globals)):
+            warnings.simplefilter("ignore", UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # never unpickle arbitrarily
         text = str(err)
         blocked = re.search(r"GLOBAL ([\w.]+)", text)
         reason = (
             f"it needs code to load (global {blocked.group(1)}), which weights_only=True refuses" if blocked
-            else f"corrupt, truncated or not written by torch.save: {type(err).__name__}"
+            else "corrupt, truncated, not written by torch.save, or a pickle of objects other than tensors"
+                 f" (refused: loading it could run code): {type(err).__name__}"
         )
         raise error(f"checkpoint {path} is not a readable PyTorch checkpoint ({reason})") from None
 

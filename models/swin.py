@@ -272,6 +272,11 @@ class RPESwinTransformer(SwinTransformer):
             raise ModelConfigError(
                 f"{shown} is not supported by Swin, which has no absolute position embedding; valid: ape=none"
             )
+        window = rpe.get("window") if isinstance(rpe, dict) else None
+        if window is not None:  # each layer's table is sized by its own window: a set window would be ignored
+            raise ModelConfigError(
+                f"rpe.window={window} is not read on Swin: each layer sizes its relative table by its own window"
+                f" (window_size={kwargs.get('window_size', 7)}); valid: leave rpe.window unset (null)")
         self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
         weight_init = kwargs.get("weight_init", "")
         super().__init__(**kwargs)

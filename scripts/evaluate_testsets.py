@@ -141,28 +141,67 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [t for t in args.testsets if t not in testset_names()]
         if unknown:
             raise ValueError(f"--testsets {unknown[0]} is not a test set; valid: {', '.join(testset_names())}")
+        check_extra_overrides(args.set)
         runs = find_runs(args.paths)
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         return 2
-    problems = 0
+    from models.lifecycle.signals import install_stop_signals
+    from models.training import RunInterrupted
+
+    install_stop_signals()  # before any Trainer: Lightning then leaves SIGTERM to us
+    try:
+        problems, done = _evaluate_all(runs, args)
+    except RunInterrupted as err:
+        import signal
+
+        say(f"error: interrupted by {signal.Signals(err.signum).name}; the results written so far are whole, the"
+            " one in progress was not written: run the same command again to finish", stream=sys.stderr)
+        return 128 + err.signum
+    say(f"{len(runs)} runs x {len(args.testsets)} test sets; {done} evaluated or kept, {problems} not")
+    return 1 if problems else 0
+
+
+def check_extra_overrides(extra: list[str]) -> None:
+    """``--set`` takes settings of the evaluation (``paths.data_dir=``, ``batch_size=``, a test set's own
+    keys): never the run, the test set or the rule, which the arguments name."""
+    for override in extra:
+        if "=" not in override:
+            raise ValueError(f"--set {override!r} is not key=value")
+        key = override.lstrip("+~").split("=", 1)[0]
+        if key in ("ckpt_path", "testset", "ape"):
+            raise ValueError(f"--set {override} would replace what the arguments name (the run dirs, --testsets,"
+                             " --ape); valid in --set: other eval.py settings (paths.data_dir=, batch_size=,"
+                             " testset.data.<key>=, ...)")
+
+
+def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]:
+    """Every run x test set; returns (not evaluated, evaluated or kept)."""
+    from models.lifecycle.records import partial_run
+
+    problems = done = 0
     for run_dir in runs:
         status = run_status(run_dir)
         if status.state != "finished":
             say(f"left out {run_dir}: {status.state}{': ' + status.error if status.error else ''}")
             problems += 1
             continue
+        partial = partial_run(status.metrics)
+        if partial:  # a smoke run has no result, so neither has it one on another test set
+            say(f"left out {run_dir}: a smoke run ({partial})")
+            problems += 1
+            continue
         identity = status.metrics.get("identity") or run_identity(run_dir)
         length = run_length(load_run_config(run_dir / CONFIG))
         for testset in args.testsets:
             try:
-                done = evaluate_run(run_dir, testset, args.ape, args.set, identity, length)
-                say(f"{run_dir.name} / {testset}: {done}")
+                outcome = evaluate_run(run_dir, testset, args.ape, args.set, identity, length)
+                say(f"{run_dir.name} / {testset}: {outcome}")
+                done += 1
             except user_error_types() as err:
                 say(f"error: {run_dir.name} / {testset}: {one_line(err)}", stream=sys.stderr)
                 problems += 1
-    say(f"{len(runs)} runs x {len(args.testsets)} test sets; {problems} not evaluated")
-    return 1 if problems else 0
+    return problems, done
 
 
 if __name__ == "__main__":

@@ -157,3 +157,15 @@ def test_the_multirun_flag_may_come_anywhere() -> None:
     assert multirun_flag_first(["a=1", "-m", "seed=0,1"]) == ["-m", "a=1", "seed=0,1"]
     assert multirun_flag_first(["a=1", "--multirun"]) == ["--multirun", "a=1"]
     assert multirun_flag_first(["a=1", "b=2"]) == ["a=1", "b=2"]
+
+
+@pytest.mark.parametrize("sweep", ["rpe=irpe_k,irpe_qk", "seed=range(0,2)"])
+def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> None:
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([sweep, f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value) == f"{sweep} sweeps over values, which needs a multirun: add -m (train.py -m ...), or" \
+                             " give one value"
+    check_overrides(["-m", sweep, f"paths.log_dir={tmp_path}"], "train")  # with -m: a sweep
+    check_overrides(["sweep=where_mini", "seed=0,1", f"paths.log_dir={tmp_path}"], "train")  # a sweep config

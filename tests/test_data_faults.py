@@ -617,3 +617,13 @@ def test_image_whose_size_differs_from_the_file_is_refused(tmp_path: Path) -> No
         f"image {tmp_path / 'val2017' / 'b.png'} is 60x40 pixels but {ann_file} records 50x40 for image id 10; "
         "fix its width and height"
     )
+
+
+def test_a_root_that_cannot_be_made_names_data_root(tmp_path: Path) -> None:
+    """/proc cannot hold a folder (root cannot write there either); a file where the parent belongs."""
+    (tmp_path / "afile").write_text("x")
+    for root in (Path("/proc/rpe_data"), tmp_path / "afile" / "rel"):
+        with pytest.raises(DataConfigError) as err:
+            ensure_generated(root, FAKE)
+        message = _one_line(err)
+        assert message.startswith(f"data.root={root} cannot be generated there") and "valid: a writable" in message

@@ -408,11 +408,15 @@ def test_a_run_that_has_not_finished_is_evaluated_with_a_note(run_dir: Path, tmp
 
     run = _copy(run_dir, tmp_path)  # a config and a checkpoint, no result: the run never ended
     eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
-    assert f"note: {run} has not finished (unfinished): these are the numbers of best.ckpt so far, not the run's" \
-           " result" in capsys.readouterr().err
+    assert f"note: not a result: {run} has not finished (unfinished): these are the numbers of its checkpoint" \
+           " so far" in capsys.readouterr().err
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0, "train_complete": False}))
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    assert f"note: not a result: {run} is a smoke run: each epoch trained on a part of the training split" \
+           in capsys.readouterr().err
     (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0}))
     eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
-    assert "has not finished" not in capsys.readouterr().err
+    assert "not a result" not in capsys.readouterr().err
 
 
 def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_dir: Path, tmp_path: Path,

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 TINY = [
     "debug=fast", "logger=csv", "data.root=${paths.data_dir}/relational_tiny", "data.generator.num_train=256",
     "data.generator.num_val=64", "data.num_workers=0", "data.batch_size=32", "model.net.ape=sincos",
-    "print_config=false",
-]
+    "print_config=false", "trainer.limit_train_batches=1.0", "trainer.limit_test_batches=1.0",
+]  # whole splits: a smoke run has no result, on its own test set or another
 
 
 RUN = "row=a,seed=0"
@@ -106,3 +106,19 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'nowhere'} is not a run or sweep dir"
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_right", "--ape", "stretch"]) == 2
     assert "ape='stretch' is not an APE rule; valid: interpolate, extend" in capsys.readouterr().err
+    for extra, expected in (("ckpt_path=/elsewhere/best.ckpt", "--set ckpt_path=/elsewhere/best.ckpt would replace"),
+                            ("batchsize", "--set 'batchsize' is not key=value")):
+        assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_right", "--set", extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
+
+
+def test_a_smoke_run_is_left_out(sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    smoke = tmp_path / "smoke"
+    shutil.copytree(sweep / RUN, smoke)
+    metrics = json.loads((smoke / "metrics.json").read_text())
+    (smoke / "metrics.json").write_text(json.dumps({**metrics, "train_complete": False}))
+    shutil.rmtree(smoke / "testsets", ignore_errors=True)
+    assert _main(smoke, data_dir, "--testsets", "relational_right") == 1
+    assert f"left out {smoke}: a smoke run (each epoch trained on a part" in capsys.readouterr().out
+    assert not (smoke / "testsets").exists()

@@ -358,3 +358,11 @@ def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:
     cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1,2"])  # extended by a seed
     with pytest.raises(cli.CommandLineError, match="holds another sweep"):
         cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "model.optimizer.lr=1e-3,2e-3"])
+
+
+def test_a_generator_drawn_for_another_patch_size_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    job.build_data_and_model(compose_config(TINY, tmp_path / "ok", data_dir))  # patch 4 for a patch-4 model
+    with pytest.raises(ValueError) as err:
+        job.build_data_and_model(compose_config([*TINY, "data.generator.patch_size=2"], tmp_path / "x", data_dir))
+    assert str(err.value) == ("data.generator.patch_size=2 but the model's patch is 4x4 px: the data keeps the"
+                              " objects in separate patches of the model's size; valid: data.generator.patch_size=4")

@@ -344,3 +344,13 @@ def test_every_sweep_job_passes_the_run_checks(sweep: str, tmp_path: Path, gpus)
             job = copy.deepcopy(cfg)
             OmegaConf.update(job, key, value, merge=False)
             check_schedule(job)
+
+
+def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    with pytest.raises((CommandLineError, ValueError)) as err:
+        check_overrides(["sweep=shift_mini", "row=bogus_row", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value).startswith("row=bogus_row is not a row of sweep shift_mini; valid: none, ape_learned,")
+    with pytest.raises((CommandLineError, ValueError), match="row=nope is not a row of sweep compare;"):
+        check_overrides(["-m", "sweep=compare", "row=nope,irpe_k", f"paths.log_dir={tmp_path}"], "train")

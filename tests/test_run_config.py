@@ -142,9 +142,9 @@ def test_malicious_and_corrupt_checkpoints_are_one_line(run_dir: Path, tmp_path:
     cases = {
         "pickle": (lambda: torch.save({"state_dict": _RunsCode(f"touch {marker}")}, ckpt),
                    "needs code to load (global posix.system), which weights_only=True refuses"),
-        "random": (lambda: ckpt.write_bytes(os.urandom(3000)), "corrupt, truncated or not written by torch.save"),
+        "random": (lambda: ckpt.write_bytes(os.urandom(3000)), "corrupt, truncated, not written by torch.save"),
         "truncated": (lambda: ckpt.write_bytes((run_dir / "checkpoints" / "best.ckpt").read_bytes()[:5000]),
-                      "corrupt, truncated or not written by torch.save"),
+                      "corrupt, truncated, not written by torch.save"),
         "no_state_dict": (lambda: torch.save({"weights": 1}, ckpt), "holds no state_dict"),
     }
     for name, (write, expected) in cases.items():

@@ -177,6 +177,16 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
     return single
 
 
+def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:
+    """A swept value (``a=1,2``, ``range(0,2)``) outside a multirun is Hydra's multi-line error: one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_sweep_override():
+            raise CommandLineError(f"{override.input_line} sweeps over values, which needs a multirun: add -m"
+                                   " (train.py -m ...), or give one value")
+
+
 def check_overrides(argv: list[str], config_name: str) -> None:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
@@ -198,6 +208,8 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         from models.lifecycle.settings import check_devices, check_schedule, check_settings
 
         HydraConfig.instance().set_config(cfg)
+        if not multirun and str(cfg.hydra.get("mode")) != "RunMode.MULTIRUN":
+            _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
         if config_name == "eval":
             check_devices(cfg)

@@ -81,7 +81,22 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
     datamodule = instantiate(cfg.data, _convert_="all")
     rpe = OmegaConf.to_container(cfg.rpe, resolve=True) if "rpe" in cfg else None
     model = instantiate(cfg.model, rpe=rpe, num_classes=datamodule.num_classes, _convert_="all")
+    check_generator_patch(datamodule, model)
     return datamodule, model
+
+
+def check_generator_patch(datamodule: Any, model: L.LightningModule) -> None:
+    """A generator that draws its objects for a patch size (relational shapes: no patch holds both objects)
+    must draw them for the model's: with another, the task is not the one the data was made for."""
+    keywords = getattr(getattr(datamodule, "generator", None), "keywords", None) or {}
+    patch = getattr(getattr(getattr(model, "net", None), "patch_embed", None), "patch_size", None)
+    drawn = keywords.get("patch_size")
+    if drawn is None or patch is None:
+        return
+    if tuple(patch) != (int(drawn), int(drawn)):
+        raise ValueError(f"data.generator.patch_size={drawn} but the model's patch is {patch[0]}x{patch[1]} px:"
+                         f" the data keeps the objects in separate patches of the model's size; valid:"
+                         f" data.generator.patch_size={patch[0]}")
 
 
 def build_trainer(

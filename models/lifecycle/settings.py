@@ -548,6 +548,9 @@ def check_settings(cfg: DictConfig) -> None:
     Checks every key matched by `RULES` and refuses nan/inf anywhere else. ``data.*`` settings raise the
     `DataSettingError` subclass (also a `data.errors.DataConfigError`).
     """
+    rows, row = cfg.get("rows"), cfg.get("row")
+    if isinstance(rows, DictConfig) and row is not None and str(row) not in rows:  # a sweep of named rows
+        raise SettingError(f"row={row} is not a row of sweep {cfg.get('sweep_name')}; valid: {', '.join(rows)}")
     for key, value in _children(cfg, ""):
         _check(key, value)
 
