@@ -664,6 +664,8 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             FAILED_JOBS.append(f"{job.run_dir}: {message}")
             return float("nan")  # optuna records a NaN objective as a failed trial
         if isinstance(err, user_error_types()):
+            if os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) != "0":
+                sys.exit(2)  # a DDP worker: rank 0 reports the same error, once
             report_user_error(err)
         raise
     finally:
