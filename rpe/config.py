@@ -208,7 +208,10 @@ def parse_shorthand(text: str) -> RPEConfig:
         ) from None
     if shared_text not in ("0", "1"):
         raise RPEConfigError(f"rpe shorthand {text!r}: shared_head {shared_text!r} must be 0 or 1")
-    return RPEConfig(method=method, mode=mode, on=on, shared_head=shared_text == "1", ratio=ratio)
+    try:
+        return RPEConfig(method=method, mode=mode, on=on, shared_head=shared_text == "1", ratio=ratio)
+    except RPEConfigError as err:  # name the shorthand the user wrote, not only the field it sets
+        raise RPEConfigError(f"rpe shorthand {text!r}: {err}") from None
 
 
 def _from_name(name: str) -> RPEConfig:

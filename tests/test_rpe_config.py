@@ -136,6 +136,7 @@ def test_parse_shorthand():
         ("rpe-1.9-product-contextual-1-k", "rpe.mode='contextual'"),
         ("rpe-1.9-foo-ctx-1-k", "rpe.method='foo'"),
         ("rpe-1.9-product-bias-1-v", "bias mode is defined for q/k only"),
+        ("rpe-1.9-product-ctx-1-w", "rpe shorthand 'rpe-1.9-product-ctx-1-w': rpe.on='w' must be"),
     ],
 )
 def test_parse_shorthand_errors(text, fragment):
