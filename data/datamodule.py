@@ -466,6 +466,9 @@ class ImageFolderDataModule(L.LightningDataModule):
                 f"({difference}); they must match, as labels are indexed by sorted folder name"
             )
         found = len(reference.classes)
+        if found < 2:  # one class: nothing to classify (and accuracy would read 100 %)
+            raise DataConfigError(f"data.root={self.root} has {found} class folder: a classification task needs at"
+                                  " least 2 (one folder per class under each split)")
         configured = self._configured_num_classes
         if configured is not None and configured != found:
             # Fewer: labels out of range. More: a head with classes no image has (its logits still take

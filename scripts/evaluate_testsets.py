@@ -38,10 +38,11 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     for path in paths:
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a run or sweep dir")
-        if (path / CONFIG).is_file():
+        if (path / CONFIG).is_file() or (path / CHECKPOINTS).is_dir():  # a run dir (its config may be damaged)
             runs.append(path)
         else:
-            runs.extend(sorted(p for p in path.iterdir() if p.is_dir() and (p / CONFIG).is_file()))
+            runs.extend(sorted(p for p in path.iterdir()
+                               if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()))
     return runs
 
 

@@ -169,3 +169,12 @@ def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> Non
                              " give one value"
     check_overrides(["-m", sweep, f"paths.log_dir={tmp_path}"], "train")  # with -m: a sweep
     check_overrides(["sweep=where_mini", "seed=0,1", f"paths.log_dir={tmp_path}"], "train")  # a sweep config
+
+
+def test_an_option_hydra_does_not_have_is_one_line() -> None:
+    from models.lifecycle.cli import CommandLineError, check_flags
+
+    check_flags(["-m", "--cfg", "job", "--config-path", "/r", "--config-name", "config", "a=1"])
+    with pytest.raises(CommandLineError) as err:
+        check_flags(["a=1", "--foo"])
+    assert str(err.value).startswith("--foo is not an option; valid: -m/--multirun, --cfg job|hydra|all,")

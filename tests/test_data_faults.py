@@ -627,3 +627,11 @@ def test_a_root_that_cannot_be_made_names_data_root(tmp_path: Path) -> None:
             ensure_generated(root, FAKE)
         message = _one_line(err)
         assert message.startswith(f"data.root={root} cannot be generated there") and "valid: a writable" in message
+
+
+def test_a_single_class_root_is_refused(tmp_path: Path) -> None:
+    root = make_fake_imagefolder(tmp_path / "one", num_classes=1, per_class=2, img_size=8)
+    with pytest.raises(DataConfigError) as err:
+        ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0).setup("fit")
+    assert _one_line(err).endswith("has 1 class folder: a classification task needs at least 2 (one folder per"
+                                   " class under each split)")

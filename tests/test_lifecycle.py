@@ -273,8 +273,15 @@ def test_a_run_that_trained_part_of_each_epoch_is_no_result() -> None:
     assert not job.trained_whole_epochs(1, trainer, None)  # the integer 1 is one batch, not the whole split
     assert partial_run({"train_complete": True, "test_complete": True}) == ""
     assert partial_run({"train_complete": False, "test_complete": False, "tested_batches": 2}) == (
-        "each epoch trained on a part of the training split (trainer.limit_train_batches); its test read 2"
-        " batches, a part of its split (trainer.limit_test_batches)")
+        "each epoch trained on a part of the training split (trainer.limit_train_batches or"
+        " trainer.overfit_batches); its test read 2 batches, a part of its split (trainer.limit_test_batches)")
+
+
+def test_an_overfit_batches_run_is_a_smoke_run(tmp_path: Path, data_dir: Path) -> None:
+    """It trains (and validates) on a few batches over and over: no result, whatever the limits say."""
+    metrics = job.run(compose_config([*TINY, "trainer.limit_train_batches=1.0", "trainer.overfit_batches=1"],
+                                     tmp_path / "overfit", data_dir))
+    assert metrics["train_complete"] is False
 
 
 def test_a_test_is_complete_only_when_it_read_the_whole_split() -> None:

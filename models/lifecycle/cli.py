@@ -177,6 +177,29 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
     return single
 
 
+# Hydra's own command-line flags (the rest of a command line is overrides)
+HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package", "-r",
+               "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
+               "--config-name", "-cd", "--config-dir", "-i", "--info", "--experimental-rerun")
+
+
+def check_flags(argv: list[str]) -> None:
+    """One line for an option Hydra does not have (its parser would print its usage)."""
+    values = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
+              "--config-dir", "-i", "--info", "--experimental-rerun"}
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("-"):
+            flag = arg.split("=", 1)[0]
+            if flag not in HYDRA_FLAGS:
+                raise CommandLineError(f"{arg} is not an option; valid: -m/--multirun, --cfg job|hydra|all,"
+                                       " --help, --hydra-help, --info; settings are key=value")
+            skip = flag in values and "=" not in arg
+
+
 def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:
     """A swept value (``a=1,2``, ``range(0,2)``) outside a multirun is Hydra's multi-line error: one line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -319,6 +342,7 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
     """
     sys.argv[1:] = multirun_flag_first(normalize_overrides(sys.argv[1:]))
     try:
+        check_flags(sys.argv[1:])
         check_group_choices(sys.argv[1:])
         check_overrides(sys.argv[1:], config_name)
     except (CommandLineError, ValueError) as err:

@@ -312,7 +312,8 @@ def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any
     path = run_dir / CHECKPOINTS / BEST
     if not path.is_file():
         last = run_dir / CHECKPOINTS / LAST
-        why = ("it was deleted, or the run never validated (trainer.limit_val_batches=0?)" if last.is_file()
+        why = ("it was deleted, or the run never validated (trainer.limit_val_batches=0, or a trainer.max_steps"
+               " that ends training before the first validation?)" if last.is_file()
                else "the run saved no checkpoint (it made no training step: trainer.max_epochs, max_steps and "
                     "limit_train_batches must be > 0)")
         raise NoResultError(f"no result: {path} does not exist; {why}")
@@ -542,7 +543,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     )
     # False: each epoch trained on a part of the split (debug limits): a smoke run, which make_tables lists
     # as no result
-    metrics["train_complete"] = trained_whole_epochs(cfg.trainer.get("limit_train_batches"), trainer, datamodule)
+    metrics["train_complete"] = (trained_whole_epochs(cfg.trainer.get("limit_train_batches"), trainer, datamodule)
+                                 and not cfg.trainer.get("overfit_batches"))  # overfitting a few batches: a smoke run
     metrics = _finite_metrics(metrics)
     if trainer.is_global_zero:
         atomic_write_json(run_dir / METRICS, metrics, make_parents=False)

@@ -219,7 +219,8 @@ def partial_run(metrics: dict[str, Any]) -> str:
     """Why a finished run's numbers are not a result (a limited training or test), or ''."""
     reasons = []
     if metrics.get("train_complete") is False:
-        reasons.append("each epoch trained on a part of the training split (trainer.limit_train_batches)")
+        reasons.append("each epoch trained on a part of the training split (trainer.limit_train_batches or"
+                       " trainer.overfit_batches)")
     if metrics.get("test_complete") is False:
         reasons.append(f"its test read {metrics.get('tested_batches', '?')} batches, a part of its split"
                        " (trainer.limit_test_batches)")
