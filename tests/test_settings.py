@@ -301,5 +301,5 @@ def test_rpe_config_bounds_the_ratio_also_for_shorthands(spec: float, message: s
     assert str(info.value) == message
     with pytest.raises(RPEConfigError) as info:
         resolve_rpe({"preset": f"rpe-{spec}-product-ctx-1-k"})
-    assert str(info.value) == message
+    assert str(info.value) == f"rpe shorthand 'rpe-{spec}-product-ctx-1-k': {message}"  # names what was written
     assert parse_shorthand("rpe-100-product-ctx-1-k").ratio == 100.0
