@@ -354,3 +354,15 @@ def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
     assert str(err.value).startswith("row=bogus_row is not a row of sweep shift_mini; valid: none, ape_learned,")
     with pytest.raises((CommandLineError, ValueError), match="row=nope is not a row of sweep compare;"):
         check_overrides(["-m", "sweep=compare", "row=nope,irpe_k", f"paths.log_dir={tmp_path}"], "train")
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("+data.foo=1", "data.foo is not a setting of ImageFolderDataModule; valid keys of data: batch_size,"),
+    ("+trainer.foo=1", "trainer.foo is not a setting of Trainer; valid keys of trainer: accelerator,"),
+])
+def test_a_key_the_constructor_does_not_take_names_the_key(override: str, expected: str, tmp_path) -> None:
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    with pytest.raises((CommandLineError, ValueError)) as err:
+        check_overrides([override, f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)

@@ -553,6 +553,37 @@ def check_settings(cfg: DictConfig) -> None:
         raise SettingError(f"row={row} is not a row of sweep {cfg.get('sweep_name')}; valid: {', '.join(rows)}")
     for key, value in _children(cfg, ""):
         _check(key, value)
+    for node in CONSTRUCTED_NODES:
+        _check_constructor_keys(cfg, node)
+
+
+# Config nodes built by calling their ``_target_`` with their keys: a key the constructor does not take
+# would otherwise fail deep inside Hydra's instantiate, naming the class rather than the key.
+CONSTRUCTED_NODES = ("data", "trainer")
+_PROJECT_TARGETS = ("data.", "lightning.pytorch.Trainer")
+
+
+def _check_constructor_keys(cfg: DictConfig, node: str) -> None:
+    import inspect
+
+    section = cfg.get(node)
+    target = section.get("_target_") if isinstance(section, DictConfig) else None
+    if not isinstance(target, str) or not target.startswith(_PROJECT_TARGETS):
+        return
+    from hydra.utils import get_class
+
+    try:
+        parameters = inspect.signature(get_class(target).__init__).parameters
+    except Exception:  # a target that does not import is reported by its own build, with its name
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return
+    valid = sorted(n for n, p in parameters.items() if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                 p.KEYWORD_ONLY))
+    for key in section:
+        if not str(key).startswith("_") and key not in valid:
+            raise SettingError(f"{node}.{key} is not a setting of {target.rsplit('.', 1)[-1]}; valid keys of"
+                               f" {node}: {', '.join(valid)}")
 
 
 def check_schedule(cfg: DictConfig) -> None:
