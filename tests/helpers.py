@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
@@ -114,3 +115,21 @@ def fit_only(cfg: DictConfig) -> dict:
     trainer = build_trainer(cfg.trainer, cfg.get("callbacks"))
     trainer.fit(model, datamodule=datamodule)
     return {**scalar_metrics(trainer.callback_metrics), "global_step": trainer.global_step}
+
+
+def swept_job_configs(cfg: Any) -> Iterator[Any]:
+    """Each job of a composed sweep config as Hydra's basic sweeper varies it: ``cfg`` with one swept value
+    of one key at a time (``hydra.sweeper.params``; needs the Hydra config set)."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for key, spec in (HydraConfig.get().sweeper.params or {}).items():
+        override = parser.parse_overrides([f"{key}={spec}"])[0]
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        for value in values:
+            job = copy.deepcopy(cfg)
+            OmegaConf.update(job, key, value, merge=False)
+            yield job

@@ -27,7 +27,7 @@ from models.lifecycle.settings import (
     check_settings,
     mixup_keys,
 )
-from tests.helpers import CONFIG_DIR, compose_config
+from tests.helpers import CONFIG_DIR, compose_config, swept_job_configs
 
 
 def _compose(tmp_path: Path, overrides: list[str], config_name: str = "train") -> DictConfig:
@@ -334,16 +334,9 @@ def test_shipped_configs_pass_the_run_checks(overrides: list[str], tmp_path: Pat
 def test_every_sweep_job_passes_the_run_checks(sweep: str, tmp_path: Path, gpus) -> None:
     gpus(8)
     cfg = _compose(tmp_path, [f"sweep={sweep}"])
-    params = HydraConfig.get().sweeper.params or {}
-    parser = OverridesParser.create()
     check_schedule(cfg)
-    for key, spec in params.items():
-        override = parser.parse_overrides([f"{key}={spec}"])[0]
-        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
-        for value in values:
-            job = copy.deepcopy(cfg)
-            OmegaConf.update(job, key, value, merge=False)
-            check_schedule(job)
+    for job in swept_job_configs(cfg):
+        check_schedule(job)
 
 
 def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:

@@ -22,7 +22,7 @@ from models.lifecycle.settings import (
     rule_for,
 )
 from rpe.config import RPEConfig, RPEConfigError, parse_shorthand, resolve_rpe
-from tests.helpers import CONFIG_DIR, compose_config
+from tests.helpers import CONFIG_DIR, compose_config, swept_job_configs
 
 
 def _options(group: str) -> list[str]:
@@ -100,16 +100,10 @@ def test_every_sweep_value_passes(sweep: str, tmp_path: Path) -> None:
     cfg = _compose(tmp_path, [f"sweep={sweep}"])
     check_settings(cfg)
     params = HydraConfig.get().sweeper.params or {}
-    parser = OverridesParser.create()
     checked = 0
-    for key, spec in params.items():
-        override = parser.parse_overrides([f"{key}={spec}"])[0]
-        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
-        for value in values:
-            job = copy.deepcopy(cfg)
-            OmegaConf.update(job, key, value, merge=False)
-            check_settings(job)
-            checked += 1
+    for job in swept_job_configs(cfg):
+        check_settings(job)
+        checked += 1
     assert checked >= len(params)
 
 
