@@ -3,7 +3,7 @@
 Reads the run's resolved ``config.yaml`` beside ``checkpoints/``, evaluates the validation split,
 and prints params, MACs, the accuracy (or COCO AP) numbers and inference throughput.
 
-eval.py only reads: it never generates or writes a run's data (a run's generated dataset must already be
+eval.py only reads: it never generates or writes data (a run's generated dataset must already be
 at its ``data.root``, complete; ``data_root=<folder>`` points at existing data elsewhere) and writes no
 file, the run dir's ``metrics.json`` included, except a test set's result (below). A checkpoint that does
 not fit the run's model, non-finite weights or a non-finite metric end in one ``error:`` line (exit 2),
@@ -16,8 +16,8 @@ model and data.
 ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name> [ape=interpolate|extend]`` evaluates
 the run on a named test set (``configs/testset/<name>.yaml``: another canvas, placement region or image
 size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>[@<ape rule>].json``
-(atomically; ``metrics.json`` untouched). A test set with its own generator is generated at its own
-``data.root`` on first use: the only data eval.py ever generates, since the eval config names it.
+(atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
+``data.root``, made once by ``python scripts/generate_testsets.py <name>``.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     if cfg.batch_size:
         data["batch_size"] = cfg.batch_size
     datamodule = build_datamodule(data)
-    prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"))
+    prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"])
     check_classes(datamodule, model, testset["name"])
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from models.lifecycle.identity import identity_config, identity_hash, run_length

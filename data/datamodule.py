@@ -23,6 +23,8 @@ LAYOUT_HINT = (
     "expected ImageFolder layout root/{train}/<class>/*.png and root/{val}/<class>/*.png (any image type; "
     "e.g. ImageNet: root/train/n01440764/*.JPEG)"
 )
+# create_transform arguments the DataModule sets from its own settings.
+_SET_BY_THE_MODULE = ("input_size", "is_training", "mean", "std")
 # Keys whose YAML lists timm expects as tuples.
 _TUPLE_KEYS = ("scale", "ratio", "color_jitter", "mean", "std")
 # timm's resize modes (timm.data.transforms); training also takes "random" (bilinear or bicubic per image).
@@ -35,6 +37,24 @@ TRAIN_TRANSFORM_CHOICES: dict[str, tuple[str, ...]] = {
     "re_mode": ("const", "rand", "pixel"),
     "train_crop_mode": ("rrc", "rkrc", "rkrr"),
 }
+
+
+def _transform_kwargs(train_transform: Any) -> dict[str, Any]:
+    """``data.train_transform`` as the keyword arguments of ``timm.data.create_transform`` it must be."""
+    import inspect
+
+    plain = _plain(train_transform)
+    valid = [n for n in inspect.signature(create_transform).parameters if n not in _SET_BY_THE_MODULE]
+    if not isinstance(plain, Mapping):
+        raise DataConfigError(f"data.train_transform={plain!r} must be a mapping of timm create_transform"
+                              f" arguments (or null for the default recipe); valid keys: {', '.join(valid)}")
+    for key in plain:
+        if key in _SET_BY_THE_MODULE:
+            raise DataConfigError(f"data.train_transform.{key} is set by the DataModule; remove it")
+        if key not in valid:
+            raise DataConfigError(f"data.train_transform.{key} is not an argument of timm's create_transform;"
+                                  f" valid keys: {', '.join(valid)}")
+    return dict(plain)
 
 
 def check_choice(setting: str, value: Any, choices: Sequence[str]) -> None:
@@ -340,7 +360,7 @@ class ImageFolderDataModule(L.LightningDataModule):
         self.std = tuple(float(s) for s in _plain(std))
         if len(self.mean) != 3 or len(self.std) != 3:
             raise DataConfigError(f"data.mean={self.mean} and data.std={self.std} must have 3 values each")
-        self.train_transform_kwargs = None if train_transform is None else dict(_plain(train_transform))
+        self.train_transform_kwargs = None if train_transform is None else _transform_kwargs(train_transform)
         for key, choices in TRAIN_TRANSFORM_CHOICES.items():
             value = (self.train_transform_kwargs or {}).get(key)
             if value is not None:
@@ -409,9 +429,6 @@ class ImageFolderDataModule(L.LightningDataModule):
             k: tuple(v) if k in _TUPLE_KEYS and isinstance(v, list) else v
             for k, v in self.train_transform_kwargs.items()
         }
-        for reserved in ("input_size", "is_training", "mean", "std"):
-            if reserved in kwargs:
-                raise DataConfigError(f"data.train_transform.{reserved} is set by the DataModule; remove it")
         return create_transform(
             input_size=self.img_size, is_training=True, mean=self.mean, std=self.std, **kwargs
         )

@@ -22,7 +22,22 @@ from timm.scheduler import CosineLRScheduler
 from timm.utils import ModelEmaV3
 from torchmetrics.classification import MulticlassAccuracy
 
+from models.errors import ModelConfigError
 from models.factory import create_model
+
+# What model.optimizer and model.scheduler may set, with the values a key left out takes.
+OPTIMIZER_DEFAULTS: dict[str, Any] = {"lr": 5e-4, "lr_base_batch": 512, "weight_decay": 0.05, "betas": (0.9, 0.999),
+                                      "eps": 1e-8}
+SCHEDULER_DEFAULTS: dict[str, Any] = {"warmup_epochs": 0, "warmup_lr": 1e-6, "min_lr": 1e-5}
+
+
+def _settings(node: str, given: dict[str, Any] | None, defaults: dict[str, Any], what: str) -> dict[str, Any]:
+    """``defaults`` updated by ``given``; a key the module never reads is one line naming it."""
+    for key in given or {}:
+        if key not in defaults:
+            raise ModelConfigError(f"model.{node}.{key} is not a setting of {what}; valid keys of model.{node}:"
+                                   f" {', '.join(defaults)}")
+    return {**defaults, **(given or {})}
 
 
 class ClassificationModule(L.LightningModule):
@@ -40,6 +55,9 @@ class ClassificationModule(L.LightningModule):
         compile: ``torch.compile`` the backbone (keeps parameter names).
     """
 
+    # The keys of each mapping argument, for the up-front config check (`models.lifecycle.settings`).
+    NESTED_SETTINGS = {"optimizer": tuple(OPTIMIZER_DEFAULTS), "scheduler": tuple(SCHEDULER_DEFAULTS)}
+
     def __init__(
         self,
         net: dict[str, Any],
@@ -55,9 +73,15 @@ class ClassificationModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         net = dict(net)
-        self.net = create_model(net.pop("name"), rpe=rpe, num_classes=num_classes, **net)
-        self.optimizer_cfg = {"lr": 5e-4, "lr_base_batch": 512, "weight_decay": 0.05, **(optimizer or {})}
-        self.scheduler_cfg = {"warmup_epochs": 0, "warmup_lr": 1e-6, "min_lr": 1e-5, **(scheduler or {})}
+        name = net.pop("name")
+        try:
+            self.net = create_model(name, rpe=rpe, num_classes=num_classes, **net)
+        except ModelConfigError as err:  # an option the backbone does not take: name it by its config key
+            if " is not an option of backbone " in str(err):
+                raise ModelConfigError(f"model.net.{err}") from None
+            raise
+        self.optimizer_cfg = _settings("optimizer", optimizer, OPTIMIZER_DEFAULTS, "AdamW")
+        self.scheduler_cfg = _settings("scheduler", scheduler, SCHEDULER_DEFAULTS, "the warm-up + cosine schedule")
         self.mixup = Mixup(**{**mixup, "num_classes": num_classes}) if mixup else None
         self.train_loss = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(
             label_smoothing=label_smoothing)
@@ -150,7 +174,7 @@ class ClassificationModule(L.LightningModule):
         lr = self.effective_lr()
         optimizer = create_optimizer_v2(
             self.net, opt="adamw", lr=lr, weight_decay=cfg["weight_decay"],
-            betas=tuple(cfg.get("betas", (0.9, 0.999))), eps=cfg.get("eps", 1e-8),
+            betas=tuple(cfg["betas"]), eps=cfg["eps"],
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         steps_per_epoch = max(1, total_steps // max(1, self.trainer.max_epochs or 1))

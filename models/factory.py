@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 import torch.nn as nn
@@ -29,9 +31,38 @@ def create_model(name: str, rpe: Any = None, **kwargs: Any) -> nn.Module:
         rpe: preset name, reference shorthand (``rpe-1.9-product-ctx-1-k``), dict or ``RPEConfig``.
         **kwargs: backbone options (``num_classes``, ``img_size``, ``drop_path_rate``, ``ape``...).
     """
-    if name in REFERENCE_ZOO:
-        arch, preset = REFERENCE_ZOO[name]
-        return create_deit(arch, rpe=preset if rpe is None else rpe, **kwargs)
-    if name not in _BUILDERS:
+    if name not in REFERENCE_ZOO and name not in _BUILDERS:
         raise ModelConfigError(f"model name {name!r} is not one of: {', '.join(model_names())}")
-    return _BUILDERS[name](name, rpe=rpe, **kwargs)
+    try:
+        if name in REFERENCE_ZOO:
+            arch, preset = REFERENCE_ZOO[name]
+            return create_deit(arch, rpe=preset if rpe is None else rpe, **kwargs)
+        return _BUILDERS[name](name, rpe=rpe, **kwargs)
+    except TypeError as err:
+        unknown = _UNEXPECTED.search(str(err))
+        if unknown is None or unknown.group(2) not in kwargs:
+            raise
+        valid = _options(unknown.group(1))
+        choices = f"; valid options: {', '.join(valid)}" if valid else ""
+        raise ModelConfigError(f"{unknown.group(2)} is not an option of backbone {name}{choices}") from None
+
+
+_UNEXPECTED = re.compile(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'")
+
+
+def _options(class_name: str) -> list[str]:
+    """The keyword options of our backbone classes whose class chain includes ``class_name`` (the class a
+    TypeError names), i.e. what a backbone's constructor chain accepts; [] when none matches."""
+    from models.deit import RPEVisionTransformer
+    from models.swin import RPESwinTransformer
+
+    names: set[str] = set()
+    for cls in (RPEVisionTransformer, RPESwinTransformer):
+        chain = [c for c in cls.__mro__ if c is not object]
+        if class_name not in {c.__name__ for c in chain}:
+            continue
+        for klass in chain:
+            if "__init__" in vars(klass):
+                names.update(n for n, p in inspect.signature(klass.__init__).parameters.items()
+                             if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return sorted(names)

@@ -7,8 +7,8 @@ model is rebuilt and loaded as in eval.py (strict, checked), then moved to the t
 windows kept, DETR as it is (its position encodings follow each input). The result goes atomically to
 ``<run dir>/testsets/<name>[@<ape rule>].json``; the run's ``metrics.json`` is never touched.
 
-Data: a test set with its own ``data.generator`` lives at its own ``data.root`` and is generated there on
-first use (the user named it in the eval config; the run dir's generator stays detached). A test set
+Data: a test set with its own ``data.generator`` lives at its own ``data.root``, made once by
+``scripts/generate_testsets.py`` (`generate_testset_data`); eval.py only reads it. A test set
 without one reads the run's own data (``data_root=<folder>`` points elsewhere), which must already exist.
 Every mismatch is one line naming the key and the valid choices.
 """
@@ -158,20 +158,62 @@ def build_datamodule(data: dict[str, Any]) -> Any:
     return _load_allowed(DATA_MODULES, target)(**data)
 
 
-def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root: Any = None) -> None:
-    """Own data: generate it at its root on first use (atomic; a root generated with other settings stops
-    with the differences). The run's data: never generated, it must be on disk (`require_existing_data`);
-    a ``data_root`` folder is used as it is, as eval.py does without a test set."""
+def generate_command(name: str) -> str:
+    return f"python scripts/generate_testsets.py {name}"
+
+
+def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root: Any = None,
+                         name: str = "") -> None:
+    """Check that the data a test set reads is on disk; nothing is generated here.
+
+    Own data (the test set's generator, at its own root) must be complete and generated with the test
+    set's settings (`generate_testset_data` makes it). The run's data must be on disk as eval.py without a
+    test set requires (`require_existing_data`); a ``data_root`` folder is used as it is."""
     from models.run_config import detach_generator, require_existing_data
 
     if own:
-        datamodule.prepare_data()
+        require_existing_data(
+            datamodule, f"testset={name}", "",
+            remedy=f"a test set's data is made by its own command, once: {generate_command(name)}"
+                   " (with the same paths.data_dir= and testset.* overrides as here)",
+        )
         return
     detach_generator(datamodule)
     if data_root is not None:
         datamodule.run_generator = None
     source = "the data_root= override" if data_root is not None else str(run_config)
     require_existing_data(datamodule, source, "data_root=<folder>")
+
+
+# The data config (configs/data/<name>.yaml) whose module reads a generated test set, by its `fits` kind.
+GENERATED_KIND_DATA = {"relational": "relational", "digits": "digits", "shapes_coco": "shapes_coco"}
+
+
+def generate_testset_data(cfg: DictConfig) -> Path:
+    """Generate the data of the test set ``cfg.testset`` (an eval config) at its own root, atomically, and
+    return the root. A root already complete with the same settings is kept; one made with other settings
+    stops with the differences. A test set that reads a run's data has nothing to
+    generate: one line says so."""
+    testset = load_testset(cfg.testset)
+    kinds = [kind for kind in testset["fits"] if kind in GENERATED_KIND_DATA]
+    if testset["data"].get("generator") is None or not kinds:
+        raise TestsetError(f"testset={testset['name']} reads the evaluated run's own data (no data.generator of its"
+                           " own): there is nothing to generate; eval.py reads the run's data.root")
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from models.lifecycle.cli import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            base = compose("eval", overrides=[f"data={GENERATED_KIND_DATA[kinds[0]]}"])
+    finally:
+        GlobalHydra.instance().clear()
+    data, _ = testset_data_config(OmegaConf.to_container(base.data, resolve=True), testset, None)
+    datamodule = build_datamodule(data)
+    datamodule.prepare_data()
+    return Path(datamodule.root).expanduser().absolute()
 
 
 def input_size(datamodule: Any) -> tuple[int, int] | None:

@@ -3,7 +3,8 @@
     python scripts/evaluate_testsets.py runs/sweeps/shift_mini --testsets relational_right relational_everywhere
     python scripts/evaluate_testsets.py runs/sweeps/canvas_mini --testsets relational_canvas48 --ape extend
 
-Each (run, test set) is what ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name>
+The test sets' own data is generated first where it is missing (``scripts/generate_testsets.py``).
+Each (run, test set) is then what ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name>
 [ape=<rule>]`` does, in this one process (a process per evaluation would spend most of its time starting):
 the result goes to ``<run>/testsets/<name>[@<rule>].json``. A result already there for the same run
 (identity and length), test set definition and rule is kept (one of an earlier length of the run, which
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, its sibling
 
 from models.lifecycle.cli import CONFIG_DIR, one_line, say, user_error_types  # noqa: E402
 from models.lifecycle.files import RunFileError, read_json  # noqa: E402
@@ -176,11 +178,33 @@ def check_extra_overrides(extra: list[str]) -> None:
                              " testset.data.<key>=, ...)")
 
 
+def generate_missing(testsets: list[str], extra: list[str]) -> list[str]:
+    """Generate the data of the test sets that have their own (`scripts/generate_testsets.py`; kept when
+    already complete); returns the test sets whose data could not be made, each reported in one line."""
+    from generate_testsets import generate, generated_testsets
+
+    own = set(generated_testsets())
+    data_settings = [o for o in extra if o.lstrip("+~").startswith(("paths.", "testset."))]
+    failed = []
+    for testset in testsets:
+        if testset not in own:
+            continue
+        try:
+            generate(testset, data_settings)
+        except user_error_types() as err:
+            say(f"error: {testset}: its data could not be made: {one_line(err)}", stream=sys.stderr)
+            failed.append(testset)
+    return failed
+
+
 def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]:
     """Every run x test set; returns (not evaluated, evaluated or kept)."""
     from models.lifecycle.records import partial_run
 
-    problems = done = 0
+    failed = generate_missing(args.testsets, args.set)
+    problems = len(failed) * len(runs)
+    testsets = [t for t in args.testsets if t not in failed]
+    done = 0
     for run_dir in runs:
         status = run_status(run_dir)
         if status.state != "finished":
@@ -194,7 +218,7 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             continue
         identity = status.metrics.get("identity") or run_identity(run_dir)
         length = run_length(load_run_config(run_dir / CONFIG))
-        for testset in args.testsets:
+        for testset in testsets:
             try:
                 outcome = evaluate_run(run_dir, testset, args.ape, args.set, identity, length)
                 say(f"{run_dir.name} / {testset}: {outcome}")

@@ -352,6 +352,14 @@ def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
 @pytest.mark.parametrize(("override", "expected"), [
     ("+data.foo=1", "data.foo is not a setting of ImageFolderDataModule; valid keys of data: batch_size,"),
     ("+trainer.foo=1", "trainer.foo is not a setting of Trainer; valid keys of trainer: accelerator,"),
+    ("+model.foo=1", "model.foo is not a setting of ClassificationModule; valid keys of model: compile, ema_decay,"),
+    ("+model.optimizer.momentum=0.9", "model.optimizer.momentum is not a setting; valid keys of model.optimizer: lr,"
+                                      " lr_base_batch, weight_decay, betas, eps"),
+    ("+model.scheduler.name=cosine", "model.scheduler.name is not a setting; valid keys of model.scheduler:"
+                                     " warmup_epochs, warmup_lr, min_lr"),
+    # a root key nothing reads: a nested setting given without its node
+    ("+lr=0.1", "lr is not a setting: nothing reads a root key of that name (a value for a nested setting needs"
+                " its full key, e.g. model.optimizer.lr); root keys: ablation, callbacks, data,"),
 ])
 def test_a_key_the_constructor_does_not_take_names_the_key(override: str, expected: str, tmp_path) -> None:
     from models.lifecycle.cli import CommandLineError, check_overrides
@@ -359,3 +367,58 @@ def test_a_key_the_constructor_does_not_take_names_the_key(override: str, expect
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_overrides([override, f"paths.log_dir={tmp_path}"], "train")
     assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_root_key_that_an_interpolation_reads_is_a_setting(tmp_path) -> None:
+    """A user's own root key is read when a setting interpolates it; the model's nested settings keep their
+    defaults for the keys a config leaves out."""
+    from models.classification import OPTIMIZER_DEFAULTS, SCHEDULER_DEFAULTS, ClassificationModule
+    from models.lifecycle.cli import check_overrides
+
+    check_overrides(["+base_lr=0.001", "model.optimizer.lr=${base_lr}", f"paths.log_dir={tmp_path}"], "train")
+    assert tuple(OPTIMIZER_DEFAULTS) == ClassificationModule.NESTED_SETTINGS["optimizer"]
+    assert tuple(SCHEDULER_DEFAULTS) == ClassificationModule.NESTED_SETTINGS["scheduler"]
+    module = ClassificationModule({"name": "deit_micro_patch4_32"}, num_classes=4, optimizer={"lr": 1e-3})
+    assert module.optimizer_cfg == {**OPTIMIZER_DEFAULTS, "lr": 1e-3}
+
+
+@pytest.mark.parametrize(("net", "expected"), [
+    ({"name": "deit_micro_patch4_32", "depht": 2}, "model.net.depht is not an option of backbone"
+                                                   " deit_micro_patch4_32; valid options: act_layer, ape,"),
+    ({"name": "swin_micro_patch4_window4_32", "windw_size": 2}, "model.net.windw_size is not an option of backbone"
+                                                                " swin_micro_patch4_window4_32; valid options:"),
+])
+def test_a_backbone_option_that_does_not_exist_names_its_key(net: dict, expected: str) -> None:
+    from models import ModelConfigError
+    from models.classification import ClassificationModule
+
+    with pytest.raises(ModelConfigError) as err:
+        ClassificationModule(net, num_classes=4)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+    assert (" depth," in str(err.value)) or (" window_size" in str(err.value))
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("foo", "data.train_transform='foo' must be a mapping of timm create_transform arguments (or null for the"
+            " default recipe); valid keys: no_aug,"),
+    ({"hflp": 0.5}, "data.train_transform.hflp is not an argument of timm's create_transform; valid keys: no_aug,"),
+    ({"mean": [0, 0, 0]}, "data.train_transform.mean is set by the DataModule; remove it"),
+])
+def test_a_train_transform_that_timm_does_not_take_names_the_key(value, expected: str, tmp_path) -> None:
+    from data.datamodule import ImageFolderDataModule
+    from data.errors import DataConfigError
+
+    with pytest.raises(DataConfigError) as err:
+        ImageFolderDataModule(root=tmp_path, img_size=32, train_transform=value)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_key_given_twice_is_one_line() -> None:
+    from models.lifecycle.cli import CommandLineError, check_repeated_keys
+
+    check_repeated_keys(["-m", "seed=0,1", "model.optimizer.lr=1e-3", "~model.mixup"])
+    with pytest.raises(CommandLineError) as err:
+        check_repeated_keys(["seed=1", "trainer.max_epochs=2", "+seed=2"])
+    assert str(err.value) == ("seed is given twice (seed=1 and +seed=2): only the last would count; give it once"
+                              " (a sweep lists its values in one: key=a,b)")
+    check_repeated_keys(["--config-path", "/run", "--config-name", "config", "seed=1", "seed=2"])  # DDP workers

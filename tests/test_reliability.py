@@ -38,6 +38,12 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+def _replacing(args: list[str], *overrides: str) -> list[str]:
+    """``args`` with ``overrides`` in place of the settings of the same keys (a key is given once)."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [a for a in args if a.split("=", 1)[0] not in keys] + list(overrides)
+
+
 def _fault(step: int, marker: Path, signum: int) -> list[str]:
     return ["+callbacks.fault._target_=tests.faults.SignalAt", f"+callbacks.fault.step={step}",
             f"+callbacks.fault.marker={marker}", f"+callbacks.fault.signum={signum}"]
@@ -75,7 +81,7 @@ def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None
     try:
         with pytest.raises(records.RunDirBusy):  # the lock belongs to the open file, not to the process
             records.lock_run_dir(run_dir)
-        result = run_cli("train.py", [*args, "trainer.max_epochs=3"], env_extra=ENV)
+        result = run_cli("train.py", _replacing(args, "trainer.max_epochs=3"), env_extra=ENV)
     finally:
         os.close(held)
     assert result.returncode == 2, result.stderr[-3000:]
@@ -103,7 +109,7 @@ def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path
     copy = tmp_path / "victim"
     shutil.copytree(run_dir, copy)
     args = [a for a in args if not a.startswith("paths.log_dir=")] + [f"paths.log_dir={tmp_path}"]
-    result = run_cli("train.py", [*args, "trainer.max_epochs=3"], env_extra=ENV)
+    result = run_cli("train.py", _replacing(args, "trainer.max_epochs=3"), env_extra=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {copy}/checkpoints/last.ckpt" in result.stdout
     assert json.loads((copy / "metrics.json").read_text())["global_step"] == 9

@@ -343,9 +343,19 @@ def _fake_run(root: Path, data_dir: Path, overrides: list[str]) -> Path:
 RUN = ["data.root=${paths.data_dir}/never_generated", "data.batch_size=16", "debug=fast"]
 
 
+def _generate(data_dir: Path, testset: str, *extra: str) -> None:
+    """What ``scripts/generate_testsets.py <testset>`` does, for test sets with data of their own."""
+    from scripts.generate_testsets import generate, generated_testsets
+
+    if testset in generated_testsets():
+        generate(testset, [f"paths.data_dir={data_dir}", *(o for o in extra if o.startswith("testset."))])
+
+
 def _eval(run: Path, data_dir: Path, testset: str, *extra: str) -> dict:
+    """Generate the test set's own data (if any) and evaluate ``run`` on it, as eval.py does."""
     import eval as eval_script
 
+    _generate(data_dir, testset, *extra)
     cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", f"testset={testset}", "throughput_batch=2",
                           *extra], run / "eval", data_dir, config_name="eval")
     return eval_script.evaluate(cfg)
@@ -355,6 +365,11 @@ def _eval(run: Path, data_dir: Path, testset: str, *extra: str) -> dict:
 def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Path) -> None:
     run = _fake_run(tmp_path / "run", tmp_path / "data", [*RUN, "model.net.ape=sincos"])
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    made = run_cli("scripts/generate_testsets.py", ["relational_canvas48", "--set",
+                                                    f"paths.data_dir={tmp_path / 'data'}",
+                                                    "testset.data.generator.num_val=16"])
+    assert made.returncode == 0 and made.stdout.strip() == (
+        f"relational_canvas48: {tmp_path / 'data' / 'testsets' / 'relational_canvas48_v1'}"), made.stderr[-2000:]
     result = run_cli("eval.py", [f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
                                  "ape=extend", f"paths.data_dir={tmp_path / 'data'}", "throughput_batch=2",
                                  "testset.data.generator.num_val=16"])
@@ -444,6 +459,39 @@ def test_testsets_that_do_not_fit_the_run_are_one_line(tmp_path: Path) -> None:
             _eval(run, data, *args)
         assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
     assert not (data / "never_generated").exists() and not (run / RESULT_FOLDER).exists()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
+    """eval.py reads a test set's own data: missing, or made with other settings, it is one line naming the
+    command that makes it, and nothing is written."""
+    import eval as eval_script
+
+    data = tmp_path / "data"
+    run = _fake_run(tmp_path / "run", data, RUN)
+
+    def evaluate(*extra: str) -> str:
+        cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
+                              "throughput_batch=2", *extra], run / "eval", data, config_name="eval")
+        with pytest.raises(DataConfigError) as err:
+            eval_script.evaluate(cfg)
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    message = evaluate("testset.data.generator.num_val=16")
+    root = data / "testsets" / "relational_canvas48_v1"
+    assert message.startswith(f"data.root={root} named by testset=relational_canvas48 does not exist"), message
+    assert message.endswith("python scripts/generate_testsets.py relational_canvas48 (with the same paths.data_dir="
+                            " and testset.* overrides as here)")
+    assert not data.exists() and not (run / RESULT_FOLDER).exists()
+    _generate(data, "relational_canvas48", "testset.data.generator.num_val=16")
+    message = evaluate("testset.data.generator.num_val=24")  # the yaml edited after its data was made
+    assert "generated with other settings than testset=relational_canvas48 names (num_val: 16 on disk vs 24" in message
+    assert not (run / RESULT_FOLDER).exists()
+    with pytest.raises(TestsetError, match="testset=val_at_48 reads the evaluated run's own data"):
+        from scripts.generate_testsets import generate
+
+        generate("val_at_48", [f"paths.data_dir={data}"])
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -555,12 +555,66 @@ def check_settings(cfg: DictConfig) -> None:
         _check(key, value)
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
+    _check_root_keys(cfg)
 
 
 # Config nodes built by calling their ``_target_`` with their keys: a key the constructor does not take
-# would otherwise fail deep inside Hydra's instantiate, naming the class rather than the key.
-CONSTRUCTED_NODES = ("data", "trainer")
-_PROJECT_TARGETS = ("data.", "lightning.pytorch.Trainer")
+# would otherwise fail deep inside Hydra's instantiate, naming the class rather than the key. (The model's
+# nested settings, model.optimizer and model.scheduler, are checked by the module that reads them.)
+CONSTRUCTED_NODES = ("data", "trainer", "model")
+_PROJECT_TARGETS = ("data.", "models.", "lightning.pytorch.Trainer")
+
+
+@cache
+def declared_root_keys() -> frozenset[str]:
+    """Root keys some config declares: the root configs' own keys, every ``@package _global_`` file's
+    top-level keys (experiments, sweeps, debug) and the config groups."""
+    from models.lifecycle.cli import CONFIG_DIR
+
+    keys = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
+    for path in CONFIG_DIR.rglob("*.yaml"):
+        text = path.read_text()
+        if path.parent == CONFIG_DIR or "# @package _global_" in text.split("\n", 1)[0]:
+            node = OmegaConf.create(text)
+            if isinstance(node, DictConfig):
+                keys.update(str(k) for k in node if k != "defaults")
+    return frozenset(keys)
+
+
+_REFERENCE = re.compile(r"\$\{\s*(?:oc\.select:\s*|oc\.env:\s*)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _referenced_root_keys(cfg: DictConfig) -> set[str]:
+    """The root keys an interpolation of ``cfg`` reads (``${key...}``, ``${oc.select:key...}``)."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str):
+            found.update(_REFERENCE.findall(node))
+
+    walk(OmegaConf.to_container(cfg, resolve=False))
+    return found
+
+
+def _check_root_keys(cfg: DictConfig) -> None:
+    """A root key no config declares and no interpolation reads (``+lr=0.1`` meant as ``model.optimizer.lr``)
+    would be read by nothing: one line naming it."""
+    unknown = [str(k) for k in cfg.keys() if str(k) not in declared_root_keys() and str(k) not in SKIPPED]
+    if not unknown:
+        return
+    referenced = _referenced_root_keys(cfg)
+    for key in unknown:
+        if key not in referenced:
+            valid = sorted(k for k in cfg.keys() if str(k) not in SKIPPED and str(k) != key)
+            raise SettingError(f"{key} is not a setting: nothing reads a root key of that name (a value for a"
+                               f" nested setting needs its full key, e.g. model.optimizer.lr); root keys:"
+                               f" {', '.join(map(str, valid))}")
 
 
 def _check_constructor_keys(cfg: DictConfig, node: str) -> None:
@@ -584,6 +638,12 @@ def _check_constructor_keys(cfg: DictConfig, node: str) -> None:
         if not str(key).startswith("_") and key not in valid:
             raise SettingError(f"{node}.{key} is not a setting of {target.rsplit('.', 1)[-1]}; valid keys of"
                                f" {node}: {', '.join(valid)}")
+    for key, keys in getattr(get_class(target), "NESTED_SETTINGS", {}).items():
+        nested = section.get(key)
+        for name in nested if isinstance(nested, DictConfig) else ():
+            if name not in keys:
+                raise SettingError(f"{node}.{key}.{name} is not a setting; valid keys of"
+                                   f" {node}.{key}: {', '.join(keys)}")
 
 
 def check_schedule(cfg: DictConfig) -> None:
