@@ -24,6 +24,14 @@ exactly; settings that leave any of them without one (a margin of 22.5 degrees, 
 objects in separate patches) are a `DataConfigError` naming the settings and the valid range, never an
 endless loop. The sampling itself gives up after `MAX_PLACEMENT_TRIES` tries per image.
 
+Labels: ``label="direction"`` (the default) is the compass class above. ``label="distance"`` is a relation
+in patch units instead: the Chebyshev distance between the two centres, in patches (``max(|d_row|,
+|d_col|) / patch_size``), binned by ``distance_edges`` (class k: ``edges[k] <= d < edges[k + 1]``; placements
+outside ``[edges[0], edges[-1])`` are rejected), with placements within ``distance_margin_px`` pixels of an
+edge rejected as the angular margin does for directions. The direction of two objects does not change when
+an image is scaled; their distance in patches does, so a model that reads positions from a resized
+(interpolated) absolute table misjudges it on a larger canvas, while offsets counted in patches do not.
+
 Canvas and region: ``img_size`` is the canvas; object sizes are in pixels, independent of it, so a 64 px
 canvas holds the same 5-7 px squares as a 32 px one. ``region=[top, left, bottom, right]`` (pixels,
 half-open) confines both objects wholly to that rectangle of the canvas (the noise still fills the whole
@@ -71,6 +79,68 @@ def direction_class(d_row: np.ndarray, d_col: np.ndarray) -> tuple[np.ndarray, n
     return sector, np.minimum(offset_in_sector, 45.0 - offset_in_sector)
 
 
+LABELS = ("direction", "distance")
+DEFAULT_DISTANCE_EDGES = (1.5, 2.5, 3.5, 4.5, 5.5)  # patches: 4 classes on the 32 px canvas
+
+
+def distance_class_names(edges: Sequence[float]) -> tuple[str, ...]:
+    """Folder names of the distance classes: ``<k>_d<lo>-<hi>`` (patches), sorted as the class index."""
+    return tuple(f"{k}_d{lo:g}-{hi:g}" for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)))
+
+
+def class_names(label: str = "direction", distance_edges: Sequence[float] | None = None) -> tuple[str, ...]:
+    """The class folder names of a ``label`` mode (`LABELS`)."""
+    if label == "direction":
+        return CLASS_NAMES
+    return distance_class_names(DEFAULT_DISTANCE_EDGES if distance_edges is None else distance_edges)
+
+
+def distance_class(d_row: np.ndarray, d_col: np.ndarray, patch_size: int,
+                   edges: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Distance class and distance (pixels) to the nearest bin edge of centre offsets A->B.
+
+    Returns:
+        (class index in [0, len(edges) - 1), -1 outside ``[edges[0], edges[-1])``; pixel distance of the
+        Chebyshev centre distance to the closest edge).
+    """
+    distance = np.maximum(np.abs(d_row), np.abs(d_col)) / patch_size
+    bounds = np.asarray(edges, dtype=np.float64)
+    cls = np.searchsorted(bounds, distance, side="right") - 1
+    cls = np.where((cls >= 0) & (cls < len(bounds) - 1), cls, -1).astype(np.int64)
+    margin = np.min(np.abs(distance[..., None] - bounds), axis=-1) * patch_size
+    return cls, margin
+
+
+def _labeller(label: str, patch_size: int, distance_edges: Sequence[float] | None):  # noqa: ANN202
+    """``(d_row, d_col) -> (class, margin)`` of a label mode (margin in degrees or pixels)."""
+    if label == "direction":
+        return direction_class
+    edges = tuple(DEFAULT_DISTANCE_EDGES if distance_edges is None else distance_edges)
+    return functools.partial(distance_class, patch_size=patch_size, edges=edges)
+
+
+def check_label(label: object, distance_edges: object, distance_margin_px: object, patch_size: int) -> None:
+    """One line unless ``label`` is a mode of `LABELS` and, for distances, the edges are increasing
+    numbers >= 0 and the margin is a number in [0, half the narrowest bin)."""
+    if label not in LABELS:
+        raise DataConfigError(f"data.generator.label={label!r} is not one of: {', '.join(LABELS)}")
+    if label != "distance":
+        return
+    edges = DEFAULT_DISTANCE_EDGES if distance_edges is None else distance_edges
+    values = list(edges) if hasattr(edges, "__len__") and not isinstance(edges, (str, bytes)) else None
+    numbers = values is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if not numbers or len(values) < 3 or any(not math.isfinite(v) or v < 0 for v in values) or any(
+            b <= a for a, b in zip(values[:-1], values[1:], strict=False)):
+        raise DataConfigError(f"data.generator.distance_edges={distance_edges!r} must be at least 3 increasing"
+                              " finite numbers >= 0 (bin edges in patches; 2 or more classes)")
+    half = min(b - a for a, b in zip(values[:-1], values[1:], strict=False)) * patch_size / 2
+    if not (isinstance(distance_margin_px, (int, float)) and not isinstance(distance_margin_px, bool)
+            and 0 <= distance_margin_px < half):
+        raise DataConfigError(f"data.generator.distance_margin_px={distance_margin_px!r} must be a number in"
+                              f" [0, {half:g}): under half the narrowest bin ({half:g} px), or a bin has no"
+                              " distance far enough from both of its edges")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
@@ -112,11 +182,13 @@ def placement_region(img_size: int, region: Sequence[int] | None) -> tuple[int, 
 
 
 @functools.lru_cache(maxsize=2)
-def _direction_grid(img_size: int, size_difference: int) -> tuple[np.ndarray, np.ndarray]:
-    """`direction_class` of every pair of row/column corner offsets -(img_size - 1) .. img_size - 1; the
-    centre offset adds (size_B - size_A) / 2 on both axes, so size pairs of equal difference share it."""
+def _label_grid(img_size: int, size_difference: int, label: str, patch_size: int,
+                distance_edges: tuple[float, ...] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The class and margin (`_labeller`) of every pair of row/column corner offsets -(img_size - 1) ..
+    img_size - 1; the centre offset adds (size_B - size_A) / 2 on both axes, so size pairs of equal
+    difference share it."""
     offset = np.arange(-(img_size - 1), img_size) + size_difference / 2.0
-    return direction_class(offset[:, None], offset[None, :])
+    return _labeller(label, patch_size, distance_edges)(offset[:, None], offset[None, :])
 
 
 def placement_rates(
@@ -126,8 +198,13 @@ def placement_rates(
     size_b: int,
     boundary_margin_deg: float,
     region: Sequence[int] | None = None,
+    label: str = "direction",
+    distance_edges: Sequence[float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact acceptance rate of the rejection sampler for objects of ``size_a`` and ``size_b`` px.
+
+    ``boundary_margin_deg`` is the margin of the ``label`` mode: degrees for directions, pixels for
+    distances (``distance_margin_px``).
 
     Rows and columns are drawn independently, so a placement is a pair of per-axis corner offsets; it shares
     a patch cell iff the patch ranges meet on both axes. Counting per axis gives, for every 2-D offset, the
@@ -138,7 +215,7 @@ def placement_rates(
     Returns:
         (fraction of all placements that are valid, per class; the largest ``boundary_margin_deg`` that
         would leave the class a valid placement, per class, -inf where no placement keeps the objects in
-        separate patches). Both of shape (8,).
+        separate patches). Both of shape (classes,).
     """
     top, left, bottom, right = placement_region(img_size, region)
     count_row, meet_row = _axis_pairs(top, bottom, patch_size, size_a, size_b)
@@ -148,13 +225,16 @@ def placement_rates(
         return slice(img_size - 1 - extent + size_a, img_size + extent - size_b)
 
     rows, cols = window(bottom - top), window(right - left)
-    cls, margin = (grid[rows, cols] for grid in _direction_grid(img_size, size_b - size_a))
+    edges = None if distance_edges is None else tuple(float(e) for e in distance_edges)
+    grids = _label_grid(img_size, size_b - size_a, label, patch_size, edges if label == "distance" else None)
+    cls, margin = (grid[rows, cols] for grid in grids)
+    num_classes = len(class_names(label, distance_edges))
     separate = np.outer(count_row, count_col) - np.outer(meet_row, meet_col)  # placements sharing no cell
-    usable = separate > 0
+    usable = (separate > 0) & (cls >= 0)
     total = float(count_row.sum()) * float(count_col.sum())
     ok = usable & (margin >= boundary_margin_deg)
-    rates = np.bincount(cls[ok], weights=separate[ok], minlength=NUM_CLASSES) / total
-    best = np.array([margin[usable & (cls == k)].max(initial=-np.inf) for k in range(NUM_CLASSES)])
+    rates = np.bincount(cls[ok], weights=separate[ok], minlength=num_classes) / total
+    best = np.array([margin[usable & (cls == k)].max(initial=-np.inf) for k in range(num_classes)])
     return rates, best
 
 
@@ -166,6 +246,9 @@ def check_relational_settings(
     boundary_margin_deg: float,
     noise_max: int,
     region: Sequence[int] | None = None,
+    label: str = "direction",
+    distance_edges: Sequence[float] | None = None,
+    distance_margin_px: float = 1.0,
 ) -> None:
     """Raise a one-line `DataConfigError` unless every class has a valid placement for every pair of object
     sizes the generator can draw (so the rejection sampling always terminates), inside ``region`` if given."""
@@ -199,35 +282,45 @@ def check_relational_settings(
             f"data.generator.boundary_margin_deg={boundary_margin_deg!r} must be a number in [0, 22.5): "
             "the sectors are 45 degrees wide, so no angle is 22.5 degrees or more from both of its boundaries"
         )
+    check_label(label, distance_edges, distance_margin_px, patch_size)
+    names = class_names(label, distance_edges)
+    margin, margin_key = ((boundary_margin_deg, "boundary_margin_deg") if label == "direction"
+                          else (distance_margin_px, "distance_margin_px"))
     sizes = range(min_object_size, max_object_size + 1)
-    # Computed in order of size difference (the cached direction grid is shared), reported in (a, b) order.
+    # Computed in order of size difference (the cached label grid is shared), reported in (a, b) order.
     by_difference = sorted(((a, b) for a in sizes for b in sizes), key=lambda pair: pair[1] - pair[0])
     pairs = sorted(
-        ((a, b, *placement_rates(img_size, patch_size, a, b, boundary_margin_deg, region)) for a, b in by_difference),
+        ((a, b, *placement_rates(img_size, patch_size, a, b, margin, region, label, distance_edges))
+         for a, b in by_difference),
         key=lambda pair: pair[:2],
     )
     best = min(best.min() for *_, best in pairs)  # the largest margin leaving every class and size pair a placement
     if best == -np.inf:  # no margin helps: name a class and size pair that cannot keep the objects apart
         size_a, size_b, _, class_best = next(pair for pair in pairs if pair[3].min() == -np.inf)
-        missing = CLASS_NAMES[int(np.argmin(class_best))]
+        missing = names[int(np.argmin(class_best))]
     else:
         failed = next((pair for pair in pairs if pair[2].min() == 0), None)
         if failed is None:
             return
         size_a, size_b, rates, _ = failed
-        missing = CLASS_NAMES[int(np.argmin(rates))]
+        missing = names[int(np.argmin(rates))]
     where = f"data.generator img_size={img_size}, patch_size={patch_size}, objects of {size_a} and {size_b} px"
     larger = "img_size" if region is None else "region"
     if region is not None:
         where += f", region={[top, left, bottom, right]}"
+    if best == -np.inf and label == "distance":
+        raise DataConfigError(
+            f"{where}: no placement of class {missing} (centres that many patches apart, in separate patches)"
+            f" exists; use a larger {larger} or other data.generator.distance_edges"
+        )
     if best == -np.inf:
         raise DataConfigError(
             f"{where}: no placement of class {missing} keeps the two objects in separate {patch_size}x{patch_size}"
             f" patches; use a larger {larger}, or a smaller patch_size or max_object_size"
         )
     raise DataConfigError(
-        f"{where}: data.generator.boundary_margin_deg={boundary_margin_deg} leaves class {missing} no valid "
-        f"placement; valid range with these settings: 0 <= boundary_margin_deg <= {math.floor(best * 1000) / 1000}"
+        f"{where}: data.generator.{margin_key}={margin} leaves class {missing} no valid "
+        f"placement; valid range with these settings: 0 <= {margin_key} <= {math.floor(best * 1000) / 1000}"
     )
 
 
@@ -241,12 +334,16 @@ def render_relational_shapes(
     boundary_margin_deg: float = 5.0,
     noise_max: int = DEFAULT_NOISE_MAX,
     region: Sequence[int] | None = None,
+    label: str = "direction",
+    distance_edges: Sequence[float] | None = None,
+    distance_margin_px: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Render images in memory; ``region`` (`placement_region`) confines both objects to a rectangle.
+    """Render images in memory; ``region`` (`placement_region`) confines both objects to a rectangle;
+    ``label`` picks the relation the class names (module docstring).
 
     Returns:
         images: uint8 (num_images, img_size, img_size, 3), RGB.
-        labels: int64 (num_images,), index into CLASS_NAMES; exactly balanced up to num_images % 8.
+        labels: int64 (num_images,), index into `class_names`; exactly balanced up to num_images % classes.
     Raises:
         DataConfigError: settings without a valid placement for some class (checked before sampling), or
             placements so rare that `MAX_PLACEMENT_TRIES` tries per image were not enough.
@@ -254,14 +351,18 @@ def render_relational_shapes(
     if not _is_int(num_images) or num_images < 0:
         raise DataConfigError(f"num_images={num_images!r} must be an integer >= 0")
     check_relational_settings(
-        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region
+        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region,
+        label, distance_edges, distance_margin_px,
     )
+    classify = _labeller(label, patch_size, distance_edges)
+    margin_min = boundary_margin_deg if label == "direction" else distance_margin_px
+    num_classes = len(class_names(label, distance_edges))
     top, left, bottom, right = placement_region(img_size, region)
     # per axis (row, col): the first pixel and the pixel count objects may occupy; the whole canvas by default
     start, extent = np.array([top, left]), np.array([bottom - top, right - left])
     rng = np.random.default_rng(seed)
     n = num_images
-    labels = rng.permutation(np.arange(n) % NUM_CLASSES)
+    labels = rng.permutation(np.arange(n) % num_classes)
     sizes = rng.integers(min_object_size, max_object_size + 1, size=(n, 2))  # (image, object)
 
     # Rejection sampling of the top-left corners (image, object, row/col) until every image's placement
@@ -275,20 +376,20 @@ def render_relational_shapes(
         trial = (rng.random((len(pending), 2, 2)) * (extent - size + 1)).astype(np.int64) + start
         centre = trial + (size - 1) / 2.0
         offset = centre[:, 1] - centre[:, 0]
-        cls, margin = direction_class(offset[:, 0], offset[:, 1])
+        cls, margin = classify(offset[:, 0], offset[:, 1])
         first_cell, last_cell = trial // patch_size, (trial + size - 1) // patch_size
         ranges_meet = (first_cell[:, 0] <= last_cell[:, 1]) & (first_cell[:, 1] <= last_cell[:, 0])
         share_cell = ranges_meet.all(axis=-1)
-        ok = (cls == labels[pending]) & (margin >= boundary_margin_deg) & ~share_cell
+        ok = (cls == labels[pending]) & (margin >= margin_min) & ~share_cell
         corners[pending[ok]] = trial[ok]
         pending = pending[~ok]
     if len(pending):
         raise DataConfigError(
             f"data.generator: {len(pending)} of {n} images found no valid placement in {MAX_PLACEMENT_TRIES} "
             f"tries (img_size={img_size}, patch_size={patch_size}, object sizes {min_object_size}.."
-            f"{max_object_size}, boundary_margin_deg={boundary_margin_deg}"
+            f"{max_object_size}, label={label}, margin={margin_min}"
             f"{'' if region is None else f', region={[top, left, bottom, right]}'}): valid placements are too rare;"
-            f" lower boundary_margin_deg or max_object_size, or raise {'img_size' if region is None else 'the region'}"
+            f" lower the margin or max_object_size, or raise {'img_size' if region is None else 'the region'}"
         )
 
     images = rng.integers(0, noise_max, size=(n, img_size, img_size, 3), dtype=np.uint8)
@@ -315,22 +416,29 @@ def generate_relational_shapes(
     boundary_margin_deg: float = 5.0,
     noise_max: int = DEFAULT_NOISE_MAX,
     region: Sequence[int] | None = None,
+    label: str = "direction",
+    distance_edges: Sequence[float] | None = None,
+    distance_margin_px: float = 1.0,
 ) -> None:
     """Write the dataset as an ImageFolder: ``root/{train,val}/<class>/<index>.png`` (lossless RGB PNG).
 
     Deterministic: the same arguments give byte-identical files. Train and val use independent random streams
     derived from ``seed``, so changing ``num_val`` does not change the training images. ``patch_size`` should
     equal the ViT patch size: no patch of that size holds both objects. ``region`` confines the objects to
-    a rectangle of the canvas (`placement_region`; None = anywhere, the default images).
+    a rectangle of the canvas (`placement_region`; None = anywhere, the default images). ``label``,
+    ``distance_edges`` and ``distance_margin_px``: the relation the classes name (module docstring).
     """
+    check_label(label, distance_edges, distance_margin_px, patch_size if _is_int(patch_size) else 1)
+    names = class_names(label, distance_edges)
     for name, count in (("num_train", num_train), ("num_val", num_val)):
-        if not _is_int(count) or count < NUM_CLASSES:
+        if not _is_int(count) or count < len(names):
             raise DataConfigError(
-                f"data.generator.{name}={count!r} must be an integer >= {NUM_CLASSES}: every class needs an "
+                f"data.generator.{name}={count!r} must be an integer >= {len(names)}: every class needs an "
                 "image in each split"
             )
     check_relational_settings(
-        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region
+        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region,
+        label, distance_edges, distance_margin_px,
     )
     root = Path(root)
     for split, count in (("train", num_train), ("val", num_val)):
@@ -344,11 +452,12 @@ def generate_relational_shapes(
             boundary_margin_deg=boundary_margin_deg,
             noise_max=noise_max,
             region=region,
+            label=label,
+            distance_edges=distance_edges,
+            distance_margin_px=distance_margin_px,
         )
-        for name in CLASS_NAMES:
+        for name in names:
             (root / split / name).mkdir(parents=True, exist_ok=True)
-        for index, (image, label) in enumerate(zip(images, labels, strict=True)):
+        for index, (image, cls) in enumerate(zip(images, labels, strict=True)):
             # compress_level=1: ~3x faster than the default and the files are tiny anyway.
-            Image.fromarray(image).save(
-                root / split / CLASS_NAMES[label] / f"{index:05d}.png", compress_level=1
-            )
+            Image.fromarray(image).save(root / split / names[cls] / f"{index:05d}.png", compress_level=1)

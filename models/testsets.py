@@ -33,7 +33,7 @@ from models.swin import RPESwinTransformer, swin_grid_problem
 RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
 # What a test set may say it fits: the kind of data the run trained on (`run_data_kinds`).
-DATA_KINDS = ("imagefolder", "relational", "digits", "coco", "shapes_coco")
+DATA_KINDS = ("imagefolder", "relational", "relational_distance", "digits", "coco", "shapes_coco")
 _GENERATOR_KINDS = {
     "data.relational.generate_relational_shapes": "relational",
     "data.digits.generate_digits": "digits",
@@ -90,7 +90,10 @@ def run_data_kinds(run_data: dict[str, Any]) -> set[str]:
     if target.endswith("ImageFolderDataModule"):
         kinds.add("imagefolder")
         if isinstance(generator, dict) and generator.get("_target_") in _GENERATOR_KINDS:
-            kinds.add(_GENERATOR_KINDS[generator["_target_"]])
+            kind = _GENERATOR_KINDS[generator["_target_"]]
+            if kind == "relational" and generator.get("label", "direction") == "distance":
+                kind = "relational_distance"  # other classes: a direction test set does not fit it
+            kinds.add(kind)
     elif target.endswith("CocoDataModule"):
         kinds.add("coco")
         if isinstance(generator, dict):
@@ -186,7 +189,8 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
 
 
 # The data config (configs/data/<name>.yaml) whose module reads a generated test set, by its `fits` kind.
-GENERATED_KIND_DATA = {"relational": "relational", "digits": "digits", "shapes_coco": "shapes_coco"}
+GENERATED_KIND_DATA = {"relational": "relational", "relational_distance": "relational_distance", "digits": "digits",
+                       "shapes_coco": "shapes_coco"}
 
 
 def generate_testset_data(cfg: DictConfig) -> Path:

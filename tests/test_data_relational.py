@@ -110,3 +110,76 @@ def test_background_is_label_independent_noise(relational_root: Path) -> None:
         assert background.max() < 32
         means[name] = background.mean()
     assert max(means.values()) - min(means.values()) < 1.0, means
+
+
+# ------------------------------------------------------------------------------ label="distance"
+EDGES = (1.5, 2.5, 3.5, 4.5, 5.5)
+
+
+@pytest.mark.parametrize("img_size", [32, 64])
+def test_distance_labels_match_the_pixels(img_size: int) -> None:
+    """The distance class, recomputed from the rendered squares: Chebyshev distance of the centres in
+    patches, binned by the edges, at least the margin (1 px) from every edge; the same bins on a larger canvas."""
+    from data.relational import class_names, render_relational_shapes
+
+    images, labels = render_relational_shapes(64, img_size=img_size, seed=4, label="distance")
+    assert class_names("distance") == ("0_d1.5-2.5", "1_d2.5-3.5", "2_d3.5-4.5", "3_d4.5-5.5")
+    assert sorted(Counter(labels.tolist()).values()) == [16] * 4  # exactly balanced
+    for image, label in zip(images, labels, strict=True):
+        *centre_a, cells_a = find_object(image, channel=0)
+        *centre_b, cells_b = find_object(image, channel=2)
+        assert not cells_a & cells_b
+        patches = max(abs(centre_b[0] - centre_a[0]), abs(centre_b[1] - centre_a[1])) / PATCH
+        assert EDGES[label] <= patches < EDGES[label + 1]
+        assert min(abs(patches - e) for e in EDGES) * PATCH >= 1.0
+
+
+def _brute_force_distance_rates(img: int, patch: int, size_a: int, size_b: int, margin_px: float,
+                                edges: tuple[float, ...]) -> np.ndarray:
+    from itertools import product
+
+    counts, total = np.zeros(len(edges) - 1), 0
+    for ra, ca, rb, cb in product(range(img - size_a + 1), range(img - size_a + 1),
+                                  range(img - size_b + 1), range(img - size_b + 1)):
+        total += 1
+        d = max(abs(rb + (size_b - 1) / 2 - ra - (size_a - 1) / 2), abs(cb + (size_b - 1) / 2 - ca - (size_a - 1) / 2))
+        meet_rows = ra // patch <= (rb + size_b - 1) // patch and rb // patch <= (ra + size_a - 1) // patch
+        meet_cols = ca // patch <= (cb + size_b - 1) // patch and cb // patch <= (ca + size_a - 1) // patch
+        bins = [k for k in range(len(edges) - 1) if edges[k] <= d / patch < edges[k + 1]]
+        if bins and not (meet_rows and meet_cols) and min(abs(d - e * patch) for e in edges) >= margin_px:
+            counts[bins[0]] += 1
+    return counts / total
+
+
+@pytest.mark.parametrize(("img", "patch", "size_a", "size_b", "margin", "edges"),
+                         [(12, 2, 2, 3, 0.0, (1.0, 2.0, 4.0)), (12, 3, 3, 2, 1.0, (1.0, 2.0, 3.0))])
+def test_distance_placement_rates_match_enumeration(img: int, patch: int, size_a: int, size_b: int, margin: float,
+                                                    edges: tuple[float, ...]) -> None:
+    from data.relational import placement_rates
+
+    rates, _ = placement_rates(img, patch, size_a, size_b, margin, None, "distance", edges)
+    np.testing.assert_allclose(rates, _brute_force_distance_rates(img, patch, size_a, size_b, margin, edges),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"label": "range"}, "data.generator.label='range' is not one of: direction, distance"),
+    ({"distance_edges": [2, 1, 3]}, "data.generator.distance_edges=[2, 1, 3] must be at least 3 increasing"),
+    ({"distance_margin_px": 2}, "data.generator.distance_margin_px=2 must be a number in [0, 2): under half the"),
+    ({"distance_edges": [1.5, 2.5, 7.0, 8.0]}, "objects of 5 and 5 px: no placement of class 2_d7-8 (centres that"
+                                               " many patches apart, in separate patches) exists; use a larger"),
+])
+def test_impossible_distance_settings_are_one_line(tmp_path: Path, settings: dict, message: str) -> None:
+    from data.errors import DataConfigError
+
+    with pytest.raises(DataConfigError) as err:
+        generate_relational_shapes(tmp_path / "rel", num_train=8, num_val=8, **{"label": "distance", **settings})
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "rel").exists()
+
+
+def test_distance_data_is_an_image_folder_of_its_classes(tmp_path: Path) -> None:
+    generate_relational_shapes(tmp_path / "rel", num_train=8, num_val=4, label="distance")
+    assert sorted(p.name for p in (tmp_path / "rel" / "train").iterdir()) == [
+        "0_d1.5-2.5", "1_d2.5-3.5", "2_d3.5-4.5", "3_d4.5-5.5"]
+    assert sum(1 for _ in (tmp_path / "rel" / "val").rglob("*.png")) == 4

@@ -312,11 +312,13 @@ def test_every_testset_config_composes_and_its_generator_settings_hold(name: str
         assert "root" not in data and set(data) <= {"img_size", "eval_crop_pct", "val_size", "max_size"}
         return
     assert data["root"] == str(tmp_path / "data" / "testsets" / f"{name}_v1")  # a folder of its own
-    if testset["fits"] == ["relational"]:
+    if testset["fits"] in (["relational"], ["relational_distance"]):
         assert generator["img_size"] == data["img_size"]
+        assert (generator.get("label", "direction") == "distance") == (testset["fits"] == ["relational_distance"])
         check_relational_settings(generator["img_size"], generator["patch_size"], generator["min_object_size"],
                                   generator["max_object_size"], generator["boundary_margin_deg"],
-                                  generator["noise_max"], generator["region"])
+                                  generator["noise_max"], generator["region"], generator.get("label", "direction"),
+                                  generator.get("distance_edges"), generator.get("distance_margin_px", 1.0))
     else:
         assert testset["fits"] == ["shapes_coco"]
         check_shapes_settings(generator["num_train"], generator["num_val"], generator["image_size"],

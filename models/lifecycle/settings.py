@@ -25,7 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data.errors import DataConfigError
-from data.relational import OBJECT_MIN
+from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
 __all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
@@ -356,6 +356,11 @@ RULES: tuple[Rule, ...] = (
     # the eight direction sectors are 45 degrees wide: a margin of 22.5 on each side leaves no placement
     Rule("data.generator.boundary_margin_deg", real("[0, 22.5)")),
     Rule("data.generator.noise_max", integer(f"[1, {OBJECT_MIN - 50}]")),
+    # label=distance: bin edges in patches (increasing: checked with the generator's other settings), and a
+    # margin in pixels below half the narrowest bin (checked there too)
+    Rule("data.generator.label", one_of(*LABELS)),
+    Rule("data.generator.distance_edges", list_of(NONNEG), NULL("the default bins")),
+    Rule("data.generator.distance_margin_px", NONNEG),
     Rule("data.generator.region", list_of(COUNT, 4), NULL("the whole canvas")),  # [top, left, bottom, right] px
     Rule("data.generator.val_fraction", real("(0, 1)")),
     Rule("data.generator.image_size", SIZE),
