@@ -387,7 +387,7 @@ def render_relational_shapes(
         raise DataConfigError(
             f"data.generator: {len(pending)} of {n} images found no valid placement in {MAX_PLACEMENT_TRIES} "
             f"tries (img_size={img_size}, patch_size={patch_size}, object sizes {min_object_size}.."
-            f"{max_object_size}, label={label}, margin={margin_min}"
+            f"{max_object_size}, {'boundary_margin_deg' if label == 'direction' else 'distance_margin_px'}={margin_min}"
             f"{'' if region is None else f', region={[top, left, bottom, right]}'}): valid placements are too rare;"
             f" lower the margin or max_object_size, or raise {'img_size' if region is None else 'the region'}"
         )

@@ -170,7 +170,7 @@ def test_bad_setting_is_one_line_naming_the_key(overrides: str, message: str, de
 @pytest.mark.parametrize("overrides", [
     "trainer.val_check_interval=1.0", "trainer.val_check_interval=0.25", "trainer.val_check_interval=1",
     "trainer.precision=16-mixed", "trainer.precision='16'", "trainer.precision=64", "trainer.precision=bf16",
-    "trainer.accelerator=auto", "trainer.accelerator=gpu", "callbacks.model_checkpoint.mode=min",
+    "trainer.accelerator=auto", "trainer.accelerator=gpu", "callbacks.model_checkpoint.mode=max",
     "trainer.gradient_clip_algorithm=value",
     "+model.mixup.mixup_alpha=0.8 +model.mixup.cutmix_alpha=1.0 +model.mixup.mode=pair +model.mixup.correct_lam=false",
 ])
@@ -357,6 +357,14 @@ def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
                                       " lr_base_batch, weight_decay, betas, eps"),
     ("+model.scheduler.name=cosine", "model.scheduler.name is not a setting; valid keys of model.scheduler:"
                                      " warmup_epochs, warmup_lr, min_lr"),
+    # the checkpoints a run's result and resume come from live in its own dir under their own names
+    ("callbacks.model_checkpoint.dirpath=runs/other/checkpoints", "callbacks.model_checkpoint.dirpath=runs/other/"
+                                                                  "checkpoints is not a setting: a run's checkpoints"),
+    ("callbacks.last_checkpoint.dirpath=/elsewhere", "callbacks.last_checkpoint.dirpath=/elsewhere is not a setting"),
+    ("callbacks.model_checkpoint.filename=other", "callbacks.model_checkpoint.filename=other is not a setting: the"
+                                                  " run, eval.py and the tables read checkpoints/best.ckpt"),
+    ("callbacks.model_checkpoint.monitor=val/loss", "callbacks.model_checkpoint.mode=max would keep the worst val/loss"
+                                                    " as best.ckpt; valid for monitor=val/loss: mode=min"),
     # a root key nothing reads: a nested setting given without its node
     ("+lr=0.1", "lr is not a setting: nothing reads a root key of that name (a value for a nested setting needs"
                 " its full key, e.g. model.optimizer.lr); root keys: ablation, callbacks, data,"),
@@ -412,13 +420,3 @@ def test_a_train_transform_that_timm_does_not_take_names_the_key(value, expected
         ImageFolderDataModule(root=tmp_path, img_size=32, train_transform=value)
     assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
 
-
-def test_a_key_given_twice_is_one_line() -> None:
-    from models.lifecycle.cli import CommandLineError, check_repeated_keys
-
-    check_repeated_keys(["-m", "seed=0,1", "model.optimizer.lr=1e-3", "~model.mixup"])
-    with pytest.raises(CommandLineError) as err:
-        check_repeated_keys(["seed=1", "trainer.max_epochs=2", "+seed=2"])
-    assert str(err.value) == ("seed is given twice (seed=1 and +seed=2): only the last would count; give it once"
-                              " (a sweep lists its values in one: key=a,b)")
-    check_repeated_keys(["--config-path", "/run", "--config-name", "config", "seed=1", "seed=2"])  # DDP workers

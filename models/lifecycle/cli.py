@@ -200,22 +200,6 @@ def check_flags(argv: list[str]) -> None:
             skip = flag in values and "=" not in arg
 
 
-def check_repeated_keys(argv: list[str]) -> None:
-    """A key given twice (``seed=1 ... seed=2``) would silently take the last value: one line naming both.
-    Hydra's own modes (``--cfg``, ``--config-path``: DDP workers re-launched by Lightning) are left alone."""
-    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
-        return
-    seen: dict[str, str] = {}
-    for arg in argv:
-        if arg in ("-m", "--multirun"):
-            continue
-        key = arg.split("=", 1)[0].lstrip("~+")
-        if key in seen:
-            raise CommandLineError(f"{key} is given twice ({seen[key]} and {arg}): only the last would count;"
-                                   " give it once (a sweep lists its values in one: key=a,b)")
-        seen[key] = arg
-
-
 def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:
     """A swept value (``a=1,2``, ``range(0,2)``) outside a multirun is Hydra's multi-line error: one line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -359,7 +343,6 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
     sys.argv[1:] = multirun_flag_first(normalize_overrides(sys.argv[1:]))
     try:
         check_flags(sys.argv[1:])
-        check_repeated_keys(sys.argv[1:])
         check_group_choices(sys.argv[1:])
         check_overrides(sys.argv[1:], config_name)
     except (CommandLineError, ValueError) as err:

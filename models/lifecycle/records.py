@@ -161,16 +161,12 @@ PERCENT_METRICS = ("val/top1", "val/top5", "val/AP", "val/AP50", "val/AP75", "va
 
 def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] | None:
     """``metrics.json`` (``None`` when absent). A damaged file, one that names another run's identity (copied
-    from elsewhere) or, given ``identity`` (the run has a ``run.json``), names none, or a percentage outside
-    [0, 100] raise `RunFileError`: such numbers are no result. Without ``identity`` (archives of runs from
-    before run.json) the file is read as it is."""
+    from elsewhere), or a percentage outside [0, 100] raise `RunFileError`: such numbers are no result."""
     path = run_dir / METRICS
     metrics = read_json(path)
     if metrics is None:
         return None
-    if identity is not None and "identity" not in metrics:  # every run with a run.json writes it: not verifiable
-        raise RunFileError(f"{path} has no run identity, so it cannot be shown to be this run's result")
-    if identity is not None and metrics["identity"] != identity:
+    if identity is not None and metrics.get("identity", identity) != identity:
         raise RunFileError(f"{path} is another run's (identity {metrics.get('identity')}, this run's {identity})")
     for key in PERCENT_METRICS:
         value = metrics.get(key)

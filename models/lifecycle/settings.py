@@ -561,6 +561,39 @@ def check_settings(cfg: DictConfig) -> None:
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
     _check_root_keys(cfg)
+    _check_checkpoint_callbacks(cfg)
+
+
+# Where a run's checkpoints live and what they are called: the test after fit, a rerun, eval.py and the
+# tables read <run dir>/checkpoints/best.ckpt and last.ckpt, so these are not settings.
+_CHECKPOINT_DIR = "${paths.output_dir}/checkpoints"
+_CHECKPOINT_FILES = {"model_checkpoint": "best", "last_checkpoint": "last"}
+
+
+def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
+    callbacks = cfg.get("callbacks")
+    if not isinstance(callbacks, DictConfig):
+        return
+    plain = OmegaConf.to_container(callbacks, resolve=False)
+    for name, filename in _CHECKPOINT_FILES.items():
+        node = plain.get(name)
+        if not isinstance(node, dict):
+            continue
+        dirpath = node.get("dirpath", _CHECKPOINT_DIR)
+        if dirpath != _CHECKPOINT_DIR:
+            raise SettingError(f"callbacks.{name}.dirpath={dirpath} is not a setting: a run's checkpoints live in its"
+                               f" own run dir ({_CHECKPOINT_DIR}); valid: leave it out (use run_name= or"
+                               " paths.log_dir= to move the run)")
+        if node.get("filename", filename) != filename:
+            raise SettingError(f"callbacks.{name}.filename={node.get('filename')} is not a setting: the run, eval.py"
+                               f" and the tables read checkpoints/{filename}.ckpt; valid: {filename}")
+    best = plain.get("model_checkpoint")
+    if isinstance(best, dict) and isinstance(best.get("monitor"), str):
+        monitor, mode = best["monitor"], best.get("mode", "min")
+        wanted = "min" if "loss" in monitor else "max" if any(k in monitor for k in ("top", "AP")) else None
+        if wanted is not None and mode != wanted:
+            raise SettingError(f"callbacks.model_checkpoint.mode={mode} would keep the worst {monitor} as best.ckpt;"
+                               f" valid for monitor={monitor}: mode={wanted}")
 
 
 # Config nodes built by calling their ``_target_`` with their keys: a key the constructor does not take
