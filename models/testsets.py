@@ -203,17 +203,9 @@ def generate_testset_data(cfg: DictConfig) -> Path:
     if testset["data"].get("generator") is None or not kinds:
         raise TestsetError(f"testset={testset['name']} reads the evaluated run's own data (no data.generator of its"
                            " own): there is nothing to generate; eval.py reads the run's data.root")
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from models.lifecycle.cli import compose_checked
 
-    from models.lifecycle.cli import CONFIG_DIR
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            base = compose("eval", overrides=[f"data={GENERATED_KIND_DATA[kinds[0]]}"])
-    finally:
-        GlobalHydra.instance().clear()
+    base = compose_checked("eval", [f"data={GENERATED_KIND_DATA[kinds[0]]}"])
     data, _ = testset_data_config(OmegaConf.to_container(base.data, resolve=True), testset, None)
     datamodule = build_datamodule(data)
     datamodule.prepare_data()

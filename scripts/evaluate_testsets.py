@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, its sibling
 
-from models.lifecycle.cli import CONFIG_DIR, one_line, say, user_error_types  # noqa: E402
+from models.lifecycle.cli import compose_checked, one_line, say, user_error_types  # noqa: E402
 from models.lifecycle.files import RunFileError, read_json  # noqa: E402
 from models.lifecycle.identity import run_length  # noqa: E402
 from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
@@ -46,29 +46,6 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
             runs.extend(sorted(p for p in path.iterdir()
                                if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()))
     return runs
-
-
-def _compose(overrides: list[str]) -> Any:
-    """The eval config with ``overrides``, as eval.py's command line composes it."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from models.lifecycle.cli import normalize_overrides
-    from models.lifecycle.settings import check_settings
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("eval", overrides=normalize_overrides(overrides), return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        check_settings(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return cfg
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Path, dict[str, Any]] | None:
@@ -107,7 +84,7 @@ def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[
     overrides = [f"ckpt_path={quoted(str(run_dir / CHECKPOINTS / BEST))}", f"testset={testset}", *extra]
     if ape_rule is not None:
         overrides.append(f"ape={ape_rule}")
-    cfg = _compose(overrides)
+    cfg = compose_checked("eval", overrides)
     definition = load_testset(cfg.testset)
     found = existing_result(run_dir, testset, ape_rule)
     stale = ""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.cli import one_line, say, user_error_types  # noqa: E402
+from models.lifecycle.cli import compose_checked, one_line, say, user_error_types  # noqa: E402
 
 
 def generated_testsets() -> list[str]:
@@ -31,30 +31,6 @@ def generated_testsets() -> list[str]:
 
     return [name for name in testset_names()
             if OmegaConf.load(CONFIG_DIR / "testset" / f"{name}.yaml").get("data", {}).get("generator") is not None]
-
-
-def compose_testset(name: str, extra: list[str]):  # noqa: ANN201  (a DictConfig)
-    """The eval config with ``testset=<name>`` and ``extra`` overrides, checked as eval.py checks its own."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from models.lifecycle.cli import CONFIG_DIR, normalize_overrides
-    from models.lifecycle.settings import check_settings
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("eval", overrides=normalize_overrides([f"testset={name}", *extra]),
-                          return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)
-        check_settings(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return cfg
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def check_extra(extra: list[str]) -> None:
@@ -69,7 +45,7 @@ def check_extra(extra: list[str]) -> None:
 def generate(name: str, extra: list[str]) -> Path:
     from models.testsets import generate_testset_data
 
-    return generate_testset_data(compose_testset(name, extra))
+    return generate_testset_data(compose_checked("eval", [f"testset={name}", *extra]))
 
 
 def main(argv: list[str] | None = None) -> int:

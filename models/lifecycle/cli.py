@@ -251,6 +251,30 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         GlobalHydra.instance().clear()
 
 
+def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
+    """``configs/<config_name>.yaml`` with ``overrides`` as its command line composes it, checked as the
+    command line is (`models.lifecycle.settings.check_settings`), without Hydra's own node: for scripts
+    that run eval.py's work in their own process."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from models.lifecycle.settings import check_settings
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        check_settings(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     """Before Hydra replaces ``multirun.yaml`` with this launch's grid, keep the earlier one as
     ``multirun.<n>.yaml`` (unless an identical copy is kept already), so that the sweep's tables still
