@@ -420,3 +420,18 @@ def test_a_train_transform_that_timm_does_not_take_names_the_key(value, expected
         ImageFolderDataModule(root=tmp_path, img_size=32, train_transform=value)
     assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
 
+
+
+def test_a_resolved_run_config_keeps_its_checkpoint_dir() -> None:
+    """A run dir's config.yaml (what DDP workers load) holds the checkpoint dir as a plain path: the run's
+    own is accepted, any other is not."""
+    from models.lifecycle.settings import SettingError, _check_checkpoint_callbacks
+
+    def config(dirpath: str) -> DictConfig:
+        return OmegaConf.create({"paths": {"output_dir": "/r/run"},
+                                 "callbacks": {"model_checkpoint": {"dirpath": dirpath, "filename": "best"}}})
+
+    _check_checkpoint_callbacks(config("/r/run/checkpoints"))
+    _check_checkpoint_callbacks(config("/r/run/checkpoints/"))
+    with pytest.raises(SettingError, match="callbacks.model_checkpoint.dirpath=/r/other/checkpoints is not a setting"):
+        _check_checkpoint_callbacks(config("/r/other/checkpoints"))

@@ -570,6 +570,21 @@ _CHECKPOINT_DIR = "${paths.output_dir}/checkpoints"
 _CHECKPOINT_FILES = {"model_checkpoint": "best", "last_checkpoint": "last"}
 
 
+def _is_run_checkpoint_dir(cfg: DictConfig, name: str) -> bool:
+    """Whether ``callbacks.<name>.dirpath`` resolves to ``<paths.output_dir>/checkpoints`` (a run dir's
+    resolved config.yaml, which DDP workers load, holds it as a plain path)."""
+    from pathlib import Path
+
+    try:
+        dirpath = OmegaConf.select(cfg, f"callbacks.{name}.dirpath", throw_on_resolution_failure=True)
+        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return False
+    if dirpath is None or output_dir is None:
+        return False
+    return Path(str(dirpath)) == Path(str(output_dir)) / "checkpoints"
+
+
 def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
     callbacks = cfg.get("callbacks")
     if not isinstance(callbacks, DictConfig):
@@ -580,7 +595,7 @@ def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
         if not isinstance(node, dict):
             continue
         dirpath = node.get("dirpath", _CHECKPOINT_DIR)
-        if dirpath != _CHECKPOINT_DIR:
+        if dirpath != _CHECKPOINT_DIR and not _is_run_checkpoint_dir(cfg, name):
             raise SettingError(f"callbacks.{name}.dirpath={dirpath} is not a setting: a run's checkpoints live in its"
                                f" own run dir ({_CHECKPOINT_DIR}); valid: leave it out (use run_name= or"
                                " paths.log_dir= to move the run)")
