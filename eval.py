@@ -146,7 +146,13 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     """``(ckpt_path, config path, run config, checkpoint)`` of ``cfg.ckpt_path``, checked to be one run's."""
     from models.run_config import check_run_identity, load_run_checkpoint, load_run_config
 
+    if not str(cfg.ckpt_path).strip():
+        raise FileNotFoundError("ckpt_path is empty; give a run's checkpoint, e.g."
+                                " ckpt_path=runs/<run>/checkpoints/best.ckpt")
     ckpt_path = Path(cfg.ckpt_path)
+    if ckpt_path.is_file() and ckpt_path.suffix != ".ckpt":
+        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint (a run's are"
+                                " runs/<run>/checkpoints/best.ckpt and last.ckpt)")
     if ckpt_path.is_dir():
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")

@@ -32,12 +32,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             try:
                 torch.save(checkpoint, tmp)
                 replace_durably(tmp, path)
-            except RuntimeError as err:  # torch's writer reports a full disk as "unexpected pos" / "write failed"
+            except RuntimeError as err:  # torch's writer reports a failed write as "unexpected pos" / "write failed"
+                reason = _checkpoint_write_failure(Path(tmp), err)
                 Path(tmp).unlink(missing_ok=True)
-                import shutil
-
-                free = shutil.disk_usage(path.parent).free
-                reason = "no space left on the device" if free < 2**20 else " ".join(str(err).split())[:200]
                 raise RunFileError(f"cannot write checkpoint {path}: {reason}") from None
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -45,6 +42,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
         return torch.load(path, map_location=map_location or "cpu", weights_only=True)
+
+
+def _checkpoint_write_failure(tmp: Path, err: RuntimeError) -> str:
+    """Why torch's writer stopped: a full disk or the process's file-size limit, else torch's own words."""
+    import resource
+    import shutil
+
+    if shutil.disk_usage(tmp.parent).free < 2**20:
+        return "no space left on the device"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    written = tmp.stat().st_size if tmp.exists() else 0
+    if limit != resource.RLIM_INFINITY and written >= limit - 2**16:
+        return f"the file-size limit of this process (ulimit -f, {limit} bytes) is smaller than the checkpoint"
+    return " ".join(str(err).split())[:200]
 
 
 def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:

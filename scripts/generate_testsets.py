@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         names = generated_testsets() if args.all else args.names
         if not names:
             raise ValueError(f"name test sets to generate, or --all; valid: {', '.join(generated_testsets())}")
+        setting = next((n for n in names if "=" in n), None)
+        if setting is not None:
+            raise ValueError(f"{setting} is a setting, not a test set: give settings after --set"
+                             f" (--set {setting})")
         unknown = [n for n in names if n not in testset_names()]
         if unknown:
             raise ValueError(f"{unknown[0]} is not a test set; valid: {', '.join(generated_testsets())}")

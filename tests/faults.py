@@ -49,3 +49,14 @@ class SignalIn(L.Callback):
     def on_test_batch_start(self, trainer: L.Trainer, *args) -> None:
         if self.phase == "test":
             self._send()
+
+
+class StopAfter(L.Callback):
+    """Stops the fit after training step ``step``, as Lightning's own time limit (``trainer.max_time``) does."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True

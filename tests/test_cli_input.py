@@ -68,9 +68,10 @@ def test_declared_trainer_keys_equal_lightning_defaults_and_plus_still_works(tmp
         (["model.net=["], "error: override 'model.net=[' is not valid override syntax"),
         pytest.param(["rpe=_base"], f"error: rpe='_base' is not a config option; valid: {', '.join(sorted(PRESETS))}",
                      marks=pytest.mark.slow),
+        (["seed=1", "seed=2"], "error: seed is given twice (seed=1, seed=2); Hydra would keep only the last"),
     ],
-    ids=["trainer", "nested", "multirun", "syntax", "internal_base"],
-)  # a train.py process each: two in `make test`, the rest in `make slow`
+    ids=["trainer", "nested", "multirun", "syntax", "internal_base", "twice"],
+)  # a train.py process each: three in `make test`, the rest in `make slow`
 def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Path) -> None:
     result = run_cli("train.py", [*args, f"paths.log_dir={tmp_path}"], env_extra=ENV)
     assert result.returncode == 2
@@ -178,3 +179,18 @@ def test_an_option_hydra_does_not_have_is_one_line() -> None:
     with pytest.raises(CommandLineError) as err:
         check_flags(["a=1", "--foo"])
     assert str(err.value).startswith("--foo is not an option; valid: -m/--multirun, --cfg job|hydra|all,")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["seed=1", "debug=fast", "seed=2"], "seed is given twice (seed=1, seed=2)"),
+    (["+trainer.max_time=00:01:00:00", "++trainer.max_time=00:02:00:00"],
+     "trainer.max_time is given twice (+trainer.max_time=00:01:00:00, ++trainer.max_time=00:02:00:00)"),
+    (["-m", "rpe=none,irpe_k", "rpe=shaw"], "rpe is given twice (rpe=none,irpe_k, rpe=shaw)"),
+])
+def test_a_key_given_twice_is_refused(args: list[str], expected: str) -> None:
+    """Hydra keeps the last of two values silently; a run named by one would train with the other."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_repeated_keys(args)
+    assert str(err.value) == f"{expected}; Hydra would keep only the last: give each key once"
+    cli.check_repeated_keys(["seed=1", "data=relational", "data.root=/x", "-m", "rpe=none,irpe_k"])  # all once
+    cli.check_repeated_keys(["--cfg", "job", "seed=1", "seed=2"])  # Hydra's own modes are left to Hydra

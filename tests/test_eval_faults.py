@@ -430,6 +430,15 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         with pytest.raises(FileNotFoundError) as err:
             eval_script.evaluate(cfg)
         assert str(err.value) == f"ckpt_path={str(folder)!r} is a folder; give a checkpoint file, e.g. {example}"
+    # the run's config.yaml instead of its checkpoint, and an empty ckpt_path=
+    cfg = compose_config([f"ckpt_path={run / 'config.yaml'}"], tmp_path / "eval", data_dir, config_name="eval")
+    with pytest.raises(FileNotFoundError) as err:
+        eval_script.evaluate(cfg)
+    assert str(err.value) == (f"ckpt_path={str(run / 'config.yaml')!r} is not a checkpoint (a run's are"
+                              " runs/<run>/checkpoints/best.ckpt and last.ckpt)")
+    cfg = compose_config(["ckpt_path="], tmp_path / "eval", data_dir, config_name="eval")
+    with pytest.raises(FileNotFoundError, match="^ckpt_path is empty; give a run's checkpoint, e.g."):
+        eval_script.evaluate(cfg)
     with pytest.raises(ValueError) as err:
         eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={tmp_path / 'nowhere'}"))
     assert str(err.value).startswith(f"data.root={tmp_path / 'nowhere'} named by the data_root= override does"

@@ -106,6 +106,22 @@ def test_a_schedule_that_trains_nothing_is_refused_before_writing(override: str,
     assert [p.name for p in run_dir.iterdir()] == ["run.lock"]  # no record, no config, no checkpoint
 
 
+@pytest.mark.parametrize(("stop", "expected"), [
+    (["trainer.max_time=00:00:00:01", "trainer.max_epochs=400"],  # Lightning's timer, after a second
+     r"no result: trainer\.max_time=00:00:00:01 was reached in epoch \d+ of 400, after \d+ steps, so its weights"
+     r" are not the run's; give a larger trainer\.max_time \(or none\) and a new run_name"),
+    (["trainer.max_epochs=4", "+callbacks.stop._target_=tests.faults.StopAfter", "+callbacks.stop.step=3"],
+     r"no result: a callback stopped the training in epoch 2 of 4, after 3 steps, so its weights are not the"
+     r" run's; train again without what stopped it, under a new run_name"),
+])
+def test_a_fit_stopped_before_its_length_is_no_result(stop: list[str], expected: str, tmp_path: Path,
+                                                      data_dir: Path) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(job.NoResultError, match=f"^{expected}$"):
+        job.run(compose_config([*TINY, *stop], run_dir, data_dir))
+    assert not (run_dir / "metrics.json").exists()
+
+
 def test_a_smoke_run_records_nothing(tmp_path: Path, data_dir: Path, capsys) -> None:
     run_dir = tmp_path / "smoke"
     assert job.run(compose_config([*TINY, "+trainer.fast_dev_run=true"], run_dir, data_dir)) == {}
@@ -325,6 +341,24 @@ def test_a_full_disk_in_torch_save_is_one_line(tmp_path: Path, monkeypatch) -> N
     assert not list(tmp_path.iterdir())  # no temp file left
 
 
+def test_a_file_size_limit_in_torch_save_is_named(tmp_path: Path) -> None:
+    """``ulimit -f`` smaller than a checkpoint: torch's writer fails ("unexpected pos"); the line names the limit."""
+    import resource
+
+    from models.training import AtomicCheckpointIO
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, hard))
+    try:
+        with pytest.raises(RunFileError) as err:
+            AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(100_000)}, tmp_path / "best.ckpt")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert str(err.value) == (f"cannot write checkpoint {tmp_path / 'best.ckpt'}: the file-size limit of this"
+                              " process (ulimit -f, 200000 bytes) is smaller than the checkpoint")
+    assert not list(tmp_path.iterdir())
+
+
 # ----------------------------------------------------------------------------- cases of the third probe
 @pytest.mark.parametrize(("override", "expected"), [
     ("resume=false", "resume=false would train .* from scratch over its results"),
@@ -350,6 +384,13 @@ def test_a_copied_or_implausible_metrics_json_is_no_result(finished: Path, tmp_p
     with pytest.raises(RunFileError, match="is another run's"):
         records.read_metrics(run_dir, identity)
     assert records.run_status(run_dir).state == "unreadable"
+    # another run's numbers with the identity key removed: nothing shows they are this run's
+    atomic_write_json(run_dir / "metrics.json", {k: v for k, v in metrics.items() if k != "identity"})
+    with pytest.raises(RunFileError, match="has no run identity, so it cannot be shown to be this run's result"):
+        records.read_metrics(run_dir, identity)
+    assert records.run_status(run_dir).state == "unreadable"
+    (run_dir / "run.json").unlink()  # an archived run (no run.json): its metrics.json alone is the result
+    assert records.run_status(run_dir).state == "finished"
     atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 1e9})
     with pytest.raises(RunFileError, match=r"val/top1=1000000000.0 is not a percentage in \[0, 100\]"):
         records.read_metrics(run_dir, identity)

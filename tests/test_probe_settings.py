@@ -435,3 +435,11 @@ def test_a_resolved_run_config_keeps_its_checkpoint_dir() -> None:
     _check_checkpoint_callbacks(config("/r/run/checkpoints/"))
     with pytest.raises(SettingError, match="callbacks.model_checkpoint.dirpath=/r/other/checkpoints is not a setting"):
         _check_checkpoint_callbacks(config("/r/other/checkpoints"))
+
+
+@pytest.mark.parametrize("key", ["paths.log_dir", "paths.data_dir"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_folder_setting_is_refused(default: DictConfig, key: str, value: str) -> None:
+    """An empty log dir would make the launch dir's parent (or the filesystem root) hold the run."""
+    message = _refused(check_settings, _with(default, f"{key}='{value}'"))
+    assert message == f"{key}={value!r} must be a folder path (not empty)"

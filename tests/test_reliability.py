@@ -25,7 +25,8 @@ ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def _args(log_dir: Path, data_dir: Path, *extra: str) -> list[str]:
-    return [*TINY, f"paths.log_dir={log_dir}", f"paths.data_dir={data_dir}", *extra]
+    """The tiny run's command line, ``extra`` in place of the base settings of the same keys."""
+    return _replacing([*TINY, f"paths.log_dir={log_dir}", f"paths.data_dir={data_dir}"], *extra)
 
 
 def _fingerprint(run_dir: Path) -> dict[str, str]:
@@ -296,8 +297,8 @@ def test_wandb_one_finished_run_per_sweep_job(tmp_path: Path, data_dir: Path) ->
     pytest.importorskip("wandb")
     sweep = tmp_path / "sweep"
     result = run_cli("train.py", [
-        "-m", "rpe=none,irpe_k", *_args(tmp_path, data_dir, f"hydra.sweep.dir={sweep}"), "logger=wandb",
-        "trainer.limit_train_batches=1",
+        "-m", "rpe=none,irpe_k",
+        *_args(tmp_path, data_dir, f"hydra.sweep.dir={sweep}", "logger=wandb", "trainer.limit_train_batches=1"),
     ], env_extra={**ENV, "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reuse this run" not in result.stderr + result.stdout

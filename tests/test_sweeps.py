@@ -189,10 +189,16 @@ def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
 
 
 def test_every_finding_contrasts_cells_of_its_paper_grid() -> None:
+    import yaml
+
+    shift_rows = yaml.safe_load((Path(CONFIG_DIR) / "sweep" / "shift_mini.yaml").read_text())["rows"]
+    expected = {**EXPECTED_CELLS, "shift": {(row, "own val") for row in shift_rows}}
     for finding in make_tables.FINDINGS:
         cells = {(row, col) for row, col, _ in finding.contrast}
-        assert cells <= EXPECTED_CELLS[finding.ablation], finding.claim
+        assert cells <= expected[finding.ablation], finding.claim
         assert sum(w for _, _, w in finding.contrast) == pytest.approx(0.0), finding.claim  # a difference
+        testsets = {t.partition("@")[0] for t in finding.testsets} - {""}
+        assert testsets <= set(make_tables.LAYOUTS[finding.ablation].testsets), finding.claim
 
 
 def test_detr_sweep_is_table_6_with_its_schedules() -> None:

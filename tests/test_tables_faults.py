@@ -46,10 +46,17 @@ def _run(root: Path, name: str, job: str, seed: int, metrics: object = None, sta
     OmegaConf.save(OmegaConf.create(cfg), run_dir / "config.yaml")
     overrides = [f"seed={seed}", *job.split(","), "sweep=where_mini"]
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    identity = identity_config(cfg)
+    if isinstance(metrics, str) and state is not None:
+        try:
+            metrics = json.loads(metrics) if isinstance(json.loads(metrics), dict) else metrics
+        except json.JSONDecodeError:
+            pass  # a damaged file stays as given
+    if isinstance(metrics, dict) and state is not None:  # a job's metrics.json names its run's identity
+        metrics = {**metrics, "identity": identity_hash(identity)}
     if metrics is not None:
         (run_dir / "metrics.json").write_text(metrics if isinstance(metrics, str) else json.dumps(metrics))
     if state is not None:  # what the job writes, through the lifecycle's only writer of run.json
-        identity = identity_config(cfg)
         RunRecord(run_dir, identity_hash(identity), identity, run_length(cfg)).save(state)
     return run_dir
 
@@ -184,15 +191,25 @@ def test_a_damaged_grid_is_listed_and_its_runs_still_counted(tmp_path: Path) -> 
 
 # ----------------------------------------------------------------------------- runs without a result
 @pytest.mark.parametrize(("metrics", "error"), [
-    ({"val/top1": None, "val/top5": 90.0}, "val/top1 is null in metrics.json (not a finite number)"),
-    ('{"val/top1": NaN, "val/top5": NaN}', "val/top1, val/top5 are null in metrics.json (not a finite number)"),
+    ({"val/top1": None, "val/top5": 90.0}, "val/top1 is null or NaN in metrics.json (not a finite number)"),
+    ('{"val/top1": NaN, "val/top5": NaN}', "val/top1, val/top5 are null or NaN in metrics.json (not a finite number)"),
     ({"val/loss": 0.5, "epoch": 3}, "metrics.json has no val/top1 or val/top5"),
     ({"val/top1": 99.0, "val/top5": 100.0, "tested_batches": 2, "test_complete": False},
      "its test read 2 batches, a part of its split (trainer.limit_test_batches); rerun without the limit"),
 ])
 def test_a_null_or_absent_metric_is_no_result(tmp_path: Path, metrics: object, error: str) -> None:
+    """An archived run (no run.json) whose metrics.json lacks a number is listed as no result; a live run's
+    job never writes such a file, so there it is a damaged record."""
     _sound_runs(tmp_path)
-    _run(tmp_path, "nan_run", K, 2, metrics, state="finished")
+    _run(tmp_path, "nan_run", K, 2, metrics)
+    live_root = tmp_path.with_name(f"{tmp_path.name}_live")  # beside tmp_path: its own table
+    live = _run(live_root, "live_run", K, 3, metrics, state="finished")
+    run = _runs_by_path(_tables(live_root))["live_run"]
+    if "test_complete" in str(metrics):  # a finite headline: the partial test is listed as no result
+        assert (run.status, run.error) == ("no result", error)
+    else:
+        assert (run.status, run.error) == ("unreadable", f"{live / 'metrics.json'} is damaged: it holds no finite"
+                                           " val/top1 or val/AP, which the test of a finished run always records")
     tables = _tables(tmp_path)
     _assert_sound_cells(tables["where_mini"])
     run = _runs_by_path(tables)["nan_run"]

@@ -42,8 +42,9 @@ def _run(root: Path, job: str, seed: int, top1: float) -> Path:
     cfg.seed, cfg.run_name = seed, f"where_mini/{job},seed={seed}"
     OmegaConf.save(cfg, run_dir / "config.yaml")
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}", *job.split(",")]))
-    (run_dir / "metrics.json").write_text(json.dumps({"val/top1": top1, "val/top5": 100.0}) + "\n")
     identity = identity_config(OmegaConf.to_container(cfg))
+    metrics = {"val/top1": top1, "val/top5": 100.0, "identity": identity_hash(identity)}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics) + "\n")
     RunRecord(run_dir, identity_hash(identity), identity, run_length(cfg)).save("finished")
     return run_dir
 
@@ -355,3 +356,57 @@ def test_the_archive_refuses_a_result_make_tables_would_not_count(tmp_path: Path
     assert line.startswith(f"error: {path} is not a result make_tables counts: {why}")
     assert line.endswith("repair it or move it away, then archive again")
     assert not (tmp_path / "archive").exists()
+
+
+# ----------------------------------------------------------------------------- findings on test-set columns
+def test_a_finding_reads_each_terms_test_set_column(tmp_path: Path) -> None:
+    """Per-seed contrasts of test-set results, worked by hand: k 80/82 own, 60/64 on the right half; none
+    70/74 own, 50/51 there. The floor is judged on the runs' own metric, and two terms of one cell on two
+    test sets are not "the same design"."""
+    from scripts.tables import findings
+
+    runs = _own_runs(tmp_path)
+    for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 50.0, (NONE, 1): 51.0}.items():
+        _result(runs[(job, seed)], top1)
+    table = _table(tmp_path)
+    assert table.cells[("k", "with APE")].testset_by_seed(INTERPOLATE, "val/top1") == {0: 60.0, 1: 64.0}
+
+    on_right = findings.Finding("k beats none on the right half", "where",
+                                (("k", "with APE", 1.0), ("none", "with APE", -1.0)), source="s",
+                                testsets=(INTERPOLATE, INTERPOLATE))
+    verdict = findings.judge(on_right, table)
+    assert (verdict.n, verdict.mean) == (2, pytest.approx(11.5))  # seed 0: 60 - 50 = 10; seed 1: 64 - 51 = 13
+    assert verdict.se == pytest.approx(1.5) and verdict.verdict == "not resolved"  # t = 7.67 on 1 df: p 0.083
+
+    # own minus right half, per row (the drop when the objects move): k 20, 18; none 20, 23
+    drop = findings.Finding("k drops less than none", "where",
+                            (("none", "with APE", 1.0), ("none", "with APE", -1.0),
+                             ("k", "with APE", -1.0), ("k", "with APE", 1.0)), source="s",
+                            testsets=("", INTERPOLATE, "", INTERPOLATE))
+    verdict = findings.judge(drop, table)
+    assert verdict.verdict != "cannot differ" and verdict.mean == pytest.approx(2.5)  # (20 - 20 + 23 - 18) / 2
+
+    with pytest.raises(ValueError, match="1 test sets for 2 terms"):
+        findings.Finding("x", "where", (("k", "with APE", 1.0), ("none", "with APE", -1.0)), source="s",
+                         testsets=(INTERPOLATE,))
+
+
+def test_a_run_at_chance_on_a_test_set_is_a_result_not_a_floor(tmp_path: Path) -> None:
+    """A side that learned its task (80 %) and is at chance on the test set (12.5 % of 8 classes) is what a
+    shift finding measures; a side at chance on its own split learned nothing (floor)."""
+    from scripts.tables import findings
+
+    runs = _own_runs(tmp_path)
+    for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 12.5, (NONE, 1): 12.5}.items():
+        _result(runs[(job, seed)], top1)
+    table = _table(tmp_path)
+    finding = findings.Finding("k beats none on the right half", "where",
+                               (("k", "with APE", 1.0), ("none", "with APE", -1.0)), source="s",
+                               testsets=(INTERPOLATE, INTERPOLATE))
+    classes = {run.facts.get("num_classes") for c in table.cells.values() for run in c.runs}
+    assert classes == {8}
+    assert findings.judge(finding, table).verdict != "floor"
+    for run in table.cells[("none", "with APE")].runs:
+        run.metrics["val/top1"] = 12.5  # now the side learned nothing on its own split
+    verdict = findings.judge(finding, table)
+    assert (verdict.verdict, verdict.note) == ("floor", "`none / with APE` at chance, 12.5")

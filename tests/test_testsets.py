@@ -533,3 +533,11 @@ def test_detr_run_on_the_larger_shapes_canvas(tmp_path: Path) -> None:
     assert len(sizes) == 4 and all(192 <= s <= 256 for hw in sizes for s in hw)
     with pytest.raises(ModelConfigError, match="DETR computes its position encodings for each input"):
         _eval(run, data, "shapes_coco_canvas256", "ape=extend", "testset.data.generator.num_val=4")
+
+
+def test_generate_testsets_names_a_setting_given_as_a_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from scripts.generate_testsets import main
+
+    assert main(["relational_canvas48", "paths.data_dir=/somewhere"]) == 2
+    assert capsys.readouterr().err == ("error: paths.data_dir=/somewhere is a setting, not a test set: give settings"
+                                       " after --set (--set paths.data_dir=/somewhere)\n")

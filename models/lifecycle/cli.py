@@ -210,6 +210,27 @@ def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:
                                    " (train.py -m ...), or give one value")
 
 
+def check_repeated_keys(argv: list[str]) -> None:
+    """A key given twice (``seed=1 ... seed=2``) is refused: Hydra would keep the last one without a word,
+    and a run named by one value would train with the other."""
+    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
+        return  # --cfg, --config-path (DDP workers), ...: Hydra's own modes
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([a for a in argv if a not in ("-m", "--multirun")])
+    except HydraException:
+        return  # a malformed override: check_overrides names it
+    seen: dict[str, str] = {}
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key in seen:
+            raise CommandLineError(f"{key} is given twice ({seen[key]}, {override.input_line}); Hydra would keep"
+                                   " only the last: give each key once")
+        seen[key] = override.input_line
+
+
 def check_overrides(argv: list[str], config_name: str) -> None:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
@@ -368,6 +389,7 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
     try:
         check_flags(sys.argv[1:])
         check_group_choices(sys.argv[1:])
+        check_repeated_keys(sys.argv[1:])
         check_overrides(sys.argv[1:], config_name)
     except (CommandLineError, ValueError) as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)

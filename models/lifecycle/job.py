@@ -36,6 +36,7 @@ from models.lifecycle.records import (
     CHECKPOINTS,
     CONFIG,
     FAILURE,
+    HEADLINE_METRICS,
     HYDRA_DIR,
     LAST,
     METRICS,
@@ -51,8 +52,6 @@ from models.lifecycle.records import (
 )
 from models.lifecycle.signals import StopSignals, chain_previous_handler, install_stop_signals
 from models.training import IDENTITY_KEY, RunInterrupted, load_checkpoint
-
-HEADLINE_METRICS = ("val/top1", "val/AP")
 
 
 class ResumeError(ValueError):
@@ -353,6 +352,40 @@ def _refuse_destructive_rerun(cfg: DictConfig, earlier: dict[str, Any], length: 
                              f"{was}); a run can be extended, not shortened. Give this one a new run_name=...")
 
 
+def _trained_position(trainer: L.Trainer, run_dir: Path) -> tuple[int, int]:
+    """``(epochs done, optimizer steps)`` of the training; from last.ckpt where this process's trainer did
+    not train (spawn launchers, a finished run's re-test)."""
+    epoch, global_step = trainer.current_epoch, trainer.global_step
+    last = run_dir / CHECKPOINTS / LAST
+    if global_step == 0 and last.is_file():
+        saved = load_checkpoint(last, mmap=True)
+        epoch, global_step = saved["epoch"] + 1, saved["global_step"]
+    return epoch, global_step
+
+
+def _require_full_length(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> None:
+    """A fit that ended before the run's length (``trainer.max_time``, a callback that stopped it) is no result:
+    `NoResultError`. Lightning's EarlyStopping, a deliberate end, is the exception."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    max_epochs, max_steps = cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps", -1)
+    epoch, global_step = _trained_position(trainer, run_dir)
+    if max_steps not in (None, -1) and global_step >= max_steps:
+        return
+    if max_epochs in (None, -1) or epoch >= max_epochs:
+        return
+    if any(isinstance(c, EarlyStopping) and c.stopped_epoch > 0 for c in trainer.callbacks):
+        return
+    if cfg.trainer.get("max_time") is not None:
+        why = f"trainer.max_time={cfg.trainer.get('max_time')} was reached"
+        remedy = "give a larger trainer.max_time (or none) and a new run_name"
+    else:
+        why = "a callback stopped the training"
+        remedy = "train again without what stopped it, under a new run_name"
+    raise NoResultError(f"no result: {why} in epoch {epoch} of {max_epochs}, after {global_step} steps, so its"
+                        f" weights are not the run's; {remedy}")
+
+
 def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Non-finite values are not results: they become ``null`` (metrics.json stays strict JSON)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
@@ -508,6 +541,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             StopSignals.checkpoint = None
     if StopSignals.received is not None:  # arrived after the last batch: last.ckpt is the epoch's end
         raise RunInterrupted(StopSignals.received)
+    if not finished:
+        _require_full_length(cfg, trainer, run_dir)
     best, steps = result_checkpoint(run_dir, identity_id)
     # The result is the test of best.ckpt, and only that: the last epoch's validation numbers (still in
     # trainer.callback_metrics) are another model's. Without the test, metrics.json holds no result.
@@ -529,12 +564,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         metrics["test_complete"] = metrics["tested_batches"] >= split_batches(trainer.test_dataloaders)
     else:
         metrics["tested"] = False  # test_after_fit=false: `python eval.py ckpt_path=<best.ckpt>` gives the result
-    epoch, global_step = trainer.current_epoch, trainer.global_step
-    last = run_dir / CHECKPOINTS / LAST
-    if global_step == 0 and last.is_file():
-        # spawn launchers and a finished run's re-test: the training state is in last.ckpt
-        saved = load_checkpoint(last, mmap=True)
-        epoch, global_step = saved["epoch"] + 1, saved["global_step"]
+    epoch, global_step = _trained_position(trainer, run_dir)
     metrics.update(
         epoch=epoch, global_step=global_step, best_epoch=steps["epoch"], best_step=steps["global_step"],
         best_checkpoint=f"{CHECKPOINTS}/{BEST}", run_dir=str(run_dir), identity=identity_id,

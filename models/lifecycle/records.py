@@ -12,6 +12,7 @@ writes, and names each damaged file instead of guessing.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -155,19 +156,31 @@ class RunRecord:
         atomic_write_json(self.run_dir / RUN_RECORD, record, make_parents=False)
 
 
+HEADLINE_METRICS = ("val/top1", "val/AP")  # a run's result: the first of these its test logged
 PERCENT_METRICS = ("val/top1", "val/top5", "val/AP", "val/AP50", "val/AP75", "val/APs", "val/APm", "val/APl",
                    "val_ema/top1", "val_ema/top5")
 
 
 def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] | None:
     """``metrics.json`` (``None`` when absent). A damaged file, one that names another run's identity (copied
-    from elsewhere), or a percentage outside [0, 100] raise `RunFileError`: such numbers are no result."""
+    from elsewhere), or a percentage outside [0, 100] raise `RunFileError`: such numbers are no result.
+    With ``identity`` (the run has ``run.json``) the file must carry that identity; archived runs without
+    ``run.json`` are read without one."""
     path = run_dir / METRICS
     metrics = read_json(path)
     if metrics is None:
         return None
-    if identity is not None and metrics.get("identity", identity) != identity:
-        raise RunFileError(f"{path} is another run's (identity {metrics.get('identity')}, this run's {identity})")
+    if identity is not None and "identity" not in metrics:
+        # Every metrics.json a run with run.json writes carries the identity; one without it was put there
+        # from elsewhere (a copy with the key removed), so it cannot be shown to be this run's result.
+        raise RunFileError(f"{path} has no run identity, so it cannot be shown to be this run's result")
+    if identity is not None and metrics["identity"] != identity:
+        raise RunFileError(f"{path} is another run's (identity {metrics['identity']}, this run's {identity})")
+    if identity is not None and metrics.get("tested") is not False and not any(
+            isinstance(metrics.get(k), (int, float)) and math.isfinite(metrics[k]) for k in HEADLINE_METRICS):
+        # a job writes metrics.json only with a finite headline from its test (or with tested: false)
+        raise RunFileError(f"{path} is damaged: it holds no finite {' or '.join(HEADLINE_METRICS)}, which the"
+                           " test of a finished run always records")
     for key in PERCENT_METRICS:
         value = metrics.get(key)
         if isinstance(value, float) and value != value:

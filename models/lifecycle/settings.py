@@ -308,6 +308,7 @@ PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16
               "32-true", "64-true", "64", "32", "16", "bf16")
 TIME = text(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS'")
 TIMEDELTA = Kwargs("a mapping of datetime.timedelta arguments")
+FOLDER = text(r"(?s).*\S.*", "a folder path (not empty)")
 
 RULES: tuple[Rule, ...] = (
     # -- top level (train.yaml, eval.yaml)
@@ -443,6 +444,8 @@ RULES: tuple[Rule, ...] = (
     Rule("trainer.max_steps", one_of(-1, note="unlimited"), POSITIVE),
     Rule("trainer.min_steps", COUNT, NULL("none")),
     Rule("trainer.max_time", TIME, TIMEDELTA, NULL("no limit")),
+    Rule("paths.log_dir", FOLDER),
+    Rule("paths.data_dir", FOLDER),
     Rule("trainer.limit_*_batches", *BATCH_LIMIT, NULL("all batches")),
     Rule("trainer.overfit_batches", *BATCH_LIMIT),
     Rule("trainer.val_check_interval", integer("[1, inf)", "batches"), FRACTION_OF_EPOCH, TIME, TIMEDELTA,

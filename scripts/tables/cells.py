@@ -67,17 +67,28 @@ class Cell:
         """``metric`` of the counted runs' results in the test-set ``column`` (``<name>`` or ``<name>@<rule>``):
         those of that rule, and those of runs without an absolute table (``ape_rule`` null), which no rule
         changes."""
+        return [value for _, value in self._testset_results(column, metric)]
+
+    def testset_by_seed(self, column: str, metric: str) -> dict[Any, float]:
+        """`testset_values` as the mean per seed (what a paired comparison pairs)."""
+        seeds: dict[Any, list[float]] = {}
+        for run, value in self._testset_results(column, metric):
+            if math.isfinite(value):
+                seeds.setdefault(run.facts["seed"], []).append(value)
+        return {seed: statistics.fmean(v) for seed, v in seeds.items()}
+
+    def _testset_results(self, column: str, metric: str) -> list[tuple[Run, float]]:
         name, _, rule = column.partition("@")  # a test set's name has no '@' (`collect.TESTSET_NAME`)
-        values = []
+        results = []
         for run in self.runs:
             if run.status != "ok":
                 continue
             for own_column, own in run.testsets.items():  # at most one matches: one file per rule
                 key = f"{own_column}/{metric}"
                 if own_column.partition("@")[0] == name and (own is None or own == rule) and key in run.metrics:
-                    values.append(run.metrics[key])
+                    results.append((run, run.metrics[key]))
                     break
-        return values
+        return results
 
     def testset_stats(self, column: str, metric: str) -> tuple[float | None, float | None, int]:
         return _stats(self.testset_values(column, metric))
@@ -259,8 +270,8 @@ def _checked_results(layout: Layout, runs: list[Run]) -> list[Run]:
         null = [m for m in shown if m in run.null_metrics]
         if run.status == "ok" and null:
             verb = "is" if len(null) == 1 else "are"
-            run = dataclasses.replace(run, status="no result", metrics={},
-                                      error=f"{', '.join(null)} {verb} null in metrics.json (not a finite number)")
+            error = f"{', '.join(null)} {verb} null or NaN in metrics.json (not a finite number)"
+            run = dataclasses.replace(run, status="no result", metrics={}, error=error)
         elif run.status == "ok" and not any(m in run.metrics for m in shown):
             run = dataclasses.replace(run, status="no result", metrics={},
                                       error=f"metrics.json has no {' or '.join(shown)}")
