@@ -144,7 +144,8 @@ def not_a_result(run_dir: Path) -> str:
 
 def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     """``(ckpt_path, config path, run config, checkpoint)`` of ``cfg.ckpt_path``, checked to be one run's."""
-    from models.run_config import check_run_identity, load_run_checkpoint, load_run_config
+    from models.lifecycle.identity import past_run_length, run_length
+    from models.run_config import RunConfigError, check_run_identity, load_run_checkpoint, load_run_config
 
     if not str(cfg.ckpt_path).strip():
         raise FileNotFoundError("ckpt_path is empty; give a run's checkpoint, e.g."
@@ -165,6 +166,10 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     run_cfg = load_run_config(run_config)
     checkpoint = load_run_checkpoint(ckpt_path)
     check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
+    past = past_run_length(checkpoint, run_length(run_cfg))
+    if past is not None:  # the same config trained longer: another run's weights
+        raise RunConfigError(f"ckpt_path={str(ckpt_path)!r} is not the checkpoint of the run in {run_config.parent}:"
+                             f" {past}")
     return ckpt_path, run_config, run_cfg, checkpoint
 
 
@@ -184,6 +189,8 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     load_run_weights(model, checkpoint, ckpt_path, run_config)
     source = "the data_root= override" if cfg.get("data_root") is not None else str(run_config)
     require_existing_data(datamodule, source, "data_root=<folder>")
+    if getattr(datamodule, "data_root_note", ""):
+        say(f"note: {datamodule.data_root_note}", stream=sys.stderr)
     return datamodule, model
 
 

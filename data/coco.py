@@ -296,6 +296,9 @@ class CocoDetectionDataset(CocoDetection):
                 f"{self.ann_file}: image id {image.get('id')!r} has file_name {name!r}, which points outside the "
                 f"image folder {self.root}; file names must be relative paths inside it (no absolute path, no '..')"
             )
+        if not os.path.isfile(os.path.join(self.root, name)):  # found now, not when a batch first needs it
+            raise DataConfigError(f"{self.ann_file}: image id {image.get('id')!r} names {name!r}, which is not a file"
+                                  f" in {self.root}")
 
     def _unique(self, records: list[dict], kind: str) -> dict[Any, dict]:
         """``{id: record}``; a repeated id is an error (pycocotools would silently keep the last record)."""

@@ -303,14 +303,33 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
         _check_content(root, marker)
         return False
 
+    created = [p for p in (root.parent, *root.parent.parents) if not p.exists()]  # innermost first
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
         with generation_lock(root) as locked:
             return _generate_locked(root, generator, expected, locked)
     except OSError as err:  # the folder above data.root cannot hold it (read-only, /proc, a file in the way)
+        _remove_created(root, created)
         where = f" ({err.filename})" if err.filename else ""
         raise DataConfigError(f"data.root={root} cannot be generated there{where}: {err.strerror or err}; valid: a"
                               " writable folder (paths.data_dir=... or data.root=...)") from None
+    except BaseException:
+        _remove_created(root, created)
+        raise
+
+
+def _remove_created(root: Path, created: list[Path]) -> None:
+    """After a generation that failed (settings refused, killed): the folders this call made for ``root``,
+    and its lock file in them, are removed again, so that nothing is left where no data was made."""
+    if not created:
+        return  # the folder existed: its lock file is shared with other generations
+    with contextlib.suppress(OSError):
+        (root.parent / f".{root.name}.lock").unlink(missing_ok=True)
+    for folder in created:
+        try:
+            folder.rmdir()  # only if empty
+        except OSError:
+            break
 
 
 def _generate_locked(root: Path, generator: Generator, expected: dict[str, Any], locked: bool) -> bool:

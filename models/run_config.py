@@ -152,9 +152,26 @@ def build_data_and_model(cfg: DictConfig, data_root: str | Path | None = None) -
     model.pop("weights", None)
     detach_generator(datamodule)
     if data_root is not None:
+        datamodule.data_root_note = _other_data_note(datamodule.run_generator, Path(str(data_root)))
         datamodule.run_generator = None  # the user's folder is used as it is
     rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in set(cfg.keys()) else None
     return datamodule, model_cls(**model, rpe=rpe, num_classes=datamodule.num_classes)
+
+
+def _other_data_note(generator: Any, root: Path) -> str:
+    """What a ``data_root=`` folder generated with other settings than the run's differs in, as a note
+    ("" when it has no readable marker, or the same settings): its numbers are on other data."""
+    from data.generation import describe_generator, read_marker
+
+    if generator is None or isinstance(generator, Mapping):
+        return ""
+    try:
+        marker = read_marker(root.expanduser().absolute())
+    except (ValueError, OSError):
+        return ""
+    diff = _generator_differences(marker.get("generator"), describe_generator(generator)) if marker else ""
+    return (f"data_root={root} was generated with other settings than the run's data ({diff}): these numbers are"
+            " on that data" if diff else "")
 
 
 def detach_generator(datamodule: Any) -> Any:

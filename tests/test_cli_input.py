@@ -194,3 +194,15 @@ def test_a_key_given_twice_is_refused(args: list[str], expected: str) -> None:
     assert str(err.value) == f"{expected}; Hydra would keep only the last: give each key once"
     cli.check_repeated_keys(["seed=1", "data=relational", "data.root=/x", "-m", "rpe=none,irpe_k"])  # all once
     cli.check_repeated_keys(["--cfg", "job", "seed=1", "seed=2"])  # Hydra's own modes are left to Hydra
+
+
+def test_every_swept_value_is_checked_before_the_first_job(tmp_path: Path) -> None:
+    """``-m seed=0,-1``: job 1's bad value is refused up front, not after job 0 has trained."""
+    args = ["-m", "rpe=none,irpe_k", "seed=0,-1", "debug=fast", f"paths.log_dir={tmp_path}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(args, "train")
+    assert str(err.value) == "the sweep's job with seed=-1: seed=-1 must be an integer >= 0 and <= 4294967295"
+    assert not (tmp_path / "sweep").exists()
+    assert [line[:2] for line in cli._each_swept_value(args[1:])] == [["rpe=irpe_k", "seed=0"],
+                                                                     ["rpe=none", "seed=-1"]]

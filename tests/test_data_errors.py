@@ -120,6 +120,11 @@ def test_unreadable_coco_image_names_the_file(tmp_path: Path, how: str) -> None:
     # a noisy image so that cutting the file short leaves PIL with an incomplete stream
     Image.effect_noise((50, 40), 60).convert("RGB").save(tmp_path / "val2017" / "b.png")
     _damage(tmp_path / "val2017" / "b.png", how)
+    if how == "missing":  # found when the data set is built, before any training
+        with pytest.raises(DataConfigError) as err:
+            _dataset(tmp_path)
+        assert _one_line(err).endswith(f"names 'b.png', which is not a file in {tmp_path / 'val2017'}")
+        return
     ds = _dataset(tmp_path)
     ds[0]  # the intact image
     with pytest.raises(DataConfigError) as err:

@@ -635,3 +635,21 @@ def test_a_single_class_root_is_refused(tmp_path: Path) -> None:
         ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0).setup("fit")
     assert _one_line(err).endswith("has 1 class folder: a classification task needs at least 2 (one folder per"
                                    " class under each split)")
+
+
+def test_a_refused_generation_leaves_no_folders_behind(tmp_path: Path) -> None:
+    """Settings the generator refuses (checked when it runs) on a fresh data dir: the folders made for it
+    and the lock file are removed again; an existing folder keeps its shared lock file."""
+    from data.errors import DataConfigError
+    from data.generation import ensure_generated
+
+    def refuse(root: str) -> None:
+        raise DataConfigError("data.generator.min_object_size=20 is too large")
+
+    with pytest.raises(DataConfigError, match="too large"):
+        ensure_generated(tmp_path / "fresh" / "data" / "relational", refuse)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(DataConfigError, match="too large"):
+        ensure_generated(tmp_path / "kept" / "relational", refuse)
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [".relational.lock"]

@@ -443,3 +443,37 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={tmp_path / 'nowhere'}"))
     assert str(err.value).startswith(f"data.root={tmp_path / 'nowhere'} named by the data_root= override does"
                                      " not exist")
+
+
+def test_a_checkpoint_trained_past_the_runs_length_is_not_evaluated(run_dir: Path, tmp_path: Path,
+                                                                     data_dir: Path) -> None:
+    """The same config's weights trained for more epochs pass the identity check; the length says otherwise."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)
+    best = run / "checkpoints" / "best.ckpt"
+    max_epochs = OmegaConf.load(run / "config.yaml").trainer.max_epochs
+    saved = torch.load(best, weights_only=True)
+    torch.save({**saved, "epoch": max_epochs + 4}, best)
+    with pytest.raises(RunConfigError) as err:
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    assert str(err.value) == (f"ckpt_path={str(best)!r} is not the checkpoint of the run in {run}: it was saved in"
+                              f" epoch {max_epochs + 5}, past this run's trainer.max_epochs={max_epochs}")
+
+
+def test_data_root_made_with_other_settings_gets_a_note(run_dir: Path, tmp_path: Path, data_dir: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``data_root=`` is used as it is, but numbers on data generated otherwise than the run's say so."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)
+    other = tmp_path / "other_data"
+    shutil.copytree(data_dir / "relational_evalfaults", other)
+    marker = json.loads((other / MARKER_NAME).read_text())
+    marker["generator"]["kwargs"]["num_train"] = 8000
+    (other / MARKER_NAME).write_text(json.dumps(marker))
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={other}"))
+    assert (f"note: data_root={other} was generated with other settings than the run's data (num_train: 8000 on"
+            " disk vs 64 named): these numbers are on that data\n") in capsys.readouterr().err
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={data_dir / 'relational_evalfaults'}"))
+    assert "note: data_root" not in capsys.readouterr().err  # the same settings: no note

@@ -67,6 +67,20 @@ def test_result_checkpoint_must_be_this_runs_trained_finite_weights(finished: Pa
     with pytest.raises(job.NoResultError, match="another config"):
         job.result_checkpoint(run_dir, "0123456789abcdef")
     saved = load_checkpoint(best)
+    length = json.loads((run_dir / "run.json").read_text())["length"]
+    assert length["max_epochs"] == 1 and saved["epoch"] == 0
+    # the same config's weights trained longer (another run's): past the length, or past this run's last.ckpt
+    torch.save({**saved, "epoch": 19, "global_step": 68}, best)
+    with pytest.raises(job.NoResultError) as err:
+        job.result_checkpoint(run_dir, identity, length)
+    assert str(err.value) == (f"no result: {best} is not this run's: it was saved in epoch 20, past this run's"
+                              " trainer.max_epochs=1; the run must be trained again (move the run dir away or use a"
+                              " new run_name)")
+    last_step = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"]
+    torch.save({**saved, "global_step": last_step + 1}, best)
+    with pytest.raises(job.NoResultError, match=f"saved at step {last_step + 1}, after this run's last.ckpt "
+                                                rf"\(step {last_step}\)"):
+        job.result_checkpoint(run_dir, identity, length)
     untrained = {**saved, "global_step": 0}
     torch.save(untrained, best)
     with pytest.raises(job.NoResultError, match="untrained weights"):
@@ -414,3 +428,12 @@ def test_a_generator_drawn_for_another_patch_size_is_refused(tmp_path: Path, dat
         job.build_data_and_model(compose_config([*TINY, "data.generator.patch_size=2"], tmp_path / "x", data_dir))
     assert str(err.value) == ("data.generator.patch_size=2 but the model's patch is 4x4 px: the data keeps the"
                               " objects in separate patches of the model's size; valid: data.generator.patch_size=4")
+
+
+def test_a_file_in_the_place_of_a_folder_is_named(tmp_path: Path) -> None:
+    """``make_tables.py --out <file>/x``: the file that stands where a folder belongs, not "File exists"."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RunFileError) as err:
+        atomic_write_json(tmp_path / "afile" / "deeper" / "x.json", {"a": 1})
+    assert str(err.value) == (f"cannot write {tmp_path / 'afile' / 'deeper' / 'x.json'}: {tmp_path / 'afile'} is a"
+                              " file, where a folder belongs")

@@ -82,6 +82,9 @@ SCHEDULE_BAD = [
      "model.scheduler.warmup_epochs=1.0 needs an epoch count (an epoch of the warm-up is total steps / max_epochs), "
      "but trainer.max_epochs=null (unlimited with trainer.max_steps=10); valid: trainer.max_epochs an integer >= 1, "
      "or model.scheduler.warmup_epochs=0"),
+    (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=3"],
+     "trainer.check_val_every_n_epoch=3 with trainer.max_epochs=2 never validates, so the run saves no best.ckpt"
+     " and has no result; valid: an interval of at most 2 epochs"),
     (["model.scheduler.min_lr=1.0"],
      "model.scheduler.min_lr=1.0 must be <= the peak lr, model.optimizer.lr=0.001 x total batch 64 / "
      "model.optimizer.lr_base_batch=64 = 0.001"),
@@ -443,3 +446,10 @@ def test_an_empty_folder_setting_is_refused(default: DictConfig, key: str, value
     """An empty log dir would make the launch dir's parent (or the filesystem root) hold the run."""
     message = _refused(check_settings, _with(default, f"{key}='{value}'"))
     assert message == f"{key}={value!r} must be a folder path (not empty)"
+
+
+def test_a_warmup_longer_than_the_run_is_noted(default: DictConfig) -> None:
+    assert settings.schedule_notes(_with(default, "trainer.max_epochs=2", "model.scheduler.warmup_epochs=3")) == [
+        "model.scheduler.warmup_epochs=3.0 is longer than trainer.max_epochs=2: the lr rises for the whole run and"
+        " never reaches its peak"]
+    assert settings.schedule_notes(_with(default, "trainer.max_epochs=2", "model.scheduler.warmup_epochs=2")) == []

@@ -177,6 +177,27 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
     return single
 
 
+def _each_swept_value(overrides: list[str]) -> list[list[str]]:
+    """One command line per further value of each swept key, the other keys at their first value: a value
+    that a job would refuse (``-m seed=0,-1``) is found before the first job trains."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    first = _first_of_sweeps(overrides)
+    lines = []
+    for i, override in enumerate(parsed):
+        if not override.is_sweep_override():
+            continue
+        try:
+            values = list(override.sweep_string_iterator())
+        except HydraException:
+            continue  # an interval (optuna): the sweeper draws its values
+        for value in values[1:]:
+            lines.append([*first[:i], f"{override.get_key_element()}={value}", *first[i + 1:]])
+    return lines
+
+
 # Hydra's own command-line flags (the rest of a command line is overrides)
 HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package", "-r",
                "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
@@ -231,6 +252,28 @@ def check_repeated_keys(argv: list[str]) -> None:
         seen[key] = override.input_line
 
 
+def _check_swept_values(config_name: str, overrides: list[str]) -> None:
+    """`check_settings` on each further value of each swept key (`_each_swept_value`)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from models.lifecycle.settings import check_schedule, check_settings
+
+    for line in _each_swept_value(overrides):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=line, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            check_settings(cfg)
+            if config_name == "train":
+                check_schedule(cfg)
+        except ValueError as err:
+            swept = next(o for o in line if o not in _first_of_sweeps(overrides))
+            raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
+
+
 def check_overrides(argv: list[str], config_name: str) -> None:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
@@ -255,6 +298,8 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         if not multirun and str(cfg.hydra.get("mode")) != "RunMode.MULTIRUN":
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
+        if multirun:
+            _check_swept_values(config_name, overrides)
         if config_name == "eval":
             check_devices(cfg)
         if config_name == "train":

@@ -89,6 +89,9 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes, make_parents: bo
     path = Path(path)
     with guarded(path, "write"):
         if make_parents:
+            blocker = next((p for p in (path.parent, *path.parent.parents) if p.exists() and not p.is_dir()), None)
+            if blocker is not None:
+                raise RunFileError(f"cannot write {path}: {blocker} is a file, where a folder belongs")
             path.parent.mkdir(parents=True, exist_ok=True)
         elif not path.parent.is_dir():
             raise RunFileError(f"cannot write {path}: its folder {path.parent} no longer exists "

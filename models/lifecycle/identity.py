@@ -61,6 +61,18 @@ def identity_config(cfg: DictConfig | dict) -> dict[str, Any]:
     return container
 
 
+def past_run_length(saved: dict[str, Any], length: dict[str, Any]) -> str | None:
+    """Why a checkpoint (its ``epoch``, 0-based, and ``global_step``) lies past a run's ``length``
+    (`run_length`), or None: such weights trained longer than the run and are another run's."""
+    epochs, steps = int(saved.get("epoch", 0)) + 1, int(saved.get("global_step", 0))
+    max_epochs, max_steps = length.get("max_epochs"), length.get("max_steps")
+    if isinstance(max_epochs, int) and max_epochs > 0 and epochs > max_epochs:
+        return f"it was saved in epoch {epochs}, past this run's trainer.max_epochs={max_epochs}"
+    if isinstance(max_steps, int) and max_steps > 0 and steps > max_steps:
+        return f"it was saved at step {steps}, past this run's trainer.max_steps={max_steps}"
+    return None
+
+
 def run_length(cfg: DictConfig | dict) -> dict[str, Any]:
     """``{"max_epochs": ..., "max_steps": ...}``: how long the run trains."""
     trainer = (cfg.get("trainer") if hasattr(cfg, "get") else None) or {}

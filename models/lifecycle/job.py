@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from models.lifecycle.cli import one_line, report_user_error, say, user_error_types
 from models.lifecycle.files import RunFileError, atomic_write_bytes, atomic_write_json, guarded, remove_stale_temp_files
-from models.lifecycle.identity import config_differences, identity_config, identity_hash, run_length
+from models.lifecycle.identity import config_differences, identity_config, identity_hash, past_run_length, run_length
 from models.lifecycle.records import (
     BEST,
     CHECKPOINTS,
@@ -305,9 +305,11 @@ def split_batches(loaders: Any) -> float:
         return math.inf
 
 
-def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any]]:
+def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | None = None
+                      ) -> tuple[Path, dict[str, Any]]:
     """``<run_dir>/checkpoints/best.ckpt`` and its ``(epoch, global_step)``, once it is known to be this run's
-    trained, finite result; anything else is a `NoResultError` line."""
+    trained, finite result (within the run's ``length`` and not past its last.ckpt: a checkpoint of the same
+    config trained longer is another run's); anything else is a `NoResultError` line."""
     path = run_dir / CHECKPOINTS / BEST
     if not path.is_file():
         last = run_dir / CHECKPOINTS / LAST
@@ -325,6 +327,18 @@ def result_checkpoint(run_dir: Path, identity: str) -> tuple[Path, dict[str, Any
         raise NoResultError(f"no result: {path} was saved by a run of another config")
     if int(saved.get("global_step", 0)) < 1:
         raise NoResultError(f"no result: {path} holds untrained weights (global step 0)")
+    past = past_run_length(saved, length or {})
+    last = run_dir / CHECKPOINTS / LAST
+    if past is None and last.is_file():
+        try:
+            last_step = int(load_checkpoint(last, mmap=True).get("global_step", 0))
+        except Exception:
+            last_step = None  # an unreadable last.ckpt says nothing about best.ckpt (a resume reports it)
+        if last_step is not None and int(saved["global_step"]) > last_step:
+            past = f"it was saved at step {saved['global_step']}, after this run's last.ckpt (step {last_step})"
+    if past is not None:
+        raise NoResultError(f"no result: {path} is not this run's: {past}; the run must be trained again"
+                            " (move the run dir away or use a new run_name)")
     bad = next((k for k, v in saved.get("state_dict", {}).items()
                 if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
     if bad is not None:
@@ -463,7 +477,7 @@ def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
-    from models.lifecycle.settings import check_schedule, check_settings
+    from models.lifecycle.settings import check_schedule, check_settings, schedule_notes
     from models.training import ResumeCheckpoint
 
     started = time.time()
@@ -501,12 +515,15 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
             return stored
-        result_checkpoint(run_dir, identity_id)  # no result file and no weights to make it from: one line
+        result_checkpoint(run_dir, identity_id, length)  # no result file and no weights to make it from: one line
         say(f"note: {problem}; re-testing {run_dir / CHECKPOINTS / BEST}")
     if rank0 and not job.writable:
         raise RunFileError(f"cannot write {run_dir}: the storage is read-only or not writable")
     if cfg.get("print_config") and not finished:
         print_config_tree(cfg)
+    if rank0 and not finished:
+        for note in schedule_notes(cfg):
+            say(f"note: {note}")
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if rank0:
         job.record = job.claimed
@@ -543,7 +560,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         raise RunInterrupted(StopSignals.received)
     if not finished:
         _require_full_length(cfg, trainer, run_dir)
-    best, steps = result_checkpoint(run_dir, identity_id)
+    best, steps = result_checkpoint(run_dir, identity_id, length)
     # The result is the test of best.ckpt, and only that: the last epoch's validation numbers (still in
     # trainer.callback_metrics) are another model's. Without the test, metrics.json holds no result.
     metrics: dict[str, Any] = {k: v for k, v in scalar_metrics(trainer.callback_metrics).items()

@@ -712,6 +712,11 @@ def check_schedule(cfg: DictConfig) -> None:
         if key in trainer and trainer.get(key) == 0:
             raise SettingError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
                                "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")
+    every, max_epochs = _get(trainer, "check_val_every_n_epoch"), _get(trainer, "max_epochs")
+    if isinstance(every, int) and isinstance(max_epochs, int) and max_epochs > 0 and every > max_epochs:
+        raise SettingError(f"trainer.check_val_every_n_epoch={every} with trainer.max_epochs={max_epochs} never"
+                           " validates, so the run saves no best.ckpt and has no result; valid: an interval of at"
+                           f" most {max_epochs} epochs")
     if cfg.get("test_after_fit") and trainer.get("limit_test_batches") == 0:
         raise SettingError("trainer.limit_test_batches=0 tests nothing, so the run could have no result; "
                            "valid: a positive value, or test_after_fit=false (then eval.py tests best.ckpt)")
@@ -721,6 +726,18 @@ def check_schedule(cfg: DictConfig) -> None:
         _check_input_size(cfg, model)
     if _runs_here(cfg):
         check_devices(cfg)
+
+
+def schedule_notes(cfg: DictConfig) -> list[str]:
+    """Settings that are valid but rarely meant, said once when a run starts: a warm-up longer than the run
+    (the lr rises to the end and never reaches its peak)."""
+    trainer, model = cfg.get("trainer") or {}, cfg.get("model") or {}
+    warmup = _get(model.get("scheduler") if "scheduler" in model else None, "warmup_epochs", 0)
+    max_epochs = _get(trainer, "max_epochs")
+    if _is_number(warmup) and isinstance(max_epochs, int) and 0 < max_epochs < warmup:
+        return [f"model.scheduler.warmup_epochs={show(warmup, True)} is longer than trainer.max_epochs={max_epochs}:"
+                " the lr rises for the whole run and never reaches its peak"]
+    return []
 
 
 def _get(node: Any, key: str, default: Any = None) -> Any:
