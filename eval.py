@@ -303,6 +303,8 @@ def main(cfg: DictConfig) -> None:
     title = str(cfg.ckpt_path or cfg.model.weights)
     if written:
         title += f" on testset={cfg.testset.name} (written to {written[0]})"
+    if cfg.ckpt_path is not None and not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent):
+        title += " - not a result of the run (see the note above)"
     print_table(metrics, title=title)
 
 

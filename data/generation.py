@@ -310,9 +310,13 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
             return _generate_locked(root, generator, expected, locked)
     except OSError as err:  # the folder above data.root cannot hold it (read-only, /proc, a file in the way)
         _remove_created(root, created)
-        where = f" ({err.filename})" if err.filename else ""
-        raise DataConfigError(f"data.root={root} cannot be generated there{where}: {err.strerror or err}; valid: a"
-                              " writable folder (paths.data_dir=... or data.root=...)") from None
+        blocker = next((p for p in (root.parent, *root.parent.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            reason = f"{blocker} is a file, where a folder belongs"
+        else:
+            reason = (f"{err.strerror or err}" + (f" ({err.filename})" if err.filename else ""))
+        raise DataConfigError(f"data.root={root} cannot be generated there: {reason}; valid: a writable folder"
+                              " (paths.data_dir=... or data.root=...)") from None
     except BaseException:
         _remove_created(root, created)
         raise

@@ -483,7 +483,8 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
         h, w = (int(v) for v in net.patch_embed.grid_size)
         has_cls = getattr(net, "cls_token", None) is not None
         query = parse_query(args.query, h, w, has_cls)
-        images, shown, label = validation_image(datamodule, args.image_index, str(run_dir / "config.yaml"))
+        source = "--data-root" if args.data_root is not None else str(run_dir / "config.yaml")
+        images, shown, label = validation_image(datamodule, args.image_index, source)
 
     if args.plots in ("all", "tables"):
         plots, notes = collect_tables(net, layers, grid_override)

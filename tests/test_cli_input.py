@@ -206,3 +206,18 @@ def test_every_swept_value_is_checked_before_the_first_job(tmp_path: Path) -> No
     assert not (tmp_path / "sweep").exists()
     assert [line[:2] for line in cli._each_swept_value(args[1:])] == [["rpe=irpe_k", "seed=0"],
                                                                      ["rpe=none", "seed=-1"]]
+
+
+def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
+    """An empty sweep, a job dir outside its sweep dir, and a run dir path longer than the file system takes."""
+    with pytest.raises(cli.CommandLineError, match=r"^seed=range\(0,0\) sweeps over no values; valid: "):
+        cli.check_overrides(["-m", "seed=range(0,0)", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    for subdir in ("../../esc", "/abs"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(["-m", "seed=0", "debug=fast", f"hydra.sweep.subdir={subdir}",
+                                 f"hydra.sweep.dir={tmp_path / 'sweep'}"], "train")
+        assert str(err.value) == (f"hydra.sweep.subdir={subdir!r} would put a job's run dir outside the sweep dir;"
+                                  " valid: a relative path without '..' (the default: the job's number)")
+    deep = "/".join(["a" * 200] * 23)
+    with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
+        cli.check_run_location(deep, tmp_path)

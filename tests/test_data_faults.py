@@ -627,6 +627,9 @@ def test_a_root_that_cannot_be_made_names_data_root(tmp_path: Path) -> None:
             ensure_generated(root, FAKE)
         message = _one_line(err)
         assert message.startswith(f"data.root={root} cannot be generated there") and "valid: a writable" in message
+    assert message == (f"data.root={tmp_path / 'afile' / 'rel'} cannot be generated there: {tmp_path / 'afile'} is"
+                       " a file, where a folder belongs; valid: a writable folder (paths.data_dir=... or"
+                       " data.root=...)")
 
 
 def test_a_single_class_root_is_refused(tmp_path: Path) -> None:

@@ -145,11 +145,14 @@ def test_a_smoke_run_records_nothing(tmp_path: Path, data_dir: Path, capsys) -> 
 
 # ----------------------------------------------------------------------------- records
 def test_a_record_is_never_written_without_its_identity_nor_into_a_vanished_dir(tmp_path: Path) -> None:
-    record = records.RunRecord(tmp_path / "run", "abc", {"seed": 0}, {"max_epochs": 1, "max_steps": -1})
+    from models.lifecycle.identity import identity_hash
+
+    identity = identity_hash({"seed": 0})
+    record = records.RunRecord(tmp_path / "run", identity, {"seed": 0}, {"max_epochs": 1, "max_steps": -1})
     (tmp_path / "run").mkdir()
     record.save("running")
     saved = records.read_run_record(tmp_path / "run")
-    assert saved["identity"] == "abc" and saved["state"] == "running" and saved["config"] == {"seed": 0}
+    assert saved["identity"] == identity and saved["state"] == "running" and saved["config"] == {"seed": 0}
     shutil.rmtree(tmp_path / "run")  # deleted while the job runs
     with pytest.raises(RunFileError, match="no longer exists"):
         record.save("finished")
@@ -405,6 +408,16 @@ def test_a_copied_or_implausible_metrics_json_is_no_result(finished: Path, tmp_p
     assert records.run_status(run_dir).state == "unreadable"
     (run_dir / "run.json").unlink()  # an archived run (no run.json): its metrics.json alone is the result
     assert records.run_status(run_dir).state == "finished"
+    for edit, problem in (({"global_step": 0}, "global_step=0: a finished run has made at least one optimizer step"),
+                          ({"best_step": metrics["global_step"] + 1},
+                           f"best_step={metrics['global_step'] + 1} is not within the run's steps"
+                           f" 1-{metrics['global_step']}"),
+                          ({"best_epoch": 99}, f"best_epoch=99 is not within the run's epochs 1-{metrics['epoch']}"),
+                          ({"params": -1}, "params=-1 is not a parameter count")):
+        atomic_write_json(run_dir / "metrics.json", {**metrics, **edit})  # an impossible training record
+        with pytest.raises(RunFileError) as err:
+            records.read_metrics(run_dir, identity)
+        assert str(err.value) == f"{run_dir / 'metrics.json'} is damaged: {problem}"
     atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 1e9})
     with pytest.raises(RunFileError, match=r"val/top1=1000000000.0 is not a percentage in \[0, 100\]"):
         records.read_metrics(run_dir, identity)
@@ -437,3 +450,29 @@ def test_a_file_in_the_place_of_a_folder_is_named(tmp_path: Path) -> None:
         atomic_write_json(tmp_path / "afile" / "deeper" / "x.json", {"a": 1})
     assert str(err.value) == (f"cannot write {tmp_path / 'afile' / 'deeper' / 'x.json'}: {tmp_path / 'afile'} is a"
                               " file, where a folder belongs")
+
+
+def test_a_run_record_whose_identity_is_not_its_configs_is_damaged(finished: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert records.read_run_record(run_dir)["identity"] == record["identity"]
+    atomic_write_json(run_dir / "run.json", {**record, "identity": "0000000000000000"})
+    with pytest.raises(RunFileError) as err:
+        records.read_run_record(run_dir)
+    assert str(err.value) == (f"{run_dir / 'run.json'} is damaged: its identity 0000000000000000 is not that of the"
+                              " config it records")
+
+
+@pytest.mark.parametrize(("metrics", "limits", "claims"), [
+    ({"train_complete": False}, {"limit_train_batches": 1.0}, True),  # whole epochs, yet "partial": edited
+    ({"train_complete": False}, {"limit_train_batches": 2}, False),  # two batches an epoch: a smoke run
+    ({"train_complete": False}, {"limit_train_batches": 1.0, "overfit_batches": 2}, False),
+    ({"test_complete": False}, {"limit_test_batches": None}, True),
+    ({"test_complete": False}, {"limit_test_batches": 0.5}, False),
+    ({"train_complete": True, "test_complete": True}, {}, False),
+])
+def test_a_smoke_mark_the_config_cannot_give_is_not_believed(metrics: dict, limits: dict, claims: bool) -> None:
+    from omegaconf import OmegaConf
+
+    assert job._claims_limits_it_has_not(metrics, OmegaConf.create({"trainer": limits})) is claims

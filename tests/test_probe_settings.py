@@ -82,6 +82,12 @@ SCHEDULE_BAD = [
      "model.scheduler.warmup_epochs=1.0 needs an epoch count (an epoch of the warm-up is total steps / max_epochs), "
      "but trainer.max_epochs=null (unlimited with trainer.max_steps=10); valid: trainer.max_epochs an integer >= 1, "
      "or model.scheduler.warmup_epochs=0"),
+    (["trainer.limit_val_batches=0"],
+     "trainer.limit_val_batches=0 never validates, so the run saves no best.ckpt and has no result; valid: a"
+     " positive value (a fraction of the val split, or a batch count)"),
+    (["trainer.max_epochs=1", "trainer.min_epochs=5"],
+     "trainer.min_epochs=5 is more than trainer.max_epochs=1, which ends the run first; valid: trainer.min_epochs"
+     " <= 1, or null"),
     (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=3"],
      "trainer.check_val_every_n_epoch=3 with trainer.max_epochs=2 never validates, so the run saves no best.ckpt"
      " and has no result; valid: an interval of at most 2 epochs"),
@@ -453,3 +459,5 @@ def test_a_warmup_longer_than_the_run_is_noted(default: DictConfig) -> None:
         "model.scheduler.warmup_epochs=3.0 is longer than trainer.max_epochs=2: the lr rises for the whole run and"
         " never reaches its peak"]
     assert settings.schedule_notes(_with(default, "trainer.max_epochs=2", "model.scheduler.warmup_epochs=2")) == []
+    assert settings.schedule_notes(_with(default, "trainer.max_epochs=null", "model.scheduler.warmup_epochs=2")) == [
+        "trainer.max_epochs is not set: the run trains for Lightning's default of 1000 epochs"]

@@ -155,6 +155,24 @@ def test_resume_point_is_an_intact_trained_checkpoint_of_this_run(tmp_path: Path
         job.resume_checkpoint(tmp_path, "abc")
 
 
+def test_a_resume_point_past_the_recorded_length_is_another_runs(tmp_path: Path) -> None:
+    """last.ckpt swapped for the same config's checkpoint trained longer (3 epochs where run.json records 1):
+    an extension to 3 epochs would train nothing and report the other run's weights."""
+    ckpts = tmp_path / "checkpoints"
+    _save_checkpoint(ckpts / "best.ckpt", step=4)  # epoch 0: this run's
+    AtomicCheckpointIO().save_checkpoint({"global_step": 12, "epoch": 2, "state_dict": {"w": torch.ones(3)},
+                                          "run_identity": "abc"}, ckpts / "last.ckpt")
+    recorded = {"max_epochs": 1, "max_steps": -1}
+    assert job.resume_checkpoint(tmp_path, "abc") == str(ckpts / "last.ckpt")  # no record to judge it by
+    assert job.resume_checkpoint(tmp_path, "abc", recorded) == str(ckpts / "best.ckpt")
+    (ckpts / "best.ckpt").unlink()
+    with pytest.raises(job.ResumeError) as err:
+        job.resume_checkpoint(tmp_path, "abc", recorded)
+    assert str(err.value) == (f"cannot resume: {ckpts / 'last.ckpt'} is not this run's: it was saved in epoch 3,"
+                              " past this run's trainer.max_epochs=1 (the length its run.json records); move it"
+                              " away to start over, or use a new run_name")
+
+
 def test_identity_ignores_what_may_change_on_resume() -> None:
     base = {"trainer": {"max_epochs": 3, "lr": 1}, "logger": {"csv": {}}, "paths": {"log_dir": "a"}, "rpe": {"k": 1}}
     other = {"trainer": {"max_epochs": 9, "lr": 1}, "logger": {}, "paths": {"log_dir": "b"}, "rpe": {"k": 1}}

@@ -275,6 +275,19 @@ def test_a_contrast_of_rows_that_cannot_differ_is_judged_so(tmp_path: Path) -> N
 
 
 # ----------------------------------------------------------------------------- the findings as data
+def _assert_paper_text_is_the_papers_contrast(finding: Finding) -> None:
+    """``paper_text`` of a paper finding judged on the shift task starts with the paper's own contrast: that
+    of the same claim on its ImageNet table, or (iRPE-QKV minus iRPE-K) of Table 5's numbers."""
+    same = [f for f in make_tables.FINDINGS if f.claim == finding.claim and f.ablation != "shift"]
+    if same:
+        expected = findings.paper_contrast(same[0])
+    else:
+        compare = make_tables.PAPER["compare"]
+        expected = f"{compare.value('irpe_qkv', 'ours', 'val/top1') - compare.value('irpe_k', 'ours', 'val/top1'):+.2f}"
+    assert finding.paper_text.startswith(f"{expected} "), (finding.claim, finding.paper_text, expected)
+    assert math.copysign(1, float(expected)) == finding.sign
+
+
 def test_every_finding_names_its_source_and_the_paper_agrees_with_its_sign() -> None:
     for finding in make_tables.FINDINGS:
         assert finding.sign in (1, -1) and finding.source, finding.claim
@@ -283,6 +296,9 @@ def test_every_finding_names_its_source_and_the_paper_agrees_with_its_sign() -> 
             assert finding.ablation not in make_tables.PAPER and finding.paper_text == findings.NOT_IN_PAPER
             continue
         assert finding.cited == finding.source  # the iRPE paper's findings: the tables hold its numbers
+        if finding.ablation == "shift":  # a paper finding re-cast on the shift task: the paper's own contrast
+            _assert_paper_text_is_the_papers_contrast(finding)
+            continue
         paper = make_tables.PAPER[finding.ablation]
         where = finding.source.split(",")[0]  # "Table 6" of "Table 6, rows 6, 1"
         for row, col, _ in finding.contrast:
@@ -295,3 +311,19 @@ def test_every_finding_names_its_source_and_the_paper_agrees_with_its_sign() -> 
         assert judged.verdict == "not run"
     other = Finding("x", "swin", (("swin", "ours", 1.0),), source="Table 4", reference="Liu 2021")
     assert other.cited == "Liu 2021, Table 4"
+
+
+def test_resolving_power_against_a_hand_worked_table(tmp_path: Path) -> None:
+    """k: 80, 82 and none: 70, 74 over seeds 0, 1 (tests/test_tables_faults.py's sound cells): spread 81 - 72 = 9;
+    per-seed differences 10 and 8, SD sqrt(2); one pair, ratio 9 / sqrt(2)."""
+    from tests.test_tables_faults import _sound_runs, _tables
+
+    _sound_runs(tmp_path)
+    power = findings.resolving_power(_tables(tmp_path)["where_mini"], "val/top1")
+    assert (power.best, power.worst, power.pairs) == ("k", "none", 1)  # one column: cells named by row
+    assert power.spread == pytest.approx(9.0) and power.median_sd == pytest.approx(math.sqrt(2))
+    assert power.ratio == pytest.approx(9 / math.sqrt(2))
+    assert findings.resolving_text(power, "val/top1") == (
+        "Resolving power (val/top1): best `k` minus worst `none` = 9.00 points, 6.4 x the"
+        " median paired seed SD (1.41 points over 1 cell pairs with >= 2 shared seeds); the benchmark asks for"
+        " >= 10 x.")

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+PATH_BYTES = 3900  # PATH_MAX is 4096 on Linux, less room for checkpoints/<file>
 NAME_BYTES = 200  # one path component of a run dir (file systems allow 255 bytes)
 
 
@@ -92,6 +93,10 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     if too_long is not None:
         raise CommandLineError(f"run_name has a part of {len(too_long.encode())} bytes ({too_long[:40]}...); {rule}")
     root = Path(str(log_dir))
+    whole = len(os.fsencode(os.path.abspath(root.joinpath(*parts))))
+    if whole > PATH_BYTES:  # the file system's limit on a whole path, with room for the run's own files
+        raise CommandLineError(f"run_name makes a run dir path of {whole} bytes under paths.log_dir, more than"
+                               f" {PATH_BYTES}; {rule}")
     for folder in [root, *(root.joinpath(*parts[:i]) for i in range(1, len(parts)))]:
         if folder.exists() and not folder.is_dir():
             raise CommandLineError(f"paths.log_dir={str(log_dir)!r}: {folder} is a file, where the run dir's folder "
@@ -171,6 +176,9 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
                 first = next(iter(override.sweep_string_iterator()))
             except HydraException:
                 continue
+            except StopIteration:
+                raise CommandLineError(f"{override.input_line} sweeps over no values; valid: a sweep of at least"
+                                       " one value (range(0,3) is 0, 1, 2)") from None
             single.append(f"{override.get_key_element()}={first}")
         else:
             single.append(override.input_line)
@@ -274,6 +282,15 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
             raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
 
 
+def _check_sweep_subdir(subdir: Any) -> None:
+    """A sweep job's dir lies inside the sweep dir: ``hydra.sweep.subdir`` is a relative path without '..'."""
+    text = str(subdir)
+    parts = Path(text).parts
+    if not text.strip() or Path(text).is_absolute() or ".." in parts:
+        raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir;"
+                               " valid: a relative path without '..' (the default: the job's number)")
+
+
 def check_overrides(argv: list[str], config_name: str) -> None:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
@@ -304,6 +321,8 @@ def check_overrides(argv: list[str], config_name: str) -> None:
             check_devices(cfg)
         if config_name == "train":
             check_schedule(cfg)
+            if multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN":
+                _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")

@@ -199,7 +199,8 @@ def _checkpoint_facts(path: Path) -> dict[str, Any] | None:
         saved = load_checkpoint(path, mmap=True)
     except Exception:
         return None
-    return {"identity": saved.get(IDENTITY_KEY), "global_step": saved.get("global_step", 0)}
+    return {"identity": saved.get(IDENTITY_KEY), "global_step": saved.get("global_step", 0),
+            "epoch": saved.get("epoch", 0)}
 
 
 def holds_results(run_dir: Path) -> bool:
@@ -267,12 +268,13 @@ def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
-def resume_checkpoint(run_dir: Path, identity: str) -> str | None:
+def resume_checkpoint(run_dir: Path, identity: str, recorded_length: dict[str, Any] | None = None) -> str | None:
     """The checkpoint a rerun continues from: ``last.ckpt``, else ``best.ckpt`` when last is unusable.
 
-    Only readable checkpoints of this run's identity that hold training are resume points. A damaged
-    ``last.ckpt`` falls back to ``best.ckpt`` (an earlier but intact state, with a warning); if
-    checkpoints exist and none is usable, raises `ResumeError`: never train from scratch over them.
+    Only readable checkpoints of this run's identity that hold training, and lie within the length its
+    record names (``recorded_length``: a checkpoint of the same config trained longer is another run's), are
+    resume points. A damaged ``last.ckpt`` falls back to ``best.ckpt`` (an earlier but intact state, with a
+    warning); if checkpoints exist and none is usable, raises `ResumeError`: never train from scratch over them.
     """
     problems: list[str] = []
     for name in (LAST, BEST):
@@ -288,6 +290,10 @@ def resume_checkpoint(run_dir: Path, identity: str) -> str | None:
             continue
         if facts["global_step"] == 0:
             continue  # saved before any training step: nothing to resume
+        past = past_run_length(facts, recorded_length or {})
+        if past is not None:
+            problems.append(f"{path} is not this run's: {past} (the length its run.json records)")
+            continue
         if problems:
             say(f"warning: {'; '.join(problems)}; resuming from {path} instead", stream=sys.stderr)
         return str(path)
@@ -364,6 +370,19 @@ def _refuse_destructive_rerun(cfg: DictConfig, earlier: dict[str, Any], length: 
         was = "no limit" if old.get(key) in (None, -1) else old.get(key)
         raise RunDirConflict(f"trainer.{key}={length.get(key)} is shorter than {run_dir}'s schedule (trainer.{key}: "
                              f"{was}); a run can be extended, not shortened. Give this one a new run_name=...")
+
+
+def _claims_limits_it_has_not(metrics: dict[str, Any], cfg: DictConfig) -> bool:
+    """Whether ``metrics`` records a partial training or test (a smoke run's marks) that ``cfg`` cannot have
+    given: no batch limit, no overfitting."""
+    def whole(limit: Any) -> bool:
+        return limit is None or (isinstance(limit, float) and limit == 1.0)
+
+    trainer = cfg.trainer
+    partial_train = metrics.get("train_complete") is False and whole(trainer.get("limit_train_batches")) and not (
+        trainer.get("overfit_batches"))
+    partial_test = metrics.get("test_complete") is False and whole(trainer.get("limit_test_batches"))
+    return partial_train or partial_test
 
 
 def _trained_position(trainer: L.Trainer, run_dir: Path) -> tuple[int, int]:
@@ -511,6 +530,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             stored, problem = None, str(err)
         if stored is not None and cfg.get("test_after_fit") and not any(k in stored for k in HEADLINE_METRICS):
             stored, problem = None, f"{run_dir / METRICS} holds no test result (the run had test_after_fit=false)"
+        elif stored is not None and _claims_limits_it_has_not(stored, cfg):
+            stored, problem = None, (f"{run_dir / METRICS} says the run trained or tested on part of its splits,"
+                                     " which its config does not limit")
         if stored is not None:  # the result was recorded from best.ckpt: it stands, whatever became of the weights
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
@@ -547,7 +569,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         resume.identity = identity_id
     for logger in trainer.loggers:
         _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
-    resume_from = resume_checkpoint(run_dir, identity_id) if cfg.get("resume") else None
+    recorded = earlier.get("length") if earlier is not None else None
+    resume_from = resume_checkpoint(run_dir, identity_id, recorded) if cfg.get("resume") else None
     if not finished:
         if resume_from:
             say(f"resuming from {resume_from}")

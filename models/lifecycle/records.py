@@ -27,6 +27,7 @@ from models.lifecycle.files import (
     guarded,
     read_json,
 )
+from models.lifecycle.identity import identity_hash
 
 RUN_RECORD = "run.json"
 RUN_LOCK = "run.lock"
@@ -133,6 +134,9 @@ def read_run_record(run_dir: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(record.get("identity"), str) or not isinstance(record.get("config"), dict):
         raise RunFileError(f"{path} is damaged: it has no run identity")
+    if identity_hash(record["config"]) != record["identity"]:  # the identity is the hash of the config it holds
+        raise RunFileError(f"{path} is damaged: its identity {record['identity']} is not that of the config it"
+                           " records")
     if record.get("state") not in STATES:
         raise RunFileError(f"{path} is damaged: state {record.get('state')!r} is not one of {', '.join(STATES)}")
     return record
@@ -181,6 +185,8 @@ def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] |
         # a job writes metrics.json only with a finite headline from its test (or with tested: false)
         raise RunFileError(f"{path} is damaged: it holds no finite {' or '.join(HEADLINE_METRICS)}, which the"
                            " test of a finished run always records")
+    if identity is not None:
+        _check_training_record(path, metrics)
     for key in PERCENT_METRICS:
         value = metrics.get(key)
         if isinstance(value, float) and value != value:
@@ -188,6 +194,27 @@ def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] |
         if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= 100):
             raise RunFileError(f"{path} is damaged: {key}={value!r} is not a percentage in [0, 100]")
     return metrics
+
+
+def _check_training_record(path: Path, metrics: dict[str, Any]) -> None:
+    """What a job writes about its training, in a live run's ``metrics.json``, must be possible: at least one
+    optimizer step, the best checkpoint no later than the last step and epoch, a positive parameter count."""
+    def number(key: str) -> Any:
+        value = metrics.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    step, best_step, epoch, best_epoch = (number(k) for k in ("global_step", "best_step", "epoch", "best_epoch"))
+    problem = ""
+    if step is not None and step < 1:
+        problem = f"global_step={step}: a finished run has made at least one optimizer step"
+    elif step is not None and best_step is not None and not 1 <= best_step <= step:
+        problem = f"best_step={best_step} is not within the run's steps 1-{step}"
+    elif epoch is not None and best_epoch is not None and not 1 <= best_epoch <= epoch:
+        problem = f"best_epoch={best_epoch} is not within the run's epochs 1-{epoch}"
+    elif number("params") is not None and number("params") < 1:
+        problem = f"params={metrics['params']} is not a parameter count"
+    if problem:
+        raise RunFileError(f"{path} is damaged: {problem}")
 
 
 @dataclass

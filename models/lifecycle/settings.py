@@ -712,6 +712,14 @@ def check_schedule(cfg: DictConfig) -> None:
         if key in trainer and trainer.get(key) == 0:
             raise SettingError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
                                "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")
+    if _get(trainer, "limit_val_batches") == 0:
+        raise SettingError("trainer.limit_val_batches=0 never validates, so the run saves no best.ckpt and has no"
+                           " result; valid: a positive value (a fraction of the val split, or a batch count)")
+    for unit in ("epochs", "steps"):
+        low, high = _get(trainer, f"min_{unit}"), _get(trainer, f"max_{unit}")
+        if isinstance(low, int) and isinstance(high, int) and high > 0 and low > high:
+            raise SettingError(f"trainer.min_{unit}={low} is more than trainer.max_{unit}={high}, which ends the run"
+                               f" first; valid: trainer.min_{unit} <= {high}, or null")
     every, max_epochs = _get(trainer, "check_val_every_n_epoch"), _get(trainer, "max_epochs")
     if isinstance(every, int) and isinstance(max_epochs, int) and max_epochs > 0 and every > max_epochs:
         raise SettingError(f"trainer.check_val_every_n_epoch={every} with trainer.max_epochs={max_epochs} never"
@@ -729,15 +737,18 @@ def check_schedule(cfg: DictConfig) -> None:
 
 
 def schedule_notes(cfg: DictConfig) -> list[str]:
-    """Settings that are valid but rarely meant, said once when a run starts: a warm-up longer than the run
-    (the lr rises to the end and never reaches its peak)."""
+    """Settings that are valid but rarely meant, said once when a run starts: no epoch limit (Lightning's 1000),
+    a warm-up longer than the run (the lr rises to the end and never reaches its peak)."""
     trainer, model = cfg.get("trainer") or {}, cfg.get("model") or {}
     warmup = _get(model.get("scheduler") if "scheduler" in model else None, "warmup_epochs", 0)
     max_epochs = _get(trainer, "max_epochs")
+    notes = []
+    if max_epochs is None and _get(trainer, "max_steps", -1) in (None, -1) and _get(trainer, "max_time") is None:
+        notes.append("trainer.max_epochs is not set: the run trains for Lightning's default of 1000 epochs")
     if _is_number(warmup) and isinstance(max_epochs, int) and 0 < max_epochs < warmup:
-        return [f"model.scheduler.warmup_epochs={show(warmup, True)} is longer than trainer.max_epochs={max_epochs}:"
-                " the lr rises for the whole run and never reaches its peak"]
-    return []
+        notes.append(f"model.scheduler.warmup_epochs={show(warmup, True)} is longer than trainer.max_epochs="
+                     f"{max_epochs}: the lr rises for the whole run and never reaches its peak")
+    return notes
 
 
 def _get(node: Any, key: str, default: Any = None) -> Any:

@@ -722,6 +722,9 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
     for root in map(Path, paths):
         if not root.exists():
             raise TableError(f"{str(root)!r} does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)")
+        if not root.is_dir():
+            raise TableError(f"{str(root)!r} is a file, not a folder; give run dirs or sweep dirs"
+                             " (runs/sweeps/<name>)")
         found = [d for d in run_dirs(root) if d not in seen]
         seen.update(found)
         loaded = {d: load_run(d) for d in found}

@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from scripts.tables.cells import Table
-from scripts.tables.layouts import DIRECTED, LAYOUTS, PAPER
+from scripts.tables.layouts import DIRECTED, LAYOUTS, OWN_VAL, PAPER
 
 ALPHA = 0.05  # family-wise error rate of the verdicts
 LEVEL = 0.95  # of the confidence intervals
@@ -41,6 +41,7 @@ NEAR = 1.0  # points: a run this close to chance is at the floor, this close to 
 IRPE = "Wu et al., ICCV 2021"  # "Rethinking and Improving Relative Position Encoding for Vision Transformer"
 BENCHMARK = "benchmark hypothesis"  # a finding this project's benchmark tasks test, not the paper's claim
 NOT_IN_PAPER = "not in the paper"
+SHIFT_COL = OWN_VAL  # the shift table's one column: the runs' own (left-half) validation split
 # the shift task's test-set columns (runs with an absolute table are resized by interpolation, the default)
 LEFT, RIGHT = "relational_left@interpolate", "relational_right@interpolate"
 VERDICTS = ("holds", "reversed", "not resolved", "cannot differ", "floor", "ceiling", "not run")
@@ -130,23 +131,41 @@ FINDINGS: tuple[Finding, ...] = (
             source="Supplement, Swin-T"),
     Finding("contextual iRPE-QKV beats Swin's bias on Swin", "swin",
             (("rpe-1.9-product-ctx-1-qkv", "ours", 1.0), ("swin", "ours", -1.0)), source="Supplement, Swin-T"),
+    # The paper's Tables 1, 4 and 5 on the position-shift task, whose main rows have no APE (so position
+    # comes only from the encoding), on the in-distribution result (the own val split).
+    Finding("contextual beats bias (mean over the four methods)", "shift",
+            _mean_of([(r, SHIFT_COL) for r in ("euc_ctx", "quant_ctx", "cross_ctx", "product_ctx")], 1)
+            + _mean_of([(r, SHIFT_COL) for r in ("euc_bias", "quant_bias", "cross_bias", "product_bias")], -1),
+            source="Table 1", paper_text="+0.30 (ImageNet, Table 1)"),
+    Finding("directed beats undirected in contextual mode", "shift",
+            _mean_of([("cross_ctx", SHIFT_COL), ("product_ctx", SHIFT_COL)], 1)
+            + _mean_of([("euc_ctx", SHIFT_COL), ("quant_ctx", SHIFT_COL)], -1),
+            source="Table 1", paper_text="+0.40 (ImageNet, Table 1)"),
+    Finding("iRPE-QKV beats iRPE-K", "shift", (("irpe_qkv", SHIFT_COL, 1.0), ("product_ctx", SHIFT_COL, -1.0)),
+            source="Table 5", paper_text="+0.50 (ImageNet, Table 5: 81.4 - 80.9)"),
+    Finding("iRPE-K beats CPVT's conditional encoding", "shift",
+            (("product_ctx", SHIFT_COL, 1.0), ("cpvt", SHIFT_COL, -1.0)), source="Table 5",
+            paper_text="+0.40 (ImageNet, Table 5)"),
+    Finding("iRPE-QKV beats the best earlier relative encoding (Huang's)", "shift",
+            (("irpe_qkv", SHIFT_COL, 1.0), ("huang", SHIFT_COL, -1.0)), source="Table 5",
+            paper_text="+0.40 (ImageNet, Table 5)"),
     # The position-shift benchmark (trained with both objects in the left half): what relative encodings are
     # for. These are the benchmark's hypotheses, not the paper's claims; they read the runs' test-set results.
     Finding("relative positions carry to unseen positions: iRPE-K (no APE) beats the learned APE on the right"
-            " half", "shift", (("product_ctx", "own val", 1.0), ("ape_learned", "own val", -1.0)),
+            " half", "shift", (("product_ctx", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
     Finding("iRPE-K loses less than the learned APE when the objects move (drop from left to right half)",
-            "shift", (("ape_learned", "own val", 1.0), ("ape_learned", "own val", -1.0),
-                      ("product_ctx", "own val", -1.0), ("product_ctx", "own val", 1.0)),
+            "shift", (("ape_learned", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0),
+                      ("product_ctx", SHIFT_COL, -1.0), ("product_ctx", SHIFT_COL, 1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(LEFT, RIGHT, LEFT, RIGHT)),
     Finding("contextual beats bias on unseen positions (product iRPE-K, right half)", "shift",
-            (("product_ctx", "own val", 1.0), ("product_bias", "own val", -1.0)),
+            (("product_ctx", SHIFT_COL, 1.0), ("product_bias", SHIFT_COL, -1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
     Finding("axial RoPE (no APE) beats the learned APE on the right half", "shift",
-            (("rope_axial", "own val", 1.0), ("ape_learned", "own val", -1.0)),
+            (("rope_axial", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
     Finding("CPVT's conditional encoding beats the learned APE on the right half", "shift",
-            (("cpvt", "own val", 1.0), ("ape_learned", "own val", -1.0)),
+            (("cpvt", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
 )
 
@@ -162,6 +181,55 @@ class PairedTest:
     ci: tuple[float, float] | None
     t: float | None
     p: float | None
+
+
+@dataclass(frozen=True)
+class ResolvingPower:
+    """A table's spread against its noise: best minus worst cell mean, and the median over cell pairs (with at
+    least two shared seeds) of the standard deviation of their per-seed differences."""
+
+    best: str
+    worst: str
+    spread: float
+    median_sd: float | None
+    pairs: int
+
+    @property
+    def ratio(self) -> float | None:
+        return self.spread / self.median_sd if self.median_sd else None
+
+
+def resolving_power(table: Table, metric: str, testset: str = "") -> ResolvingPower | None:
+    """`ResolvingPower` of ``metric`` over the table's cells (or their results in test-set column ``testset``);
+    None with fewer than two cells holding a result."""
+    by_seed = {}
+    for (row, col), cell in table.cells.items():
+        values = cell.testset_by_seed(testset, metric) if testset else cell.by_seed(metric)
+        if values:
+            by_seed[row if len({c for _, c in table.cells}) == 1 else f"{row} / {col}"] = values
+    if len(by_seed) < 2:
+        return None
+    means = {name: statistics.fmean(v.values()) for name, v in by_seed.items()}
+    best, worst = max(means, key=means.get), min(means, key=means.get)  # type: ignore[arg-type]
+    sds = []
+    names = sorted(by_seed)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = sorted(set(by_seed[a]) & set(by_seed[b]), key=str)
+            if len(shared) >= 2:
+                sds.append(statistics.stdev([by_seed[a][s] - by_seed[b][s] for s in shared]))
+    median_sd = statistics.median(sds) if sds else None
+    return ResolvingPower(best, worst, means[best] - means[worst], median_sd, len(sds))
+
+
+def resolving_text(power: ResolvingPower, where: str) -> str:
+    """One line of a table's resolving power (the benchmark asks for a spread of at least 10 median SDs)."""
+    head = f"Resolving power ({where}): best `{power.best}` minus worst `{power.worst}` = {power.spread:.2f} points"
+    if power.median_sd is None:
+        return head + "; no cell pair shares two seeds, so no paired SD."
+    ratio = f"{power.ratio:.1f}" if power.ratio is not None else "∞"
+    return (head + f", {ratio} x the median paired seed SD ({power.median_sd:.2f} points over {power.pairs} cell"
+            " pairs with >= 2 shared seeds); the benchmark asks for >= 10 x.")
 
 
 def paired_test(diffs: list[float], level: float = LEVEL) -> PairedTest:

@@ -108,6 +108,7 @@ def _swin_row(facts: dict[str, Any]) -> str:
 DIRECTED = {m: "directed" if encoding(m).directed else "undirected" for m in ("euclidean", "quant", "cross", "product")}
 TOP1 = ("val/top1", "val/top5")
 COCO = ("val/AP", "val/AP50", "val/AP75", "val/APs", "val/APm", "val/APl")
+OWN_VAL = "own val"  # a benchmark table's column of the runs' own validation split
 LAYOUTS: dict[str, Layout] = {
     "method_mode": Layout(
         "Method x mode (paper Table 1)", "method",
@@ -162,7 +163,7 @@ LAYOUTS: dict[str, Layout] = {
     ),
     "shift": Layout(
         "Benchmark: position shift (trained in the left half, no APE but the reference rows)", "encoding",
-        lambda f: f["row"] or f["rpe"], lambda f: "own val",
+        lambda f: f["row"] or f["rpe"], lambda f: OWN_VAL,
         row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
         testsets=("relational_left", "relational_right", "relational_everywhere"),
         note="Own val: the left-half split that selected the checkpoint. relational_left: 5000 fresh left-half"

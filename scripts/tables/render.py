@@ -9,7 +9,7 @@ from typing import Any
 
 from scripts.tables.cells import NOT_COUNTED, Table, _natural
 from scripts.tables.collect import STATUSES, TableError
-from scripts.tables.findings import findings_markdown, verdicts
+from scripts.tables.findings import findings_markdown, resolving_power, resolving_text, verdicts
 from scripts.tables.layouts import ABLATION_SCALE
 
 STATUS_COLUMNS = tuple(s.replace(" ", "_") for s in STATUSES)  # a count per status ("no result": no_result)
@@ -30,15 +30,18 @@ TESTSETS_TEXT = (
     " absolute table. `k of N seeds evaluated`: only k of the cell's N counted seeds have that result, and the"
     " mean is over those k; `m not counted`: results that cannot be trusted, listed under the table.")
 FINDINGS_TEXT = (
-    "Each finding (`source`: its table or figure in Wu et al., ICCV 2021) is a contrast of cells (e.g."
-    " contextual minus bias) with a predicted sign, taken per seed over"
+    "Each finding (`source`: its table or figure in Wu et al., ICCV 2021, or `benchmark hypothesis`: what"
+    " reasoning predicts on a benchmark task) is a contrast of cells (e.g. contextual minus bias, or one"
+    " cell's result on the right half minus another's) with a predicted sign, taken per seed over"
     " the seeds where every cell has a result (paired differences `d`). `ours`: their mean `m` over the `n` seeds"
     " and the 95 % confidence interval `m ± t(0.975, n-1) · s/√n` (`s`: the standard deviation of `d`); `p`: the"
     " two-sided p value of the paired t test of `m = 0`; `Holm p`: p adjusted by Holm's step-down correction over"
     " every finding tested here (one family), significant at ≤ 0.05. Verdicts, checked in this order: `cannot"
     " differ` (the contrast is zero by construction: its sides are runs of one config up to relabelled buckets"
     " on the grid the runs use), `floor` (every run of one side within 1 point of chance, 100/classes),"
-    " `ceiling` (every run of both sides within 1 point of 100), then `holds` / `reversed` (Holm-significant,"
+    " judged on the runs' own split even where the contrast reads a test set (a run that learned its task and"
+    " is at chance on unseen positions is a result), `ceiling` (every run of both sides within 1 point of 100),"
+    " then `holds` / `reversed` (Holm-significant,"
     " with the predicted sign / against it), else `not resolved` (so also with one seed). Floor, ceiling and"
     " cannot-differ findings get no test and are not in the family. `paper`: the same contrast of the paper's"
     " own numbers (ImageNet-1k, COCO), for its direction and size; ours is on other data and is never"
@@ -94,7 +97,7 @@ def to_markdown(tables: list[Table]) -> str:
     out = io.StringIO()
     results = verdicts(tables)
     if results:
-        out.write("## The paper's findings, judged on these runs\n\n")
+        out.write("## The findings, judged on these runs\n\n")
         out.write(FINDINGS_TEXT + "\n\n")
         out.write(findings_markdown(results) + "\n")
     for table in tables:
@@ -121,6 +124,12 @@ def to_markdown(tables: list[Table]) -> str:
             out.write("| " + " | ".join(grid[0]) + " |\n|" + "---|" * len(grid[0]) + "\n")
             for line in grid[1:]:
                 out.write("| " + " | ".join(line) + " |\n")
+        metric = table.layout.metrics[0]
+        powers = [(f"{metric}, the runs' own results", resolving_power(table, metric))]
+        powers += [(f"{metric}, {column}", resolving_power(table, metric, column)) for column in table.testsets]
+        lines = [resolving_text(power, where) for where, power in powers if power is not None and power.pairs]
+        if lines:
+            out.write("\n" + "\n".join(lines) + "\n")
         failures = [r for cell in table.cells.values() for r in cell.runs if r.status != "ok"]
         if failures:
             out.write("\nNot ok:\n\n")
