@@ -120,6 +120,12 @@ def read_marker(root: str | Path) -> dict[str, Any] | None:
     A marker that cannot be read or parsed (a truncated write, an edit) is a `DataConfigError` naming it.
     """
     marker = Path(root) / MARKER_NAME
+    if Path(root).exists() and not Path(root).is_dir():
+        raise DataConfigError(f"data.root={root} is a file, where the generated data's folder belongs; move it away"
+                              " (then the data is generated there), or point data.root elsewhere")
+    if marker.exists() and not marker.is_file():
+        raise DataConfigError(f"the completion marker {marker} is not a file (a folder?); delete {Path(root)} to"
+                              " regenerate it")
     if not marker.is_file():
         return None
     try:

@@ -218,6 +218,13 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
                                  f"hydra.sweep.dir={tmp_path / 'sweep'}"], "train")
         assert str(err.value) == (f"hydra.sweep.subdir={subdir!r} would put a job's run dir outside the sweep dir;"
                                   " valid: a relative path without '..' (the default: the job's number)")
+    with pytest.raises(cli.CommandLineError, match=r"^hydra\.output_subdir=\.\./victim/\.hydra is not a setting"):
+        cli.check_overrides(["debug=fast", "hydra.output_subdir=../victim/.hydra", f"paths.log_dir={tmp_path}"],
+                            "train")  # Hydra would write its files into another run's .hydra/
+    with pytest.raises(cli.CommandLineError, match=r"^rpe\.ratio=interval\(1,2\) is an interval to draw values"
+                                                   r" from, which only the optuna sweeper does"):
+        cli.check_overrides(["-m", "rpe.ratio=interval(1,2)", "debug=fast", f"paths.log_dir={tmp_path}",
+                             f"hydra.sweep.dir={tmp_path / 'sweep2'}"], "train")
     deep = "/".join(["a" * 200] * 23)
     with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
         cli.check_run_location(deep, tmp_path)

@@ -656,3 +656,16 @@ def test_a_refused_generation_leaves_no_folders_behind(tmp_path: Path) -> None:
     with pytest.raises(DataConfigError, match="too large"):
         ensure_generated(tmp_path / "kept" / "relational", refuse)
     assert [p.name for p in (tmp_path / "kept").iterdir()] == [".relational.lock"]
+
+
+def test_a_file_for_the_data_folder_or_a_folder_for_its_marker_is_named(tmp_path: Path) -> None:
+    from data.errors import DataConfigError
+    from data.generation import MARKER_NAME, ensure_generated
+
+    (tmp_path / "relational").write_text("not a folder")
+    with pytest.raises(DataConfigError, match=f"^data.root={tmp_path / 'relational'} is a file, where the generated"):
+        ensure_generated(tmp_path / "relational", FAKE)
+    (tmp_path / "other" / MARKER_NAME).mkdir(parents=True)
+    with pytest.raises(DataConfigError, match=f"^the completion marker {tmp_path / 'other' / MARKER_NAME} is not a"
+                                              " file"):
+        ensure_generated(tmp_path / "other", FAKE)

@@ -418,6 +418,12 @@ def test_a_copied_or_implausible_metrics_json_is_no_result(finished: Path, tmp_p
         with pytest.raises(RunFileError) as err:
             records.read_metrics(run_dir, identity)
         assert str(err.value) == f"{run_dir / 'metrics.json'} is damaged: {problem}"
+    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 99.0, "val/top5": 62.5})  # edited by hand
+    with pytest.raises(RunFileError, match="val/top1=99.0 is more than val/top5=62.5, which a test cannot give"):
+        records.read_metrics(run_dir, identity)
+    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": True})  # JSON true is no percentage
+    with pytest.raises(RunFileError, match=r"val/top1=True is not a percentage in \[0, 100\]"):
+        records.read_metrics(run_dir, identity)
     atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 1e9})
     with pytest.raises(RunFileError, match=r"val/top1=1000000000.0 is not a percentage in \[0, 100\]"):
         records.read_metrics(run_dir, identity)
@@ -476,3 +482,14 @@ def test_a_smoke_mark_the_config_cannot_give_is_not_believed(metrics: dict, limi
     from omegaconf import OmegaConf
 
     assert job._claims_limits_it_has_not(metrics, OmegaConf.create({"trainer": limits})) is claims
+
+
+def test_a_mapping_max_time_reaches_lightning_as_a_duration() -> None:
+    """``trainer.max_time={minutes: 5}``, a form the settings accept: Lightning's timer gets 300 s."""
+    from lightning.pytorch.callbacks import Timer
+    from omegaconf import OmegaConf
+
+    trainer = job.build_trainer(OmegaConf.create({"_target_": "lightning.pytorch.Trainer", "max_time": {"minutes": 5},
+                                                  "accelerator": "cpu", "logger": False}))
+    [timer] = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert timer._duration == 300.0

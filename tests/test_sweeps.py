@@ -629,3 +629,14 @@ def test_committed_mini_tables_and_readme_findings_are_what_the_archive_builds(
     for suffix in (".md", ".csv"):
         assert out.with_suffix(suffix).read_text() == (root / "docs" / f"ablations_mini{suffix}").read_text()
     assert readme.read_text() == (root / "README.md").read_text()
+
+
+def test_committed_benchmark_tables_are_what_the_archive_builds(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/benchmark_shift.{md,csv} are rebuilt from docs/benchmark_runs/shift_mini."""
+    root = Path(make_tables.__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the tables name runs relative to the working dir
+    out = tmp_path / "benchmark_shift"
+    assert make_tables.main(["docs/benchmark_runs/shift_mini", "--out", str(out)]) == 0
+    for suffix in (".md", ".csv"):
+        assert out.with_suffix(suffix).read_text() == (root / "docs" / f"benchmark_shift{suffix}").read_text()

@@ -260,6 +260,18 @@ def check_repeated_keys(argv: list[str]) -> None:
         seen[key] = override.input_line
 
 
+def _refuse_intervals(overrides: list[str]) -> None:
+    """``interval(a,b)`` is a range to draw from, which only the optuna sweeper does (Hydra's basic sweeper
+    fails with a traceback)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.value_type == ValueType.INTERVAL_SWEEP:
+            raise CommandLineError(f"{override.input_line} is an interval to draw values from, which only the optuna"
+                                   " sweeper does; valid: add hydra/sweeper=optuna_rpe, or list values (a,b,c)")
+
+
 def _check_swept_values(config_name: str, overrides: list[str]) -> None:
     """`check_settings` on each further value of each swept key (`_each_swept_value`)."""
     from hydra import compose, initialize_config_dir
@@ -315,6 +327,11 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         if not multirun and str(cfg.hydra.get("mode")) != "RunMode.MULTIRUN":
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
+        if cfg.hydra.get("output_subdir") is not None:
+            raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
+                                   " files are written by the job, inside its own run dir; valid: leave it out")
+        if multirun and "BasicSweeper" in str(cfg.hydra.get("sweeper", {}).get("_target_", "")):
+            _refuse_intervals(overrides)
         if multirun:
             _check_swept_values(config_name, overrides)
         if config_name == "eval":

@@ -115,8 +115,9 @@ def build_trainer(
     if hparams is not None:
         callbacks.append(LogHyperparams(hparams))
     loggers = [instantiate(c) for c in (logger_cfg or {}).values() if c is not None]
+    # _convert_: Lightning reads a mapping max_time ({minutes: 5}) as a plain dict, not a DictConfig
     return instantiate(
-        trainer_cfg, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()],
+        trainer_cfg, _convert_="partial", callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()],
         enable_progress_bar=any(isinstance(c, L.pytorch.callbacks.ProgressBar) for c in callbacks),
     )
 

@@ -180,20 +180,29 @@ def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] |
         raise RunFileError(f"{path} has no run identity, so it cannot be shown to be this run's result")
     if identity is not None and metrics["identity"] != identity:
         raise RunFileError(f"{path} is another run's (identity {metrics['identity']}, this run's {identity})")
+    for key in PERCENT_METRICS:
+        value = metrics.get(key)
+        if isinstance(value, float) and value != value:
+            continue  # NaN: not a number at all; the tables list it as no result
+        if value is not None and not (_is_number(value) and 0 <= value <= 100):
+            raise RunFileError(f"{path} is damaged: {key}={value!r} is not a percentage in [0, 100]")
+    for top1, top5 in (("val/top1", "val/top5"), ("val_ema/top1", "val_ema/top5")):
+        if _is_number(metrics.get(top1)) and _is_number(metrics.get(top5)) and metrics[top1] > metrics[top5] + 1e-6:
+            raise RunFileError(f"{path} is damaged: {top1}={metrics[top1]!r} is more than {top5}={metrics[top5]!r},"
+                               " which a test cannot give")
     if identity is not None and metrics.get("tested") is not False and not any(
-            isinstance(metrics.get(k), (int, float)) and math.isfinite(metrics[k]) for k in HEADLINE_METRICS):
+            _is_number(metrics.get(k)) and math.isfinite(metrics[k])
+            for k in HEADLINE_METRICS):
         # a job writes metrics.json only with a finite headline from its test (or with tested: false)
         raise RunFileError(f"{path} is damaged: it holds no finite {' or '.join(HEADLINE_METRICS)}, which the"
                            " test of a finished run always records")
     if identity is not None:
         _check_training_record(path, metrics)
-    for key in PERCENT_METRICS:
-        value = metrics.get(key)
-        if isinstance(value, float) and value != value:
-            continue  # NaN: not a number at all; the tables list it as no result
-        if value is not None and not (isinstance(value, (int, float)) and 0 <= value <= 100):
-            raise RunFileError(f"{path} is damaged: {key}={value!r} is not a percentage in [0, 100]")
     return metrics
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)  # JSON true/false are not numbers
 
 
 def _check_training_record(path: Path, metrics: dict[str, Any]) -> None:
@@ -201,7 +210,7 @@ def _check_training_record(path: Path, metrics: dict[str, Any]) -> None:
     optimizer step, the best checkpoint no later than the last step and epoch, a positive parameter count."""
     def number(key: str) -> Any:
         value = metrics.get(key)
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return value if _is_number(value) else None
 
     step, best_step, epoch, best_epoch = (number(k) for k in ("global_step", "best_step", "epoch", "best_epoch"))
     problem = ""
