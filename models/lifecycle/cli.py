@@ -324,7 +324,8 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         from models.lifecycle.settings import check_devices, check_schedule, check_settings
 
         HydraConfig.instance().set_config(cfg)
-        if not multirun and str(cfg.hydra.get("mode")) != "RunMode.MULTIRUN":
+        sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
+        if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
         if cfg.hydra.get("output_subdir") is not None:
@@ -338,7 +339,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
             check_devices(cfg)
         if config_name == "train":
             check_schedule(cfg)
-            if multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN":
+            if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)

@@ -336,13 +336,10 @@ def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | Non
         raise NoResultError(f"no result: {path} holds untrained weights (global step 0)")
     past = past_run_length(saved, length or {})
     last = run_dir / CHECKPOINTS / LAST
-    if past is None and last.is_file():
-        try:
-            last_step = int(load_checkpoint(last, mmap=True).get("global_step", 0))
-        except Exception:
-            last_step = None  # an unreadable last.ckpt says nothing about best.ckpt (a resume reports it)
-        if last_step is not None and int(saved["global_step"]) > last_step:
-            past = f"it was saved at step {saved['global_step']}, after this run's last.ckpt (step {last_step})"
+    last_facts = _checkpoint_facts(last) if past is None and last.is_file() else None  # unreadable: says nothing
+    last_step = int(last_facts["global_step"]) if last_facts is not None else None
+    if last_step is not None and int(saved["global_step"]) > last_step:
+        past = f"it was saved at step {saved['global_step']}, after this run's last.ckpt (step {last_step})"
     if past is not None:
         raise NoResultError(f"no result: {path} is not this run's: {past}; the run must be trained again"
                             " (move the run dir away or use a new run_name)")

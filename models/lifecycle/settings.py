@@ -740,7 +740,7 @@ def schedule_notes(cfg: DictConfig) -> list[str]:
     """Settings that are valid but rarely meant, said once when a run starts: no epoch limit (Lightning's 1000),
     a warm-up longer than the run (the lr rises to the end and never reaches its peak)."""
     trainer, model = cfg.get("trainer") or {}, cfg.get("model") or {}
-    warmup = _get(model.get("scheduler") if "scheduler" in model else None, "warmup_epochs", 0)
+    warmup = _get(model.get("scheduler"), "warmup_epochs", 0)
     max_epochs = _get(trainer, "max_epochs")
     notes = []
     if max_epochs is None and _get(trainer, "max_steps", -1) in (None, -1) and _get(trainer, "max_time") is None:
