@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
 from models.lifecycle.cli import cli, report_user_error, say, user_error_types
+from models.lifecycle.files import describe_non_file
 from models.lifecycle.job import build_trainer, scalar_metrics
 
 
@@ -157,7 +158,10 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     if ckpt_path.is_dir():
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
-    if not ckpt_path.is_file():
+    if not ckpt_path.is_file() or ckpt_path.is_symlink() and not ckpt_path.exists():
+        if os.path.lexists(ckpt_path):
+            raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file:"
+                                    f" {describe_non_file(ckpt_path)}")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
     # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
     run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"

@@ -24,8 +24,9 @@ class DataConfigError(ValueError):
 
 
 def load_rgb_image(path: str | Path) -> Image.Image:
-    """Open ``path`` as RGB. A missing, truncated, corrupt or non-image file, and an image above PIL's
-    decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS`` pixels), are a `DataConfigError` naming the file.
+    """Open ``path`` as 8-bit RGB (16-bit images scaled down). A missing, truncated, corrupt or non-image file,
+    and an image above PIL's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS`` pixels), are a
+    `DataConfigError` naming the file.
 
     PIL reports damaged files through many exception types (OSError, SyntaxError, ValueError, struct.error,
     EOFError, IndexError, ...): every failure to decode this one file is reported as this file's.
@@ -36,7 +37,7 @@ def load_rgb_image(path: str | Path) -> Image.Image:
             # PIL only warns between the limit and twice it; such an image is refused all the same.
             if limit and image.width * image.height > limit:
                 raise _too_large(path, f"{image.width}x{image.height} = {image.width * image.height} pixels")
-            return image.convert("RGB")
+            return _to_rgb(path, image)
     except DataConfigError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:  # the warning: under -W error
@@ -44,6 +45,21 @@ def load_rgb_image(path: str | Path) -> Image.Image:
     except Exception as err:  # any decoding failure (see the docstring) is reported as this file's
         reason = " ".join(str(err).split()) or type(err).__name__
         raise DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})") from None
+
+
+def _to_rgb(path: str | Path, image: Image.Image) -> Image.Image:
+    """``image`` as 8-bit RGB. PIL's own conversion clips 16-bit grey values above 255 (most of the range) to
+    white, so 16-bit images are scaled to 8 bits; 32-bit integer or float pixels have no known range."""
+    if image.mode.startswith("I;16"):
+        import numpy as np
+
+        values = np.asarray(image, dtype=np.uint32)
+        return Image.fromarray(((values * 255 + 32767) // 65535).astype(np.uint8), mode="L").convert("RGB")
+    if image.mode in ("I", "F"):
+        kind = "32-bit integer" if image.mode == "I" else "floating-point"
+        raise DataConfigError(f"image {path} has {kind} pixels (PIL mode {image.mode}), whose range of values is"
+                              " not known; valid: 8-bit or 16-bit images (convert it to 8-bit)")
+    return image.convert("RGB")
 
 
 def _too_large(path: str | Path, size: str) -> DataConfigError:

@@ -129,6 +129,11 @@ class ClassificationModule(L.LightningModule):
             self.log("train/img_per_s", images_per_s)
 
     # -------------------------------------------------------------- evaluation
+    @property
+    def validation_metrics(self) -> tuple[str, ...]:
+        """The names every validation epoch logs (what a checkpoint callback may monitor)."""
+        return ("val/loss", *(f"{prefix}/{name}" for prefix, metrics in self.metrics.items() for name in metrics))
+
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         images, labels = batch
         logits = self(images)

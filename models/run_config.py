@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data.errors import DataConfigError
 from models.deit import ModelConfigError
+from models.lifecycle.files import describe_non_file
 
 # Each allowed target is imported from its own module when used; no name from the file is ever imported.
 DATA_MODULES: dict[str, tuple[str, str]] = {
@@ -360,6 +362,8 @@ def read_checkpoint_file(
     """``torch.load(path, weights_only=True)`` allowing exactly the classes in ``safe_globals``; anything
     unreadable (missing, truncated, random bytes, a pickle needing other code) is one ``error`` line."""
     if not Path(path).is_file():
+        if os.path.lexists(path):
+            raise error(f"checkpoint {path} is not a checkpoint file: {describe_non_file(Path(path))}")
         raise error(f"checkpoint {path} does not exist")
     try:
         # torch's own warnings about the pickle (its protocol) come before our one line: the error says it

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from data.errors import DataConfigError
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
 from models.lifecycle.cli import group_options
-from models.lifecycle.files import atomic_write_json
+from models.lifecycle.files import atomic_write_json, with_checksum
 from models.swin import RPESwinTransformer, swin_grid_problem
 
 RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
@@ -347,5 +347,5 @@ def result_path(ckpt_path: str | os.PathLike, name: str, ape_rule: str | None = 
 
 
 def write_result(path: Path, record: dict[str, Any]) -> None:
-    """Atomically write the result (strict JSON; the run's other files untouched)."""
-    atomic_write_json(path, record)
+    """Atomically write the result with its checksum (strict JSON; the run's other files untouched)."""
+    atomic_write_json(path, with_checksum(record))

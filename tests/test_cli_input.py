@@ -225,6 +225,41 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
                                                    r" from, which only the optuna sweeper does"):
         cli.check_overrides(["-m", "rpe.ratio=interval(1,2)", "debug=fast", f"paths.log_dir={tmp_path}",
                              f"hydra.sweep.dir={tmp_path / 'sweep2'}"], "train")
+    with pytest.raises(cli.CommandLineError, match=r"^rpe=glob\(nosuch\*\) sweeps over no values; valid: a sweep of at"
+                                                   r" least one value \(options: alibi, cpb, "):
+        cli.check_overrides(["-m", "rpe=glob(nosuch*)", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    with pytest.raises(cli.CommandLineError, match=r"^rpe=glob\(\*\) matches _base, a shared base and not a choice"):
+        cli.check_overrides(["-m", "rpe=glob(*)", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    assert cli._first_of_sweeps(["rpe=glob(irpe_q*)", "seed=3,4"]) == ["rpe=irpe_qk", "seed=3"]  # Hydra's order
+    for sweep in (["seed=0,1"], ["sweep=shift_mini"]):
+        with pytest.raises(cli.CommandLineError, match=r"^run_name=x names a single run's dir, which a sweep does"):
+            cli.check_overrides(["-m", *sweep, "run_name=x", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
     deep = "/".join(["a" * 200] * 23)
     with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
         cli.check_run_location(deep, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "logged", "not_logged"),
+    [
+        ([], ["val/loss", "val/top1", "val/top5"], ["val/AP", "val_ema/top1", "val/acc"]),
+        (["model.ema_decay=0.99"], ["val_ema/top1", "val_ema/top5"], ["val_ema/loss"]),
+        (["model=detr_small", "data=shapes_coco"], ["val/AP", "val/AP50", "val/APl"], ["val/top1", "val/loss"]),
+    ],
+)
+def test_a_monitor_the_model_does_not_log_is_refused_before_training(
+        overrides: list[str], logged: list[str], not_logged: list[str], tmp_path: Path) -> None:
+    """Lightning finds an unknown ``monitor`` only when the first validation ends; the job checks it against
+    what the model's validation logs (each name below is one the module's code logs)."""
+    from omegaconf import OmegaConf
+
+    from models.lifecycle.job import build_data_and_model, check_monitored_metrics
+
+    cfg = compose_config(overrides, tmp_path, tmp_path / "data")
+    _, model = build_data_and_model(cfg)
+    for monitor in logged:
+        check_monitored_metrics(OmegaConf.create({"model_checkpoint": {"monitor": monitor}}), model)
+    for monitor in not_logged:
+        with pytest.raises(ValueError, match=rf"^callbacks\.early\.monitor={monitor} is not a metric this model"
+                                             rf" logs; valid: {re.escape(', '.join(model.validation_metrics))}$"):
+            check_monitored_metrics(OmegaConf.create({"early": {"monitor": monitor}}), model)

@@ -423,6 +423,26 @@ def test_image_within_the_limit_loads(tmp_path: Path) -> None:
     assert load_rgb_image(path).getpixel((2, 1)) == (1, 2, 3)
 
 
+def test_a_16_bit_image_is_scaled_not_clipped(tmp_path: Path) -> None:
+    """PIL's own convert("RGB") turns every 16-bit grey value above 255 into white; the loader scales
+    v -> round(v * 255 / 65535), worked here at the ends and the middle of the range."""
+    import numpy as np
+
+    path = tmp_path / "g16.png"
+    Image.fromarray(np.array([[0, 257, 32768, 65535]], dtype=np.uint16)).save(path)
+    assert Image.open(path).mode == "I;16"
+    assert [load_rgb_image(path).getpixel((x, 0)) for x in range(4)] == [(0, 0, 0), (1, 1, 1), (128, 128, 128),
+                                                                         (255, 255, 255)]
+    for array, mode, kind in ((np.zeros((2, 2), np.int32), "I", "32-bit integer"),
+                              (np.zeros((2, 2), np.float32), "F", "floating-point")):
+        path = tmp_path / f"{mode}.tif"
+        Image.fromarray(array).save(path)
+        with pytest.raises(DataConfigError) as err:
+            load_rgb_image(path)
+        assert _one_line(err) == (f"image {path} has {kind} pixels (PIL mode {mode}), whose range of values is not"
+                                  " known; valid: 8-bit or 16-bit images (convert it to 8-bit)")
+
+
 def test_unexpected_decoder_exception_names_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """PIL plugins also fail with struct.error, EOFError, IndexError...: reported as the file's, not raw."""
     path = tmp_path / "odd.png"

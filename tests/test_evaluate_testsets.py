@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from models.lifecycle import job
+from models.lifecycle.files import with_checksum
 from models.lifecycle.identity import identity_config, identity_hash
 from scripts import evaluate_testsets
 from tests.helpers import compose_config
@@ -117,7 +118,7 @@ def test_a_smoke_run_is_left_out(sweep: Path, data_dir: Path, tmp_path: Path, ca
     smoke = tmp_path / "smoke"
     shutil.copytree(sweep / RUN, smoke)
     metrics = json.loads((smoke / "metrics.json").read_text())
-    (smoke / "metrics.json").write_text(json.dumps({**metrics, "train_complete": False}))
+    (smoke / "metrics.json").write_text(json.dumps(with_checksum({**metrics, "train_complete": False})))
     shutil.rmtree(smoke / "testsets", ignore_errors=True)
     assert _main(smoke, data_dir, "--testsets", "relational_right") == 1
     assert f"left out {smoke}: a smoke run (each epoch trained on a part" in capsys.readouterr().out

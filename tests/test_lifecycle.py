@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from models.lifecycle import cli, job, records
-from models.lifecycle.files import RunFileError, atomic_write_json, read_json
+from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
 from models.training import load_checkpoint
 from tests.faults import SignalIn  # noqa: F401  (loaded by Hydra through +callbacks.fault._target_)
 from tests.helpers import ROOT, compose_config, run_cli
@@ -284,7 +284,8 @@ def test_an_output_dir_inside_a_run_or_on_unusable_storage_is_refused(finished: 
     with pytest.raises(cli.CommandLineError, match=f"is inside the run dir {finished}"):
         cli.prepare_output_dir(finished / "checkpoints" / "new", "hydra.run.dir")
     (tmp_path / "file").write_text("")
-    with pytest.raises(cli.CommandLineError, match="cannot be used: Not a directory"):
+    with pytest.raises(cli.CommandLineError,
+                       match=r"cannot be made: \S+/file is in its way \(a file, where a folder belongs\)"):
         cli.prepare_output_dir(tmp_path / "file" / "run", "hydra.sweep.dir")
     with pytest.raises(cli.CommandLineError, match="cannot be used"):
         cli.prepare_output_dir("/proc/self/run", "hydra.run.dir")
@@ -397,12 +398,13 @@ def test_a_copied_or_implausible_metrics_json_is_no_result(finished: Path, tmp_p
     metrics = json.loads((run_dir / "metrics.json").read_text())
     identity = json.loads((run_dir / "run.json").read_text())["identity"]
     assert metrics["identity"] == identity and records.read_metrics(run_dir, identity) == metrics
-    atomic_write_json(run_dir / "metrics.json", {**metrics, "identity": "0123456789abcdef"})  # another run's
+    # another run's
+    atomic_write_json(run_dir / "metrics.json", with_checksum({**metrics, "identity": "0123456789abcdef"}))
     with pytest.raises(RunFileError, match="is another run's"):
         records.read_metrics(run_dir, identity)
     assert records.run_status(run_dir).state == "unreadable"
     # another run's numbers with the identity key removed: nothing shows they are this run's
-    atomic_write_json(run_dir / "metrics.json", {k: v for k, v in metrics.items() if k != "identity"})
+    atomic_write_json(run_dir / "metrics.json", with_checksum({k: v for k, v in metrics.items() if k != "identity"}))
     with pytest.raises(RunFileError, match="has no run identity, so it cannot be shown to be this run's result"):
         records.read_metrics(run_dir, identity)
     assert records.run_status(run_dir).state == "unreadable"
@@ -414,19 +416,31 @@ def test_a_copied_or_implausible_metrics_json_is_no_result(finished: Path, tmp_p
                            f" 1-{metrics['global_step']}"),
                           ({"best_epoch": 99}, f"best_epoch=99 is not within the run's epochs 1-{metrics['epoch']}"),
                           ({"params": -1}, "params=-1 is not a parameter count")):
-        atomic_write_json(run_dir / "metrics.json", {**metrics, **edit})  # an impossible training record
+        atomic_write_json(run_dir / "metrics.json", with_checksum({**metrics, **edit}))  # an impossible training record
         with pytest.raises(RunFileError) as err:
             records.read_metrics(run_dir, identity)
         assert str(err.value) == f"{run_dir / 'metrics.json'} is damaged: {problem}"
-    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 99.0, "val/top5": 62.5})  # edited by hand
+    # edited by hand, with its checksum made again
+    atomic_write_json(run_dir / "metrics.json", with_checksum({**metrics, "val/top1": 99.0, "val/top5": 62.5}))
     with pytest.raises(RunFileError, match="val/top1=99.0 is more than val/top5=62.5, which a test cannot give"):
         records.read_metrics(run_dir, identity)
-    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": True})  # JSON true is no percentage
+    # JSON true is no percentage
+    atomic_write_json(run_dir / "metrics.json", with_checksum({**metrics, "val/top1": True}))
     with pytest.raises(RunFileError, match=r"val/top1=True is not a percentage in \[0, 100\]"):
         records.read_metrics(run_dir, identity)
-    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": 1e9})
+    atomic_write_json(run_dir / "metrics.json", with_checksum({**metrics, "val/top1": 1e9}))
     with pytest.raises(RunFileError, match=r"val/top1=1000000000.0 is not a percentage in \[0, 100\]"):
         records.read_metrics(run_dir, identity)
+    # a number changed by hand, with the checksum left as the run wrote it, or the checksum removed
+    atomic_write_json(run_dir / "metrics.json", {**metrics, "val/top1": metrics["val/top1"] - 0.5})
+    with pytest.raises(RunFileError) as err:
+        records.read_metrics(run_dir, None)  # checked also without run.json, as the file carries a checksum
+    assert str(err.value) == (f"{run_dir / 'metrics.json'} is damaged: its content does not match its checksum: it"
+                              " was changed after the run wrote it")
+    atomic_write_json(run_dir / "metrics.json", {k: v for k, v in metrics.items() if k != "checksum"})
+    with pytest.raises(RunFileError, match="is damaged: it has no checksum, which every result file the run writes"):
+        records.read_metrics(run_dir, identity)
+    assert records.read_metrics(run_dir, None)["val/top1"] == metrics["val/top1"]  # an archived run of old
 
 
 def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:

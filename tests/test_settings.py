@@ -148,16 +148,23 @@ BAD = [
     ("trainer.max_epochs=0",
      "trainer.max_epochs=0 must be -1 (unlimited), an integer >= 1 or null (Lightning's default)"),
     ("trainer.max_steps=0", "trainer.max_steps=0 must be -1 (unlimited) or an integer >= 1"),
+    *((f"trainer.max_time={value}", f"trainer.max_time={shown} must be a duration 'DD:HH:MM:SS' longer than 0, a"
+       " mapping of datetime.timedelta arguments, each >= 0 and not all 0 or null (no limit)")
+      for value, shown in (("{minutes:-5}", "{minutes: -5}"), ("{hours:0,minutes:0}", "{hours: 0, minutes: 0}"),
+                           ("00:00:00:00", "'00:00:00:00'"), ("{minutes:nan}", "{minutes: nan}"))),
+    ("trainer.max_time={mins:5}", "trainer.max_time.mins=5 is not an argument of datetime.timedelta; valid keys of"
+     " trainer.max_time: weeks, days, hours, minutes, seconds, milliseconds, microseconds"),
     ("trainer.limit_train_batches=1.5",
      "trainer.limit_train_batches=1.5 must be an integer >= 0 (batches), a fraction >= 0 and <= 1 or null "
      "(all batches)"),
     ("trainer.limit_val_batches=-1",
      "trainer.limit_val_batches=-1 must be an integer >= 0 (batches), a fraction >= 0 and <= 1 or null (all batches)"),
     ("trainer.val_check_interval=0", "trainer.val_check_interval=0 must be an integer >= 1 (batches), a fraction "
-     "> 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null (once per epoch)"),
+     "> 0 and <= 1, a duration 'DD:HH:MM:SS' longer than 0, a mapping of datetime.timedelta arguments, each >= 0"
+     " and not all 0 or null (once per epoch)"),
     ("trainer.val_check_interval=1.5", "trainer.val_check_interval=1.5 must be an integer >= 1 (batches), a "
-     "fraction > 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null "
-     "(once per epoch)"),
+     "fraction > 0 and <= 1, a duration 'DD:HH:MM:SS' longer than 0, a mapping of datetime.timedelta arguments,"
+     " each >= 0 and not all 0 or null (once per epoch)"),
     ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val=-1.0 must be >= 0 or null (no clipping)"),
     ("trainer.log_every_n_steps=-1",
      "trainer.log_every_n_steps=-1 must be an integer >= 0 (0: no step logging) or null (Lightning's default)"),

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from models.lifecycle.files import with_checksum
 from models.lifecycle.identity import cell_key, identity_config, identity_hash, run_length
 from models.lifecycle.records import RunRecord, lock_run_dir, release_lock
 from scripts import archive_runs, make_tables
@@ -55,7 +56,9 @@ def _run(root: Path, name: str, job: str, seed: int, metrics: object = None, sta
     if isinstance(metrics, dict) and state is not None:  # a job's metrics.json names its run's identity
         metrics = {**metrics, "identity": identity_hash(identity)}
     if metrics is not None:
-        (run_dir / "metrics.json").write_text(metrics if isinstance(metrics, str) else json.dumps(metrics))
+        text = metrics if isinstance(metrics, str) else json.dumps(
+            with_checksum(metrics) if isinstance(metrics, dict) else metrics)
+        (run_dir / "metrics.json").write_text(text)
     if state is not None:  # what the job writes, through the lifecycle's only writer of run.json
         RunRecord(run_dir, identity_hash(identity), identity, run_length(cfg)).save(state)
     return run_dir

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from models.lifecycle.files import with_checksum
 from models.lifecycle.identity import identity_config, identity_hash, run_length
 from models.lifecycle.records import RunRecord
 from models.testsets import _NAME, result_path, write_result
@@ -44,7 +45,7 @@ def _run(root: Path, job: str, seed: int, top1: float) -> Path:
     (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}", *job.split(",")]))
     identity = identity_config(OmegaConf.to_container(cfg))
     metrics = {"val/top1": top1, "val/top5": 100.0, "identity": identity_hash(identity)}
-    (run_dir / "metrics.json").write_text(json.dumps(metrics) + "\n")
+    (run_dir / "metrics.json").write_text(json.dumps(with_checksum(metrics)) + "\n")
     RunRecord(run_dir, identity_hash(identity), identity, run_length(cfg)).save("finished")
     return run_dir
 
@@ -212,6 +213,10 @@ def _damage(path: Path, damage: str, run_dir: Path) -> None:
         record["ape_rule"] = "extend"
     elif damage == "shorter run":
         record["length"] = {"max_epochs": 1, "max_steps": -1}
+    elif damage == "edited":  # a plausible number put in by hand
+        record["metrics"]["val/top1"] = 71.0
+    elif damage == "no checksum":  # an identity, so written by an eval.py that seals what it writes
+        del record["checksum"]
     elif damage == "truncated":
         path.write_text(path.read_text()[:40])
         return
@@ -237,6 +242,9 @@ def _damage(path: Path, damage: str, run_dir: Path) -> None:
     ("other rule", f"{INTERPOLATE}.json", "it holds the result of ape_rule 'extend', its file name says"
                                           " 'interpolate': renamed?"),
     ("shorter run", f"{INTERPOLATE}.json", "it was evaluated when the run's length was {'max_epochs': 1,"),
+    ("edited", f"{INTERPOLATE}.json", "the file is damaged: its content does not match its checksum: it was changed"
+                                      " after the run wrote it"),
+    ("no checksum", f"{INTERPOLATE}.json", "the file is damaged: it has no checksum"),
     ("truncated", f"{INTERPOLATE}.json", "the file is damaged: not valid JSON"),
     ("list", f"{INTERPOLATE}.json", "the file is damaged: it holds a JSON list, not a dict"),
     ("symlink", f"{INTERPOLATE}.json", "the file cannot be used: it is a symlink (to"),
@@ -264,11 +272,11 @@ def test_a_result_that_cannot_be_trusted_is_listed_by_name_and_not_counted(
 
 
 def test_a_result_without_identity_is_taken_as_the_runs(tmp_path: Path) -> None:
-    """Result files written before eval.py recorded the identity: nothing to check them against."""
+    """Result files written before eval.py recorded the identity (or a checksum): nothing to check them against."""
     runs = _own_runs(tmp_path)
     path = _result(runs[(K, 0)], 60.0)
     record = json.loads(path.read_text())
-    del record["identity"]
+    del record["identity"], record["checksum"]
     path.write_text(json.dumps(record))
     assert _table(tmp_path).cells[("k", "with APE")].testset_stats(INTERPOLATE, "val/top1") == (60.0, None, 1)
 

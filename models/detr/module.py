@@ -175,6 +175,11 @@ class DetectionModule(L.LightningModule):
         for name in METRIC_NAMES:
             self.log(f"val/{name}", stats[name], prog_bar=name in ("AP", "AP50"), sync_dist=False)
 
+    @property
+    def validation_metrics(self) -> tuple[str, ...]:
+        """The names every validation epoch logs (what a checkpoint callback may monitor)."""
+        return tuple(f"val/{name}" for name in METRIC_NAMES)
+
     def on_validation_epoch_start(self) -> None:
         self._results = {}
 

@@ -133,6 +133,13 @@ def prepare_output_dir(path: Any, key: str) -> None:
         raise CommandLineError(f"{key}={text!r} is inside the run dir {inside}; valid: a folder outside every run dir")
     if folder.is_dir():
         return  # an existing run (a rerun may need no write at all) or sweep dir: its job checks what it writes
+    blocking = next((p for p in (*reversed(folder.parents), folder) if os.path.lexists(p) and not p.is_dir()), None)
+    if blocking is not None:
+        from models.lifecycle.files import describe_non_file
+
+        raise CommandLineError(f"{key}={text!r} cannot be made: {blocking} is in its way ("
+                               f"{describe_non_file(blocking).removeprefix('it is ')}, where a folder belongs);"
+                               " valid: a writable folder")
     try:
         folder.mkdir(parents=True)
         probe = folder / f".write-check-{os.getpid()}"
@@ -165,22 +172,43 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> Non
                                f"{made_by!r}); valid: the same command again, or a new hydra.sweep.dir")
 
 
+def _swept_values(override: Any) -> list[str] | None:
+    """The values a sweep override gives, in Hydra's order; ``None`` for an interval (optuna draws them). A
+    ``glob`` is matched against the group's options, which Hydra only does when it launches the jobs."""
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        group = override.get_key_element().lstrip("+~")
+        options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) if (CONFIG_DIR / group).is_dir() else []
+        values = override.value().filter(options)
+        bases = [v for v in values if v.startswith("_")]
+        if bases:
+            raise CommandLineError(f"{override.input_line} matches {', '.join(bases)}, a shared base and not a choice;"
+                                   " valid: add exclude=_* (glob(*,exclude=_*)), or a glob over"
+                                   f" {', '.join(group_options(group))}")
+    else:
+        try:
+            values = list(override.sweep_string_iterator())
+        except HydraException:
+            return None
+    if not values:
+        globbed = override.value_type == ValueType.GLOB_CHOICE_SWEEP
+        valid = f" (options: {', '.join(group_options(group))})" if globbed else " (range(0,3) is 0, 1, 2)"
+        raise CommandLineError(f"{override.input_line} sweeps over no values; valid: a sweep of at least one"
+                               f" value{valid}")
+    return values
+
+
 def _first_of_sweeps(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
 
     single = []
     for override in OverridesParser.create().parse_overrides(overrides):
-        if override.is_sweep_override():
-            try:
-                first = next(iter(override.sweep_string_iterator()))
-            except HydraException:
-                continue
-            except StopIteration:
-                raise CommandLineError(f"{override.input_line} sweeps over no values; valid: a sweep of at least"
-                                       " one value (range(0,3) is 0, 1, 2)") from None
-            single.append(f"{override.get_key_element()}={first}")
-        else:
+        values = _swept_values(override) if override.is_sweep_override() else None
+        if values is not None:
+            single.append(f"{override.get_key_element()}={values[0]}")
+        elif not override.is_sweep_override():
             single.append(override.input_line)
     return single
 
@@ -189,19 +217,13 @@ def _each_swept_value(overrides: list[str]) -> list[list[str]]:
     """One command line per further value of each swept key, the other keys at their first value: a value
     that a job would refuse (``-m seed=0,-1``) is found before the first job trains."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     first = _first_of_sweeps(overrides)
     lines = []
     for i, override in enumerate(parsed):
-        if not override.is_sweep_override():
-            continue
-        try:
-            values = list(override.sweep_string_iterator())
-        except HydraException:
-            continue  # an interval (optuna): the sweeper draws its values
-        for value in values[1:]:
+        values = _swept_values(override) if override.is_sweep_override() else None
+        for value in (values or [])[1:]:
             lines.append([*first[:i], f"{override.get_key_element()}={value}", *first[i + 1:]])
     return lines
 
@@ -303,6 +325,15 @@ def _check_sweep_subdir(subdir: Any) -> None:
                                " valid: a relative path without '..' (the default: the job's number)")
 
 
+def _refuse_run_name_in_sweep(overrides: list[str]) -> None:
+    """A sweep job's run dir is ``hydra.sweep.dir/<subdir>``, so a ``run_name`` would be ignored without a word."""
+    given = next((o for o in overrides if re.match(r"[+~]?run_name=", o)), None)
+    if given is not None:
+        raise CommandLineError(f"{given} names a single run's dir, which a sweep does not use: its jobs' run dirs are"
+                               " hydra.sweep.dir/<hydra.sweep.subdir>; valid: hydra.sweep.dir=... (sweep configs:"
+                               " sweep_name=...), or drop -m for one run")
+
+
 def check_overrides(argv: list[str], config_name: str) -> None:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
@@ -342,6 +373,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
             if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
+                _refuse_run_name_in_sweep(overrides)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")
                 keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -114,14 +115,42 @@ def atomic_write_json(path: str | os.PathLike, data: Any, make_parents: bool = T
     atomic_write_bytes(path, text.encode(), make_parents=make_parents)
 
 
+CHECKSUM = "checksum"  # the key of a result file's own checksum (`with_checksum`)
+
+
+def content_checksum(record: dict[str, Any]) -> str:
+    """A hash of ``record`` without its checksum key: JSON numbers read back as they were written, so the hash
+    of the record as read equals the one written unless a value was changed."""
+    content = {k: v for k, v in record.items() if k != CHECKSUM}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def with_checksum(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its checksum, for a result file: a number edited afterwards no longer matches."""
+    return {**record, CHECKSUM: content_checksum(record)}
+
+
+def checksum_problem(record: dict[str, Any]) -> str:
+    """Why ``record`` (a result file as read) is not as its writer left it, or ''."""
+    if CHECKSUM not in record:
+        return "it has no checksum, which every result file the run writes has (copied from elsewhere, or written" \
+               " by an older version?)"
+    if record[CHECKSUM] != content_checksum(record):
+        return "its content does not match its checksum: it was changed after the run wrote it"
+    return ""
+
+
 def describe_non_file(path: Path) -> str:
     """What stands at ``path`` instead of a plain file: a symlink, a directory, a device..."""
     if path.is_symlink():
-        return f"it is a symlink (to {os.readlink(path)})"
+        dangling = "" if path.exists() else ", which does not exist"
+        return f"it is a symlink (to {os.readlink(path)}{dangling})"
     if path.is_dir():
         return "it is a directory"
     if path.is_file():
         return "it is a file"
+    if path.is_char_device() or path.is_block_device():
+        return "it is a device"
     return "it is not a plain file"
 
 

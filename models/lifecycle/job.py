@@ -29,7 +29,14 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from models.lifecycle.cli import one_line, report_user_error, say, user_error_types
-from models.lifecycle.files import RunFileError, atomic_write_bytes, atomic_write_json, guarded, remove_stale_temp_files
+from models.lifecycle.files import (
+    RunFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    guarded,
+    remove_stale_temp_files,
+    with_checksum,
+)
 from models.lifecycle.identity import config_differences, identity_config, identity_hash, past_run_length, run_length
 from models.lifecycle.records import (
     BEST,
@@ -82,6 +89,18 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
     model = instantiate(cfg.model, rpe=rpe, num_classes=datamodule.num_classes, _convert_="all")
     check_generator_patch(datamodule, model)
     return datamodule, model
+
+
+def check_monitored_metrics(callbacks_cfg: DictConfig | None, model: L.LightningModule) -> None:
+    """A callback's ``monitor`` must be a metric the model logs, or the run fails only after its first epoch."""
+    logged = getattr(model, "validation_metrics", None)
+    if not isinstance(callbacks_cfg, DictConfig) or logged is None:
+        return
+    for name, node in callbacks_cfg.items():
+        monitor = node.get("monitor") if isinstance(node, DictConfig) else None
+        if isinstance(monitor, str) and monitor not in logged:
+            raise ValueError(f"callbacks.{name}.monitor={monitor} is not a metric this model logs; valid:"
+                             f" {', '.join(logged)}")
 
 
 def check_generator_patch(datamodule: Any, model: L.LightningModule) -> None:
@@ -531,6 +550,11 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         elif stored is not None and _claims_limits_it_has_not(stored, cfg):
             stored, problem = None, (f"{run_dir / METRICS} says the run trained or tested on part of its splits,"
                                      " which its config does not limit")
+        elif stored is not None and os.path.lexists(run_dir / FAILURE):
+            # the job removes failed.json before it runs again, so one beside a finished record was put there
+            # later: the records disagree, and re-testing settles which is true
+            stored, problem = None, (f"{run_dir / FAILURE} says the run failed, while {run_dir / RUN_RECORD} says"
+                                     " finished")
         if stored is not None:  # the result was recorded from best.ckpt: it stands, whatever became of the weights
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
@@ -559,6 +583,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     _install_ddp_child_command(run_dir, script)
 
     datamodule, model = build_data_and_model(cfg)
+    check_monitored_metrics(cfg.get("callbacks"), model)
     if rank0:
         datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
     trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"), run_hparams(cfg))
@@ -615,7 +640,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
                                  and not cfg.trainer.get("overfit_batches"))  # overfitting a few batches: a smoke run
     metrics = _finite_metrics(metrics)
     if trainer.is_global_zero:
-        atomic_write_json(run_dir / METRICS, metrics, make_parents=False)
+        atomic_write_json(run_dir / METRICS, with_checksum(metrics), make_parents=False)
         job.record.save("finished")
         summary = ", ".join(f"{k} {metrics[k]:.2f}" for k in ("val/top1", "val/top5", "val/AP")
                             if metrics.get(k) is not None)

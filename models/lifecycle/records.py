@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from models.lifecycle.files import (
+    CHECKSUM,
     RunFileError,
     atomic_write_json,
     check_plain_file,
+    checksum_problem,
     describe_non_file,
     guarded,
     read_json,
@@ -198,6 +200,10 @@ def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] |
                            " test of a finished run always records")
     if identity is not None:
         _check_training_record(path, metrics)
+    # last, so that a value no run can record is named: what passes the checks above but was changed by hand
+    problem = checksum_problem(metrics) if identity is not None or CHECKSUM in metrics else ""
+    if problem:
+        raise RunFileError(f"{path} is damaged: {problem}")
     return metrics
 
 

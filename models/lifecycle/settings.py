@@ -306,8 +306,26 @@ BATCH_LIMIT = (integer("[0, inf)", "batches"), FRACTION)
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
               "32-true", "64-true", "64", "32", "16", "bf16")
-TIME = text(r"\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS'")
-TIMEDELTA = Kwargs("a mapping of datetime.timedelta arguments")
+TIME = text(r"(?!0+:0+:0+:0+$)\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS' longer than 0")
+TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
+
+
+@dataclass(frozen=True)
+class Duration(Kwargs):
+    """A mapping of ``datetime.timedelta`` arguments: each a number >= 0, and not all 0."""
+
+    def accepts(self, value: Any) -> bool:
+        if not isinstance(value, dict):
+            return False
+        numbers = [v for k, v in value.items() if k in TIMEDELTA_KEYS]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                   for v in numbers):
+            return False
+        return any(v > 0 for v in numbers) or len(numbers) < len(value)  # an unknown key: bad_key names it
+
+
+TIMEDELTA = Duration("a mapping of datetime.timedelta arguments, each >= 0 and not all 0",
+                     keys=lambda: TIMEDELTA_KEYS, owner="datetime.timedelta")
 FOLDER = text(r"(?s).*\S.*", "a folder path (not empty)")
 
 RULES: tuple[Rule, ...] = (

@@ -29,7 +29,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from models.lifecycle.files import RunFileError, check_plain_file, describe_non_file, read_json
+from models.lifecycle.files import (
+    CHECKSUM,
+    RunFileError,
+    check_plain_file,
+    checksum_problem,
+    describe_non_file,
+    read_json,
+)
 from models.lifecycle.identity import (
     SEED_KEY,
     config_differences,
@@ -440,6 +447,11 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
         if key in PERCENT_METRICS and not 0 <= number <= 100:
             raise TableError(f"the file is damaged: {key}={number!r} is not a percentage in [0, 100]")
         numbers[key] = float(number)
+    # last, so that a value eval.py cannot write is named: a result it wrote carries a checksum of its content
+    if value.get("identity") is not None or CHECKSUM in value:
+        problem = checksum_problem(value)
+        if problem:
+            raise TableError(f"the file is damaged: {problem}")
     return rule, numbers
 
 
