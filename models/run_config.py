@@ -140,6 +140,9 @@ def build_data_and_model(cfg: DictConfig, data_root: str | Path | None = None) -
     data = OmegaConf.to_container(cfg.data, resolve=False)
     if data_root is not None:
         data["root"] = str(data_root)
+    elif not str(data.get("root", "")).strip():  # Path("") would read the working dir as the data
+        raise RunDataError(f"data.root={data.get('root')!r} in the run's config names no data folder; pass"
+                           " data_root=<folder> (plot_rpe.py: --data-root) pointing at existing data")
     data_cls = _load_allowed(DATA_MODULES, data.pop("_target_"))
     generator = data.get("generator")
     if isinstance(generator, dict) and "_target_" in generator:  # COCO's generator is plain kwargs

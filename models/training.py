@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from models.lifecycle.files import RunFileError, guarded, replace_durably, temp_path_for
 
@@ -151,6 +153,11 @@ class ResumeCheckpoint(Checkpoint):
         if self._rng_to_restore is not None:
             set_rng_states(self._rng_to_restore)
             self._rng_to_restore = None
+        position = getattr(trainer.datamodule, "resume_position", None)
+        if position is not None and position[1] > 0:  # the training loader's sampler did not take it
+            sampler = type(getattr(trainer.train_dataloader, "sampler", None)).__name__
+            rank_zero_warn(f"resumed in the middle of epoch {position[0]} ({position[1]} batches done), but the"
+                           f" training loader's sampler ({sampler}) cannot skip them: this epoch sees them again")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         if self.stop_signal is not None:
@@ -202,6 +209,10 @@ class ResumeCheckpoint(Checkpoint):
         self._rng_to_restore = checkpoint.get("rng_states")
         if trainer.datamodule is not None and "loader_position" in checkpoint:
             trainer.datamodule.resume_position = tuple(checkpoint["loader_position"])
+            # Lightning warns of "unreliable results" on any mid-epoch resume whose loader has no state_dict;
+            # ours resumes through its sampler, and on_train_start warns when the sampler could not
+            warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the"
+                                                      " epoch ended")
 
 
 class FiniteLossGuard(L.Callback):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -443,6 +444,22 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={tmp_path / 'nowhere'}"))
     assert str(err.value).startswith(f"data.root={tmp_path / 'nowhere'} named by the data_root= override does"
                                      " not exist")
+    # a device, and a symlink to nothing, are named for what they are
+    dangling = tmp_path / "gone.ckpt"
+    dangling.symlink_to(tmp_path / "nothing.ckpt")
+    for path, what in (("/dev/null", "it is a device"),
+                       (dangling, f"it is a symlink (to {tmp_path / 'nothing.ckpt'}, which does not exist)")):
+        cfg = compose_config([f"ckpt_path={path}"], tmp_path / "eval", data_dir, config_name="eval")
+        with pytest.raises(FileNotFoundError) as err:
+            eval_script.evaluate(cfg)
+        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}"
+    # an empty data.root in the run's config.yaml is no folder (not the working dir)
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(re.sub(r"(?m)^  root: .*$", "  root: ''", config, count=1))
+    with pytest.raises(ValueError) as err:
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+    assert str(err.value) == ("data.root='' in the run's config names no data folder; pass data_root=<folder>"
+                              " (plot_rpe.py: --data-root) pointing at existing data")
 
 
 def test_a_checkpoint_trained_past_the_runs_length_is_not_evaluated(run_dir: Path, tmp_path: Path,
