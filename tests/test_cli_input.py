@@ -234,6 +234,9 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
     for sweep in (["seed=0,1"], ["sweep=shift_mini"]):
         with pytest.raises(cli.CommandLineError, match=r"^run_name=x names a single run's dir, which a sweep does"):
             cli.check_overrides(["-m", *sweep, "run_name=x", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    with pytest.raises(cli.CommandLineError, match=r"^hydra\.run\.dir=/tmp/x is not a setting: a run's dir is"
+                                                   r" paths\.log_dir/run_name"):
+        cli.check_overrides(["hydra.run.dir=/tmp/x", "run_name=y", "debug=fast"], "train")  # run_name was ignored
     deep = "/".join(["a" * 200] * 23)
     with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
         cli.check_run_location(deep, tmp_path)

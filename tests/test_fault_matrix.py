@@ -32,6 +32,7 @@ import torch
 import yaml
 
 from models.lifecycle import job
+from models.lifecycle.files import with_checksum
 from tests.helpers import ROOT, compose_config
 
 FILES: dict[str, str] = {  # path in the run dir -> kind
@@ -39,7 +40,7 @@ FILES: dict[str, str] = {  # path in the run dir -> kind
     ".hydra/config.yaml": "yaml", ".hydra/overrides.yaml": "yaml", "run.lock": "lock",
     "checkpoints/last.ckpt": "ckpt", "checkpoints/best.ckpt": "ckpt", "checkpoints": "folder", ".": "run dir",
 }
-DAMAGES = ("missing", "empty", "truncated", "wrong type", "no number", "edited", "wrong kind",
+DAMAGES = ("missing", "empty", "truncated", "wrong type", "no number", "edited", "other length", "wrong kind",
            "symlink elsewhere", "read-only", "full disk")
 COMMANDS = ("train", "eval", "plot_rpe", "make_tables", "archive_runs")
 CONTENT_DAMAGES = ("empty", "truncated", "wrong type")
@@ -49,7 +50,7 @@ FILE_DAMAGES = ("missing", *CONTENT_DAMAGES, "wrong kind", "symlink elsewhere")
 def applies(file: str, damage: str) -> bool:
     """Which damages a path can have: a lock file has no content to damage, a folder none at all."""
     kind = FILES[file]
-    if damage in ("no number", "edited"):  # the result file, well-formed but its headline null or changed
+    if damage in ("no number", "edited", "other length"):  # the result file, well-formed but not the run's
         return file == "metrics.json"
     if kind == "run dir":
         return damage in ("read-only", "full disk")
@@ -128,6 +129,12 @@ def _damage(run_dir: Path, file: str, damage: str, other: Path) -> None:
         path.write_bytes(data[: max(1, len(data) // 2)])
     elif damage == "no number":
         path.write_text(json.dumps({**json.loads(path.read_text()), "val/top1": None}) + "\n")
+    elif damage == "other length":  # the same config's result after one more epoch, as its job wrote it
+        record = json.loads(path.read_text())
+        steps = record["global_step"] // record["epoch"]
+        record.update(epoch=record["epoch"] + 1, global_step=record["global_step"] + steps,
+                      best_epoch=record["epoch"] + 1)
+        path.write_text(json.dumps(with_checksum(record), indent=2, sort_keys=True) + "\n")
     elif damage == "edited":  # a plausible number put in by hand: the file is otherwise as the run wrote it
         record = json.loads(path.read_text())
         record["val/top1"] += -0.5 if record["val/top1"] >= 0.5 else 0.5
@@ -243,7 +250,7 @@ def _run_command(command: str, run_dir: Path, data_dir: Path, tmp_path: Path, ca
     return {"archive": tmp_path / "archive" / run_dir.parent.name / run_dir.name}
 
 
-# Every cell runs in `make test` (386 cells, about 2 minutes on one core).
+# Every cell runs in `make test` (391 cells, about 2 minutes on one core).
 @pytest.mark.parametrize(("command", "file", "damage"), CELLS, ids=[f"{c}|{f}|{d}" for c, f, d in CELLS])
 def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path], data_dir: Path,
                       tmp_path: Path, capsys) -> None:

@@ -206,6 +206,16 @@ def test_a_log_dir_that_is_a_file_and_a_run_dir_holding_runs_are_refused(tmp_pat
     (tmp_path / "group" / "run1" / "run.json").write_text("{}")
     with pytest.raises(cli.CommandLineError, match="holds other runs"):
         cli.check_run_location("group", tmp_path)
+    # at any depth, and a run without run.json (config.yaml and checkpoints/, as an older version left it)
+    (tmp_path / "sub" / "deeper" / "x" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "sub" / "deeper" / "x" / "config.yaml").write_text("seed: 0\n")
+    for name in ("sub", "sub/deeper"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_run_location(name, tmp_path)
+        held = "deeper/x" if name == "sub" else "x"
+        assert str(err.value) == (f"run_name='{name}': {tmp_path / name} holds other runs ({held}/); valid: a name"
+                                  f" of its own, e.g. run_name={name}/<new name>")
+    cli.check_run_location("sub/deeper/x", tmp_path)  # the run itself: a rerun
 
 
 def test_a_full_disk_while_training_is_one_line_and_the_run_resumes(tmp_path: Path, data_dir: Path,
@@ -219,9 +229,12 @@ def test_a_full_disk_while_training_is_one_line_and_the_run_resumes(tmp_path: Pa
     run_dir = tmp_path / "run"
     monkeypatch.setattr(training.torch, "save", no_space)
     cfg = compose_config(TINY, run_dir, data_dir)
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as exit_:
         job.run_job(cfg, ROOT / "train.py")
     assert exit_.value.code == 2
+    # once the job has ended, a stop signal is no longer the job's (one while Python exits gave a traceback)
+    assert signal.getsignal(signal.SIGTERM) is before
     [line] = _errors(capsys.readouterr().err)
     assert "cannot write checkpoint" in line and "no space left on the device" in line, line
     assert records.run_status(run_dir).state == "failed"
@@ -507,3 +520,18 @@ def test_a_mapping_max_time_reaches_lightning_as_a_duration() -> None:
                                                   "accelerator": "cpu", "logger": False}))
     [timer] = [c for c in trainer.callbacks if isinstance(c, Timer)]
     assert timer._duration == 300.0
+
+
+@pytest.mark.parametrize(("metrics", "length", "problem"), [
+    ({"epoch": 3, "global_step": 24}, {"max_epochs": 3, "max_steps": -1}, ""),
+    ({"epoch": 2, "global_step": 50}, {"max_epochs": 3, "max_steps": 50}, ""),  # max_steps came first
+    ({"epoch": 3, "global_step": 24}, {"max_epochs": 4, "max_steps": -1},
+     "it records 3 epochs (24 steps), while the run trains to trainer.max_epochs=4"),  # before an extension
+    ({"epoch": 4, "global_step": 32}, {"max_epochs": 3, "max_steps": 40},
+     "it records 4 epochs (32 steps), while the run trains to trainer.max_epochs=3 and trainer.max_steps=40"),
+    ({"epoch": 5, "global_step": 40}, {"max_epochs": -1, "max_steps": -1}, ""),  # a time limit only: no length
+    ({"val/top1": 50.0}, {"max_epochs": 3, "max_steps": -1}, ""),  # no training record to check
+])
+def test_a_result_is_of_the_runs_length(metrics: dict, length: dict, problem: str) -> None:
+    """A result is made only by a run that trained to its end: its epochs or steps are the run's length."""
+    assert records.result_length_problem(metrics, length) == problem

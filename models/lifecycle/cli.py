@@ -102,11 +102,19 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
             raise CommandLineError(f"paths.log_dir={str(log_dir)!r}: {folder} is a file, where the run dir's folder "
                                    "belongs; valid: a folder (or a path that does not exist yet)")
     run_dir = root.joinpath(*parts)
-    if run_dir.is_dir():
-        nested = next((c for c in run_dir.iterdir() if c.is_dir() and (c / "run.json").is_file()), None)
-        if nested is not None:
-            raise CommandLineError(f"run_name={name!r}: {run_dir} holds other runs ({nested.name}/); "
-                                   "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
+    nested = _first_run_inside(run_dir) if run_dir.is_dir() else None
+    if nested is not None:
+        raise CommandLineError(f"run_name={name!r}: {run_dir} holds other runs ({nested.relative_to(run_dir)}/); "
+                               "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
+
+
+def _first_run_inside(folder: Path) -> Path | None:
+    """A run dir at any depth below ``folder`` (not ``folder`` itself), or None; symlinks are not followed."""
+    for parent, dirs, _ in os.walk(folder):
+        for name in sorted(dirs):
+            if _is_run_dir(Path(parent) / name):
+                return Path(parent) / name
+    return None
 
 
 def _is_run_dir(folder: Path) -> bool:
@@ -372,6 +380,11 @@ def check_overrides(argv: list[str], config_name: str) -> None:
             check_schedule(cfg)
             if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
+            run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
+            if run_dir_given is not None and not multirun:
+                raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
+                                       " which its records, its reruns and the tables go by; valid:"
+                                       " paths.log_dir=<folder> run_name=<name>")
             if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)

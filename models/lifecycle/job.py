@@ -57,7 +57,7 @@ from models.lifecycle.records import (
     read_run_record,
     release_lock,
 )
-from models.lifecycle.signals import StopSignals, chain_previous_handler, install_stop_signals
+from models.lifecycle.signals import StopSignals, chain_previous_handler, install_stop_signals, restore_stop_signals
 from models.training import IDENTITY_KEY, RunInterrupted, load_checkpoint
 
 
@@ -541,7 +541,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     finished = earlier is not None and earlier.get("state") == "finished" and earlier.get("length") == length
     if finished and rank0:
         try:
-            stored = read_metrics(run_dir, identity_id)
+            stored = read_metrics(run_dir, identity_id, length)
             problem = "" if stored is not None else f"{run_dir / METRICS} is missing"
         except RunFileError as err:
             stored, problem = None, str(err)
@@ -765,6 +765,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
         raise
     finally:
         release_lock(job.lock)  # after the run record's last write
+        restore_stop_signals()
         finish_wandb(exit_code)
         os.environ.clear()
         os.environ.update(environment)

@@ -167,7 +167,8 @@ PERCENT_METRICS = ("val/top1", "val/top5", "val/AP", "val/AP50", "val/AP75", "va
                    "val_ema/top1", "val_ema/top5")
 
 
-def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] | None:
+def read_metrics(run_dir: Path, identity: str | None = None, length: dict[str, Any] | None = None
+                 ) -> dict[str, Any] | None:
     """``metrics.json`` (``None`` when absent). A damaged file, one that names another run's identity (copied
     from elsewhere), or a percentage outside [0, 100] raise `RunFileError`: such numbers are no result.
     With ``identity`` (the run has ``run.json``) the file must carry that identity; archived runs without
@@ -200,11 +201,33 @@ def read_metrics(run_dir: Path, identity: str | None = None) -> dict[str, Any] |
                            " test of a finished run always records")
     if identity is not None:
         _check_training_record(path, metrics)
+    if identity is not None and length is not None:
+        problem = result_length_problem(metrics, length)
+        if problem:
+            raise RunFileError(f"{path} is another length's result: {problem}")
     # last, so that a value no run can record is named: what passes the checks above but was changed by hand
     problem = checksum_problem(metrics) if identity is not None or CHECKSUM in metrics else ""
     if problem:
         raise RunFileError(f"{path} is damaged: {problem}")
     return metrics
+
+
+def result_length_problem(metrics: dict[str, Any], length: dict[str, Any]) -> str:
+    """Why ``metrics`` (epochs and steps trained) are not the result of a run of ``length`` (`run_length`), or
+    ''. A result is only made by a run that trained to its end, so its epochs are ``max_epochs`` or its steps
+    ``max_steps``: other numbers are those of the same config run shorter or longer (an extension's earlier
+    or later metrics.json)."""
+    epoch, step = metrics.get("epoch"), metrics.get("global_step")
+    max_epochs, max_steps = length.get("max_epochs"), length.get("max_steps")
+    by_epochs = isinstance(max_epochs, int) and max_epochs > 0
+    by_steps = isinstance(max_steps, int) and max_steps > 0
+    if not (_is_number(epoch) and _is_number(step)) or not (by_epochs or by_steps):
+        return ""  # no record of what it trained (an older file), or a run limited by time only
+    if (by_epochs and epoch == max_epochs) or (by_steps and step == max_steps):
+        return ""
+    limits = " and ".join(f"trainer.{k}={v}" for k, v in (("max_epochs", max_epochs), ("max_steps", max_steps))
+                          if isinstance(v, int) and v > 0)
+    return f"it records {epoch} epochs ({step} steps), while the run trains to {limits}"
 
 
 def _is_number(value: Any) -> bool:
@@ -253,7 +276,7 @@ def run_status(run_dir: Path) -> RunStatus:
     try:
         record = read_run_record(run_dir)
         failure = read_json(run_dir / FAILURE)
-        metrics = read_metrics(run_dir, record["identity"] if record is not None else None)
+        metrics = read_metrics(run_dir, *((record["identity"], record.get("length")) if record is not None else ()))
     except RunFileError as err:
         return RunStatus("unreadable", problem=str(err))
     if failure is not None:

@@ -69,6 +69,17 @@ def install_stop_signals() -> None:
             StopSignals.previous[signum] = previous
 
 
+def restore_stop_signals() -> None:
+    """After a job, the stop signals get back the handlers they had (default: end the process): a signal
+    while the process exits (Python's atexit callbacks) then ends it without a traceback, and no job is
+    left to record anything."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in STOP_SIGNALS:
+        previous = StopSignals.previous.get(signum)
+        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+
+
 def chain_previous_handler(signum: int) -> None:
     """Let a launcher's own handler (submitit requeues on SIGUSR2) act once our checkpoint is saved."""
     previous = StopSignals.previous.get(signum)
