@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from models.lifecycle import cli, job, records
 from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
@@ -535,3 +536,21 @@ def test_a_mapping_max_time_reaches_lightning_as_a_duration() -> None:
 def test_a_result_is_of_the_runs_length(metrics: dict, length: dict, problem: str) -> None:
     """A result is made only by a run that trained to its end: its epochs or steps are the run's length."""
     assert records.result_length_problem(metrics, length) == problem
+
+
+def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Path, tmp_path: Path) -> None:
+    """config.yaml and metrics.json agree on the run's identity; run.json, swapped in from another run of
+    the same sweep (another seed), does not: the tables name run.json, not metrics.json."""
+    from models.lifecycle.identity import identity_config, identity_hash
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    other = {**record["config"], "seed": record["config"]["seed"] + 1}
+    records.RunRecord(run_dir, identity_hash(other), other, record["length"]).save("finished")
+    own = identity_hash(identity_config(yaml.safe_load((run_dir / "config.yaml").read_text())))
+    assert own == record["identity"] != identity_hash(other)
+    status = records.run_status(run_dir)
+    assert status.state == "unreadable"
+    assert status.problem == (f"{run_dir / 'run.json'} is another run's record (identity {identity_hash(other)};"
+                              f" config.yaml and metrics.json are {own}'s): copied from another run dir?")

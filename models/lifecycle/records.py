@@ -278,7 +278,7 @@ def run_status(run_dir: Path) -> RunStatus:
         failure = read_json(run_dir / FAILURE)
         metrics = read_metrics(run_dir, *((record["identity"], record.get("length")) if record is not None else ()))
     except RunFileError as err:
-        return RunStatus("unreadable", problem=str(err))
+        return RunStatus("unreadable", problem=_foreign_record(run_dir, record) or str(err))
     if failure is not None:
         return RunStatus("failed", error=str(failure.get("error") or "failed"))
     if record is None:  # archived runs and run dirs of versions before run.json: the result file decides
@@ -291,6 +291,29 @@ def run_status(run_dir: Path) -> RunStatus:
     if metrics is None:
         return RunStatus("unreadable", problem=f"{run_dir / RUN_RECORD} says finished, but {METRICS} is missing")
     return RunStatus("finished", metrics, length=record.get("length"))
+
+
+def _foreign_record(run_dir: Path, record: dict[str, Any] | None) -> str:
+    """When ``run.json`` names another identity than both ``config.yaml`` and ``metrics.json`` do, it is
+    ``run.json`` that came from elsewhere: say so (else '')."""
+    if record is None:
+        return ""
+    try:
+        import yaml
+
+        from models.lifecycle.identity import identity_config
+
+        config = yaml.safe_load((run_dir / CONFIG).read_text())
+        metrics = read_json(run_dir / METRICS)
+    except (OSError, ValueError, RunFileError, yaml.YAMLError):
+        return ""
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        return ""
+    own = identity_hash(identity_config(config))
+    if own == metrics.get("identity") != record["identity"]:
+        return (f"{run_dir / RUN_RECORD} is another run's record (identity {record['identity']}; {CONFIG} and"
+                f" {METRICS} are {own}'s): copied from another run dir?")
+    return ""
 
 
 def partial_run(metrics: dict[str, Any]) -> str:
