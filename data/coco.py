@@ -168,6 +168,25 @@ def check_box(bbox: Any, width: float, height: float) -> tuple[str | None, list[
     return None, [x0, y0, x1 - x0, y1 - y0]
 
 
+def _first_bad_id(ann_file: Path) -> str:
+    """``"; <kind> id <value> is not an integer"`` for the first such id in ``ann_file`` (pycocotools, which
+    sorts and indexes by id, fails on one without naming it), else ''."""
+    try:
+        dataset = json.loads(ann_file.read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(dataset, dict):
+        return ""
+    for section, kind, key in (("images", "image", "id"), ("categories", "category", "id"),
+                               ("annotations", "annotation", "id"), ("annotations", "annotation image", "image_id"),
+                               ("annotations", "annotation category", "category_id")):
+        for record in dataset.get(section) or []:
+            value = record.get(key) if isinstance(record, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool):
+                return f"; {kind} id {value!r} is not an integer"
+    return ""
+
+
 class CocoDetectionDataset(CocoDetection):
     """torchvision's CocoDetection returning DETR targets (see the module docstring).
 
@@ -199,8 +218,8 @@ class CocoDetectionDataset(CocoDetection):
             ) from None
         except (UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError) as err:
             raise DataConfigError(  # pycocotools asserts that the JSON is an object
-                f"{ann_file} is not a COCO annotation file ({type(err).__name__}: {err}); "
-                "expected a JSON object with images, annotations and categories"
+                f"{ann_file} is not a COCO annotation file ({type(err).__name__}: {err}"
+                f"{_first_bad_id(Path(ann_file))}); expected a JSON object with images, annotations and categories"
             ) from None
         self.detr_transforms = transforms
         self.label_to_cat: list[int] = sorted(self.coco.cats.keys())
@@ -305,6 +324,8 @@ class CocoDetectionDataset(CocoDetection):
         by_id: dict[Any, dict] = {}
         for record in records:
             key = record.get("id")
+            if not isinstance(key, int) or isinstance(key, bool):  # JSON true would pass as the id 1
+                raise DataConfigError(f"{self.ann_file}: {kind} id {key!r} is not an integer; COCO ids are integers")
             if key in by_id:
                 count = Counter(r.get("id") for r in records)[key]
                 raise DataConfigError(

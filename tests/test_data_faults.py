@@ -530,6 +530,23 @@ def test_duplicate_annotation_ids_are_refused(tmp_path: Path) -> None:
     assert _one_line(err).startswith(f"{ann_file}: annotation id 2 appears 2 times")
 
 
+@pytest.mark.parametrize(("image_id", "ann_image", "expected"), [
+    (True, True, "image id True is not an integer; COCO ids are integers"),  # JSON true passes as 1 otherwise
+    (9.0, 9.0, "image id 9.0 is not an integer; COCO ids are integers"),
+    ("img1", "img1", "is not a COCO annotation file (TypeError: "),  # pycocotools fails sorting ids...
+])
+def test_an_id_that_is_not_an_integer_is_named(tmp_path: Path, image_id: object, ann_image: object,
+                                               expected: str) -> None:
+    images = [{"id": image_id, "file_name": "a.png", "width": 50, "height": 40},
+              {"id": 10, "file_name": "b.png", "width": 50, "height": 40}]
+    ann_file = _write_coco(tmp_path, [_ann(1, [10, 5, 20, 10], image=ann_image)], images=images)
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err).startswith(f"{ann_file}") and expected in _one_line(err)
+    if isinstance(image_id, str):  # ...and the message names the id it failed on
+        assert "; image id 'img1' is not an integer)" in _one_line(err)
+
+
 def test_annotation_of_a_missing_image_is_refused(tmp_path: Path) -> None:
     ann_file = _write_coco(tmp_path, [*GOOD, _ann(3, [1, 1, 4, 4], image=77)])
     with pytest.raises(DataConfigError) as err:
