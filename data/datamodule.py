@@ -87,7 +87,8 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str]) -> list[tuple[str, list[str]]]:
+def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], dangling: list[str] | None = None
+                       ) -> list[tuple[str, list[str]]]:
     """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: exactly what
     torchvision's ImageFolder walks (``sorted(os.walk(class_dir, followlinks=True))``), but refusing what
     would make that walk go wrong.
@@ -125,6 +126,8 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str]) ->
                 is_dir = False
             if not is_dir:
                 files.append(entry.name)
+                if dangling is not None and entry.is_symlink() and not os.path.exists(entry.path):
+                    dangling.append(entry.path)  # listed as a file, as os.walk does; unreadable when loaded
             else:
                 sub_real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
                 stack.append((entry.path, sub_real, (*chain, real)))
@@ -156,12 +159,17 @@ class CheckedImageFolder(ImageFolder):
             class_dir = os.path.join(directory, target_class)
             if not os.path.isdir(class_dir):
                 continue
+            dangling: list[str] = []
             found = [
                 (os.path.join(folder, name), class_to_idx[target_class])
-                for folder, names in _walk_class_folder(class_dir, split_real, seen)
+                for folder, names in _walk_class_folder(class_dir, split_real, seen, dangling)
                 for name in names
                 if is_valid_file(os.path.join(folder, name))
             ]
+            broken = next((path for path in dangling if is_valid_file(path)), None)
+            if broken is not None:  # it would fail only when a batch first draws it, maybe epochs later
+                raise DataConfigError(f"image {broken} is a symlink to {os.readlink(broken)}, which does not exist;"
+                                      " remove the link or restore its target")
             if not found:
                 empty.append(target_class)
             samples.extend(found)
@@ -490,6 +498,10 @@ class ImageFolderDataModule(L.LightningDataModule):
         if configured is not None and configured != found:
             # Fewer: labels out of range. More: a head with classes no image has (its logits still take
             # probability mass): both are a wrong setting, not something to train through.
+            fixed_by = getattr(self, "classes_fixed_by", None)  # eval.py data_root=: the run's head decides
+            if fixed_by is not None:
+                raise DataConfigError(f"data.root={self.root} has {found} class folders, but {fixed_by} has"
+                                      f" {configured} classes; valid: data with its {configured} classes")
             raise DataConfigError(
                 f"data.num_classes={configured} but data.root={self.root} has {found} class folders; set "
                 f"data.num_classes={found} (or null to count them)"

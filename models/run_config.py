@@ -159,6 +159,7 @@ def build_data_and_model(cfg: DictConfig, data_root: str | Path | None = None) -
     if data_root is not None:
         datamodule.data_root_note = _other_data_note(datamodule.run_generator, Path(str(data_root)))
         datamodule.run_generator = None  # the user's folder is used as it is
+        datamodule.classes_fixed_by = "the run's model"  # data.num_classes is not the user's to change here
     rpe = OmegaConf.to_container(cfg.rpe, resolve=False) if "rpe" in set(cfg.keys()) else None
     return datamodule, model_cls(**model, rpe=rpe, num_classes=datamodule.num_classes)
 

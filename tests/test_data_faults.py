@@ -386,6 +386,21 @@ def test_symlinked_files_folders_and_root_still_work(tmp_path: Path) -> None:
     assert dm.train_set.samples == ImageFolder(str(tmp_path / "root_link" / "train")).samples  # same order
 
 
+def test_a_dangling_symlinked_image_is_refused_at_setup(tmp_path: Path) -> None:
+    """torchvision lists it as an image; it fails when a batch first draws it (never, if it falls in the
+    dropped last batch). A dangling link that is no image (notes.txt) is not a sample, and stays allowed."""
+    root = _fake(tmp_path / "fake")
+    os.symlink(tmp_path / "gone.txt", root / "train" / "class_001" / "notes.txt")
+    _dm(root).setup("fit")
+    link = root / "train" / "class_001" / "lost.png"
+    os.symlink(tmp_path / "gone.png", link)
+    assert str(link) in [p for p, _ in ImageFolder(str(root / "train")).samples]  # torchvision keeps it
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    assert _one_line(err) == (f"image {link} is a symlink to {tmp_path / 'gone.png'}, which does not exist; remove"
+                              " the link or restore its target")
+
+
 def _png_header_only(path: Path, width: int, height: int) -> None:
     """A PNG that claims ``width`` x ``height`` pixels in a few bytes (what a decompression bomb looks like
     to the loader: PIL checks the size before decoding)."""

@@ -444,6 +444,14 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={tmp_path / 'nowhere'}"))
     assert str(err.value).startswith(f"data.root={tmp_path / 'nowhere'} named by the data_root= override does"
                                      " not exist")
+    # data of another number of classes: the run's model fixes its classes (no data.num_classes advice)
+    from data.fake import make_fake_imagefolder
+
+    three = make_fake_imagefolder(tmp_path / "three", num_classes=3, per_class=2, img_size=32)
+    with pytest.raises(ValueError) as err:
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={three}"))
+    assert str(err.value) == (f"data.root={three} has 3 class folders, but the run's model has 8 classes; valid:"
+                              " data with its 8 classes")
     # a device, and a symlink to nothing, are named for what they are
     dangling = tmp_path / "gone.ckpt"
     dangling.symlink_to(tmp_path / "nothing.ckpt")

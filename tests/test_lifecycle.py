@@ -538,7 +538,8 @@ def test_a_result_is_of_the_runs_length(metrics: dict, length: dict, problem: st
     assert records.result_length_problem(metrics, length) == problem
 
 
-def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Path, tmp_path: Path) -> None:
+def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Path, tmp_path: Path,
+                                                                    data_dir: Path) -> None:
     """config.yaml and metrics.json agree on the run's identity; run.json, swapped in from another run of
     the same sweep (another seed), does not: the tables name run.json, not metrics.json."""
     from models.lifecycle.identity import identity_config, identity_hash
@@ -554,3 +555,9 @@ def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Pa
     assert status.state == "unreadable"
     assert status.problem == (f"{run_dir / 'run.json'} is another run's record (identity {identity_hash(other)};"
                               f" config.yaml and metrics.json are {own}'s): copied from another run dir?")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(job.RunDirConflict) as err:  # the rerun of this run's command
+        job.run(compose_config(TINY, run_dir, data_dir))
+    assert str(err.value).startswith(f"{run_dir / 'run.json'} is another run's record (seed: 1 -> 0), while"
+                                     f" {run_dir / 'config.yaml'} names this run: copied from another run dir?")
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

@@ -63,6 +63,11 @@ def test_sweep_grid_expands_like_hydra_multirun() -> None:
     the earlier one in its place (the command line overriding a sweep's params)."""
     assert make_tables.sweep_grid(["a=1,2", "+b=x", "c=3,4", "a=5,6"]) == [
         ["a=5", "+b=x", "c=3"], ["a=5", "+b=x", "c=4"], ["a=6", "+b=x", "c=3"], ["a=6", "+b=x", "c=4"]]
+    # a glob over a config group, as a multirun.yaml records it: Hydra expands it only with its ConfigLoader
+    # running; the grid takes the group's options it matches, in Hydra's (sorted) order
+    assert make_tables.sweep_grid(["rpe=glob(irpe_q*)", "seed=0,1"]) == [
+        ["rpe=irpe_qk", "seed=0"], ["rpe=irpe_qk", "seed=1"], ["rpe=irpe_qkv", "seed=0"], ["rpe=irpe_qkv", "seed=1"],
+        ["rpe=irpe_quant_k", "seed=0"], ["rpe=irpe_quant_k", "seed=1"]]
 
 
 # ----------------------------------------------------------------------------- sweep configs

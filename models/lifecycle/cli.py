@@ -208,6 +208,20 @@ def _swept_values(override: Any) -> list[str] | None:
     return values
 
 
+def expand_globs(overrides: list[str]) -> list[str]:
+    """``group=glob(...)`` as the choice list it matches (``group=a,b``), the other overrides as given: Hydra
+    needs its ConfigLoader to expand a glob, which a sweep's ``multirun.yaml`` read later does not have."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+
+    expanded = []
+    for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides), strict=True):
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            text = f"{override.get_key_element()}={','.join(_swept_values(override) or [])}"
+        expanded.append(text)
+    return expanded
+
+
 def _first_of_sweeps(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

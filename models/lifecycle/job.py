@@ -274,6 +274,11 @@ def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | N
                 say(f"note: {damage}; rebuilt from {run_dir / CONFIG}, which names this run")
             return record
         differences = f"another config ({config_differences(old, identity)})"
+        if _config_file_identity(run_dir) == identity_hash(identity):
+            raise RunDirConflict(
+                f"{run_dir / RUN_RECORD} is another run's record ({config_differences(old, identity)}), while"
+                f" {run_dir / CONFIG} names this run: copied from another run dir? nothing was written; restore"
+                " this run's run.json, or move it away to have it rebuilt")
     else:
         differences = f"a run whose record is damaged ({damage})"
     if holds_results(run_dir):
@@ -286,6 +291,17 @@ def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | N
         with guarded(run_dir / name, "remove"):
             (run_dir / name).unlink(missing_ok=True)
     return None
+
+
+def _config_file_identity(run_dir: Path) -> str | None:
+    """The identity hash of the run dir's ``config.yaml`` (plain YAML, nothing resolved or run), or None."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / CONFIG).read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return identity_hash(identity_config(config)) if isinstance(config, dict) else None
 
 
 def resume_checkpoint(run_dir: Path, identity: str, recorded_length: dict[str, Any] | None = None) -> str | None:

@@ -622,7 +622,9 @@ def sweep_grid(arguments: list[str]) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(arguments)
+    from models.lifecycle.cli import expand_globs
+
+    parsed = OverridesParser.create().parse_overrides(expand_globs(arguments))
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
 
 
