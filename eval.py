@@ -170,11 +170,28 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     run_cfg = load_run_config(run_config)
     checkpoint = load_run_checkpoint(ckpt_path)
     check_run_identity(run_cfg, run_config, checkpoint, ckpt_path)
-    past = past_run_length(checkpoint, run_length(run_cfg))
-    if past is not None:  # the same config trained longer: another run's weights
+    past = past_run_length(checkpoint, run_length(run_cfg)) or _length_not_trained(checkpoint, run_config.parent)
+    if past is not None:  # the same config trained longer, or at a length this dir never ran: another run's
         raise RunConfigError(f"ckpt_path={str(ckpt_path)!r} is not the checkpoint of the run in {run_config.parent}:"
                              f" {past}")
     return ckpt_path, run_config, run_cfg, checkpoint
+
+
+def _length_not_trained(checkpoint: dict[str, Any], run_dir: Path) -> str | None:
+    """Why ``checkpoint`` was saved at a length ``run_dir`` never trained at (its run.json lists them), or
+    None (also when either record does not say)."""
+    from models.lifecycle.files import RunFileError
+    from models.lifecycle.records import read_run_record
+    from models.training import LENGTH_KEY
+
+    try:
+        record = read_run_record(run_dir)
+    except RunFileError:
+        return None  # a damaged run.json: the run's status note says so
+    made, lengths = checkpoint.get(LENGTH_KEY), (record or {}).get("lengths")
+    if made is None or not isinstance(lengths, list) or made in lengths:
+        return None
+    return f"it was saved by a run of length {made}, which this run dir never trained at"
 
 
 def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:

@@ -120,6 +120,9 @@ class NonFiniteLossError(ValueError):
     """The training loss became NaN or infinite."""
 
 
+LENGTH_KEY = "run_length"
+
+
 class ResumeCheckpoint(Checkpoint):
     """Writes ``<dirpath>/last.ckpt``, the point a rerun resumes from, with everything an exact resume needs.
 
@@ -137,6 +140,7 @@ class ResumeCheckpoint(Checkpoint):
         self.filename = filename
         self.every_n_train_steps = every_n_train_steps
         self.identity: str | None = None  # set by train.py
+        self.length: dict[str, Any] | None = None  # the run's length, set by train.py
         self.stop_signal: int | None = None
         self._rng_to_restore: dict[str, Any] | None = None
 
@@ -200,6 +204,8 @@ class ResumeCheckpoint(Checkpoint):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[IDENTITY_KEY] = self.identity
+        if self.length is not None:
+            checkpoint[LENGTH_KEY] = self.length  # which of a run dir's lengths (extensions) saved it
         checkpoint["rng_states"] = rng_states()
         checkpoint["loader_position"] = list(self.loader_position(trainer))
 

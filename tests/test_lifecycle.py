@@ -230,12 +230,13 @@ def test_a_full_disk_while_training_is_one_line_and_the_run_resumes(tmp_path: Pa
     run_dir = tmp_path / "run"
     monkeypatch.setattr(training.torch, "save", no_space)
     cfg = compose_config(TINY, run_dir, data_dir)
-    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as exit_:
         job.run_job(cfg, ROOT / "train.py")
     assert exit_.value.code == 2
     # once the job has ended, a stop signal is no longer the job's (one while Python exits gave a traceback)
-    assert signal.getsignal(signal.SIGTERM) is before
+    from models.lifecycle import signals
+
+    assert signal.getsignal(signal.SIGTERM) is not signals._on_stop_signal
     [line] = _errors(capsys.readouterr().err)
     assert "cannot write checkpoint" in line and "no space left on the device" in line, line
     assert records.run_status(run_dir).state == "failed"
@@ -561,3 +562,31 @@ def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Pa
     assert str(err.value).startswith(f"{run_dir / 'run.json'} is another run's record (seed: 1 -> 0), while"
                                      f" {run_dir / 'config.yaml'} names this run: copied from another run dir?")
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_a_best_ckpt_of_a_shorter_run_of_the_same_config_is_no_result(tmp_path: Path, data_dir: Path) -> None:
+    """The same config at 1 and at 2 epochs: the identity leaves the length out, and a 1-epoch best.ckpt is
+    not past the 2-epoch run's length. Each checkpoint records the length that saved it and run.json the
+    lengths its dir trained at, so the shorter run's weights are not the longer run's result; an extension's
+    own earlier best.ckpt still is."""
+    short, long = tmp_path / "short", tmp_path / "long"
+    job.run(compose_config([*TINY, "trainer.max_epochs=1"], short, data_dir))
+    job.run(compose_config([*TINY, "trainer.max_epochs=2"], long, data_dir))
+    assert json.loads((long / "run.json").read_text())["lengths"] == [{"max_epochs": 2, "max_steps": -1}]
+    shutil.copy(short / "checkpoints" / "best.ckpt", long / "checkpoints" / "best.ckpt")
+    (long / "metrics.json").unlink()
+    with pytest.raises(job.NoResultError) as err:
+        job.run(compose_config([*TINY, "trainer.max_epochs=2"], long, data_dir))
+    assert str(err.value).startswith(f"no result: {long / 'checkpoints' / 'best.ckpt'} is not this run's: it was"
+                                     " saved by a run of length {'max_epochs': 1, 'max_steps': -1}, which this run"
+                                     " dir never trained at ({'max_epochs': 2, 'max_steps': -1})")
+    eval_module = __import__("eval")  # eval.py refuses it too
+    eval_cfg = compose_config([f"ckpt_path={long / 'checkpoints' / 'best.ckpt'}", "throughput_batch=2"],
+                              tmp_path / "eval", data_dir, config_name="eval")
+    with pytest.raises(ValueError, match="it was saved by a run of length {'max_epochs': 1, 'max_steps': -1},"
+                                         " which this run dir never trained at"):
+        eval_module.evaluate(eval_cfg)
+    # the short run extended to 2 epochs: both lengths are its own
+    job.run(compose_config([*TINY, "trainer.max_epochs=2"], short, data_dir))
+    assert json.loads((short / "run.json").read_text())["lengths"] == [{"max_epochs": 1, "max_steps": -1},
+                                                                      {"max_epochs": 2, "max_steps": -1}]

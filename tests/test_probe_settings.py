@@ -145,11 +145,12 @@ def test_detr_has_no_cosine_schedule_nor_fixed_input_size(tmp_path: Path) -> Non
 # ------------------------------------------------------------------ 4, 5, 6: single settings
 SETTINGS_BAD = [
     ("trainer.val_check_interval=0", "trainer.val_check_interval=0 must be an integer >= 1 (batches), a fraction "
-     "> 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null (once per epoch)"),
+     "> 0 and <= 1, a duration 'DD:HH:MM:SS' longer than 0, a mapping of datetime.timedelta arguments, each >= 0"
+     " and not all 0 or null (once per epoch)"),
     # Lightning would round 0 batches up to 1: validate after every batch
     ("trainer.val_check_interval=0.0", "trainer.val_check_interval=0.0 must be an integer >= 1 (batches), a "
-     "fraction > 0 and <= 1, a duration 'DD:HH:MM:SS', a mapping of datetime.timedelta arguments or null "
-     "(once per epoch)"),
+     "fraction > 0 and <= 1, a duration 'DD:HH:MM:SS' longer than 0, a mapping of datetime.timedelta arguments,"
+     " each >= 0 and not all 0 or null (once per epoch)"),
     ("callbacks.model_checkpoint.mode=maximum", "callbacks.model_checkpoint.mode='maximum' must be 'min' or 'max'"),
     ("trainer.accelerator=gpus",
      "trainer.accelerator='gpus' must be 'auto', 'cpu', 'gpu', 'cuda', 'mps' or 'tpu'"),

@@ -58,7 +58,7 @@ from models.lifecycle.records import (
     release_lock,
 )
 from models.lifecycle.signals import StopSignals, chain_previous_handler, install_stop_signals, restore_stop_signals
-from models.training import IDENTITY_KEY, RunInterrupted, load_checkpoint
+from models.training import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 
 
 class ResumeError(ValueError):
@@ -293,6 +293,19 @@ def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
+def _trained_lengths(earlier: dict[str, Any] | None, length: dict[str, Any], fresh: bool
+                     ) -> list[dict[str, Any]] | None:
+    """The lengths a run dir has trained at (its first and each extension), ``length`` included: a result
+    checkpoint must have been saved at one of them. None where that history is not known (a dir of an older
+    version, or one whose run.json was lost), so no checkpoint is refused for it."""
+    if fresh:
+        return [length]
+    known = earlier.get("lengths") if earlier is not None else None
+    if not isinstance(known, list):
+        return None
+    return known if length in known else [*known, length]
+
+
 def _config_file_identity(run_dir: Path) -> str | None:
     """The identity hash of the run dir's ``config.yaml`` (plain YAML, nothing resolved or run), or None."""
     import yaml
@@ -347,8 +360,8 @@ def split_batches(loaders: Any) -> float:
         return math.inf
 
 
-def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | None = None
-                      ) -> tuple[Path, dict[str, Any]]:
+def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | None = None,
+                      lengths: list[dict[str, Any]] | None = None) -> tuple[Path, dict[str, Any]]:
     """``<run_dir>/checkpoints/best.ckpt`` and its ``(epoch, global_step)``, once it is known to be this run's
     trained, finite result (within the run's ``length`` and not past its last.ckpt: a checkpoint of the same
     config trained longer is another run's); anything else is a `NoResultError` line."""
@@ -369,6 +382,11 @@ def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | Non
         raise NoResultError(f"no result: {path} was saved by a run of another config")
     if int(saved.get("global_step", 0)) < 1:
         raise NoResultError(f"no result: {path} holds untrained weights (global step 0)")
+    made = saved.get(LENGTH_KEY)
+    if made is not None and lengths is not None and made not in lengths:  # lengths: what this dir trained at
+        raise NoResultError(f"no result: {path} is not this run's: it was saved by a run of length {made}, which"
+                            f" this run dir never trained at ({', '.join(map(str, lengths))}); the run must be"
+                            " trained again (move the run dir away or use a new run_name)")
     past = past_run_length(saved, length or {})
     last = run_dir / CHECKPOINTS / LAST
     last_facts = _checkpoint_facts(last) if past is None and last.is_file() else None  # unreadable: says nothing
@@ -547,7 +565,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             check_layout(run_dir)
             job.lock, job.writable = lock_run_dir(run_dir)
             earlier = claim_run_dir(run_dir, identity)
-        job.claim(cfg, RunRecord(run_dir, identity_id, identity, length), fresh=earlier is None)
+        lengths = _trained_lengths(earlier, length, fresh=earlier is None and not (run_dir / CONFIG).exists())
+        job.claim(cfg, RunRecord(run_dir, identity_id, identity, length,
+                                 {"lengths": lengths} if lengths is not None else {}), fresh=earlier is None)
     # A sweep's later jobs reach here with values the command line's check did not see: a bad one is then
     # a failed job, recorded in its own (claimed) run dir so that the tables list it.
     check_settings(cfg)
@@ -575,7 +595,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
             return stored
-        result_checkpoint(run_dir, identity_id, length)  # no result file and no weights to make it from: one line
+        result_checkpoint(run_dir, identity_id, length, earlier.get("lengths"))  # no weights for it: one line
         say(f"note: {problem}; re-testing {run_dir / CHECKPOINTS / BEST}")
     if rank0 and not job.writable:
         raise RunFileError(f"cannot write {run_dir}: the storage is read-only or not writable")
@@ -606,6 +626,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     resume = next((c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), None)
     if resume is not None:
         resume.identity = identity_id
+        resume.length = length
     for logger in trainer.loggers:
         _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
     recorded = earlier.get("length") if earlier is not None else None
@@ -622,7 +643,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         raise RunInterrupted(StopSignals.received)
     if not finished:
         _require_full_length(cfg, trainer, run_dir)
-    best, steps = result_checkpoint(run_dir, identity_id, length)
+    best, steps = result_checkpoint(run_dir, identity_id, length, job.record.fields.get("lengths") if job.record
+                                    else None)
     # The result is the test of best.ckpt, and only that: the last epoch's validation numbers (still in
     # trainer.callback_metrics) are another model's. Without the test, metrics.json holds no result.
     metrics: dict[str, Any] = {k: v for k, v in scalar_metrics(trainer.callback_metrics).items()

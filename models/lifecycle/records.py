@@ -273,10 +273,13 @@ class RunStatus:
 
 def run_status(run_dir: Path) -> RunStatus:
     """The state of ``run_dir`` from its records; a result only from a finished run of its recorded length."""
+    record = None
     try:
         record = read_run_record(run_dir)
         failure = read_json(run_dir / FAILURE)
-        metrics = read_metrics(run_dir, *((record["identity"], record.get("length")) if record is not None else ()))
+        # the length is a finished run's: during an extension, metrics.json is the shorter sitting's
+        length = record.get("length") if record is not None and record["state"] == "finished" else None
+        metrics = read_metrics(run_dir, record["identity"] if record is not None else None, length)
     except RunFileError as err:
         return RunStatus("unreadable", problem=_foreign_record(run_dir, record) or str(err))
     if failure is not None:
