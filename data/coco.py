@@ -239,8 +239,13 @@ class CocoDetectionDataset(CocoDetection):
         images = self._unique(dataset.get("images", []), "image")
         self._unique(dataset.get("categories", []), "category")
         self._unique(dataset.get("annotations", []), "annotation")
+        owners: dict[Any, Any] = {}
         for image in images.values():
             self._check_file_name(image)
+            first = owners.setdefault(image.get("file_name"), image.get("id"))
+            if first != image.get("id"):  # one picture paired with two images' boxes
+                raise DataConfigError(f"{self.ann_file}: image ids {first} and {image.get('id')} have the same"
+                                      f" file_name {image.get('file_name')!r}; each image needs its own file")
             if not (_is_number(image.get("width")) and _is_number(image.get("height"))
                     and image["width"] > 0 and image["height"] > 0):
                 raise DataConfigError(
@@ -259,6 +264,10 @@ class CocoDetectionDataset(CocoDetection):
                     f"{where(ann)} refers to image id {ann.get('image_id')!r}, which is not in the file's images; "
                     "fix or remove the annotation"
                 )
+            category = ann.get("category_id")
+            if not isinstance(category, int) or isinstance(category, bool):
+                raise DataConfigError(f"{where(ann)} has category_id {category!r}, which is not an integer; COCO"
+                                      " ids are integers")
             if ann.get("category_id") not in self.cat_to_label:
                 valid = ", ".join(str(c) for c in self.label_to_cat) or "none (the file lists no categories)"
                 raise DataConfigError(

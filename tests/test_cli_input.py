@@ -237,6 +237,16 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(cli.CommandLineError, match=r"^hydra\.run\.dir=/tmp/x is not a setting: a run's dir is"
                                                    r" paths\.log_dir/run_name"):
         cli.check_overrides(["hydra.run.dir=/tmp/x", "run_name=y", "debug=fast"], "train")  # run_name was ignored
+    for trials in ("0", "-1"):  # optuna would run nothing and fail with "No trials are completed yet"
+        with pytest.raises(cli.CommandLineError, match=rf"^hydra\.sweeper\.n_trials={trials} must be an integer >= 1"):
+            cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", f"hydra.sweeper.n_trials={trials}", "debug=fast",
+                                 f"paths.log_dir={tmp_path}", f"hydra.sweep.dir={tmp_path / 'opt'}"], "train")
+    with pytest.raises(cli.CommandLineError) as err:  # a key under a null node: no keys to list
+        cli.check_overrides(["debug=fast", "data.train_transform.scale=[1.2,0.8]", f"paths.log_dir={tmp_path}"],
+                            "train")
+    assert str(err.value) == ("data.train_transform.scale is not a config key: data.train_transform is null or empty"
+                              " in this config, so it has no keys; set the whole node (data.train_transform={...}),"
+                              " or add the key with +data.train_transform.scale=...")
     deep = "/".join(["a" * 200] * 23)
     with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
         cli.check_run_location(deep, tmp_path)

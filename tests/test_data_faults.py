@@ -721,3 +721,31 @@ def test_a_file_for_the_data_folder_or_a_folder_for_its_marker_is_named(tmp_path
     with pytest.raises(DataConfigError, match=f"^the completion marker {tmp_path / 'other' / MARKER_NAME} is not a"
                                               " file"):
         ensure_generated(tmp_path / "other", FAKE)
+
+
+def test_more_boxes_in_an_image_than_queries_is_warned(tmp_path: Path) -> None:
+    """DETR matches each box to one query: with 3 boxes on image 9 and 2 queries one box is never predicted."""
+    from models.detr.module import more_boxes_than_queries
+
+    ann_file = _write_coco(tmp_path, [_ann(1, [1, 1, 5, 5]), _ann(2, [10, 5, 20, 10]), _ann(3, [2, 2, 4, 4]),
+                                      _ann(4, [3, 3, 4, 4], crowd=1), _ann(5, [1, 1, 5, 5], image=10)])
+    dataset = _dataset(tmp_path)
+    assert more_boxes_than_queries(dataset, 3) == ""  # the crowd box is no ground truth for the matching
+    assert more_boxes_than_queries(dataset, 2) == (
+        f"1 image(s) of {ann_file} have more ground-truth boxes than model.num_queries=2 (image id 9: 3): the boxes"
+        " beyond 2 are never matched; raise model.num_queries")
+
+
+def test_a_string_category_and_a_shared_file_name_are_named(tmp_path: Path) -> None:
+    ann_file = _write_coco(tmp_path, [{**_ann(1, [10, 5, 20, 10]), "category_id": "2"}])
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err) == (f"{ann_file}: annotation id 1 (image 9) has category_id '2', which is not an integer;"
+                              " COCO ids are integers")
+    images = [{"id": 9, "file_name": "a.png", "width": 50, "height": 40},
+              {"id": 10, "file_name": "a.png", "width": 50, "height": 40}]  # same size: no other check sees it
+    ann_file = _write_coco(tmp_path, GOOD, images=images)
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err) == (f"{ann_file}: image ids 9 and 10 have the same file_name 'a.png'; each image needs its"
+                              " own file")

@@ -590,3 +590,13 @@ def test_a_best_ckpt_of_a_shorter_run_of_the_same_config_is_no_result(tmp_path: 
     job.run(compose_config([*TINY, "trainer.max_epochs=2"], short, data_dir))
     assert json.loads((short / "run.json").read_text())["lengths"] == [{"max_epochs": 1, "max_steps": -1},
                                                                       {"max_epochs": 2, "max_steps": -1}]
+
+
+def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
+    """debug=fast trains a part of each epoch: optuna must not rank its number (it reported a 'best value'
+    from smoke trials); a sweep job returns NaN, which optuna records as a failed trial."""
+    import math
+
+    monkeypatch.setattr(job, "_is_multirun", lambda: True)
+    value = job.run_job(compose_config(TINY, tmp_path / "run", data_dir), ROOT / "train.py")
+    assert math.isnan(value) and records.run_status(tmp_path / "run").metrics["train_complete"] is False

@@ -448,11 +448,13 @@ def test_a_resolved_run_config_keeps_its_checkpoint_dir() -> None:
 
 
 @pytest.mark.parametrize("key", ["paths.log_dir", "paths.data_dir"])
-@pytest.mark.parametrize("value", ["", "  "])
+@pytest.mark.parametrize("value", ["", "  ", "~/runs", "~"])
 def test_an_empty_folder_setting_is_refused(default: DictConfig, key: str, value: str) -> None:
-    """An empty log dir would make the launch dir's parent (or the filesystem root) hold the run."""
+    """An empty log dir would make the launch dir's parent (or the filesystem root) hold the run; a quoted
+    '~/runs' reaches Python unexpanded and made a folder named '~' in the working dir."""
     message = _refused(check_settings, _with(default, f"{key}='{value}'"))
-    assert message == f"{key}={value!r} must be a folder path (not empty)"
+    assert message == (f"{key}={value!r} must be a folder path (not empty; a leading '~' is not expanded: write the"
+                       " home folder out)")
 
 
 def test_a_warmup_longer_than_the_run_is_noted(default: DictConfig) -> None:

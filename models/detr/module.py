@@ -6,11 +6,29 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 from .coco_eval import METRIC_NAMES, evaluate_coco, gather_detections, to_coco_results
 from .detr import DETR, HungarianMatcher, PostProcess, SetCriterion, build_weight_dict
 from .reference import load_reference_weights
+
+
+def more_boxes_than_queries(dataset: Any, num_queries: int) -> str:
+    """A warning when an image of ``dataset`` (a COCO dataset) has more ground-truth boxes than the model has
+    queries: the matching pairs each box with one query, so the boxes beyond them are never predicted (and
+    cap the AP), or ''."""
+    coco = getattr(dataset, "coco", None)
+    if coco is None:
+        return ""
+    counts = {image: sum(1 for a in anns if a.get("iscrowd", 0) == 0) for image, anns in coco.imgToAnns.items()}
+    over = {image: n for image, n in counts.items() if n > num_queries}
+    if not over:
+        return ""
+    image, most = max(over.items(), key=lambda item: item[1])
+    return (f"{len(over)} image(s) of {dataset.ann_file} have more ground-truth boxes than model.num_queries="
+            f"{num_queries} (image id {image}: {most}): the boxes beyond {num_queries} are never matched;"
+            " raise model.num_queries")
 
 
 class DetectionModule(L.LightningModule):
@@ -109,6 +127,10 @@ class DetectionModule(L.LightningModule):
                 f"{type(datamodule).__name__} (images with class labels); valid: data=shapes_coco or data=coco with"
                 " a DETR model, or a classification model (model=deit_micro, swin_micro, ...) with this data"
             )
+        for name in ("train_set", "val_set"):
+            warning = more_boxes_than_queries(getattr(datamodule, name, None), self.hparams.num_queries)
+            if warning:
+                rank_zero_warn(warning)
         classes = getattr(datamodule, "num_classes", None)
         if stage == "fit" and self.hparams.weights is not None and classes != self.model.num_classes:
             from models.deit import ModelConfigError

@@ -386,6 +386,10 @@ def check_overrides(argv: list[str], config_name: str) -> None:
                                    " files are written by the job, inside its own run dir; valid: leave it out")
         if multirun and "BasicSweeper" in str(cfg.hydra.get("sweeper", {}).get("_target_", "")):
             _refuse_intervals(overrides)
+        trials = cfg.hydra.get("sweeper", {}).get("n_trials")
+        if multirun and trials is not None and not (isinstance(trials, int) and not isinstance(trials, bool)
+                                                    and trials >= 1):
+            raise CommandLineError(f"hydra.sweeper.n_trials={trials} must be an integer >= 1 (the trials optuna runs)")
         if multirun:
             _check_swept_values(config_name, overrides)
         if config_name == "eval":
@@ -481,6 +485,9 @@ def override_error(err: BaseException) -> str:
             return (f"{full_key} is not a config key; model.mixup is null (no mixup); valid keys of model.mixup"
                     f" (timm.data.Mixup's arguments): {', '.join(mixup_keys())} (a new key needs"
                     " +model.mixup.<key>=..., e.g. +model.mixup.mixup_alpha=0.2)")
+        if not valid:  # the node is null (e.g. data.train_transform on data without one): it has no keys yet
+            return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys; set"
+                    f" the whole node ({where}={{...}}), or add the key with +{full_key}=...")
         return f"{full_key} is not a config key; valid keys of {where}: {valid} (a new key needs +{full_key}=...)"
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 

@@ -777,6 +777,8 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
     try:
         metrics = _run(cfg, job, script)
         exit_code = 0
+        if partial_run(metrics):  # a smoke run's number is no result: a sweeper (optuna) must not rank it
+            return float("nan") if _is_multirun() else None
         return next((metrics[k] for k in HEADLINE_METRICS if metrics.get(k) is not None), None)
     except BaseException as err:
         signum = err.signum if isinstance(err, RunInterrupted) else StopSignals.received

@@ -326,7 +326,8 @@ class Duration(Kwargs):
 
 TIMEDELTA = Duration("a mapping of datetime.timedelta arguments, each >= 0 and not all 0",
                      keys=lambda: TIMEDELTA_KEYS, owner="datetime.timedelta")
-FOLDER = text(r"(?s).*\S.*", "a folder path (not empty)")
+# '~' is the shell's: written inside a value (paths.log_dir='~/runs') it reaches Python as a folder named '~'
+FOLDER = text(r"(?s)(?!~).*\S.*", "a folder path (not empty; a leading '~' is not expanded: write the home folder out)")
 
 RULES: tuple[Rule, ...] = (
     # -- top level (train.yaml, eval.yaml)
