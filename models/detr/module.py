@@ -116,9 +116,9 @@ class DetectionModule(L.LightningModule):
     def forward(self, images: Tensor, mask: Tensor) -> dict[str, Any]:
         return self.model(images, mask)
 
-    def setup(self, stage: str) -> None:
+    @staticmethod
+    def check_datamodule(datamodule: Any) -> None:
         """Refuse data without COCO boxes before the first batch (it would be a TypeError deep in a step)."""
-        datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and not hasattr(type(datamodule), "label_to_cat"):
             from models.deit import ModelConfigError
 
@@ -127,6 +127,10 @@ class DetectionModule(L.LightningModule):
                 f"{type(datamodule).__name__} (images with class labels); valid: data=shapes_coco or data=coco with"
                 " a DETR model, or a classification model (model=deit_micro, swin_micro, ...) with this data"
             )
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        self.check_datamodule(datamodule)
         for name in ("train_set", "val_set"):
             warning = more_boxes_than_queries(getattr(datamodule, name, None), self.hparams.num_queries)
             if warning:

@@ -619,6 +619,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     _install_ddp_child_command(run_dir, script)
 
     datamodule, model = build_data_and_model(cfg)
+    if hasattr(model, "check_datamodule"):  # the model's own data check first: it says more than the monitor's
+        model.check_datamodule(datamodule)
     check_monitored_metrics(cfg.get("callbacks"), model)
     if rank0:
         datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
