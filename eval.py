@@ -158,7 +158,7 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     if ckpt_path.is_dir():
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
-    if not ckpt_path.is_file() or ckpt_path.is_symlink() and not ckpt_path.exists():
+    if not ckpt_path.is_file():
         if os.path.lexists(ckpt_path):
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file:"
                                     f" {describe_non_file(ckpt_path)}")

@@ -168,6 +168,10 @@ def check_box(bbox: Any, width: float, height: float) -> tuple[str | None, list[
     return None, [x0, y0, x1 - x0, y1 - y0]
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true/false are not ids
+
+
 def _first_bad_id(ann_file: Path) -> str:
     """``"; <kind> id <value> is not an integer"`` for the first such id in ``ann_file`` (pycocotools, which
     sorts and indexes by id, fails on one without naming it), else ''."""
@@ -182,7 +186,7 @@ def _first_bad_id(ann_file: Path) -> str:
                                ("annotations", "annotation category", "category_id")):
         for record in dataset.get(section) or []:
             value = record.get(key) if isinstance(record, dict) else None
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not _is_int(value):
                 return f"; {kind} id {value!r} is not an integer"
     return ""
 
@@ -265,7 +269,7 @@ class CocoDetectionDataset(CocoDetection):
                     "fix or remove the annotation"
                 )
             category = ann.get("category_id")
-            if not isinstance(category, int) or isinstance(category, bool):
+            if not _is_int(category):
                 raise DataConfigError(f"{where(ann)} has category_id {category!r}, which is not an integer; COCO"
                                       " ids are integers")
             if ann.get("category_id") not in self.cat_to_label:
@@ -333,7 +337,7 @@ class CocoDetectionDataset(CocoDetection):
         by_id: dict[Any, dict] = {}
         for record in records:
             key = record.get("id")
-            if not isinstance(key, int) or isinstance(key, bool):  # JSON true would pass as the id 1
+            if not _is_int(key):  # JSON true would pass as the id 1
                 raise DataConfigError(f"{self.ann_file}: {kind} id {key!r} is not an integer; COCO ids are integers")
             if key in by_id:
                 count = Counter(r.get("id") for r in records)[key]

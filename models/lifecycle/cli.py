@@ -42,9 +42,10 @@ def job_dirname(overrides: str) -> str:
 OmegaConf.register_new_resolver("job_dirname", job_dirname, replace=True)
 
 
-def group_options(group: str) -> list[str]:
-    """The options a user may pick: ``_``-prefixed files (``rpe/_base``) are shared bases, not choices."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
+def group_options(group: str, bases: bool = False) -> list[str]:
+    """The options a user may pick: ``_``-prefixed files (``rpe/_base``) are shared bases, not choices (with
+    ``bases``: every file of the group, as Hydra itself lists them)."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if bases or not p.stem.startswith("_"))
 
 
 def check_group_choices(argv: list[str]) -> None:
@@ -188,8 +189,7 @@ def _swept_values(override: Any) -> list[str] | None:
 
     if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
         group = override.get_key_element().lstrip("+~")
-        options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) if (CONFIG_DIR / group).is_dir() else []
-        values = override.value().filter(options)
+        values = override.value().filter(group_options(group, bases=True))
         bases = [v for v in values if v.startswith("_")]
         if bases:
             raise CommandLineError(f"{override.input_line} matches {', '.join(bases)}, a shared base and not a choice;"

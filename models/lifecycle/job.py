@@ -51,6 +51,7 @@ from models.lifecycle.records import (
     RunDirConflict,
     RunRecord,
     check_layout,
+    config_file_identity,
     lock_run_dir,
     partial_run,
     read_metrics,
@@ -274,7 +275,7 @@ def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | N
                 say(f"note: {damage}; rebuilt from {run_dir / CONFIG}, which names this run")
             return record
         differences = f"another config ({config_differences(old, identity)})"
-        if _config_file_identity(run_dir) == identity_hash(identity):
+        if config_file_identity(run_dir) == identity_hash(identity):
             raise RunDirConflict(
                 f"{run_dir / RUN_RECORD} is another run's record ({config_differences(old, identity)}), while"
                 f" {run_dir / CONFIG} names this run: copied from another run dir? nothing was written; restore"
@@ -304,17 +305,6 @@ def _trained_lengths(earlier: dict[str, Any] | None, length: dict[str, Any], fre
     if not isinstance(known, list):
         return None
     return known if length in known else [*known, length]
-
-
-def _config_file_identity(run_dir: Path) -> str | None:
-    """The identity hash of the run dir's ``config.yaml`` (plain YAML, nothing resolved or run), or None."""
-    import yaml
-
-    try:
-        config = yaml.safe_load((run_dir / CONFIG).read_text())
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-    return identity_hash(identity_config(config)) if isinstance(config, dict) else None
 
 
 def resume_checkpoint(run_dir: Path, identity: str, recorded_length: dict[str, Any] | None = None) -> str | None:

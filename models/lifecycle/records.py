@@ -296,24 +296,30 @@ def run_status(run_dir: Path) -> RunStatus:
     return RunStatus("finished", metrics, length=record.get("length"))
 
 
+def config_file_identity(run_dir: Path) -> str | None:
+    """The identity hash of the run dir's ``config.yaml`` (plain YAML: nothing resolved or run), or None."""
+    import yaml
+
+    from models.lifecycle.identity import identity_config
+
+    try:
+        config = yaml.safe_load((run_dir / CONFIG).read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return identity_hash(identity_config(config)) if isinstance(config, dict) else None
+
+
 def _foreign_record(run_dir: Path, record: dict[str, Any] | None) -> str:
     """When ``run.json`` names another identity than both ``config.yaml`` and ``metrics.json`` do, it is
     ``run.json`` that came from elsewhere: say so (else '')."""
     if record is None:
         return ""
     try:
-        import yaml
-
-        from models.lifecycle.identity import identity_config
-
-        config = yaml.safe_load((run_dir / CONFIG).read_text())
         metrics = read_json(run_dir / METRICS)
-    except (OSError, ValueError, RunFileError, yaml.YAMLError):
+    except RunFileError:
         return ""
-    if not isinstance(config, dict) or not isinstance(metrics, dict):
-        return ""
-    own = identity_hash(identity_config(config))
-    if own == metrics.get("identity") != record["identity"]:
+    own = config_file_identity(run_dir)
+    if own is not None and isinstance(metrics, dict) and own == metrics.get("identity") != record["identity"]:
         return (f"{run_dir / RUN_RECORD} is another run's record (identity {record['identity']}; {CONFIG} and"
                 f" {METRICS} are {own}'s): copied from another run dir?")
     return ""
