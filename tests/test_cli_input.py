@@ -276,3 +276,23 @@ def test_a_monitor_the_model_does_not_log_is_refused_before_training(
         with pytest.raises(ValueError, match=rf"^callbacks\.early\.monitor={monitor} is not a metric this model"
                                              rf" logs; valid: {re.escape(', '.join(model.validation_metrics))}$"):
             check_monitored_metrics(OmegaConf.create({"early": {"monitor": monitor}}), model)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["rpe.mode=ctxx"], "rpe.mode='ctxx' is not one of: bias, ctx"),
+    (["rpe.index=log"], "rpe.index='log' is not one of: piecewise, clip"),
+    (["rpe=none", "rpe.ratio=2.0"], "rpe.ratio=2.0 is not read by rpe.method='none'"),
+    (["model.net.ape=foo"], "ape='foo' is not one of: learned, sincos, none, peg"),
+    (["model=detr_small"], "the DETR model (DetectionModule) needs COCO-format detection data"),
+    (["-m", "rpe.mode=bias,ctxx"], "the sweep's job with rpe.mode=ctxx: rpe.mode='ctxx' is not one of: bias, ctx"),
+], ids=["mode", "index", "unread", "ape", "detr_on_digits", "swept"])
+def test_settings_only_the_built_model_checks_are_refused_before_a_run_dir(
+        args: list[str], expected: str, tmp_path: Path) -> None:
+    """Values only the model or encoding constructors can judge: refused by building them on the meta device
+    before Hydra makes anything, so no run dir with a failed.json is left for the tables to list."""
+    from models.lifecycle.cli import check_overrides
+
+    with pytest.raises(ValueError) as err:
+        check_overrides(["data=digits", *args, f"paths.log_dir={tmp_path}"], "train")
+    assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert list(tmp_path.iterdir()) == []

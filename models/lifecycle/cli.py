@@ -322,6 +322,7 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
+    from models.lifecycle.job import check_buildable
     from models.lifecycle.settings import check_schedule, check_settings
 
     for line in _each_swept_value(overrides):
@@ -333,6 +334,7 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
             check_settings(cfg)
             if config_name == "train":
                 check_schedule(cfg)
+                check_buildable(cfg)
         except ValueError as err:
             swept = next(o for o in line if o not in _first_of_sweeps(overrides))
             raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
@@ -374,6 +376,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
+        from models.lifecycle.job import check_buildable
         from models.lifecycle.settings import check_devices, check_schedule, check_settings
 
         HydraConfig.instance().set_config(cfg)
@@ -396,6 +399,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
             check_devices(cfg)
         if config_name == "train":
             check_schedule(cfg)
+            check_buildable(cfg)
             if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
             run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)

@@ -28,7 +28,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from models.lifecycle.cli import one_line, report_user_error, say, user_error_types
+from models.lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
 from models.lifecycle.files import (
     RunFileError,
     atomic_write_bytes,
@@ -90,6 +90,28 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
     model = instantiate(cfg.model, rpe=rpe, num_classes=datamodule.num_classes, _convert_="all")
     check_generator_patch(datamodule, model)
     return datamodule, model
+
+
+def check_buildable(cfg: DictConfig) -> None:
+    """Build the data module and the model of ``cfg`` on the meta device (no weights allocated, no data read
+    but what the data module's constructor reads) and run the checks that need them: a bad model, RPE or
+    monitor setting is then refused before a run dir exists. An error that is not a setting's (a layer that
+    cannot be built on the meta device) is left to the job, which builds the model for real."""
+    from hydra.errors import InstantiationException
+
+    try:
+        with torch.device("meta"):
+            datamodule, model = build_data_and_model(cfg)
+    except (InstantiationException, ValueError) as err:
+        cause = root_cause(err)
+        if isinstance(cause, ValueError):
+            raise cause from None
+        return
+    except Exception:  # noqa: BLE001  (see the docstring: the job reports it)
+        return
+    if hasattr(model, "check_datamodule"):
+        model.check_datamodule(datamodule)
+    check_monitored_metrics(cfg.get("callbacks"), model)
 
 
 def check_monitored_metrics(callbacks_cfg: DictConfig | None, model: L.LightningModule) -> None:

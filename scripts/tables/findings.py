@@ -44,6 +44,8 @@ NOT_IN_PAPER = "not in the paper"
 SHIFT_COL = OWN_VAL  # the shift table's one column: the runs' own (left-half) validation split
 # the shift task's test-set columns (runs with an absolute table are resized by interpolation, the default)
 LEFT, RIGHT = "relational_left@interpolate", "relational_right@interpolate"
+EVERYWHERE = "relational_everywhere@interpolate"
+ROPE_VIT = "Heo et al., ECCV 2024"  # "Rotary Position Embedding for Vision Transformer"
 VERDICTS = ("holds", "reversed", "not resolved", "cannot differ", "floor", "ceiling", "not run")
 
 
@@ -180,6 +182,13 @@ FINDINGS: tuple[Finding, ...] = (
     Finding("axial RoPE (no APE) beats the learned APE on the right half", "shift",
             (("rope_axial", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
+    # RoPE-ViT's claim that mixed (learned-frequency) RoPE extrapolates better than axial RoPE: it tests on
+    # images larger than the training ones, which hold the training positions and new ones; the shift task's
+    # analogue is the whole canvas, trained on its left half.
+    Finding("mixed RoPE beats axial RoPE beyond the training positions (whole canvas)", "shift",
+            (("rope_mixed", SHIFT_COL, 1.0), ("rope_axial", SHIFT_COL, -1.0)),
+            source="multi-resolution results", reference=ROPE_VIT,
+            paper_text="mixed above axial at larger resolutions", testsets=(EVERYWHERE, EVERYWHERE)),
     Finding("CPVT's conditional encoding beats the learned APE on the right half", "shift",
             (("cpvt", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
             source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
