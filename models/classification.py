@@ -24,10 +24,13 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from models.errors import ModelConfigError
 from models.factory import create_model
+from rpe.base import position_parameters
 
 # What model.optimizer and model.scheduler may set, with the values a key left out takes.
+# pos_lr_scale / pos_weight_decay: the learning budget of the position parameters (`position_groups`); 1.0 and
+# null keep the reference recipe's groups.
 OPTIMIZER_DEFAULTS: dict[str, Any] = {"lr": 5e-4, "lr_base_batch": 512, "weight_decay": 0.05, "betas": (0.9, 0.999),
-                                      "eps": 1e-8}
+                                      "eps": 1e-8, "pos_lr_scale": 1.0, "pos_weight_decay": None}
 SCHEDULER_DEFAULTS: dict[str, Any] = {"warmup_epochs": 0, "warmup_lr": 1e-6, "min_lr": 1e-5}
 
 
@@ -40,6 +43,39 @@ def _settings(node: str, given: dict[str, Any] | None, defaults: dict[str, Any],
     return {**defaults, **(given or {})}
 
 
+def position_groups(net: nn.Module, weight_decay: float, pos_lr_scale: float = 1.0,
+                    pos_weight_decay: float | None = None) -> nn.Module | list[dict[str, Any]]:
+    """The optimizer's parameter groups: the reference's weight-decay groups (no decay for biases, norms and
+    the names ``net.no_weight_decay()`` lists), each split into its position parameters
+    (`rpe.base.position_parameters`) and the rest. The position part of a group learns at ``pos_lr_scale``
+    times the scheduled lr (timm's schedulers honour a group's ``lr_scale``) and decays by ``pos_weight_decay``
+    where that is set.
+
+    Why a budget of their own: AdamW moves every entry by about the lr per step whatever its gradient, so an
+    entry can travel at most the sum of the scheduled lrs (0.4 over a few hundred steps at 1e-3). A bias table
+    that starts at zero must travel several units to change attention odds by much, a learned APE to move its
+    codes apart; a weight matrix needs no such distance. One multiplier for every position parameter of every
+    encoding gives them all the same budget. ``net`` itself is returned when the budget is the reference's
+    (1.0, null): timm then builds the groups as it always has."""
+    if pos_lr_scale == 1.0 and pos_weight_decay is None:
+        return net
+    from timm.optim import param_groups_weight_decay
+
+    no_decay = net.no_weight_decay() if hasattr(net, "no_weight_decay") else ()
+    position = {id(p) for p in position_parameters(net)}
+    groups: list[dict[str, Any]] = []
+    for group in param_groups_weight_decay(net, weight_decay, no_weight_decay_list=no_decay):
+        params = list(group["params"])
+        rest = [p for p in params if id(p) not in position]
+        own = [p for p in params if id(p) in position]
+        if rest:
+            groups.append({**group, "params": rest})
+        if own:
+            decay = group["weight_decay"] if pos_weight_decay is None else pos_weight_decay
+            groups.append({**group, "params": own, "weight_decay": decay, "lr_scale": pos_lr_scale})
+    return groups
+
+
 class ClassificationModule(L.LightningModule):
     """Train and evaluate ``net`` on ``(images (B, 3, H, W), labels (B,))`` batches.
 
@@ -47,7 +83,8 @@ class ClassificationModule(L.LightningModule):
         net: ``{name: <backbone name>, **backbone kwargs}`` for :func:`models.create_model`.
         rpe: relative position encoding (preset name, shorthand, dict, ``RPEConfig`` or None).
         num_classes: classes of the dataset (the head is built for it).
-        optimizer: ``lr`` (at ``lr_base_batch``), ``lr_base_batch`` (512), ``weight_decay``, ``betas``, ``eps``.
+        optimizer: ``lr`` (at ``lr_base_batch``), ``lr_base_batch`` (512), ``weight_decay``, ``betas``, ``eps``,
+            ``pos_lr_scale`` and ``pos_weight_decay`` (the position parameters' budget, `position_groups`).
         scheduler: ``warmup_epochs``, ``warmup_lr``, ``min_lr`` (not batch-scaled, as in DeiT).
         mixup: kwargs of ``timm.data.Mixup`` or None; its ``label_smoothing`` then applies.
         label_smoothing: used when mixup is off.
@@ -178,8 +215,8 @@ class ClassificationModule(L.LightningModule):
         cfg = self.optimizer_cfg
         lr = self.effective_lr()
         optimizer = create_optimizer_v2(
-            self.net, opt="adamw", lr=lr, weight_decay=cfg["weight_decay"],
-            betas=tuple(cfg["betas"]), eps=cfg["eps"],
+            position_groups(self.net, cfg["weight_decay"], cfg["pos_lr_scale"], cfg["pos_weight_decay"]),
+            opt="adamw", lr=lr, weight_decay=cfg["weight_decay"], betas=tuple(cfg["betas"]), eps=cfg["eps"],
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))
         steps_per_epoch = max(1, total_steps // max(1, self.trainer.max_epochs or 1))

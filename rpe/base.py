@@ -298,3 +298,18 @@ def own_init_parameters(root: nn.Module) -> set[int]:
         id(p) for module in root.modules() if isinstance(module, PositionEncoding) and module.keeps_own_init
         for p in module.parameters()
     }
+
+
+def position_parameters(root: nn.Module) -> list[nn.Parameter]:
+    """The trainable parameters under ``root`` that carry position: every parameter of an encoding module
+    (bucket tables, RPE embeddings, RoPE frequencies, the CPB MLP, PEG convolutions) and absolute tables named
+    ``pos_embed`` (timm's APE). The optimizer can give them a learning budget of their own
+    (``pos_lr_scale`` in `models.classification`)."""
+    seen: dict[int, nn.Parameter] = {}
+    for module in root.modules():
+        if isinstance(module, PositionEncoding):
+            seen.update((id(p), p) for p in module.parameters())
+    for name, p in root.named_parameters():
+        if name.split(".")[-1] == "pos_embed":
+            seen[id(p)] = p
+    return [p for p in seen.values() if p.requires_grad]

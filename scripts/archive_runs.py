@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from models.lifecycle.files import describe_non_file  # noqa: E402
 from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
-from models.lifecycle.records import CONFIG, FAILURE, METRICS, RUN_RECORD, run_status  # noqa: E402
+from models.lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
 from scripts.tables.collect import (  # noqa: E402
     OVERRIDES,
     TESTSETS,
@@ -139,8 +139,8 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
                 (out / stale).unlink()
         for stale in set(_archived_testsets(out)) - set(testsets):  # the results of an earlier run of this job
             (out / stale).unlink()
-        for name in (CONFIG, OVERRIDES, *RECORDS):
-            if (run_dir / name).is_file():
+        for name in (CONFIG, OVERRIDES, *RECORDS, FINDINGS_SNAPSHOT):
+            if (run_dir / name).is_file() and not (run_dir / name).is_symlink():
                 atomic_write_bytes(out / name, (run_dir / name).read_bytes())
         for name in testsets:  # checked plain files (`_testset_files`): a symlink was refused, never followed
             atomic_write_bytes(out / name, (run_dir / name).read_bytes())

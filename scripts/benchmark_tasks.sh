@@ -6,18 +6,30 @@
 # checkpoint. Exit 1 when a job or an evaluation did not finish (run it again to finish them).
 # Usage: bash scripts/benchmark_tasks.sh [task ...]   (default: every task)
 #   shift   sweep=shift_mini: trained in the left half; tested on fresh left-half images, the right half, everywhere
+#   canvas  sweep=canvas_mini: the distance label trained at 32 px; tested on fresh 32 px images and on 48 and
+#           64 px canvases (the sin-cos APE rows both resized and rebuilt at the new positions)
 # Runs: runs/sweeps/<task>_mini/*; results: docs/benchmark_runs/<task>_mini/*.
+# LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
+# i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+LANES=${LANES:-$(nproc 2>/dev/null || echo 1)}
+[ "$LANES" -le 4 ] || LANES=4
+mkdir -p runs
 if [ -z "${TRAINER+x}" ]; then
   TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')")
 fi
 declare -A TESTSETS=(
   [shift]="relational_left relational_right relational_everywhere"
+  [canvas]="relational_distance relational_distance_canvas48 relational_distance_canvas64"
+)
+# runs also evaluated with the sin-cos table rebuilt at the new positions (ape=extend), by run-dir glob
+declare -A EXTEND=(
+  [canvas]="row=ape_sincos,*"
 )
 tasks=("$@")
-[ ${#tasks[@]} -gt 0 ] || tasks=(shift)
+[ ${#tasks[@]} -gt 0 ] || tasks=(shift canvas)
 status=0
 for task in "${tasks[@]}"; do
   if [ -z "${TESTSETS[$task]+x}" ]; then
@@ -26,10 +38,34 @@ for task in "${tasks[@]}"; do
   fi
   sweep="${task}_mini"
   echo "=== $sweep ($(date +%H:%M:%S))"
-  "$PY" train.py "sweep=$sweep" $TRAINER || { echo "sweep $sweep had failed jobs (see above)"; status=1; }
+  # the sweep's seeds, split over the lanes; a lane starts after the one before it has written its grid
+  seeds=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params']['seed'])" \
+    "configs/sweep/$sweep.yaml") || exit 2
+  IFS=, read -r -a all_seeds <<< "$seeds"
+  pids=()
+  for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
+    mine=$(for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do printf '%s,' "${all_seeds[$i]}"; done)
+    # shellcheck disable=SC2086  # TRAINER holds words
+    "$PY" train.py "sweep=$sweep" "seed=${mine%,}" $TRAINER > "runs/$sweep.lane$lane.log" 2>&1 &
+    pids+=($!)
+    echo "lane $lane: seeds ${mine%,} (log runs/$sweep.lane$lane.log)"
+    # Hydra writes the launch's grid (multirun.yaml) before it prints "Launching"; the next lane keeps it
+    for _ in $(seq 240); do
+      grep -q "Launching" "runs/$sweep.lane$lane.log" 2>/dev/null || ! kill -0 "${pids[-1]}" 2>/dev/null && break
+      sleep 0.5
+    done
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || { echo "sweep $sweep had failed jobs (see its lane logs)"; status=1; }
+  done
   if [ -d "runs/sweeps/$sweep" ]; then
     # shellcheck disable=SC2086  # the test set names are words
     "$PY" scripts/evaluate_testsets.py "runs/sweeps/$sweep" --testsets ${TESTSETS[$task]} || status=1
+    if [ -n "${EXTEND[$task]+x}" ]; then
+      # shellcheck disable=SC2086  # the glob names the run dirs
+      "$PY" scripts/evaluate_testsets.py runs/sweeps/$sweep/${EXTEND[$task]} --testsets ${TESTSETS[$task]} \
+        --ape extend || status=1
+    fi
     "$PY" scripts/archive_runs.py "runs/sweeps/$sweep" --to docs/benchmark_runs || status=1
   fi
 done

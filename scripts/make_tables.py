@@ -67,15 +67,18 @@ from scripts.tables.findings import (  # noqa: E402
     Finding,
     PairedTest,
     Verdict,
+    all_findings,
     findings_markdown,
     holm,
     judge,
     paired_test,
+    sign_flip_p,
     verdicts,
 )
 from scripts.tables.layouts import LAYOUTS, PAPER, Layout, PaperTable, load_paper_numbers  # noqa: E402
 from scripts.tables.render import (  # noqa: E402
     CSV_COLUMNS,
+    README_BLOCK,
     STATUS_COLUMNS,
     read_csv,
     to_csv,
@@ -87,10 +90,11 @@ from scripts.tables.render import (  # noqa: E402
 
 __all__ = [
     "CSV_COLUMNS", "FINDINGS", "LAYOUTS", "NOT_COUNTED", "PAPER", "STATUSES", "STATUS_COLUMNS", "Cell", "Finding",
-    "Layout", "PairedTest", "PaperTable", "Run", "Table", "TableError", "Verdict", "build_tables", "cell_identity",
+    "Layout", "PairedTest", "PaperTable", "Run", "Table", "TableError", "Verdict", "all_findings", "build_tables",
+    "cell_identity",
     "check_record", "collect", "expected_jobs", "findings_markdown", "holm", "judge", "load_paper_numbers",
     "load_run", "main", "paired_test", "read_config", "read_csv", "read_overrides", "run_dirs", "run_facts",
-    "split_by_config", "sweep_grid", "to_csv", "to_latex", "to_markdown", "verdicts", "with_findings",
+    "sign_flip_p", "split_by_config", "sweep_grid", "to_csv", "to_latex", "to_markdown", "verdicts", "with_findings",
     "write_outputs",
 ]
 
@@ -101,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", help="sweep dirs (runs/sweeps/<name>) or run dirs")
     parser.add_argument("--out", help="write OUT.md, OUT.csv and OUT.tex (default: print Markdown)")
     parser.add_argument("--readme", help="put the findings table between the findings markers of this file")
+    parser.add_argument("--readme-block", default=README_BLOCK,
+                        help="the markers' name: <!-- NAME:start --> and <!-- NAME:end --> (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         tables = build_tables(collect(args.dirs))
@@ -110,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             readme = Path(args.readme)
             if not readme.is_file():
                 raise TableError(f"--readme {str(readme)!r} is not a file")
-            atomic_write_bytes(readme, with_findings(readme.read_text(), findings_markdown(verdicts(tables))).encode())
+            text = with_findings(readme.read_text(), findings_markdown(verdicts(tables)), args.readme_block)
+            atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
         if args.out:
             for path in write_outputs(tables, Path(args.out)):

@@ -23,7 +23,7 @@ from scripts import make_tables
 from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
-BENCHMARK_SWEEPS = {"shift_mini": 24}
+BENCHMARK_SWEEPS = {"shift_mini": 24, "canvas_mini": 12}
 SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml")
                 if not p.stem.startswith("_") and p.stem not in BENCHMARK_SWEEPS)
 # 64 training images (2 batches of 32, the whole split at FAST's limit) and 64 test images: the runs train
@@ -185,6 +185,25 @@ def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the
     assert seen["product_ctx_unshared"][2].shared_head is False and seen["product_ctx"][2].shared_head is True
 
 
+
+def test_the_canvas_task_trains_the_distance_label_at_32_px_without_an_ape_but_the_references() -> None:
+    """sweep=canvas_mini: 12 rows of the benchmark rows x seeds 0-4, on data=relational_distance (4 classes,
+    everywhere on the 32 px canvas); its test sets fit the runs, and only the reference rows have an APE."""
+    from models.testsets import fitting_testsets
+
+    grid = _grid("canvas_mini")
+    rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
+    assert len(grid) == BENCHMARK_SWEEPS["canvas_mini"] * 5 and rows[:12] * 5 == rows
+    shift_rows = _compose(["sweep=shift_mini", "data.root=/x"]).rows
+    for job in grid[:12]:
+        cfg = _compose(["sweep=canvas_mini", *job])
+        assert cfg.rows == shift_rows and cfg.model.net.class_token is False  # the same rows as the shift task
+        assert cfg.data.generator.label == "distance" and cfg.data.num_classes == 4
+        assert cfg.data.generator.get("region") is None and cfg.data.img_size == 32 and cfg.trainer.max_epochs == 6
+        assert (cfg.model.net.ape != "none") == (cfg.row in ("ape_learned", "ape_sincos", "cpvt")), cfg.row
+    data = OmegaConf.to_container(cfg.data, resolve=False)
+    assert set(make_tables.LAYOUTS["canvas"].testsets) == set(fitting_testsets(data))  # and only those fit
+
 def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
     for ablation, paper in make_tables.PAPER.items():
         assert set(paper.values) <= EXPECTED_CELLS[ablation], ablation
@@ -196,8 +215,11 @@ def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
 def test_every_finding_contrasts_cells_of_its_paper_grid() -> None:
     import yaml
 
-    shift_rows = yaml.safe_load((Path(CONFIG_DIR) / "sweep" / "shift_mini.yaml").read_text())["rows"]
-    expected = {**EXPECTED_CELLS, "shift": {(row, "own val") for row in shift_rows}}
+    def swept_rows(sweep: str) -> set[tuple[str, str]]:
+        params = yaml.safe_load((Path(CONFIG_DIR) / "sweep" / f"{sweep}.yaml").read_text())["hydra"]["sweeper"]
+        return {(row, "own val") for row in params["params"]["row"].split(",")}
+
+    expected = {**EXPECTED_CELLS, "shift": swept_rows("shift_mini"), "canvas": swept_rows("canvas_mini")}
     for finding in make_tables.FINDINGS:
         cells = {(row, col) for row, col, _ in finding.contrast}
         assert cells <= expected[finding.ablation], finding.claim
@@ -486,6 +508,15 @@ def test_findings_go_into_the_readme_between_markers(tmp_path: Path) -> None:
     assert text.startswith("intro\n<!-- findings:start -->\n| finding (paper) |") and text.endswith(
         "<!-- findings:end -->\noutro\n")
     assert "old table" not in text and "| sharing heads hurts bias mode (per head minus shared) |" in text
+    # only this table's findings are listed; the others are counted as not listed
+    assert "| contextual beats bias (mean over the four methods) |" not in text
+    others = sum(f.ablation != "shared_head" for f in make_tables.FINDINGS)
+    assert f"Not listed: {others} findings of tables not built from these runs." in text
+    # a named block: the other markers are left alone
+    readme.write_text(text + "<!-- benchmark-findings:start -->\nold\n<!-- benchmark-findings:end -->\n")
+    assert make_tables.main([str(tmp_path), "--readme", str(readme), "--readme-block", "benchmark-findings"]) == 0
+    assert readme.read_text() == text + "<!-- benchmark-findings:start -->\n" + text.split(
+        "<!-- findings:start -->\n")[1].split("<!-- findings:end -->")[0] + "<!-- benchmark-findings:end -->\n"
     readme.write_text("no markers\n")
     with pytest.raises(make_tables.TableError, match="findings:start"):
         make_tables.with_findings(readme.read_text(), "x")

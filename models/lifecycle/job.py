@@ -43,6 +43,8 @@ from models.lifecycle.records import (
     CHECKPOINTS,
     CONFIG,
     FAILURE,
+    FINDINGS_DIR,
+    FINDINGS_SNAPSHOT,
     HEADLINE_METRICS,
     HYDRA_DIR,
     LAST,
@@ -97,17 +99,13 @@ def check_buildable(cfg: DictConfig) -> None:
     but what the data module's constructor reads) and run the checks that need them: a bad model, RPE or
     monitor setting is then refused before a run dir exists. An error that is not a setting's (a layer that
     cannot be built on the meta device) is left to the job, which builds the model for real."""
-    from hydra.errors import InstantiationException
-
     try:
         with torch.device("meta"):
             datamodule, model = build_data_and_model(cfg)
-    except (InstantiationException, ValueError) as err:
+    except Exception as err:  # noqa: BLE001  (see the docstring: only a setting's error is raised here)
         cause = root_cause(err)
         if isinstance(cause, ValueError):
             raise cause from None
-        return
-    except Exception:  # noqa: BLE001  (see the docstring: the job reports it)
         return
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
@@ -616,9 +614,17 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     if rank0 and not finished:
         for note in schedule_notes(cfg):
             say(f"note: {note}")
+    set_threads(cfg.get("threads"))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if rank0:
         job.record = job.claimed
+        job.record.fields["resumes"] = list((earlier or {}).get("resumes") or [])
+        if earlier is None:  # the findings as they stand when the run starts, never a later copy
+            snapshot = save_findings_snapshot(run_dir, cfg.get("ablation"))
+            if snapshot is not None:
+                job.record.fields["findings_sha256"] = snapshot
+        elif (earlier or {}).get("findings_sha256"):
+            job.record.fields["findings_sha256"] = earlier["findings_sha256"]
         job.record.save("running")
         for stale in remove_stale_temp_files(run_dir):
             say(f"removed {stale} (left by a write that was killed)")
@@ -648,6 +654,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     if not finished:
         if resume_from:
             say(f"resuming from {resume_from}")
+            if rank0 and job.record is not None:
+                facts = _checkpoint_facts(Path(resume_from)) or {}
+                job.record.fields["resumes"].append(facts.get("global_step"))
         StopSignals.checkpoint = resume
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
@@ -686,6 +695,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         wall_time_s=round(time.time() - started, 1),
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )
+    metrics.update(provenance(cfg, job.record.fields.get("resumes") if job.record else None))
     # False: each epoch trained on a part of the split (debug limits): a smoke run, which make_tables lists
     # as no result
     metrics["train_complete"] = (trained_whole_epochs(cfg.trainer.get("limit_train_batches"), trainer, datamodule)
@@ -701,6 +711,42 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         if partial:
             say(f"note: not a result: {partial}; scripts/make_tables.py lists this run as no result")
     return metrics
+
+
+DEFAULT_THREADS = torch.get_num_threads()  # torch's own count, restored for a sweep's job that sets none
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's intra-op threads for this job: ``threads``, or torch's default where it is null."""
+    torch.set_num_threads(int(threads) if threads else DEFAULT_THREADS)
+
+
+def save_findings_snapshot(run_dir: Path, ablation: str | None) -> str | None:
+    """Copy ``findings/<ablation>.yaml`` into the run dir (`FINDINGS_SNAPSHOT`) and return the sha256 of its
+    bytes; None where the task has no findings file. The copy shows which findings existed before the run's
+    results did: make_tables counts a finding as pre-registered only where every run it reads holds it."""
+    import hashlib
+
+    if not ablation:
+        return None
+    source = FINDINGS_DIR / f"{ablation}.yaml"
+    if not source.is_file():
+        return None
+    data = source.read_bytes()
+    atomic_write_bytes(run_dir / FINDINGS_SNAPSHOT, data, make_parents=False)
+    return hashlib.sha256(data).hexdigest()
+
+
+def provenance(cfg: DictConfig, resumes: list[Any] | None) -> dict[str, Any]:
+    """What can still change a result of the same identity, recorded beside it (make_tables flags a cell
+    whose runs differ in any): the torch version, the CPU thread count, the device, the precision, and the
+    steps this run was resumed at (empty: trained in one sitting)."""
+    trainer_cfg = cfg.get("trainer") or {}
+    device = str(trainer_cfg.get("accelerator", "cpu"))
+    if device in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    return {"env/torch": torch.__version__, "env/threads": torch.get_num_threads(), "env/device": device,
+            "env/precision": str(trainer_cfg.get("precision", "32-true")), "env/resumed_at": list(resumes or [])}
 
 
 def trained_whole_epochs(limit: Any, trainer: L.Trainer, datamodule: Any) -> bool:

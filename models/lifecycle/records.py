@@ -32,6 +32,10 @@ from models.lifecycle.files import (
 from models.lifecycle.identity import identity_hash
 
 RUN_RECORD = "run.json"
+# A benchmark task's pre-registered findings (findings/<ablation>.yaml), and the copy a run takes of its
+# task's file when it starts, which shows which findings existed before the run's results did
+FINDINGS_DIR = Path(__file__).resolve().parents[2] / "findings"
+FINDINGS_SNAPSHOT = "findings.yaml"
 RUN_LOCK = "run.lock"
 METRICS = "metrics.json"
 FAILURE = "failed.json"

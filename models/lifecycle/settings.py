@@ -332,6 +332,7 @@ FOLDER = text(r"(?s)(?!~).*\S.*", "a folder path (not empty; a leading '~' is no
 RULES: tuple[Rule, ...] = (
     # -- top level (train.yaml, eval.yaml)
     Rule("seed", SEED),
+    Rule("threads", POSITIVE, NULL("torch's default thread count")),
     *(Rule(key, Label()) for key in ("run_name", "name", "task_name", "sweep_name", "ablation")),
     Rule("resume", BOOL),
     Rule("test_after_fit", BOOL),
@@ -402,6 +403,8 @@ RULES: tuple[Rule, ...] = (
     Rule("model.optimizer.weight_decay", NONNEG),
     Rule("model.optimizer.betas", list_of(real("[0, 1)"), 2)),
     Rule("model.optimizer.eps", POS),
+    Rule("model.optimizer.pos_lr_scale", POS),
+    Rule("model.optimizer.pos_weight_decay", NONNEG, NULL("the decay of the parameter's own group")),
     Rule("model.scheduler.warmup_epochs", NONNEG),
     Rule("model.scheduler.warmup_lr", NONNEG),
     Rule("model.scheduler.min_lr", NONNEG),

@@ -47,6 +47,7 @@ from models.lifecycle.identity import (
 )
 from models.lifecycle.records import (
     CONFIG,
+    FINDINGS_SNAPSHOT,
     HYDRA_DIR,
     METRICS,
     PERCENT_METRICS,
@@ -98,6 +99,9 @@ class Run:
     # (file, why) of each test-set result not counted, e.g. ("testsets/relational_right.json", "it is another
     # run's result ..."); the file is "testsets" when the folder itself cannot be read
     testset_problems: tuple[tuple[str, str], ...] = ()
+    # fingerprints of the findings the run held in its snapshot when it started (`registered_fingerprints`)
+    registered: frozenset[str] = frozenset()
+    env: dict[str, Any] = field(default_factory=dict)  # metrics.json's env/* entries (`ENV_KEYS`)
 
 
 def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -141,6 +145,7 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "model": net.get("name") or model.get("_target_", "?").rsplit(".", 1)[-1],
         "schedule": cfg.get("schedule"),
         "row": cfg.get("row"),  # the job's entry of a sweep's `rows` table, where it has one
+        "val_images": _generated_images(cfg),  # the own split's size, for its sampling noise
     }
     return facts
 
@@ -212,6 +217,12 @@ def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
         return sum(int(bucket_ids(spec, side, side, 0, "cpu").unique().numel()) for spec in specs)
     except (RPEConfigError, ValueError, TypeError, KeyError):
         return None
+
+
+def _generated_images(cfg: dict[str, Any]) -> int | None:
+    """Images of the validation split a data generator writes (``data.generator.num_val``); None otherwise."""
+    value = ((cfg.get("data") or {}).get("generator") or {}).get("num_val")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _num_classes(cfg: dict[str, Any]) -> int | None:
@@ -375,6 +386,34 @@ def check_record(run_dir: Path, cfg: dict[str, Any], state: str) -> None:
                          f"at length {record.get('length')} (damaged or edited?)")
 
 
+# what metrics.json records of the things outside a run's identity that can still change its numbers
+ENV_KEYS = ("env/torch", "env/threads", "env/device", "env/precision", "env/resumed_at")
+
+
+def registered_fingerprints(run_dir: Path) -> frozenset[str]:
+    """The fingerprints (`findings.Finding.fingerprint`) of the findings in the run's snapshot of its task's
+    findings file, which it took before it trained; empty where it has none, or where the snapshot is not the
+    file whose sha256 run.json recorded then (edited since). Read as YAML data only."""
+    import hashlib
+
+    path = run_dir / FINDINGS_SNAPSHOT
+    try:
+        record = read_run_record(run_dir)
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+    except (RunFileError, OSError):
+        return frozenset()
+    if data is None or not record or record.get("findings_sha256") != hashlib.sha256(data).hexdigest():
+        return frozenset()
+    import yaml
+
+    from scripts.tables.findings import parse_findings  # findings imports this module
+
+    try:
+        return frozenset(f.fingerprint for f in parse_findings(yaml.safe_load(data), str(path)))
+    except (TableError, yaml.YAMLError, UnicodeDecodeError):
+        return frozenset()
+
+
 def read_overrides(run_dir: Path) -> list[str] | None:
     """The run's ``.hydra/overrides.yaml`` (``None`` when absent); a damaged one is a one-line `TableError`."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -393,6 +432,9 @@ def read_overrides(run_dir: Path) -> list[str] | None:
 
 
 # ----------------------------------------------------------------------------- results on other test sets
+IMAGES = "images"  # a test-set result's number of images, kept beside its metrics (`read_testset_result`)
+
+
 def testset_column(name: str, ape_rule: str | None) -> str:
     """The column of a test set's results: ``<name>``, or ``<name>@<rule>`` when an APE rule resized the run."""
     return name if ape_rule is None else f"{name}@{ape_rule}"
@@ -447,6 +489,10 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
         if key in PERCENT_METRICS and not 0 <= number <= 100:
             raise TableError(f"the file is damaged: {key}={number!r} is not a percentage in [0, 100]")
         numbers[key] = float(number)
+    config = value.get("testset_config")
+    images = _generated_images(config) if isinstance(config, dict) else None
+    if images is not None:  # the test set's size, for its sampling noise (not a metric eval.py writes)
+        numbers[IMAGES] = float(images)
     # last, so that a value eval.py cannot write is named: a result it wrote carries a checksum of its content
     if value.get("identity") is not None or CHECKSUM in value:
         problem = checksum_problem(value)
@@ -554,8 +600,9 @@ def load_run(run_dir: Path) -> Run:
         # run.json records it, checked above)
         tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
                                                            run_length(cfg))
+        env = {key: values.get(key) for key in ENV_KEYS if key in values}
         return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,
-                   testset_problems)
+                   testset_problems, registered_fingerprints(run_dir), env)
     if status.state == "failed":
         return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity)
     if status.state == "unfinished":

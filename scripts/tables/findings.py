@@ -27,12 +27,18 @@ not part of the family.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from models.lifecycle.records import FINDINGS_DIR
 from scripts.tables.cells import Table
+from scripts.tables.collect import IMAGES, TableError
 from scripts.tables.layouts import DIRECTED, LAYOUTS, OWN_VAL, PAPER
 
 ALPHA = 0.05  # family-wise error rate of the verdicts
@@ -41,12 +47,9 @@ NEAR = 1.0  # points: a run this close to chance is at the floor, this close to 
 IRPE = "Wu et al., ICCV 2021"  # "Rethinking and Improving Relative Position Encoding for Vision Transformer"
 BENCHMARK = "benchmark hypothesis"  # a finding this project's benchmark tasks test, not the paper's claim
 NOT_IN_PAPER = "not in the paper"
-SHIFT_COL = OWN_VAL  # the shift table's one column: the runs' own (left-half) validation split
-# the shift task's test-set columns (runs with an absolute table are resized by interpolation, the default)
-LEFT, RIGHT = "relational_left@interpolate", "relational_right@interpolate"
-EVERYWHERE = "relational_everywhere@interpolate"
 ROPE_VIT = "Heo et al., ECCV 2024"  # "Rotary Position Embedding for Vision Transformer"
-VERDICTS = ("holds", "reversed", "not resolved", "cannot differ", "floor", "ceiling", "not run")
+DEFAULT_RULE = "interpolate"  # the APE rule of a test-set column a registered finding names without one
+VERDICTS = ("holds", "reversed", "not resolved", "exploratory", "cannot differ", "floor", "ceiling", "not run")
 
 
 # ----------------------------------------------------------------------------- findings
@@ -68,6 +71,14 @@ class Finding:
     # per term of ``contrast``: the test-set column (`cells.testset_columns`, e.g. ``relational_right@interpolate``)
     # whose results the term reads, "" for the cell's own metric; empty: every term reads its own metric
     testsets: tuple[str, ...] = ()
+    key: str = ""  # the id of a pre-registered finding (findings/<task>.yaml); "" for the paper tables' own
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of what the finding tests (claim, table, terms, sign): a run that held a finding of the same
+        fingerprint before it trained read it pre-registered."""
+        text = json.dumps([self.claim, self.ablation, self.sign, self.terms()], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __post_init__(self) -> None:
         if self.testsets and len(self.testsets) != len(self.contrast):
@@ -107,6 +118,7 @@ _METHOD_ROWS = [f"{m} ({d})" for m, d in DIRECTED.items()]
 _CTX_MINUS_BIAS = (_mean_of([(r, "ctx") for r in _METHOD_ROWS], 1) + _mean_of([(r, "bias") for r in _METHOD_ROWS], -1))
 _DIRECTED_MINUS_UNDIRECTED = (_mean_of([("cross (directed)", "ctx"), ("product (directed)", "ctx")], 1)
                               + _mean_of([("euclidean (undirected)", "ctx"), ("quant (undirected)", "ctx")], -1))
+# The paper's findings on the paper-scale and mini tables of its ablations (configs/sweep/<ablation>*.yaml).
 FINDINGS: tuple[Finding, ...] = (
     Finding("contextual beats bias (mean over the four methods)", "method_mode", _CTX_MINUS_BIAS, source="Table 1"),
     Finding("directed beats undirected in contextual mode", "method_mode", _DIRECTED_MINUS_UNDIRECTED,
@@ -147,58 +159,116 @@ FINDINGS: tuple[Finding, ...] = (
             source="Supplement, Swin-T"),
     Finding("contextual iRPE-QKV beats Swin's bias on Swin", "swin",
             (("rpe-1.9-product-ctx-1-qkv", "ours", 1.0), ("swin", "ours", -1.0)), source="Supplement, Swin-T"),
-    # The paper's Tables 1 and 5 on the position-shift task, whose main rows have no APE (so position
-    # comes only from the encoding), on the in-distribution result (the own val split); the paper's
-    # contrast is that of its own table.
-    Finding("contextual beats bias (mean over the four methods)", "shift",
-            _mean_of([(r, SHIFT_COL) for r in ("euc_ctx", "quant_ctx", "cross_ctx", "product_ctx")], 1)
-            + _mean_of([(r, SHIFT_COL) for r in ("euc_bias", "quant_bias", "cross_bias", "product_bias")], -1),
-            source="Table 1", paper_text=_paper_text("method_mode", _CTX_MINUS_BIAS, "Table 1")),
-    Finding("directed beats undirected in contextual mode", "shift",
-            _mean_of([("cross_ctx", SHIFT_COL), ("product_ctx", SHIFT_COL)], 1)
-            + _mean_of([("euc_ctx", SHIFT_COL), ("quant_ctx", SHIFT_COL)], -1),
-            source="Table 1", paper_text=_paper_text("method_mode", _DIRECTED_MINUS_UNDIRECTED, "Table 1")),
-    Finding("iRPE-QKV beats iRPE-K", "shift", (("irpe_qkv", SHIFT_COL, 1.0), ("product_ctx", SHIFT_COL, -1.0)),
-            source="Table 5",
-            paper_text=_paper_text("compare", (("irpe_qkv", "ours", 1.0), ("irpe_k", "ours", -1.0)), "Table 5")),
-    Finding("iRPE-K beats CPVT's conditional encoding", "shift",
-            (("product_ctx", SHIFT_COL, 1.0), ("cpvt", SHIFT_COL, -1.0)), source="Table 5",
-            paper_text=_paper_text("compare", (("irpe_k", "ours", 1.0), ("cpvt", "ours", -1.0)), "Table 5")),
-    Finding("iRPE-QKV beats the best earlier relative encoding (Huang's)", "shift",
-            (("irpe_qkv", SHIFT_COL, 1.0), ("huang", SHIFT_COL, -1.0)), source="Table 5",
-            paper_text=_paper_text("compare", (("irpe_qkv", "ours", 1.0), ("huang", "ours", -1.0)), "Table 5")),
-    # The position-shift benchmark (trained with both objects in the left half): what relative encodings are
-    # for. These are the benchmark's hypotheses, not the paper's claims; they read the runs' test-set results.
-    Finding("relative positions carry to unseen positions: iRPE-K (no APE) beats the learned APE on the right"
-            " half", "shift", (("product_ctx", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
-            source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
-    Finding("iRPE-K loses less than the learned APE when the objects move (drop from left to right half)",
-            "shift", (("ape_learned", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0),
-                      ("product_ctx", SHIFT_COL, -1.0), ("product_ctx", SHIFT_COL, 1.0)),
-            source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(LEFT, RIGHT, LEFT, RIGHT)),
-    Finding("contextual beats bias on unseen positions (product iRPE-K, right half)", "shift",
-            (("product_ctx", SHIFT_COL, 1.0), ("product_bias", SHIFT_COL, -1.0)),
-            source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
-    Finding("axial RoPE (no APE) beats the learned APE on the right half", "shift",
-            (("rope_axial", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
-            source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
-    # RoPE-ViT's claim that mixed (learned-frequency) RoPE extrapolates better than axial RoPE: it tests on
-    # images larger than the training ones, which hold the training positions and new ones; the shift task's
-    # analogue is the whole canvas, trained on its left half.
-    Finding("mixed RoPE beats axial RoPE beyond the training positions (whole canvas)", "shift",
-            (("rope_mixed", SHIFT_COL, 1.0), ("rope_axial", SHIFT_COL, -1.0)),
-            source="multi-resolution results", reference=ROPE_VIT,
-            paper_text="mixed above axial at larger resolutions", testsets=(EVERYWHERE, EVERYWHERE)),
-    Finding("CPVT's conditional encoding beats the learned APE on the right half", "shift",
-            (("cpvt", SHIFT_COL, 1.0), ("ape_learned", SHIFT_COL, -1.0)),
-            source="shift task", reference=BENCHMARK, paper_text=NOT_IN_PAPER, testsets=(RIGHT, RIGHT)),
 )
 
+
+
+# ----------------------------------------------------------------------------- pre-registered findings
+def _paper_of(spec: Any, source: str, where: str) -> str:
+    """The paper's contrast of a registered finding's ``paper`` entry (see findings/shift.yaml's header)."""
+    if isinstance(spec, str):
+        table, _, claim = spec.partition("/")
+        same = [f for f in FINDINGS if f.ablation == table and f.claim == claim]
+        if not same:
+            raise TableError(f"{where}: paper {spec!r} names no finding of the paper's tables"
+                             f" (<table>/<claim>; tables: {', '.join(sorted({f.ablation for f in FINDINGS}))})")
+        return _paper_text(table, same[0].contrast, same[0].source)
+    if isinstance(spec, dict) and set(spec) == {"table", "cells"} and spec["table"] in PAPER:
+        try:
+            cells = tuple((str(row), str(col), float(weight)) for row, col, weight in spec["cells"])
+        except (TypeError, ValueError):
+            cells = ()
+        total = _paper_sum(spec["table"], cells) if cells else None
+        if total is not None:
+            return f"{total:+.2f} (ImageNet, {source})"
+    raise TableError(f"{where}: paper {spec!r} is not <table>/<claim> or {{table, cells: [[row, col, weight]]}}"
+                     f" of the paper's numbers (tables: {', '.join(sorted(PAPER))})")
+
+
+def _term(entry: Any, weight: float, testset: Any, where: str) -> tuple[str, str, float, str]:
+    """``(row, OWN_VAL, weight, test-set column)`` of an entry ``row`` or ``row:testset``."""
+    row, _, named = str(entry).partition(":")
+    named = named or testset
+    if not row or not isinstance(named, str) or not named:
+        raise TableError(f"{where}: entry {entry!r} reads no test set (give `testset` or write row:testset);"
+                         " a registered finding never reads the split that trained its runs")
+    column = named if "@" in named else f"{named}@{DEFAULT_RULE}"
+    return row, OWN_VAL, weight, column
+
+
+def parse_findings(data: Any, origin: str) -> tuple[Finding, ...]:
+    """The findings of a registry file's content (``yaml.safe_load`` of findings/<task>.yaml or of a run's
+    snapshot of it). A malformed file or finding is a `TableError` naming ``origin`` and what is wrong."""
+    if not (isinstance(data, dict) and isinstance(data.get("task"), str) and isinstance(data.get("findings"), list)):
+        raise TableError(f"{origin}: needs `task: <ablation>` and a `findings:` list")
+    findings: list[Finding] = []
+    known = {"id", "claim", "source", "reference", "paper", "paper_text", "sign", "testset", "plus", "minus", "terms"}
+    for i, item in enumerate(data["findings"]):
+        where = f"{origin}, finding {i + 1}"
+        if not isinstance(item, dict):
+            raise TableError(f"{where}: is not a mapping")
+        where = f"{origin}, finding {item.get('id', i + 1)!r}"
+        unknown = sorted(set(item) - known)
+        if unknown:
+            raise TableError(f"{where}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(known))}")
+        if not item.get("id") or not item.get("claim") or not item.get("source"):
+            raise TableError(f"{where}: needs id, claim and source")
+        if item.get("sign", 1) not in (1, -1):
+            raise TableError(f"{where}: sign {item.get('sign')!r} is not 1 or -1")
+        testset = item.get("testset")
+        if "terms" in item:
+            if "plus" in item or "minus" in item or not isinstance(item["terms"], list):
+                raise TableError(f"{where}: give either `terms` ([entry, weight] pairs) or `plus`/`minus` lists")
+            try:
+                terms = [_term(entry, float(weight), testset, where) for entry, weight in item["terms"]]
+            except (TypeError, ValueError):
+                raise TableError(f"{where}: terms must be [entry, weight] pairs") from None
+        else:
+            sides = [(item.get("plus"), 1.0), (item.get("minus"), -1.0)]
+            if not all(isinstance(entries, list) and entries for entries, _ in sides):
+                raise TableError(f"{where}: needs non-empty `plus` and `minus` lists (or `terms`)")
+            terms = [_term(entry, sign / len(entries), testset, where)
+                     for entries, sign in sides for entry in entries]
+        paper_text = (_paper_of(item["paper"], str(item["source"]), where) if "paper" in item
+                      else str(item.get("paper_text") or NOT_IN_PAPER))
+        findings.append(Finding(
+            str(item["claim"]), data["task"], tuple((row, col, w) for row, col, w, _ in terms), str(item["source"]),
+            sign=int(item.get("sign", 1)), paper_text=paper_text, reference=str(item.get("reference") or IRPE),
+            testsets=tuple(t for *_, t in terms), key=str(item["id"])))
+    keys = [f.key for f in findings]
+    if len(set(keys)) != len(keys):
+        raise TableError(f"{origin}: id {next(k for k in keys if keys.count(k) > 1)!r} is given twice")
+    return tuple(findings)
+
+
+def read_findings_file(path: Path) -> tuple[Finding, ...]:
+    """`parse_findings` of a YAML file (read with ``yaml.safe_load``: nothing in it is executed)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise TableError(f"{path}: cannot be read as YAML ({str(err).splitlines()[0]})") from None
+    return parse_findings(data, str(path))
+
+
+def registered_findings(directory: Path = FINDINGS_DIR) -> tuple[Finding, ...]:
+    """Every benchmark task's pre-registered findings: findings/<task>.yaml, in file-name order."""
+    found: list[Finding] = []
+    for path in sorted(directory.glob("*.yaml")) if directory.is_dir() else []:
+        found += read_findings_file(path)
+    return tuple(found)
+
+
+def all_findings(directory: Path = FINDINGS_DIR) -> tuple[Finding, ...]:
+    """The paper tables' findings and the benchmark tasks' registered ones: what the verdicts judge."""
+    return FINDINGS + registered_findings(directory)
 
 # ----------------------------------------------------------------------------- statistics
 @dataclass(frozen=True)
 class PairedTest:
-    """Mean, standard error, confidence interval, t and two-sided p of paired differences (module docstring)."""
+    """Mean, standard error, t interval, t and its two-sided p, and the exact sign-flip p of paired differences
+    (module docstring)."""
 
     n: int
     mean: float
@@ -206,6 +276,33 @@ class PairedTest:
     ci: tuple[float, float] | None
     t: float | None
     p: float | None
+    p_exact: float | None = None
+
+
+MAX_EXACT_N = 24  # 2^24 sign patterns: the largest exact enumeration `sign_flip_p` does
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """The exact two-sided p of the paired permutation (sign-flip) test of ``mean(diffs) = 0``: the share of
+    the ``2^n`` ways to flip the differences' signs whose sum is at least as far from 0 as the observed one.
+    Under the null each seed's difference is as likely negative as positive, whatever its distribution, so
+    the test needs no normality; its smallest p is ``2 / 2^n`` (every seed agreeing in sign)."""
+    import numpy as np
+
+    values = np.asarray(diffs, dtype=np.float64)
+    n = len(values)
+    if not 1 <= n <= MAX_EXACT_N:
+        raise ValueError(f"the exact sign-flip test takes 1 to {MAX_EXACT_N} differences, not {n}")
+    observed = abs(values.sum())
+    tolerance = 1e-9 * max(1.0, float(np.abs(values).sum()))  # a pattern tied with the observed sum counts
+    low = min(n, 16)  # the sums over the first `low` values for every sign pattern at once, the rest looped
+    patterns = ((np.arange(2 ** low)[:, None] >> np.arange(low)) & 1) * 2.0 - 1.0
+    low_sums = patterns @ values[:low]
+    at_least = 0
+    for high in range(2 ** (n - low)):
+        signs = ((high >> np.arange(n - low)) & 1) * 2.0 - 1.0
+        at_least += int(np.count_nonzero(np.abs(low_sums + signs @ values[low:]) >= observed - tolerance))
+    return at_least / 2 ** n
 
 
 @dataclass(frozen=True)
@@ -224,12 +321,35 @@ class ResolvingPower:
         return self.spread / self.median_sd if self.median_sd else None
 
 
+def learned_cells(table: Table, metric: str) -> set[tuple[str, str]]:
+    """The cells whose runs learned their task: the mean of their own split clears the floor (`floor_level`:
+    the ``none`` row, else chance) by more than the split's sampling noise. The ``none`` row is the floor
+    itself. Every cell where no floor is known."""
+    learned = set()
+    for (row, col), cell in table.cells.items():
+        values = cell.values(metric)
+        classes = {run.facts.get("num_classes") for run in cell.runs if run.status == "ok"}
+        level = floor_level(table, col, metric, classes.pop() if len(classes) == 1 else None)
+        if level is None:
+            learned.add((row, col))
+            continue
+        images = [run.facts.get("val_images") for run in cell.runs if run.status == "ok"]
+        if not (level[2] and row == "none") and values and statistics.fmean(values) > level[0] + sampling_margin(
+                level[0], images[0] if images else None):
+            learned.add((row, col))
+    return learned
+
+
 def resolving_power(table: Table, metric: str, testset: str = "") -> ResolvingPower | None:
-    """`ResolvingPower` of ``metric`` over the table's cells (or their results in test-set column ``testset``);
-    None with fewer than two cells holding a result."""
+    """`ResolvingPower` of ``metric`` over the table's cells that learned their task (`learned_cells`: a row at
+    the floor on its own split would widen the spread with a failure, not a difference of encodings), or
+    their results in test-set column ``testset``; None with fewer than two such cells holding a result."""
     one_column = len({col for _, col in table.cells}) == 1  # cells named by their row alone
+    learned = learned_cells(table, metric)
     by_seed = {}
     for (row, col), cell in table.cells.items():
+        if (row, col) not in learned:
+            continue
         values = cell.testset_by_seed(testset, metric) if testset else cell.by_seed(metric)
         if values:
             by_seed[row if one_column else f"{row} / {col}"] = values
@@ -255,7 +375,8 @@ def resolving_text(power: ResolvingPower, where: str) -> str:
         return head + "; no cell pair shares two seeds, so no paired SD."
     ratio = f"{power.ratio:.1f}" if power.ratio is not None else "∞"
     return (head + f", {ratio} x the median paired seed SD ({power.median_sd:.2f} points over {power.pairs} cell"
-            " pairs with >= 2 shared seeds); the benchmark asks for >= 10 x.")
+            " pairs with >= 2 shared seeds), over the cells that learned their own split; the benchmark asks"
+            " for >= 10 x.")
 
 
 def paired_test(diffs: list[float], level: float = LEVEL) -> PairedTest:
@@ -265,6 +386,7 @@ def paired_test(diffs: list[float], level: float = LEVEL) -> PairedTest:
     n, mean = len(diffs), statistics.fmean(diffs)
     if n < 2:
         return PairedTest(n, mean, None, None, None, None)
+    exact = sign_flip_p(diffs) if n <= MAX_EXACT_N else None
     se = statistics.stdev(diffs) / math.sqrt(n)
     half = float(student_t.ppf(0.5 + level / 2, n - 1)) * se
     if se == 0:  # every seed gives the same difference: exact, p is 0 unless that difference is 0
@@ -272,7 +394,7 @@ def paired_test(diffs: list[float], level: float = LEVEL) -> PairedTest:
     else:
         t = mean / se
         p = float(2 * student_t.sf(abs(t), n - 1))
-    return PairedTest(n, mean, se, (mean - half, mean + half), t, p)
+    return PairedTest(n, mean, se, (mean - half, mean + half), t, p, exact)
 
 
 def holm(p_values: list[float]) -> list[float]:
@@ -302,7 +424,8 @@ class Verdict:
     se: float | None = None
     ci: tuple[float, float] | None = None
     t: float | None = None
-    p: float | None = None
+    p: float | None = None  # the exact sign-flip p, which the verdict reads
+    p_t: float | None = None  # the t test's p, shown beside it
     p_holm: float | None = None
     verdict: str = "not run"
     note: str = ""
@@ -338,27 +461,91 @@ def _cannot_differ(finding: Finding, table: Table) -> str | None:
     return "same config and buckets: " + "; ".join(same)
 
 
+def sampling_margin(percent: float, images: int | None) -> float:
+    """Two binomial standard errors, in points, of an accuracy of ``percent`` measured on ``images`` images:
+    how far a run's number can sit from its model's true accuracy by the draw of the test images alone. At 0
+    or 100 the SE of one image in ``images`` stands in (the binomial SE is 0 there). `NEAR` where the number
+    of images is unknown."""
+    if not images:
+        return NEAR
+    q = min(max(percent / 100.0, 1.0 / images), 1.0 - 1.0 / images)
+    return 200.0 * math.sqrt(q * (1.0 - q) / images)
+
+
+def floor_level(table: Table, col: str, metric: str, classes: int | None) -> tuple[float, str, bool] | None:
+    """What a run that learned nothing of its task scores on its own split: the mean of the table's ``none``
+    row in ``col`` where that row has no position encoding at all (no RPE, no APE: on a task that needs
+    positions it is the floor every encoding must clear), else chance. Returns ``(level, label, from_none)``;
+    None where neither is known."""
+    reference = table.cells.get(("none", col))
+    ok = [run for run in reference.runs if run.status == "ok"] if reference is not None else []
+    if ok and all(run.facts.get("rpe") == "none" and run.facts.get("ape") in ("none", None) for run in ok):
+        values = reference.values(metric)
+        if values:
+            return statistics.fmean(values), "the `none` row", True
+    chance = _chance(metric, classes)
+    return (chance, "chance", False) if chance is not None else None
+
+
 def _bound(finding: Finding, table: Table, metric: str, seeds: list[object]) -> tuple[str, str] | None:
-    """``("floor", why)`` when a side's runs all sit at chance, ``("ceiling", why)`` when all runs of both sides
-    sit at 100, else None (module docstring). The floor is judged on the runs' own metric: a run that learned
-    its task and is at chance on a test set (unseen positions) is a result, not a failure to learn."""
-    sides: dict[bool, list[float]] = {True: [], False: []}
-    own: dict[bool, list[float]] = {True: [], False: []}
+    """``("floor", why)`` when a side's runs all sit at the floor, ``("ceiling", why)`` when all runs of both
+    sides sit at 100, each within the sampling noise of its split (`sampling_margin`), else None (module
+    docstring). The floor is judged on the runs' own split: a run that learned its task and is at chance on
+    a test set (unseen positions) is a result, not a failure to learn."""
+    sides: dict[bool, list[tuple[float, int | None]]] = {True: [], False: []}
     classes: set[int | None] = set()
     for row, col, weight, testset in finding.terms():
         cell = table.cells[(row, col)]
-        by_seed, own_by_seed = _term_by_seed(table, row, col, testset, metric), cell.by_seed(metric)
-        sides[weight > 0] += [by_seed[s] for s in seeds]
-        own[weight > 0] += [own_by_seed[s] for s in seeds if s in own_by_seed]
-        classes |= {run.facts.get("num_classes") for run in cell.runs if run.status == "ok"}
-    chance = _chance(metric, classes.pop()) if len(classes) == 1 else None
-    if chance is not None:
-        for positive, values in own.items():
-            if values and all(abs(v - chance) <= NEAR for v in values):
+        ok = [run for run in cell.runs if run.status == "ok" and run.facts.get("seed") in seeds]
+        classes |= {run.facts.get("num_classes") for run in ok}
+        for run in ok:
+            if testset:
+                value, images = run.metrics.get(f"{_column_of(run, testset)}/{metric}"), \
+                    run.metrics.get(f"{_column_of(run, testset)}/{IMAGES}")
+            else:
+                value, images = run.metrics.get(metric), run.facts.get("val_images")
+            if value is not None:
+                sides[weight > 0].append((value, int(images) if images else None))
+    level = floor_level(table, finding.contrast[0][1], metric, classes.pop() if len(classes) == 1 else None)
+    if level is not None:
+        floor, label, from_none = level
+        for positive in (True, False):
+            own = [(run.metrics[metric], run.facts.get("val_images")) for row, col, weight, _ in finding.terms()
+                   if (weight > 0) == positive and not (from_none and row == "none")
+                   for run in table.cells[(row, col)].runs
+                   if run.status == "ok" and run.facts.get("seed") in seeds and metric in run.metrics]
+            if own and all(v <= floor + sampling_margin(floor, n) for v, n in own):
                 cells = [f"`{r} / {c}`" for r, c, w, _ in finding.terms() if (w > 0) == positive]
-                return "floor", f"{', '.join(dict.fromkeys(cells))} at chance, {chance:.4g}"
-    if metric.startswith(("val/top", "val/AP")) and all(abs(v - 100.0) <= NEAR for vs in sides.values() for v in vs):
-        return "ceiling", "every run within 1 point of 100"
+                return "floor", (f"{', '.join(dict.fromkeys(cells))} within sampling noise of {label},"
+                                 f" {floor:.4g}")
+    values = sides[True] + sides[False]
+    if metric.startswith(("val/top", "val/AP")) and values and all(
+            v >= 100.0 - sampling_margin(100.0, n) for v, n in values):
+        return "ceiling", "every run within sampling noise of 100"
+    return None
+
+
+def _column_of(run: object, testset: str) -> str:
+    """The run's own column name for the test-set column ``testset``: ``<name>@<rule>``, or the file stem of a
+    run without an absolute table, whose result no rule changes (`cells.Cell.testset_values`)."""
+    name, _, rule = testset.partition("@")
+    for own_column, own in run.testsets.items():  # type: ignore[attr-defined]
+        if own_column.partition("@")[0] == name and (own is None or own == rule):
+            return own_column
+    return testset
+
+
+def registration_problem(finding: Finding, table: Table, seeds: list[object]) -> str | None:
+    """Why ``finding`` is not pre-registered for the runs it reads, or None where it is: every such run held
+    the finding, with this exact contrast, in the findings snapshot it took when it started. Findings of the
+    paper's tables (no id) are never registered in a snapshot: they are judged exploratory."""
+    if not finding.key:
+        return "not registered before its runs (the paper tables' findings have no registry)"
+    read = {run.path: run for row, col, *_ in finding.terms() for run in table.cells[(row, col)].runs
+            if run.status == "ok" and run.facts.get("seed") in seeds}
+    late = [run for _, run in sorted(read.items()) if finding.fingerprint not in run.registered]
+    if late:
+        return f"{len(late)} of its {len(read)} runs did not hold it when they started, e.g. {late[0].path}"
     return None
 
 
@@ -368,8 +555,10 @@ def _term_by_seed(table: Table, row: str, col: str, testset: str, metric: str) -
     return cell.testset_by_seed(testset, metric) if testset else cell.by_seed(metric)
 
 
-def _measure(finding: Finding, table: Table) -> Verdict:
-    """The finding on one table, every verdict but the significance ones (``verdict=""``: to be tested)."""
+def _measure(finding: Finding, table: Table, registered_only: bool = True) -> Verdict:
+    """The finding on one table, every verdict but the significance ones (``verdict=""``: to be tested). With
+    ``registered_only``, a finding its runs did not hold before they trained is ``exploratory``
+    (`registration_problem`): its p is shown, and it joins no family."""
     base = Verdict(finding, table.name, paper_contrast(finding))
     if any((row, col) not in table.cells for row, col, _ in finding.contrast):
         return base
@@ -383,16 +572,20 @@ def _measure(finding: Finding, table: Table) -> Verdict:
     if not seeds:
         return base
     test = paired_test([sum(w * values[s] for values, w in seed_values) for s in seeds])
-    base.n, base.mean, base.se, base.ci, base.t, base.p = test.n, test.mean, test.se, test.ci, test.t, test.p
+    base.n, base.mean, base.se, base.ci, base.t = test.n, test.mean, test.se, test.ci, test.t
+    base.p, base.p_t = test.p_exact, test.p
     if base.verdict == "cannot differ":
-        base.t = base.p = None
+        base.t = base.p = base.p_t = None
         return base
     bound = _bound(finding, table, metric, seeds)
+    late = registration_problem(finding, table, seeds) if registered_only else None
     if bound is not None:
         base.verdict, base.note = bound
-        base.t = base.p = None
+        base.t = base.p = base.p_t = None
     elif test.p is None:
         base.verdict, base.note = "not resolved", "1 seed"
+    elif late is not None:
+        base.verdict, base.note = "exploratory", late
     else:
         base.verdict = ""
     return base
@@ -410,17 +603,18 @@ def decide(results: list[Verdict], alpha: float = ALPHA) -> list[Verdict]:
     return results
 
 
-def judge(finding: Finding, table: Table) -> Verdict:
+def judge(finding: Finding, table: Table, registered_only: bool = False) -> Verdict:
     """The finding judged on one table alone (a family of one)."""
-    return decide([_measure(finding, table)])[0]
+    return decide([_measure(finding, table, registered_only)])[0]
 
 
-def verdicts(tables: list[Table]) -> list[Verdict]:
-    """A verdict per finding and table of its ablation, Holm-corrected over all of them; ``not run`` for a
-    finding without such a table."""
+def verdicts(tables: list[Table], findings: tuple[Finding, ...] | None = None,
+             registered_only: bool = True) -> list[Verdict]:
+    """A verdict per finding (default `all_findings`) and table of its ablation, Holm-corrected over all of
+    them as one family, whatever task they belong to; ``not run`` for a finding without such a table."""
     results = []
-    for finding in FINDINGS:
-        measured = [_measure(finding, t) for t in tables if t.ablation == finding.ablation]
+    for finding in all_findings() if findings is None else findings:
+        measured = [_measure(finding, t, registered_only) for t in tables if t.ablation == finding.ablation]
         results += measured or [Verdict(finding, "–", paper_contrast(finding))]
     return decide(results)
 
@@ -430,9 +624,12 @@ def _p_text(p: float | None) -> str:
 
 
 def findings_markdown(results: list[Verdict]) -> str:
-    """The verdict table, one line per finding and table, and a line counting the verdicts."""
-    lines = ["| finding (paper) | source | table | paper | ours: mean [95 % CI] (seeds) | p | Holm p | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The verdict table, one line per finding and table, and a line counting the verdicts. A finding whose
+    ablation has no table here is not listed (it is judged where its table is built; it joins no test)."""
+    lines = ["| finding (paper) | source | table | paper | ours: mean [95 % CI] (seeds) | exact p | t-test p | Holm p"
+             " | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    unlisted = sum(v.table == "–" for v in results)
+    results = [v for v in results if v.table != "–"]
     for v in results:
         if v.mean is None:
             ours = "–"
@@ -443,9 +640,11 @@ def findings_markdown(results: list[Verdict]) -> str:
         table = f"`{v.table}`" if v.table != "–" else "–"
         verdict = f"{v.verdict} ({v.note})" if v.note else v.verdict
         lines.append(f"| {v.finding.claim} | {v.finding.cited} | {table} | {v.paper} | {ours} | {_p_text(v.p)} "
-                     f"| {_p_text(v.p_holm)} | {verdict} |")
+                     f"| {_p_text(v.p_t)} | {_p_text(v.p_holm)} | {verdict} |")
     counts = Counter(v.verdict for v in results)
     tested = sum(v.p_holm is not None for v in results)
-    lines += ["", f"Holm over the {tested} findings tested, family-wise α = {ALPHA:g}: "
-              + ", ".join(f"{counts[k]} {k}" for k in VERDICTS) + "."]
+    lines += ["", f"Holm over the {tested} pre-registered findings tested (exact sign-flip p), family-wise"
+              f" α = {ALPHA:g}: "
+              + ", ".join(f"{counts[k]} {k}" for k in VERDICTS) + "."
+              + (f" Not listed: {unlisted} findings of tables not built from these runs." if unlisted else "")]
     return "\n".join(lines) + "\n"

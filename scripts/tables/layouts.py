@@ -169,6 +169,15 @@ LAYOUTS: dict[str, Layout] = {
         note="Own val: the left-half split that selected the checkpoint. relational_left: 5000 fresh left-half"
              " images; relational_right: the unseen right half; relational_everywhere: anywhere on the canvas",
     ),
+    "canvas": Layout(
+        "Benchmark: canvas extrapolation (distance in patches, trained at 32 px, no APE but the reference rows)",
+        "encoding", lambda f: f["row"] or f["rpe"], lambda f: OWN_VAL,
+        row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
+        testsets=("relational_distance", "relational_distance_canvas48", "relational_distance_canvas64"),
+        note="Own val: the 32 px split that selected the checkpoint. relational_distance: 5000 fresh 32 px"
+             " images; _canvas48 / _canvas64: the same objects and distance bins on 48 / 64 px canvases (an"
+             " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
+    ),
     "runs": Layout(
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),

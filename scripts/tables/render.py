@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.tables.cells import NOT_COUNTED, Table, _natural
-from scripts.tables.collect import STATUSES, TableError
+from scripts.tables.collect import ENV_KEYS, STATUSES, TableError
 from scripts.tables.findings import findings_markdown, resolving_power, resolving_text, verdicts
 from scripts.tables.layouts import ABLATION_SCALE
 
@@ -96,7 +96,7 @@ def _metrics_present(table: Table) -> list[str]:
 def to_markdown(tables: list[Table]) -> str:
     out = io.StringIO()
     results = verdicts(tables)
-    if results:
+    if any(v.table != "–" for v in results):
         out.write("## The findings, judged on these runs\n\n")
         out.write(FINDINGS_TEXT + "\n\n")
         out.write(findings_markdown(results) + "\n")
@@ -135,12 +135,33 @@ def to_markdown(tables: list[Table]) -> str:
             out.write("\nNot ok:\n\n")
             for run in failures:
                 out.write(f"- {run.status}: `{run.path}`" + (f": {run.error}" if run.error else "") + "\n")
+        mixed = mixed_environments(table)
+        if mixed:
+            out.write("\nCells whose runs differ in what can change a result outside the config (torch, threads,"
+                      " device, precision, resumes):\n\n" + "".join(f"- {text}\n" for text in mixed))
         rejected = _testset_problems(table)
         if rejected:
             out.write("\nTest-set results not counted (the runs' own results are):\n\n")
             out.write("".join(f"- {text}\n" for text in rejected))
         out.write("\n")
     return out.getvalue()
+
+
+def mixed_environments(table: Table) -> list[str]:
+    """``<row / col>: env/threads 1, 2`` for each cell whose ok runs recorded different values of an env key
+    (`collect.ENV_KEYS`; ``env/resumed_at``: resumed or not), or where some recorded it and others did not."""
+    lines = []
+    for (row, col), cell in table.cells.items():
+        ok = [run for run in cell.runs if run.status == "ok"]
+        for key in ENV_KEYS:
+            if key == "env/resumed_at":
+                seen = {"resumed" if run.env.get(key) else "one sitting" if key in run.env else "unknown"
+                        for run in ok}
+            else:
+                seen = {str(run.env.get(key, "unknown")) for run in ok}
+            if len(seen) > 1:
+                lines.append(f"`{row} / {col}`: {key} {', '.join(sorted(seen))}")
+    return lines
 
 
 def _testset_problems(table: Table) -> list[str]:
@@ -223,12 +244,16 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-README_MARKERS = ("<!-- findings:start -->", "<!-- findings:end -->")
+README_BLOCK = "findings"  # the default block: <!-- findings:start --> ... <!-- findings:end -->
 
 
-def with_findings(readme: str, findings: str) -> str:
-    """``readme`` with the text between its findings markers replaced by ``findings``."""
-    start, end = README_MARKERS
+def readme_markers(block: str = README_BLOCK) -> tuple[str, str]:
+    return f"<!-- {block}:start -->", f"<!-- {block}:end -->"
+
+
+def with_findings(readme: str, findings: str, block: str = README_BLOCK) -> str:
+    """``readme`` with the text between the markers of ``block`` replaced by ``findings``."""
+    start, end = readme_markers(block)
     if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
         raise TableError(f"the README needs one {start} line followed by one {end} line")
     head, rest = readme.split(start)

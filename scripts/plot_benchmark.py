@@ -1,0 +1,121 @@
+"""Plot a benchmark table: top-1 against test set, one line per encoding (matplotlib, Agg).
+
+    python scripts/plot_benchmark.py docs/benchmark.csv --table shift_mini --out docs/plots/benchmark_shift.png
+
+Reads the CSV that ``scripts/make_tables.py --out`` writes (never run dirs). The x axis is the table's own
+validation split followed by its test-set columns, in the CSV's order; a line is a row (an encoding), its
+points the mean over the seeds, its bars one standard deviation. A cell without a mean leaves a gap. The
+dashed line is chance (100 / classes, ``--chance``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")  # files only: never open a window, work without a display
+
+from matplotlib.figure import Figure  # noqa: E402
+
+from models.lifecycle.files import atomic_write_bytes  # noqa: E402
+from scripts.tables.render import read_csv  # noqa: E402
+
+METRIC = "val/top1"
+
+
+class PlotError(ValueError):
+    """Bad input; the message is one line naming the bad value and the valid choices."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise PlotError(f"{message} (see --help)")
+
+
+def series(records: list[dict], table: str) -> tuple[list[str], dict[str, list[tuple[float, float] | None]]]:
+    """The test-set columns of ``table`` (its own split first, as ``own val``) and, per row, its
+    ``(mean, std)`` on each (None where the cell has no mean)."""
+    rows = [r for r in records if r["table"] == table and (r["metric"] == METRIC or r["metric"].endswith("/" + METRIC))]
+    if not rows:
+        tables = sorted({r["table"] for r in records})
+        raise PlotError(f"--table {table!r} has no {METRIC} lines in the CSV; valid: {', '.join(tables) or 'none'}")
+    columns: list[str] = []
+    for r in rows:
+        column = r["col"] if r["metric"] == METRIC else r["metric"].removesuffix("/" + METRIC)
+        if column not in columns:
+            columns.append(column)
+    values: dict[str, list[tuple[float, float] | None]] = {}
+    for r in rows:
+        column = r["col"] if r["metric"] == METRIC else r["metric"].removesuffix("/" + METRIC)
+        line = values.setdefault(r["row"], [None] * len(columns))
+        if r["mean"] is not None:
+            line[columns.index(column)] = (r["mean"], r["std"] or 0.0)
+    return columns, values
+
+
+def plot(columns: list[str], values: dict[str, list[tuple[float, float] | None]], title: str,
+         chance: float | None) -> Figure:
+    fig = Figure(figsize=(2.2 + 1.6 * len(columns), 6.0))
+    ax = fig.add_subplot()
+    xs = list(range(len(columns)))
+    colors = matplotlib.colormaps["tab20"].colors
+    ordered = sorted(values.items(), key=lambda kv: -(kv[1][-1] or (0.0, 0.0))[0])  # legend: best last column first
+    for i, (row, points) in enumerate(ordered):
+        ys = [p[0] if p else float("nan") for p in points]
+        errs = [p[1] if p else 0.0 for p in points]
+        ax.errorbar(xs, ys, yerr=errs, marker="osD^v<>"[i % 7], capsize=3, label=row, color=colors[i % 20],
+                    linestyle=("-", "--", ":")[(i // 20) % 3])
+    if chance is not None:
+        ax.axhline(chance, color="grey", linestyle="--", linewidth=1)
+    ax.set_xticks(xs, [c.replace("@", "\n@") for c in columns])
+    ax.set_ylabel("top-1 (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("csv", help="a table CSV of scripts/make_tables.py --out")
+    parser.add_argument("--table", required=True, help="the table's name (the CSV's `table` column)")
+    parser.add_argument("--out", required=True, help="the PNG to write")
+    parser.add_argument("--chance", type=float, default=None, help="draw chance at this top-1")
+    parser.add_argument("--rows", nargs="+", default=None, help="only these rows (default: every row)")
+    try:
+        args = parser.parse_args(argv)
+        path, out = Path(args.csv), Path(args.out)
+        if not path.is_file():
+            raise PlotError(f"{args.csv!r} is not a file; give the CSV that make_tables.py --out wrote")
+        if not out.parent.is_dir():
+            raise PlotError(f"--out {args.out!r}: its folder does not exist")
+        try:
+            records = read_csv(path)
+        except (KeyError, ValueError, UnicodeDecodeError) as err:
+            raise PlotError(f"{args.csv!r} is not a make_tables.py CSV ({err})") from None
+        columns, values = series(records, args.table)
+        if args.rows is not None:
+            unknown = [row for row in args.rows if row not in values]
+            if unknown:
+                raise PlotError(f"--rows {unknown[0]!r} is not a row of {args.table}; valid: {', '.join(values)}")
+            values = {row: values[row] for row in args.rows}
+        buffer = io.BytesIO()
+        plot(columns, values, args.table, args.chance).savefig(buffer, format="png", dpi=100)
+        atomic_write_bytes(out, buffer.getvalue())
+    except (PlotError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""scripts/plot_benchmark.py: the lines it draws are the CSV's means, in the CSV's column order."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from scripts import plot_benchmark
+from scripts.tables.render import CSV_COLUMNS
+
+
+def _write_csv(path: Path, lines: list[tuple[str, str, str, float | None, float | None]]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, restval="0")
+        writer.writeheader()
+        for row, col, metric, mean, std in lines:
+            writer.writerow({"table": "shift_mini", "row": row, "col": col, "metric": metric,
+                             "mean": "" if mean is None else mean, "std": "" if std is None else std,
+                             "paper": "", "used": "", "same_as": "", "runs": "", "errors": ""})
+
+
+LINES = [("ape_sincos", "own val", "val/top1", 99.5, 0.2), ("ape_sincos", "own val", "val/loss", 0.1, 0.0),
+         ("ape_sincos", "own val", "relational_right@interpolate/val/top1", 25.0, 1.0),
+         ("ape_sincos", "own val", "relational_right@extend/val/top1", 30.0, 2.0),
+         ("huang", "own val", "val/top1", 98.0, 0.5),
+         ("huang", "own val", "relational_right@interpolate/val/top1", 92.0, 3.0),
+         ("huang", "own val", "relational_right@extend/val/top1", None, None)]
+
+
+def test_series_are_the_csv_means_per_test_set(tmp_path: Path) -> None:
+    _write_csv(tmp_path / "t.csv", LINES)
+    columns, values = plot_benchmark.series(plot_benchmark.read_csv(tmp_path / "t.csv"), "shift_mini")
+    assert columns == ["own val", "relational_right@interpolate", "relational_right@extend"]  # no val/loss
+    assert values == {"ape_sincos": [(99.5, 0.2), (25.0, 1.0), (30.0, 2.0)], "huang": [(98.0, 0.5), (92.0, 3.0), None]}
+    fig = plot_benchmark.plot(columns, values, "t", chance=12.5)
+    drawn = {bars.get_label(): list(bars.lines[0].get_ydata()) for bars in fig.axes[0].containers}
+    assert drawn["ape_sincos"] == [99.5, 25.0, 30.0] and drawn["huang"][:2] == [98.0, 92.0]
+
+
+def test_the_cli_writes_a_png_and_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _write_csv(tmp_path / "t.csv", LINES)
+    out = tmp_path / "p.png"
+    assert plot_benchmark.main([str(tmp_path / "t.csv"), "--table", "shift_mini", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for argv, message in (
+        (["--table", "canvas_mini"],
+         "error: --table 'canvas_mini' has no val/top1 lines in the CSV; valid: shift_mini"),
+        (["--table", "shift_mini", "--rows", "t5"],
+         "error: --rows 't5' is not a row of shift_mini; valid: ape_sincos, huang"),
+    ):
+        assert plot_benchmark.main([str(tmp_path / "t.csv"), "--out", str(tmp_path / "q.png"), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == message and not (tmp_path / "q.png").exists()
+    assert plot_benchmark.main([str(tmp_path / "none.csv"), "--table", "x", "--out", str(out)]) == 2
+    assert "none.csv' is not a file" in capsys.readouterr().err
