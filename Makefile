@@ -13,9 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## Train the default experiment (micro DeiT on the embedded relational-shapes data). ARGS="k=v ..."
+## Train the quick-start experiment (micro DeiT on the embedded relational-shapes data). ARGS="k=v ..."
 train: $(STAMP)
-	$(PY) train.py $(ARGS)
+	$(PY) train.py experiment=quickstart $(ARGS)
 
 ## Lint and run the test suite: unit tests and short integration tests, at most 5 minutes on 2 CPU cores
 ## (tests marked slow are excluded). A file's tests stay on one worker, so its module fixtures (a trained

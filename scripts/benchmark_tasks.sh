@@ -8,7 +8,8 @@
 #   shift   sweep=shift_mini: trained in the left half; tested on fresh left-half images, the right half, everywhere
 #   canvas  sweep=canvas_mini: the distance label trained at 32 px; tested on fresh 32 px images and on 48 and
 #           64 px canvases (the sin-cos APE rows both resized and rebuilt at the new positions)
-# Runs: runs/sweeps/<task>_mini/*; results: docs/benchmark_runs/<task>_mini/*.
+# Runs: runs/sweeps/<task>_mini/*; results: docs/benchmark_runs/<task>_mini/*; then the tables
+# (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt.
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
 set -uo pipefail
@@ -27,6 +28,12 @@ declare -A TESTSETS=(
 # runs also evaluated with the sin-cos table rebuilt at the new positions (ape=extend), by run-dir glob
 declare -A EXTEND=(
   [canvas]="row=ape_sincos,*"
+)
+# chance top-1 of each task's labels, and the rows its plot draws (the references and one of each family)
+declare -A CHANCE=([shift]=12.5 [canvas]=25)
+declare -A PLOT_ROWS=(
+  [shift]="none ape_learned ape_sincos cpvt product_ctx product_bias irpe_qkv shaw huang xl rope_axial rope_mixed cpb t5"
+  [canvas]="none ape_learned ape_sincos cpvt product_ctx irpe_qkv shaw huang rope_axial rope_mixed cpb t5"
 )
 tasks=("$@")
 [ ${#tasks[@]} -gt 0 ] || tasks=(shift canvas)
@@ -69,4 +76,18 @@ for task in "${tasks[@]}"; do
     "$PY" scripts/archive_runs.py "runs/sweeps/$sweep" --to docs/benchmark_runs || status=1
   fi
 done
+# the task tables, their plots and the README's findings, from the committed archives: every task's
+# findings are one Holm family, so each table is judged together with the others
+mapfile -t ablations < <(ls -d docs/ablations_mini_runs/*_mini)
+mapfile -t benchmarks < <(ls -d docs/benchmark_runs/*_mini)
+for archive in "${benchmarks[@]}"; do
+  task=$(basename "$archive" _mini)
+  others=("${ablations[@]}")
+  for b in "${benchmarks[@]}"; do [ "$b" = "$archive" ] || others+=("$b"); done
+  "$PY" scripts/make_tables.py "$archive" --out "docs/benchmark_$task" --family "${others[@]}" || status=1
+  "$PY" scripts/plot_benchmark.py "docs/benchmark_$task.csv" --table "${task}_mini" --chance "${CHANCE[$task]}" \
+    --rows ${PLOT_ROWS[$task]} --out "docs/plots/benchmark_$task.png" || status=1
+done
+"$PY" scripts/make_tables.py "${ablations[@]}" --out docs/ablations_mini --family "${benchmarks[@]}" || status=1
+"$PY" scripts/make_tables.py "${ablations[@]}" "${benchmarks[@]}" --readme README.md > /dev/null || status=1
 exit $status

@@ -9,6 +9,7 @@
 #   3. FlexAttention training end to end: the default experiment (`make train`) on the GPU, backend=flex
 #      and backend=auto, bf16-mixed
 #   4. bf16 Swin-T with each preset vs timm's plain Swin-T
+# The step timeouts add up to 550 s, so that the whole script fits one device call of at most 600 s.
 # Results go to $OUT (default ./gpu_out). Packages missing on the box can be carried as wheels in .whl/.
 set -u
 OUT=${OUT:-gpu_out}
@@ -27,30 +28,30 @@ python3 -c "import torch, timm, lightning; print('torch', torch.__version__, 'ti
 cat "$OUT/gpu.txt"
 
 stamp "0. fused Triton kernel: CUDA tests, then DeiT-S / Swin-T with @triton"
-timeout 240 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_triton.py -k cuda \
+timeout 100 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_triton.py -k cuda \
   > "$OUT/rpe_triton_cuda.txt" 2>&1
 grep -E "SPEED|ERROR|passed|failed|Error" "$OUT/rpe_triton_cuda.txt" | tail -40
-timeout 240 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
+timeout 90 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
   --presets none irpe_k irpe_k@triton irpe_bias_k irpe_bias_k@triton irpe_qk@triton irpe_qkv irpe_qkv@triton \
   --json "$OUT/bench_deit_small_triton.json" > "$OUT/bench_deit_small_triton.txt" 2>&1
 tail -12 "$OUT/bench_deit_small_triton.txt"
-timeout 150 python3 scripts/benchmark.py --model swin_tiny --bf16 --batch 128 --steps 15 --warmup 3 \
+timeout 60 python3 scripts/benchmark.py --model swin_tiny --bf16 --batch 128 --steps 15 --warmup 3 \
   --presets swin swin@triton irpe_k irpe_k@triton irpe_qkv irpe_qkv@triton \
   --json "$OUT/bench_swin_tiny_triton.json" > "$OUT/bench_swin_tiny_triton.txt" 2>&1
 tail -8 "$OUT/bench_swin_tiny_triton.txt"
 
 stamp "1. DeiT-S bf16 benchmark"
-timeout 180 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
+timeout 70 python3 scripts/benchmark.py --model deit_small --bf16 --batch 128 --steps 20 --warmup 3 \
   --presets none irpe_k irpe_k@eager irpe_k@flex irpe_qk irpe_qk@eager irpe_qk@flex irpe_qkv irpe_bias_k irpe_bias_k@flex \
   irpe_k@naive irpe_qkv@naive --json "$OUT/bench_deit_small_bf16.json" > "$OUT/bench_deit_small.txt" 2>&1
 tail -16 "$OUT/bench_deit_small.txt"
 
 stamp "1b. one attention layer, piece by piece (incl. FlexAttention formulations)"
-timeout 120 python3 scripts/profile_attention.py 2>&1 | grep -v -i warn > "$OUT/profile_attention.txt"
+timeout 40 python3 scripts/profile_attention.py 2>&1 | grep -v -i warn > "$OUT/profile_attention.txt"
 grep -E "ms|FAILED" "$OUT/profile_attention.txt" | tail -20
 
 stamp "2. rpe CUDA parity and attention timings"
-timeout 100 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_cuda.py \
+timeout 60 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_cuda.py \
   > "$OUT/rpe_cuda.txt" 2>&1
 grep -E "SPEED|passed|failed|Error" "$OUT/rpe_cuda.txt" | tail -20
 
@@ -62,11 +63,11 @@ train() {  # name, timeout, then train.py overrides
   echo "rc=$?" >> "$OUT/train_$name.log"
   tail -4 "$OUT/train_$name.log"
 }
-train flex 90 rpe.backend=flex
-train auto 60
+train flex 60 rpe.backend=flex
+train auto 40
 
 stamp "4. Swin-T bf16 benchmark"
-timeout 50 python3 scripts/benchmark.py --model swin_tiny --bf16 --batch 128 --steps 15 \
+timeout 30 python3 scripts/benchmark.py --model swin_tiny --bf16 --batch 128 --steps 15 \
   --presets swin irpe_k irpe_qkv --json "$OUT/bench_swin_tiny_bf16.json" > "$OUT/bench_swin_tiny.txt" 2>&1
 tail -6 "$OUT/bench_swin_tiny.txt"
 

@@ -107,23 +107,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", help="put the findings table between the findings markers of this file")
     parser.add_argument("--readme-block", default=README_BLOCK,
                         help="the markers' name: <!-- NAME:start --> and <!-- NAME:end --> (default: %(default)s)")
+    parser.add_argument("--family", nargs="+", default=[], metavar="DIR",
+                        help="more sweep dirs whose runs the findings are judged on as one Holm family, with the"
+                             " DIRS' own, but whose tables are not written (e.g. the other benchmark tasks)")
     args = parser.parse_args(argv)
     try:
         tables = build_tables(collect(args.dirs))
+        family = build_tables(collect([*args.dirs, *args.family])) if args.family else None
         if args.readme:
             from models.lifecycle.files import atomic_write_bytes
 
             readme = Path(args.readme)
             if not readme.is_file():
                 raise TableError(f"--readme {str(readme)!r} is not a file")
-            text = with_findings(readme.read_text(), findings_markdown(verdicts(tables)), args.readme_block)
+            text = with_findings(readme.read_text(), findings_markdown(verdicts(family or tables)), args.readme_block)
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
         if args.out:
-            for path in write_outputs(tables, Path(args.out)):
+            for path in write_outputs(tables, Path(args.out), family):
                 print(f"wrote {path}")
         else:
-            print(to_markdown(tables))
+            print(to_markdown(tables, family))
     except (ValueError, OSError) as err:  # TableError, and RunFileError from writing the outputs
         print(f"error: {err}", file=sys.stderr)
         return 2

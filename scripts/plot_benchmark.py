@@ -5,7 +5,9 @@
 Reads the CSV that ``scripts/make_tables.py --out`` writes (never run dirs). The x axis is the table's own
 validation split followed by its test-set columns, in the CSV's order; a line is a row (an encoding), its
 points the mean over the seeds, its bars one standard deviation. A cell without a mean leaves a gap. The
-dashed line is chance (100 / classes, ``--chance``).
+dashed line is chance (100 / classes, ``--chance``). The PNG's ``Description`` text holds
+``series <sha256>`` of the drawn numbers (`series_digest`), so a test can tell that a committed plot is
+the one its table's runs give.
 """
 
 from __future__ import annotations
@@ -60,6 +62,25 @@ def series(records: list[dict], table: str) -> tuple[list[str], dict[str, list[t
     return columns, values
 
 
+def series_digest(columns: list[str], values: dict[str, list[tuple[float, float] | None]]) -> str:
+    """sha256 of the drawn numbers (columns, rows, means and SDs rounded to 1e-6), order included."""
+    import hashlib
+    import json
+
+    data = [columns, [[row, [None if p is None else [round(p[0], 6), round(p[1], 6)] for p in points]]
+                      for row, points in values.items()]]
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()
+
+
+def png_digest(path: Path) -> str | None:
+    """The ``series`` digest a PNG written by this script carries; None where it has none."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        text = str(image.info.get("Description", ""))
+    return text.removeprefix("series ") if text.startswith("series ") else None
+
+
 def plot(columns: list[str], values: dict[str, list[tuple[float, float] | None]], title: str,
          chance: float | None) -> Figure:
     fig = Figure(figsize=(2.2 + 1.6 * len(columns), 6.0))
@@ -108,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise PlotError(f"--rows {unknown[0]!r} is not a row of {args.table}; valid: {', '.join(values)}")
             values = {row: values[row] for row in args.rows}
         buffer = io.BytesIO()
-        plot(columns, values, args.table, args.chance).savefig(buffer, format="png", dpi=100)
+        plot(columns, values, args.table, args.chance).savefig(
+            buffer, format="png", dpi=100, metadata={"Description": f"series {series_digest(columns, values)}"})
         atomic_write_bytes(out, buffer.getvalue())
     except (PlotError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -405,6 +405,19 @@ def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_pa
     assert expected_jobs(archive / "sweep") == expected_jobs(sweep)
 
 
+def test_a_sweep_config_launch_keeps_the_earlier_grid_without_dash_m(tmp_path: Path) -> None:
+    """``train.py sweep=<name> seed=...`` is a sweep through its config's Hydra mode, not ``-m``: its
+    pre-flight keeps the earlier launch's grid too (two lanes of scripts/benchmark_tasks.sh are two launches)."""
+    from models.lifecycle.cli import check_overrides
+
+    sweep = tmp_path / "sweeps" / "shift_mini"
+    sweep.mkdir(parents=True)
+    lane0 = _grid_yaml({}, ["sweep=shift_mini", "seed=0,2", f"paths.log_dir={tmp_path}"])
+    (sweep / "multirun.yaml").write_text(lane0)
+    check_overrides(["sweep=shift_mini", "seed=1,3", f"paths.log_dir={tmp_path}"], "train")
+    assert (sweep / "multirun.1.yaml").read_text() == lane0
+
+
 def test_a_missing_job_of_a_plain_multirun_has_its_run_name_resolved(tmp_path: Path) -> None:
     """`train.py -m seed=0,1` without a sweep config: the default name is `${hydra:runtime.choices...}`,
     which the missing job's label resolves (not the raw interpolation)."""

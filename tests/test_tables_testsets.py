@@ -417,4 +417,4 @@ def test_a_run_at_chance_on_a_test_set_is_a_result_not_a_floor(tmp_path: Path) -
     for run in table.cells[("none", "with APE")].runs:
         run.metrics["val/top1"] = 12.5  # now the side learned nothing on its own split
     verdict = findings.judge(finding, table)
-    assert (verdict.verdict, verdict.note) == ("floor", "`none / with APE` at chance, 12.5")
+    assert (verdict.verdict, verdict.note) == ("floor", "`none / with APE` within sampling noise of chance, 12.5")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -311,7 +312,7 @@ def test_every_testset_config_composes_and_its_generator_settings_hold(name: str
     if generator is None:  # reads the run's own data: only settings of the run's data module change
         assert "root" not in data and set(data) <= {"img_size", "eval_crop_pct", "val_size", "max_size"}
         return
-    assert data["root"] == str(tmp_path / "data" / "testsets" / f"{name}_v1")  # a folder of its own
+    assert re.fullmatch(re.escape(str(tmp_path / "data" / "testsets" / name)) + r"_v\d+", data["root"])  # its own
     if testset["fits"] in (["relational"], ["relational_distance"]):
         assert generator["img_size"] == data["img_size"]
         assert (generator.get("label", "direction") == "distance") == (testset["fits"] == ["relational_distance"])
@@ -371,7 +372,7 @@ def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Pa
                                                     f"paths.data_dir={tmp_path / 'data'}",
                                                     "testset.data.generator.num_val=16"])
     assert made.returncode == 0 and made.stdout.strip() == (
-        f"relational_canvas48: {tmp_path / 'data' / 'testsets' / 'relational_canvas48_v1'}"), made.stderr[-2000:]
+        f"relational_canvas48: {tmp_path / 'data' / 'testsets' / 'relational_canvas48_v2'}"), made.stderr[-2000:]
     result = run_cli("eval.py", [f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
                                  "ape=extend", f"paths.data_dir={tmp_path / 'data'}", "throughput_batch=2",
                                  "testset.data.generator.num_val=16"])
@@ -381,12 +382,12 @@ def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Pa
     assert (record["testset"], record["ape"], record["ape_rule"]) == ("relational_canvas48", "sincos", "extend")
     assert (record["train_img_size"], record["img_size"], record["patch_grid"]) == ([32, 32], [48, 48], [12, 12])
     assert record["testset_config"]["data"]["generator"]["img_size"] == 48
-    assert record["data_root"] == str(tmp_path / "data" / "testsets" / "relational_canvas48_v1")
+    assert record["data_root"] == str(tmp_path / "data" / "testsets" / "relational_canvas48_v2")
     assert 0.0 <= record["metrics"]["val/top1"] <= 100.0 and record["metrics"]["MACs_M"] > 0
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert after.pop(path.relative_to(run)) == path.read_bytes() and after == before  # metrics.json byte-identical
     assert not (tmp_path / "data" / "never_generated").exists()  # the run's own data: not needed, not made
-    assert (tmp_path / "data" / "testsets" / "relational_canvas48_v1" / "val" / "0_E").is_dir()
+    assert (tmp_path / "data" / "testsets" / "relational_canvas48_v2" / "val" / "0_E").is_dir()
     assert f"writtento{path}" in "".join(result.stdout.split())  # rich wraps the title
     from models.lifecycle.identity import identity_config, identity_hash
 
@@ -481,7 +482,7 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
         return str(err.value)
 
     message = evaluate("testset.data.generator.num_val=16")
-    root = data / "testsets" / "relational_canvas48_v1"
+    root = data / "testsets" / "relational_canvas48_v2"
     assert message.startswith(f"data.root={root} named by testset=relational_canvas48 does not exist"), message
     assert message.endswith("python scripts/generate_testsets.py relational_canvas48 (with the same paths.data_dir="
                             " and testset.* overrides as here)")

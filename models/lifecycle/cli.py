@@ -393,7 +393,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         if multirun and trials is not None and not (isinstance(trials, int) and not isinstance(trials, bool)
                                                     and trials >= 1):
             raise CommandLineError(f"hydra.sweeper.n_trials={trials} must be an integer >= 1 (the trials optuna runs)")
-        if multirun:
+        if sweeping:  # -m, or a sweep config that sets Hydra's mode
             _check_swept_values(config_name, overrides)
         if config_name == "eval":
             check_devices(cfg)
@@ -407,7 +407,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
                 raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
                                        " which its records, its reruns and the tables go by; valid:"
                                        " paths.log_dir=<folder> run_name=<name>")
-            if multirun:  # a sweep's jobs get their names from the sweep (job_dirname)
+            if sweeping:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")

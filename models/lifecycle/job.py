@@ -15,6 +15,7 @@ The rules a run's results rest on:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -737,16 +738,36 @@ def save_findings_snapshot(run_dir: Path, ablation: str | None) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The git commit of the code that trains, with ``+dirty`` where the tracked code (``rpe``, ``models``,
+    ``data``, ``configs``, the entry points) differs from it; ``unknown`` outside a git checkout. A run
+    identity covers the config, not the code: the same config trained by other code can give other numbers."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                "rpe", "models", "data", "configs", "train.py", "eval.py"], capture_output=True,
+                               text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}+dirty" if dirty else commit or "unknown"
+
+
 def provenance(cfg: DictConfig, resumes: list[Any] | None) -> dict[str, Any]:
     """What can still change a result of the same identity, recorded beside it (make_tables flags a cell
-    whose runs differ in any): the torch version, the CPU thread count, the device, the precision, and the
-    steps this run was resumed at (empty: trained in one sitting)."""
+    whose runs differ in any): the code's commit, the torch version, the CPU thread count, the device, the
+    precision, and the steps this run was resumed at (empty: trained in one sitting)."""
     trainer_cfg = cfg.get("trainer") or {}
     device = str(trainer_cfg.get("accelerator", "cpu"))
     if device in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         device = torch.cuda.get_device_name(0)
-    return {"env/torch": torch.__version__, "env/threads": torch.get_num_threads(), "env/device": device,
-            "env/precision": str(trainer_cfg.get("precision", "32-true")), "env/resumed_at": list(resumes or [])}
+    return {"env/code": code_version(), "env/torch": torch.__version__, "env/threads": torch.get_num_threads(),
+            "env/device": device, "env/precision": str(trainer_cfg.get("precision", "32-true")),
+            "env/resumed_at": list(resumes or [])}
 
 
 def trained_whole_epochs(limit: Any, trainer: L.Trainer, datamodule: Any) -> bool:

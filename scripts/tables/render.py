@@ -93,9 +93,12 @@ def _metrics_present(table: Table) -> list[str]:
     return present or [table.layout.metrics[0]]
 
 
-def to_markdown(tables: list[Table]) -> str:
+def to_markdown(tables: list[Table], family: list[Table] | None = None) -> str:
+    """The tables, after the verdicts of the findings judged on ``family`` (default: these tables; the runs of
+    every task, where the findings of all tasks form one Holm family) that read these tables."""
     out = io.StringIO()
-    results = verdicts(tables)
+    shown = {t.name for t in tables}
+    results = [v for v in verdicts(tables if family is None else family) if v.table == "–" or v.table in shown]
     if any(v.table != "–" for v in results):
         out.write("## The findings, judged on these runs\n\n")
         out.write(FINDINGS_TEXT + "\n\n")
@@ -260,12 +263,12 @@ def with_findings(readme: str, findings: str, block: str = README_BLOCK) -> str:
     return f"{head}{start}\n{findings}{end}{rest.split(end, 1)[1]}"
 
 
-def write_outputs(tables: list[Table], out: Path) -> list[Path]:
-    """Write ``out.md``, ``out.csv`` and ``out.tex`` atomically; returns the paths."""
+def write_outputs(tables: list[Table], out: Path, family: list[Table] | None = None) -> list[Path]:
+    """Write ``out.md``, ``out.csv`` and ``out.tex`` atomically; returns the paths. ``family``: `to_markdown`."""
     from models.lifecycle.files import atomic_write_bytes
 
     written = []
-    for suffix, text in ((".md", to_markdown(tables)), (".csv", to_csv(tables)), (".tex", to_latex(tables))):
+    for suffix, text in ((".md", to_markdown(tables, family)), (".csv", to_csv(tables)), (".tex", to_latex(tables))):
         path = out.with_name(out.name + suffix)
         atomic_write_bytes(path, text.encode())
         written.append(path)
