@@ -238,3 +238,20 @@ def test_a_run_snapshots_its_tasks_findings_file_when_it_starts(tmp_path: Path) 
     digest = save_findings_snapshot(tmp_path, "shift")
     data = (FINDINGS_DIR / "shift.yaml").read_bytes()
     assert (tmp_path / FINDINGS_SNAPSHOT).read_bytes() == data and digest == hashlib.sha256(data).hexdigest()
+
+
+def test_a_cell_whose_runs_differ_outside_the_config_is_listed(tmp_path: Path) -> None:
+    """metrics.json's env/* entries: a cell mixing thread counts, or resumed and unresumed runs, is named."""
+    from scripts.tables.render import mixed_environments
+
+    runs = _runs(tmp_path, None)
+    for (row, seed), run_dir in runs.items():
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        metrics = {k: v for k, v in metrics.items() if k != "checksum"}
+        metrics |= {"env/threads": 2 if (row, seed) == ("product_ctx", 3) else 1,
+                    "env/resumed_at": [242] if (row, seed) == ("none", 0) else []}
+        (run_dir / "metrics.json").write_text(json.dumps(with_checksum(metrics)) + "\n")
+    [table] = make_tables.build_tables(make_tables.collect([tmp_path]))
+    assert sorted(mixed_environments(table)) == ["`none / own val`: env/resumed_at one sitting, resumed",
+                                                 "`product_ctx / own val`: env/threads 1, 2"]
+    assert "Cells whose runs differ in what can change a result" in make_tables.to_markdown([table])

@@ -265,51 +265,58 @@ def test_buckets_sweep_covers_the_paper_counts() -> None:
 # ----------------------------------------------------------------------------- a real mini sweep
 def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Path, data_dir: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    result = run_cli("train.py", [
-        "sweep=buckets_mini", "rpe.ratio=1.0,-1,1.9", *ONE_SEED, *FAST, *TABLE_DATA,
-        f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}",
-    ], env_extra={"OMP_NUM_THREADS": "1"})
-    # the sweep ran all three jobs, then exits 1 naming the failure
+    common = [*ONE_SEED, *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}"]
+    # a value the settings refuse is refused before the first job, as with -m: no run dir is made
+    refused = run_cli("train.py", ["sweep=buckets_mini", "rpe.ratio=1.0,-1,1.9", *common])
+    assert refused.returncode == 2 and "rpe.ratio=-1.0 must be > 0" in refused.stderr, refused.stderr[-2000:]
+    assert not sweep_dir.exists() or not any(p.is_dir() for p in sweep_dir.iterdir())
+    # a job that fails while it trains (lr 1e30 from the first step: the loss diverges) does not stop the others
+    result = run_cli("train.py", ["sweep=buckets_mini", "rpe.ratio=1.0,1.9", "model.optimizer.lr=1e30,1e-3",
+                                  "model.scheduler.warmup_epochs=0",
+                                  *common], env_extra={"OMP_NUM_THREADS": "1"})
+    # the sweep ran all four jobs, then exits 1 naming the failures
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "1 sweep job(s) failed" in result.stderr and "rpe.ratio=-1.0 must be > 0" in result.stderr
+    assert "2 sweep job(s) failed" in result.stderr and "training loss is" in result.stderr
     assert "Traceback" not in result.stderr
-    job_dirs = {  # the job's swept value, from the overrides Hydra saved with it
-        next(o for o in OmegaConf.load(d / ".hydra" / "overrides.yaml") if o.startswith("rpe.ratio=")): d
+    job_dirs = {  # the job's swept values, from the overrides Hydra saved with it
+        ",".join(o for o in OmegaConf.load(d / ".hydra" / "overrides.yaml") if o.startswith(("rpe.", "model."))): d
         for d in sweep_dir.iterdir() if d.is_dir()
     }
-    assert sorted(job_dirs) == ["rpe.ratio=-1", "rpe.ratio=1.0", "rpe.ratio=1.9"]
-    failed_dir = job_dirs["rpe.ratio=-1"]
-    failure = json.loads((failed_dir / "failed.json").read_text())
-    assert failure["error"].startswith("rpe.ratio=-1.0 must be > 0") and "Traceback" in failure["traceback"]
-    for ok in ("rpe.ratio=1.0", "rpe.ratio=1.9"):
-        assert (job_dirs[ok] / "metrics.json").is_file() and not (job_dirs[ok] / "failed.json").exists()
+    assert len(job_dirs) == 4
+    for job, run_dir in job_dirs.items():
+        if "30" in job.split("lr=")[1]:  # 1e30 as Hydra saved it
+            failure = json.loads((run_dir / "failed.json").read_text())
+            assert failure["error"].startswith("training loss is") and "Traceback" in failure["traceback"]
+        else:
+            assert (run_dir / "metrics.json").is_file() and not (run_dir / "failed.json").exists()
 
     out = tmp_path / "tables"
     assert make_tables.main([str(sweep_dir), "--out", str(out)]) == 0
     records = [r for r in make_tables.read_csv(out.with_suffix(".csv")) if r["metric"] == "val/top1"]
-    assert len(records) == 3
+    assert len(records) == 4
     by_row = {r["row"]: r for r in records}
-    assert set(by_row) == {"25 (ratio 1)", "49 (ratio 1.9)", "? (ratio -1)"}
-    assert by_row["? (ratio -1)"]["failed"] == 1 and by_row["? (ratio -1)"]["mean"] is None
-    assert "must be > 0" in by_row["? (ratio -1)"]["errors"]
-    for row, job in (("25 (ratio 1)", "rpe.ratio=1.0"), ("49 (ratio 1.9)", "rpe.ratio=1.9")):
+    for ratio, buckets in (("1", 25), ("1.9", 49)):
+        bad, good = (by_row[f"{buckets} (ratio {ratio}) [model.optimizer.lr={lr}]"] for lr in ("1e+30", "0.001"))
+        assert bad["failed"] == 1 and bad["mean"] is None and "training loss is" in bad["errors"]
+        job = next(j for j in job_dirs
+                   if f"rpe.ratio={ratio}" in j.replace("1.0", "1") and "30" not in j.split("lr=")[1])
         metrics = json.loads((job_dirs[job] / "metrics.json").read_text())
-        assert by_row[row]["ok"] == 1 and by_row[row]["failed"] == 0
-        assert by_row[row]["mean"] == pytest.approx(metrics["val/top1"], abs=1e-4)
-    assert by_row["49 (ratio 1.9)"]["paper"] == 80.9  # Figure 3 at 50 buckets (scripts/paper_numbers.yaml)
+        assert good["ok"] == 1 and good["failed"] == 0
+        assert good["mean"] == pytest.approx(metrics["val/top1"], abs=1e-4)
     markdown = out.with_suffix(".md").read_text()
-    assert "| ? (ratio -1) | ? | failed |" in markdown  # row, used buckets, top-1
-    assert "rpe.ratio=-1.0 must be > 0" in markdown
+    assert "training loss is" in markdown
     assert "\nSeeds: 0 (one seed: cells have no std" in markdown
     assert "\\begin{tabular}" in out.with_suffix(".tex").read_text()
 
     # a grid point whose run dir is gone is listed as missing, not dropped
     import shutil
 
-    shutil.rmtree(job_dirs["rpe.ratio=1.0"])
+    gone = next(j for j in job_dirs if "rpe.ratio=1.0" in j and "30" not in j.split("lr=")[1])
+    shutil.rmtree(job_dirs[gone])
     tables = make_tables.build_tables(make_tables.collect([sweep_dir]))
-    cell = tables[0].cells[("25 (ratio 1)", "ours")]
-    assert [r.status for r in cell.runs] == ["missing"]
+    statuses = sorted(r.status for (row, _), cell in tables[0].cells.items() if row.startswith("25 (ratio 1)")
+                      for r in cell.runs)
+    assert statuses == ["failed", "missing"]
 
 
 @pytest.mark.slow  # two sweeps of two jobs
@@ -706,6 +713,7 @@ def test_committed_benchmark_tables_and_plots_are_what_the_archive_builds(
         for suffix in (".md", ".csv"):
             assert out.with_suffix(suffix).read_text() == (root / "docs" / f"benchmark_{task}{suffix}").read_text()
         columns, values = plot_benchmark.series(plot_benchmark.read_csv(out.with_suffix(".csv")), f"{task}_mini")
-        rows = re.search(rf"\[{task}\]=\"([^\"]+)\"", script).group(1).split()  # type: ignore[union-attr]
+        plot_rows = re.search(r"declare -A PLOT_ROWS=\((.*?)\n\)", script, re.S).group(1)  # type: ignore[union-attr]
+        rows = re.search(rf"\[{task}\]=\"([^\"]+)\"", plot_rows).group(1).split()  # type: ignore[union-attr]
         drawn = plot_benchmark.png_digest(root / "docs" / "plots" / f"benchmark_{task}.png")
         assert drawn == plot_benchmark.series_digest(columns, {row: values[row] for row in rows}), task

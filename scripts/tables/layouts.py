@@ -166,15 +166,18 @@ LAYOUTS: dict[str, Layout] = {
         lambda f: f["row"] or f["rpe"], lambda f: OWN_VAL,
         row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
         testsets=("relational_left", "relational_right", "relational_everywhere"),
-        note="Own val: the left-half split that selected the checkpoint. relational_left: 5000 fresh left-half"
-             " images; relational_right: the unseen right half; relational_everywhere: anywhere on the canvas",
+        note="Own val: the left-half validation split after the last epoch (no checkpoint is selected on it)."
+             " relational_left: 2000 fresh left-half images; relational_right: the unseen right half;"
+             " relational_everywhere: anywhere on the canvas. The undirected rows (euc_*, quant_*, alibi) give"
+             " mirrored offsets the same bucket or bias, so only the canvas border can tell them one direction"
+             " from its opposite: they sit low by construction, not for want of a learning budget",
     ),
     "canvas": Layout(
         "Benchmark: canvas extrapolation (distance in patches, trained at 32 px, no APE but the reference rows)",
         "encoding", lambda f: f["row"] or f["rpe"], lambda f: OWN_VAL,
         row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
         testsets=("relational_distance", "relational_distance_canvas48", "relational_distance_canvas64"),
-        note="Own val: the 32 px split that selected the checkpoint. relational_distance: 5000 fresh 32 px"
+        note="Own val: the 32 px validation split after the last epoch. relational_distance: 2000 fresh 32 px"
              " images; _canvas48 / _canvas64: the same objects and distance bins on 48 / 64 px canvases (an"
              " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
     ),
