@@ -673,6 +673,7 @@ def _archives(root: Path) -> tuple[list[str], list[str]]:
     return ablations, benchmarks
 
 
+@pytest.mark.slow  # reads every committed archive (about 30 s)
 def test_committed_mini_tables_and_readme_findings_are_what_the_archive_builds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/ablations_mini.{md,csv} and the README's findings table (every task's findings, one Holm family)
@@ -692,6 +693,7 @@ def test_committed_mini_tables_and_readme_findings_are_what_the_archive_builds(
     assert "| not run |" not in block  # a finding with a result is never shown as not run
 
 
+@pytest.mark.slow  # reads every committed archive (about 20 s)
 def test_committed_benchmark_tables_and_plots_are_what_the_archive_builds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/benchmark_<task>.{md,csv} are rebuilt from docs/benchmark_runs/<task>_mini (judged with every other
