@@ -52,7 +52,7 @@ def position_groups(net: nn.Module, weight_decay: float, pos_lr_scale: float = 1
     where that is set.
 
     Why a budget of their own: AdamW moves every entry by about the lr per step whatever its gradient, so an
-    entry can travel at most the sum of the scheduled lrs (0.4 over a few hundred steps at 1e-3). A bias table
+    entry can travel at most the sum of the scheduled lrs (a few tenths over a few hundred steps at 1e-3). A bias table
     that starts at zero must travel several units to change attention odds by much, a learned APE to move its
     codes apart; a weight matrix needs no such distance. One multiplier for every position parameter of every
     encoding gives them all the same budget. ``net`` itself is returned when the budget is the reference's

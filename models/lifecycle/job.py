@@ -624,7 +624,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             snapshot = save_findings_snapshot(run_dir, cfg.get("ablation"))
             if snapshot is not None:
                 job.record.fields["findings_sha256"] = snapshot
-        elif (earlier or {}).get("findings_sha256"):
+        elif earlier.get("findings_sha256"):
             job.record.fields["findings_sha256"] = earlier["findings_sha256"]
         job.record.save("running")
         for stale in remove_stale_temp_files(run_dir):
