@@ -18,6 +18,7 @@ from torchvision.datasets.folder import has_file_allowed_extension
 
 from data.errors import DataConfigError, load_rgb_image
 from data.generation import Generator, _plain, ensure_generated, resolve_generator
+from data.memory import decoded
 
 LAYOUT_HINT = (
     "expected ImageFolder layout root/{train}/<class>/*.png and root/{val}/<class>/*.png (any image type; "
@@ -475,10 +476,13 @@ class ImageFolderDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Build the ImageFolders: train+val for stage 'fit' (or None), val only for validate/test/predict."""
+        # Splits read with a deterministic transform are decoded once per process (`data.memory`): the same
+        # batches, without decoding every image again in every epoch and every job of a sweep.
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = self._image_folder(self.train_split, self.build_train_transform())
+            train_set = self._image_folder(self.train_split, self.build_train_transform())
+            self.train_set = decoded(train_set) if self.train_transform_kwargs is None else train_set
         if self.val_set is None:
-            self.val_set = self._image_folder(self.val_split, self.build_eval_transform())
+            self.val_set = decoded(self._image_folder(self.val_split, self.build_eval_transform()))
         reference = self.train_set if self.train_set is not None else self.val_set
         if self.train_set is not None and self.val_set.classes != self.train_set.classes:
             # ImageFolder indexes classes by sorted folder name: differing class sets silently shift labels.

@@ -18,6 +18,7 @@ evaluation was not done, 0 when every finished run has every result.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from collections.abc import Iterable
@@ -27,7 +28,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, its sibling
 
-from models.lifecycle.cli import compose_checked, one_line, say, user_error_types  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from models.lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
 from models.lifecycle.files import RunFileError, read_json  # noqa: E402
 from models.lifecycle.identity import run_length  # noqa: E402
 from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
@@ -62,12 +65,6 @@ def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Pat
     return None
 
 
-def quoted(value: str) -> str:
-    """``value`` as a quoted Hydra override value: a sweep's run dirs are named ``key=value,key=value``,
-    and a bare ``=`` or ``,`` in an override is Hydra syntax."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def run_identity(run_dir: Path) -> str:
     """The identity of the run's config (for a result file of a run whose metrics.json predates it)."""
     from models.lifecycle.identity import identity_config, identity_hash
@@ -75,16 +72,25 @@ def run_identity(run_dir: Path) -> str:
     return identity_hash(identity_config(load_run_config(run_dir / CONFIG)))
 
 
-def evaluate_run(run_dir: Path, testset: str, ape_rule: str | None, extra: list[str], identity: str,
+def testset_config(testset: str, ape_rule: str | None, extra: list[str]) -> DictConfig:
+    """eval.py's config for ``testset`` (and ``ape_rule``, ``--set``), composed and checked once for every run
+    it evaluates; ``ckpt_path`` is left null for `evaluate_run` to fill in."""
+    overrides = [f"testset={testset}", *extra]
+    if ape_rule is not None:
+        overrides.append(f"ape={ape_rule}")
+    return compose_checked("eval", overrides)
+
+
+def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: str | None, identity: str,
                  length: dict[str, Any]) -> str:
-    """Evaluate one run on one test set unless its result is there; returns what was done, in one line."""
+    """Evaluate one run on ``testset``, whose config ``composed`` is (`testset_config`), unless its result is
+    there; returns what was done, in one line."""
     import eval as eval_script
     from models.testsets import load_testset
 
-    overrides = [f"ckpt_path={quoted(str(run_dir / CHECKPOINTS / BEST))}", f"testset={testset}", *extra]
-    if ape_rule is not None:
-        overrides.append(f"ape={ape_rule}")
-    cfg = compose_checked("eval", overrides)
+    cfg = copy.deepcopy(composed)
+    # set on the composed config, never as override text: Hydra would read `${...}` or quotes in a run's path
+    cfg.ckpt_path = literal(str(run_dir / CHECKPOINTS / BEST))
     definition = load_testset(cfg.testset)
     found = existing_result(run_dir, testset, ape_rule)
     stale = ""
@@ -180,7 +186,15 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
 
     failed = generate_missing(args.testsets, args.set)
     problems = len(failed) * len(runs)
-    testsets = [t for t in args.testsets if t not in failed]
+    testsets = []
+    for testset in args.testsets:
+        if testset in failed:
+            continue
+        try:
+            testsets.append((testset, testset_config(testset, args.ape, args.set)))
+        except user_error_types() as err:
+            say(f"error: {testset}: {one_line(err)}", stream=sys.stderr)
+            problems += len(runs)
     done = 0
     for run_dir in runs:
         status = run_status(run_dir)
@@ -195,9 +209,9 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             continue
         identity = status.metrics.get("identity") or run_identity(run_dir)
         length = run_length(load_run_config(run_dir / CONFIG))
-        for testset in testsets:
+        for testset, composed in testsets:
             try:
-                outcome = evaluate_run(run_dir, testset, args.ape, args.set, identity, length)
+                outcome = evaluate_run(run_dir, testset, composed, args.ape, identity, length)
                 say(f"{run_dir.name} / {testset}: {outcome}")
                 done += 1
             except user_error_types() as err:

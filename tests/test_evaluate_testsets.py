@@ -58,7 +58,7 @@ def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: P
     run_cfg = compose_config(TINY, sweep / RUN, data_dir)
     assert record["identity"] == identity_hash(identity_config(run_cfg)) and record["img_size"] == [48, 48]
     # the same numbers as eval.py's own evaluation of that run and test set
-    best = evaluate_testsets.quoted(str(sweep / RUN / "checkpoints" / "best.ckpt"))
+    best = "'" + str(sweep / RUN / "checkpoints" / "best.ckpt") + "'"  # quoted: `=` and `,` are Hydra syntax
     cfg = compose_config([f"ckpt_path={best}", "testset=relational_canvas48",
                           "ape=extend", "testset.data.generator.num_val=16", "throughput_batch=2"],
                          sweep.parent / "eval", data_dir, config_name="eval")

@@ -24,7 +24,7 @@ from models.testsets import result_path, write_result
 from scripts import make_tables
 from scripts.tables import findings
 
-ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "benchmark_runs" / "shift_mini"
+ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "benchmark_runs" / "fp32" / "shift_mini"  # config templates
 RIGHT = "relational_right"
 REGISTRY = {
     "task": "shift",

@@ -71,6 +71,12 @@ def normalize_overrides(argv: list[str]) -> list[str]:
     return [f"+{arg}" if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", arg) else arg for arg in argv]
 
 
+def literal(value: str) -> str:
+    """``value`` as an OmegaConf string that reads back as exactly ``value``: every ``${`` escaped (with the
+    backslashes before it doubled), so that a path such as ``runs/${task_name}x`` is never interpolated."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+
+
 def multirun_flag_first(argv: list[str]) -> list[str]:
     """``-m``/``--multirun`` moved before the overrides: Hydra's parser takes its flags only there, and
     ``train.py a=1 -m b=2,3`` would otherwise print its usage and stop."""
