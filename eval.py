@@ -17,7 +17,11 @@ model and data.
 the run on a named test set (``configs/testset/<name>.yaml``: another canvas, placement region or image
 size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>[@<ape rule>].json``
 (atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
-``data.root``, made once by ``python scripts/generate_testsets.py <name>``.
+``data.root``, made once by ``python scripts/generate_testsets.py <name>``. The result records the hash of
+the test set's definition and the images it read of the whole set (`models.testset_definition`): a test of
+a part of the set (``trainer.limit_test_batches``) is refused and never written, a ``testset.name=``
+override too (a result is filed under its test set's name), and a result of another definition of the test
+set is never replaced (remove it first).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         require_finite_metrics,
         require_finite_weights,
     )
-    from models.testsets import check_ape_rule, testset_names
+    from models.testsets import ImageCounter, check_ape_rule, check_whole_test, testset_names
 
     weights = cfg.model.get("weights") if "model" in cfg else None
     testset = cfg.get("testset")
@@ -90,6 +94,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         )
     result = None
     if testset is not None:
+        check_whole_test(cfg.trainer, testset.get("name") if hasattr(testset, "get") else testset)  # before any work
         datamodule, model, result = _testset_data_and_model(cfg, ape_rule)
     elif cfg.ckpt_path is not None:
         datamodule, model = _run_data_and_model(cfg)
@@ -107,6 +112,9 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         require_finite_weights(model, f"model.weights={weights}")
         require_existing_data(datamodule, "the eval config", "data.root=<folder>")
     trainer = build_trainer(cfg.trainer)
+    counter = ImageCounter()
+    if result is not None:  # a test-set result records the images it read
+        trainer.callbacks.append(counter)
     trainer.test(model, datamodule=datamodule, verbose=False)
     metrics = scalar_metrics(trainer.callback_metrics)
 
@@ -118,10 +126,13 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
     if result is not None:
-        from models.testsets import write_result
+        from models.testset_definition import READ_KEY, TOTAL_KEY
+        from models.testsets import check_read_whole, split_images, write_result
 
+        total = split_images(trainer.test_dataloaders)
+        check_read_whole(counter.images, total, result["testset"])  # a limit no setting showed: still no result
         path = result.pop("path")
-        write_result(path, {**result, "metrics": metrics})
+        write_result(path, {**result, READ_KEY: counter.images, TOTAL_KEY: total, "metrics": metrics})
         if written is not None:
             written.append(path)
     if cfg.ckpt_path is not None:
@@ -221,14 +232,17 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     test set's data module, and the record of the result file without its metrics."""
     from omegaconf import OmegaConf
 
+    from data.generation import read_marker
     from models.run_config import (
         build_data_and_model,
         load_run_weights,
     )
+    from models.testset_definition import HASH_KEY, testset_sha256
     from models.testsets import (
         adapt_model,
         build_datamodule,
         check_classes,
+        check_replaceable,
         input_size,
         load_testset,
         prepare_testset_data,
@@ -247,6 +261,10 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         data["batch_size"] = cfg.batch_size
     datamodule = build_datamodule(data)
     prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"])
+    # what was read: the definition and, for generated data, the generator its marker records (checked above
+    # to be the definition's); not where it lies (data.root differs between machines)
+    marker = read_marker(Path(datamodule.root).expanduser()) if own else None
+    sha256 = testset_sha256(testset, marker.get("generator") if marker else None)
     check_classes(datamodule, model, testset["name"])
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from models.lifecycle.identity import identity_config, identity_hash, run_length
@@ -255,6 +273,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     if os.path.lexists(path.parent) and (path.parent.is_symlink() or not path.parent.is_dir()):
         raise FileExistsError(f"{path.parent} is a file or a link where the run's folder of test-set results belongs;"
                               " move it away (nothing was evaluated)")
+    check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],
         "checkpoint": str(ckpt_path),
@@ -265,6 +284,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         **adapted,
         "data_root": str(Path(datamodule.root).expanduser().absolute()),
         "testset_config": testset,
+        HASH_KEY: sha256,  # make_tables counts the result only under the test set of this definition
         "path": path,
     }
     return datamodule, model, record
@@ -291,13 +311,23 @@ RUN_EVAL_KEYS = ("ckpt_path", "batch_size", "data_root", "throughput_batch", "te
 
 
 def check_run_eval_overrides(overrides: list[str]) -> None:
-    """With ``ckpt_path=``, refuse (one line) an override that the run's own config would overrule."""
+    """With ``ckpt_path=``, refuse (one line) an override that the run's own config would overrule, and one
+    of ``testset.name`` (`check_testset_name_override`)."""
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
+        check_testset_name_override(key, override)
         if key.split(".", 1)[0].split("/", 1)[0] not in RUN_EVAL_KEYS:
             raise ValueError(f"{override} cannot change a run evaluated with ckpt_path=: its model, encodings and"
                              f" data come from the run's config.yaml; valid here: {', '.join(RUN_EVAL_KEYS)}"
                              " (evaluate another model with a run of its own)")
+
+
+def check_testset_name_override(key: str, override: str) -> None:
+    """Refuse ``testset.name=``: a result is filed (and counted by make_tables) under its test set's name, so
+    another name would put one test set's numbers in another's column."""
+    if key == "testset.name":
+        raise ValueError(f"{override} would file the result of one test set under another's name; valid: pick the"
+                         " test set by its name, testset=<name> (configs/testset/<name>.yaml)")
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="eval")

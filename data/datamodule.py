@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,24 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], dangling: list[str] | None = None
-                       ) -> list[tuple[str, list[str]]]:
+def _not_regular(path: str) -> str | None:
+    """What stands at ``path`` (links followed) when it is neither a regular file nor a folder, else None (a
+    missing target is the dangling-link check's)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], dangling: list[str] | None = None,
+                       links: list[tuple[str, str]] | None = None) -> list[tuple[str, list[str]]]:
     """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: exactly what
     torchvision's ImageFolder walks (``sorted(os.walk(class_dir, followlinks=True))``), but refusing what
     would make that walk go wrong.
@@ -98,6 +115,9 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
     images until the path gets too long; one that leads to a folder already walked in this split
     (``seen``: real path -> path) would count images twice, maybe under two classes. Both are a one-line
     `DataConfigError` naming the link; symlinked files, and symlinked folders elsewhere, are followed.
+    An entry that is no regular file (a FIFO, socket or device, or a link to one) is refused the same way:
+    opening it as an image could block the run forever (a FIFO), where no stop signal ends it. ``links`` collects
+    ``(path, real path)`` of each symlinked file, for `_refuse_image_in_two_classes`.
     """
     folders = []
     stack = [(class_dir, os.path.realpath(class_dir), (split_real,))]
@@ -127,8 +147,20 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
                 is_dir = False
             if not is_dir:
                 files.append(entry.name)
-                if dangling is not None and entry.is_symlink() and not os.path.exists(entry.path):
-                    dangling.append(entry.path)  # listed as a file, as os.walk does; unreadable when loaded
+                try:
+                    regular = entry.is_file()  # the entry's own type, a link's target's through a stat
+                except OSError:
+                    regular = False
+                kind = None if regular else _not_regular(entry.path)
+                if kind is not None:
+                    through = f" (a symlink to {os.path.realpath(entry.path)})" if entry.is_symlink() else ""
+                    raise DataConfigError(f"{entry.path}{through} is {kind}, not a regular file: reading it as an image"
+                                          " could block the run; remove it from the class folder")
+                if entry.is_symlink() and not os.path.exists(entry.path):
+                    if dangling is not None:
+                        dangling.append(entry.path)  # listed as a file, as os.walk does; unreadable when loaded
+                elif entry.is_symlink() and links is not None:
+                    links.append((entry.path, os.path.realpath(entry.path)))
             else:
                 sub_real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
                 stack.append((entry.path, sub_real, (*chain, real)))
@@ -136,9 +168,29 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
     return sorted(folders)
 
 
+def _refuse_image_in_two_classes(links: list[tuple[str, str, str]], seen: dict[str, str], split_dir: str,
+                                 is_valid_file: Callable[[str], bool]) -> None:
+    """Refuse an image that a symlinked file puts in two classes (``links``: ``(link, real path, class)`` of
+    the split's symlinked images): it would be a sample of each, with two labels. The link's target is
+    another link's, or a file the walk lists itself (its folder is in ``seen``: real path -> path).
+    Links to one image within one class are left alone (a weighting the data's author may mean)."""
+    owners: dict[str, tuple[str, str]] = {}  # real path -> (the first path that lists it, its class)
+    for link, target, target_class in links:
+        folder = seen.get(os.path.dirname(target))
+        listed = os.path.join(folder, os.path.basename(target)) if folder is not None else None
+        if listed is not None and is_valid_file(listed):
+            owners.setdefault(target, (listed, os.path.relpath(listed, split_dir).split(os.sep)[0]))
+        first, first_class = owners.setdefault(target, (link, target_class))
+        if first_class != target_class:
+            raise DataConfigError(f"image {link} (class {target_class}) is a symlink to {target}, which is also"
+                                  f" {first} (class {first_class}): one image would be a sample of two classes;"
+                                  " remove the link")
+
+
 class CheckedImageFolder(ImageFolder):
     """torchvision's ImageFolder with the same samples in the same order, whose folder walk refuses symlink
-    loops and folders reached twice (see `_walk_class_folder`)."""
+    loops, folders reached twice, entries that are no regular files and images in two classes (see
+    `_walk_class_folder`, `_refuse_image_in_two_classes`)."""
 
     @staticmethod
     def make_dataset(
@@ -155,18 +207,21 @@ class CheckedImageFolder(ImageFolder):
 
         split_real, seen = os.path.realpath(directory), {}
         samples: list[tuple[str, int]] = []
+        linked: list[tuple[str, str, str]] = []  # (symlinked image, its real path, its class)
         empty = []
         for target_class in sorted(class_to_idx):
             class_dir = os.path.join(directory, target_class)
             if not os.path.isdir(class_dir):
                 continue
             dangling: list[str] = []
+            links: list[tuple[str, str]] = []
             found = [
                 (os.path.join(folder, name), class_to_idx[target_class])
-                for folder, names in _walk_class_folder(class_dir, split_real, seen, dangling)
+                for folder, names in _walk_class_folder(class_dir, split_real, seen, dangling, links)
                 for name in names
                 if is_valid_file(os.path.join(folder, name))
             ]
+            linked.extend((link, real, target_class) for link, real in links if is_valid_file(link))
             broken = next((path for path in dangling if is_valid_file(path)), None)
             if broken is not None:  # it would fail only when a batch first draws it, maybe epochs later
                 raise DataConfigError(f"image {broken} is a symlink to {os.readlink(broken)}, which does not exist;"
@@ -174,6 +229,7 @@ class CheckedImageFolder(ImageFolder):
             if not found:
                 empty.append(target_class)
             samples.extend(found)
+        _refuse_image_in_two_classes(linked, seen, directory, is_valid_file)
         if empty and not allow_empty:
             shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
             raise FileNotFoundError(f"class folders without images: {shown}")

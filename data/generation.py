@@ -128,8 +128,12 @@ def read_marker(root: str | Path) -> dict[str, Any] | None:
                               " regenerate it")
     if not marker.is_file():
         return None
-    try:
-        data = json.loads(marker.read_text())
+    from models.lifecycle.files import JsonBoundsError, loads_bounded, read_json_bytes
+
+    try:  # bounded, as every JSON record: a marker nested 100000 deep would be a RecursionError
+        data = loads_bounded(read_json_bytes(marker).decode())
+    except JsonBoundsError as err:
+        problem = str(err)
     except json.JSONDecodeError as err:
         problem = f"not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
     except (OSError, UnicodeDecodeError) as err:

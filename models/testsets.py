@@ -7,6 +7,11 @@ model is rebuilt and loaded as in eval.py (strict, checked), then moved to the t
 windows kept, DETR as it is (its position encodings follow each input). The result goes atomically to
 ``<run dir>/testsets/<name>[@<ape rule>].json``; the run's ``metrics.json`` is never touched.
 
+A result carries its provenance (`models.testset_definition`): the hash of the test set's definition and of
+its data's marker (``testset_sha256``), and how many images the test read of how many (``images_read``,
+``images_total``). Only a test of the whole set is written (`check_whole_test`, `ImageCounter`), and never
+over a result of another definition of the test set (`check_replaceable`).
+
 Data: a test set with its own ``data.generator`` lives at its own ``data.root``, made once by
 ``scripts/generate_testsets.py`` (`generate_testset_data`); eval.py only reads it. A test set
 without one reads the run's own data (``data_root=<folder>`` points elsewhere), which must already exist.
@@ -21,14 +26,17 @@ import re
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.errors import DataConfigError
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
 from models.lifecycle.cli import group_options
-from models.lifecycle.files import atomic_write_json, with_checksum
+from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
+from models.lifecycle.identity import config_differences
 from models.swin import RPESwinTransformer, swin_grid_problem
+from models.testset_definition import measured, result_sha256
 
 RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
@@ -208,6 +216,9 @@ def generate_testset_data(cfg: DictConfig) -> Path:
     base = compose_checked("eval", [f"data={GENERATED_KIND_DATA[kinds[0]]}"])
     data, _ = testset_data_config(OmegaConf.to_container(base.data, resolve=True), testset, None)
     datamodule = build_datamodule(data)
+    from models.lifecycle.destinations import check_destination
+
+    check_destination(datamodule.root, "testset.data.root", data_root=True)  # never inside a run or another dataset
     datamodule.prepare_data()
     return Path(datamodule.root).expanduser().absolute()
 
@@ -349,3 +360,84 @@ def result_path(ckpt_path: str | os.PathLike, name: str, ape_rule: str | None = 
 def write_result(path: Path, record: dict[str, Any]) -> None:
     """Atomically write the result with its checksum (strict JSON; the run's other files untouched)."""
     atomic_write_json(path, with_checksum(record))
+
+
+# ------------------------------------------------------------------------------------------ a whole test only
+def partial_test_setting(trainer: Any) -> str | None:
+    """The trainer setting (of the eval config) that makes a test read a part of its set, or None: a batch
+    limit other than null or 1.0 (an int is a number of batches: ``1`` is one batch), or ``fast_dev_run``."""
+    limit = trainer.get("limit_test_batches")
+    if limit is not None and not (isinstance(limit, float) and limit == 1.0):
+        return f"trainer.limit_test_batches={limit}"
+    fast = trainer.get("fast_dev_run")
+    return f"trainer.fast_dev_run={fast}" if fast else None
+
+
+def check_whole_test(trainer: Any, name: str) -> None:
+    """Refuse, in one line and before anything is evaluated, a test of a part of test set ``name``: its
+    result would replace (or stand for) the result of the whole set."""
+    setting = partial_test_setting(trainer)
+    if setting is not None:
+        raise TestsetError(f"{setting} tests a part of testset={name}, and a test set's result is of the whole set"
+                           " (nothing was evaluated); valid: trainer.limit_test_batches=null or 1.0, no"
+                           " trainer.fast_dev_run")
+
+
+def batch_images(batch: Any) -> int:
+    """Images in one test batch: ``(images, labels)`` for classification, ``{"images", "targets", ...}`` for
+    DETR (`data.coco.collate_detection`)."""
+    if isinstance(batch, dict):
+        return len(batch["targets"] if "targets" in batch else batch["images"])
+    return len(batch[0])
+
+
+class ImageCounter(L.Callback):
+    """Counts the images the test loop evaluated, summed over ranks (`images`): whatever limited the test
+    (a batch limit, fast_dev_run, a sampler), a result records what it read."""
+
+    def __init__(self) -> None:
+        self.images = 0
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.images += batch_images(batch)
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        total = trainer.strategy.reduce(torch.tensor(self.images, device=pl_module.device), reduce_op="sum")
+        self.images = int(total)
+
+
+def split_images(loaders: Any) -> int | None:
+    """Images of the whole split(s) the test read from (its datasets' lengths); None where one has no length."""
+    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    try:
+        return sum(len(loader.dataset) for loader in loaders)
+    except (TypeError, AttributeError):
+        return None
+
+
+def check_read_whole(read: int, total: int | None, name: str) -> None:
+    """After the test: refuse (one line, nothing written) a result that did not read the whole set."""
+    if total is None or read != total:
+        raise TestsetError(f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
+                           f" of testset={name}; a partial test is no result, so nothing was written (valid: test"
+                           " the whole set: no trainer batch limit)")
+
+
+def check_replaceable(path: Path, sha256: str, testset: dict[str, Any]) -> None:
+    """Refuse, in one line, to replace the result at ``path`` when it is of another definition of the test
+    set (the yaml or a ``testset.*`` override changed it) than ``sha256``: remove it first. A damaged file
+    holds no result to keep; one of the same definition is evaluated again (a later length, say)."""
+    try:
+        record = read_json(path)
+    except RunFileError:
+        return
+    if record is None or result_sha256(record) == sha256:
+        return
+    config = record.get("testset_config")
+    if not isinstance(config, dict):
+        why = "it records no test-set definition"
+    else:
+        why = config_differences(measured(config), measured(testset)) or "its data was generated with other settings"
+    raise TestsetError(f"{path} holds a result of another definition of testset={testset['name']} ({why}); remove"
+                       " it to evaluate this one (nothing was evaluated)")

@@ -104,6 +104,7 @@ def _archived_testsets(out: Path) -> list[str]:
 
 def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out)."""
+    from models.lifecycle.destinations import DestinationError, check_destination, check_no_links_below
     from models.lifecycle.files import atomic_write_bytes
 
     target = dest / sweep_dir.name
@@ -115,6 +116,22 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
                   None)
     if inside is not None:
         raise TableError(f"--to {str(dest)!r} is inside the run dir {inside}; valid: a folder outside every run dir")
+    try:  # the same rule on the real path: a link on the way may lead into a run dir or a data root
+        check_destination(target, "--to")
+    except DestinationError as err:
+        raise TableError(str(err)) from None
+
+    def write_check(path: Path) -> None:
+        """Refuse ``path`` when a symlink below ``dest`` lies on its way."""
+        try:
+            check_no_links_below(dest, path, "--to")
+        except DestinationError as err:
+            raise TableError(str(err)) from None
+
+    def write(path: Path, payload: bytes) -> None:
+        write_check(path)
+        atomic_write_bytes(path, payload)
+
     expected_jobs(sweep_dir)  # a damaged grid stops here, as make_tables could not list its missing runs
     runs, left_out = [], []
     for run_dir in run_dirs(sweep_dir):  # check every run before writing anything
@@ -129,10 +146,11 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
                              "remove that sweep's archive to archive the new recipe")
         runs.append((run_dir, _testset_files(run_dir, state, archived.parent)))
     for grid in grid_files(sweep_dir):  # the latest launch's grid and the earlier ones kept beside it
-        atomic_write_bytes(target / grid.name, grid.read_bytes())
+        write(target / grid.name, grid.read_bytes())
     new = replaced = 0
     for run_dir, testsets in runs:
         out = target / run_dir.relative_to(sweep_dir)
+        write_check(out)  # before removing stale files from it, too
         existed = (out / CONFIG).is_file()
         for stale in RECORDS:  # a failed run that later finished keeps only its newer result
             if (out / stale).is_file() and not (run_dir / stale).is_file():
@@ -141,9 +159,9 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
             (out / stale).unlink()
         for name in (CONFIG, OVERRIDES, *RECORDS, FINDINGS_SNAPSHOT):
             if (run_dir / name).is_file() and not (run_dir / name).is_symlink():
-                atomic_write_bytes(out / name, (run_dir / name).read_bytes())
+                write(out / name, (run_dir / name).read_bytes())
         for name in testsets:  # checked plain files (`_testset_files`): a symlink was refused, never followed
-            atomic_write_bytes(out / name, (run_dir / name).read_bytes())
+            write(out / name, (run_dir / name).read_bytes())
         new, replaced = new + (not existed), replaced + existed
     return new, replaced, left_out
 

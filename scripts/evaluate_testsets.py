@@ -7,10 +7,12 @@ The test sets' own data is generated first where it is missing (``scripts/genera
 Each (run, test set) is then what ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name>
 [ape=<rule>]`` does, in this one process (a process per evaluation would spend most of its time starting):
 the result goes to ``<run>/testsets/<name>[@<rule>].json``. A result already there for the same run
-(identity and length), test set definition and rule is kept (one of an earlier length of the run, which
-was extended since, is replaced), so running the command again evaluates only what is
-missing. One there for another definition of the test set (its yaml was edited) is never overwritten: that
-evaluation stops with one line saying to remove the file. Runs that have not finished are listed and left
+(identity and length), test set definition (``testset_sha256``) and rule, of the whole set, is kept (one of
+an earlier length of the run, which was extended since, or a partial one, is replaced), so running the
+command again evaluates only what is missing. One there for another definition of the test set (its yaml
+was edited) is never overwritten: that evaluation stops with one line saying to remove the file. ``--set``
+never names the test set (``testset.name=``) nor tests a part of it (``trainer.limit_test_batches``): each is
+refused in one line before anything runs. Runs that have not finished are listed and left
 out. Every problem is one line per (run, test set); the others still run; the exit code is 1 when any
 evaluation was not done, 0 when every finished run has every result.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,23 +33,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, i
 from omegaconf import DictConfig  # noqa: E402
 
 from models.lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
-from models.lifecycle.files import RunFileError, read_json  # noqa: E402
+from models.lifecycle.files import CHECKSUM, RunFileError, check_plain_file, checksum_problem, read_json  # noqa: E402
 from models.lifecycle.identity import run_length  # noqa: E402
 from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
 from models.run_config import load_run_config  # noqa: E402
 
 
+def _is_run_dir(path: Path) -> bool:
+    """A run dir holds a ``config.yaml`` or a ``checkpoints`` folder: one whose config is damaged (missing, a
+    folder, a link) is still a run, to be reported, never skipped without a word."""
+    return os.path.lexists(path / CONFIG) or (path / CHECKPOINTS).is_dir()
+
+
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Run dirs: each path that holds a ``config.yaml``, else its sub-folders that do (a sweep dir)."""
+    """Run dirs (`_is_run_dir`): each path that is one, else its sub-folders that are (a sweep dir)."""
     runs: list[Path] = []
     for path in paths:
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a run or sweep dir")
-        if (path / CONFIG).is_file() or (path / CHECKPOINTS).is_dir():  # a run dir (its config may be damaged)
+        if _is_run_dir(path):
             runs.append(path)
         else:
             runs.extend(sorted(p for p in path.iterdir()
-                               if p.is_dir() and not p.name.startswith(".") and (p / CONFIG).is_file()))
+                               if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p)))
     return runs
 
 
@@ -86,6 +94,7 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     """Evaluate one run on ``testset``, whose config ``composed`` is (`testset_config`), unless its result is
     there; returns what was done, in one line."""
     import eval as eval_script
+    from models.testset_definition import READ_KEY, TOTAL_KEY, configured_generator, result_sha256, testset_sha256
     from models.testsets import load_testset
 
     cfg = copy.deepcopy(composed)
@@ -96,15 +105,23 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     stale = ""
     if found is not None:
         path, record = found
+        damage = checksum_problem(record) if record.get("identity") is not None or CHECKSUM in record else ""
+        if damage:  # changed after eval.py wrote it: make_tables would not count it, so it is no result to keep
+            raise RunFileError(f"{path} is damaged: {damage}; remove it to evaluate {run_dir.name} on {testset} again")
         ours = record.get("identity") == identity
-        same_definition = record.get("testset_config") == json.loads(json.dumps(definition))
-        if ours and same_definition and record.get("length") in (None, length):
+        # eval.py checks the data's marker against the definition, so the definition's generator stands for it
+        same_definition = result_sha256(record) == testset_sha256(definition, configured_generator(definition))
+        whole = record.get(READ_KEY) == record.get(TOTAL_KEY)  # neither recorded (an older result): taken as whole
+        if ours and same_definition and record.get("length") in (None, length) and whole:
             return f"kept {path}"
         if not (ours and same_definition):
             why = ("another run's result" if record.get("identity") not in (None, identity)
                    else "a result of another definition of the test set")
             raise RunFileError(f"{path} holds {why}; remove it to evaluate {run_dir.name} on {testset} again")
-        stale = f" (replacing the result of its earlier length {record.get('length')})"  # the run was extended
+        if record.get("length") not in (None, length):
+            stale = f" (replacing the result of its earlier length {record.get('length')})"  # the run was extended
+        else:
+            stale = f" (replacing a partial result: {record.get(READ_KEY)} of {record.get(TOTAL_KEY)} images)"
     written: list[Path] = []
     metrics = eval_script.evaluate(cfg, written)
     headline = next((k for k in ("val/top1", "val/AP") if k in metrics), None)
@@ -128,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ValueError(f"--testsets {unknown[0]} is not a test set; valid: {', '.join(testset_names())}")
         check_extra_overrides(args.set)
+        check_whole_test_settings(args.set)
         runs = find_runs(args.paths)
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
@@ -155,10 +173,26 @@ def check_extra_overrides(extra: list[str]) -> None:
         if "=" not in override:
             raise ValueError(f"--set {override!r} is not key=value")
         key = override.lstrip("+~").split("=", 1)[0]
+        if key == "testset.name":  # a result is filed, and counted by make_tables, under its test set's name
+            raise ValueError(f"--set {override} would file one test set's result under another's name; valid: name"
+                             " the test set in --testsets (configs/testset/<name>.yaml)")
         if key in ("ckpt_path", "testset", "ape"):
             raise ValueError(f"--set {override} would replace what the arguments name (the run dirs, --testsets,"
                              " --ape); valid in --set: other eval.py settings (paths.data_dir=, batch_size=,"
                              " testset.data.<key>=, ...)")
+
+
+def check_whole_test_settings(extra: list[str]) -> None:
+    """Refuse, in one line before any data or evaluation, ``--set`` trainer settings that test a part of each
+    test set (`models.testsets.partial_test_setting`): such a result would stand for the whole set."""
+    from models.testsets import partial_test_setting
+
+    trainer = [o for o in extra if o.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] == "trainer"]
+    setting = partial_test_setting(compose_checked("eval", trainer).trainer) if trainer else None
+    if setting is not None:
+        raise ValueError(f"--set {setting} tests a part of each test set, and a test set's result is of the whole"
+                         " set (nothing was evaluated); valid: no trainer.limit_test_batches (or 1.0), no"
+                         " trainer.fast_dev_run")
 
 
 def generate_missing(testsets: list[str], extra: list[str]) -> list[str]:
@@ -199,7 +233,8 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
     for run_dir in runs:
         status = run_status(run_dir)
         if status.state != "finished":
-            say(f"left out {run_dir}: {status.state}{': ' + status.error if status.error else ''}")
+            why = status.error or status.problem  # a failed run's error; the damaged record of an unreadable one
+            say(f"left out {run_dir}: {status.state}{': ' + why if why else ''}")
             problems += 1
             continue
         partial = partial_run(status.metrics)
@@ -207,8 +242,16 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             say(f"left out {run_dir}: a smoke run ({partial})")
             problems += 1
             continue
-        identity = status.metrics.get("identity") or run_identity(run_dir)
-        length = run_length(load_run_config(run_dir / CONFIG))
+        try:  # a damaged config.yaml is this run's problem, in one line naming it: the other runs go on
+            check_plain_file(run_dir / CONFIG)
+            if not os.path.lexists(run_dir / CONFIG):
+                raise RunFileError(f"{run_dir / CONFIG} is missing")
+            length = run_length(load_run_config(run_dir / CONFIG))
+            identity = status.metrics.get("identity") or run_identity(run_dir)
+        except user_error_types() as err:
+            say(f"left out {run_dir}: unreadable: {one_line(err)}")
+            problems += 1
+            continue
         for testset, composed in testsets:
             try:
                 outcome = evaluate_run(run_dir, testset, composed, args.ape, identity, length)

@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
         if args.out:
+            from models.lifecycle.destinations import check_destination
+
+            check_destination(Path(args.out).parent, "--out")  # never into a run dir or a data root
             for path in write_outputs(tables, Path(args.out), family):
                 print(f"wrote {path}")
         else:

@@ -57,7 +57,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from models.lifecycle.files import RunFileError  # noqa: E402
+from models.lifecycle.files import RunFileError, guarded, os_error_line  # noqa: E402
 from models.run_config import backbone  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
@@ -296,8 +296,10 @@ def save_figure(fig: Figure, path: Path) -> None:
 def resolve_checkpoint(run_dir: Path, ckpt: str) -> Path:
     """``best`` / ``last`` -> ``run_dir/checkpoints/<name>.ckpt``; anything else is a path."""
     path = run_dir / "checkpoints" / f"{ckpt}.ckpt" if ckpt in ("best", "last") else Path(ckpt)
-    if not path.is_file():
-        found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt"))
+    with guarded(path.parent, "read"):  # a folder this user may not read: one line naming it
+        exists = path.is_file()
+        found = [] if exists else sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt"))
+    if not exists:
         listing = ", ".join(found) if found else "none"
         raise PlotError(
             f"--ckpt {ckpt}: checkpoint {path} does not exist; valid: best, last or a checkpoint path"
@@ -537,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
         written = plot_run(args)
     except (PlotError, RunFileError) as err:  # RunFileError: the plots cannot be written (full disk, read-only)
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the storage's answer elsewhere (a folder this user may not read): it names the path
+        print(f"error: {os_error_line(err)}", file=sys.stderr)
         return 2
     for path in written:
         print(path)

@@ -60,3 +60,15 @@ class StopAfter(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
         if trainer.global_step >= self.step:
             trainer.should_stop = True
+
+
+class RaiseOnRank(L.Callback):
+    """Raises ``RuntimeError`` in the process of global rank ``rank`` after training step ``step``: a DDP
+    worker that fails while its parent goes on."""
+
+    def __init__(self, rank: int = 1, step: int = 1) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            raise RuntimeError(f"injected failure of rank {self.rank}")

@@ -133,3 +133,15 @@ def swept_job_configs(cfg: Any) -> Iterator[Any]:
             job = copy.deepcopy(cfg)
             OmegaConf.update(job, key, value, merge=False)
             yield job
+
+
+def written_testset_fields(name: str, images: int = 2000) -> dict[str, Any]:
+    """What eval.py records of test set ``name`` (``configs/testset/<name>.yaml`` as it is now, its data at
+    ``/data``) in a result that read all of its ``images``: for results written by hand in tests."""
+    from models.testset_definition import configured_generator, load_definition, testset_sha256
+
+    definition = load_definition(Path(__file__).resolve().parents[1] / "configs" / "testset" / f"{name}.yaml")
+    if isinstance(definition.get("data"), dict) and definition["data"].get("generator") is not None:
+        definition["data"]["root"] = f"/data/testsets/{name}"
+    sha256 = testset_sha256(definition, configured_generator(definition))
+    return {"testset_config": definition, "testset_sha256": sha256, "images_read": images, "images_total": images}

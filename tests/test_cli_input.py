@@ -175,10 +175,46 @@ def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> Non
 def test_an_option_hydra_does_not_have_is_one_line() -> None:
     from models.lifecycle.cli import CommandLineError, check_flags
 
-    check_flags(["-m", "--cfg", "job", "--config-path", "/r", "--config-name", "config", "a=1"])
+    check_flags(["-m", "--cfg", "job", "a=1"])
     with pytest.raises(CommandLineError) as err:
         check_flags(["a=1", "--foo"])
     assert str(err.value).startswith("--foo is not an option; valid: -m/--multirun, --cfg job|hydra|all,")
+
+
+@pytest.mark.parametrize("flags", [["-cd", "runs/x/.hydra"], ["--config-dir=runs/x"], ["-cp", "/r"],
+                                   ["--config-path", "/r", "--config-name", "config"], ["-cn", "config"],
+                                   ["--experimental-rerun", "runs/x/.hydra/config.pickle"]])
+def test_a_config_from_another_folder_or_a_pickle_is_refused(flags: list[str], monkeypatch) -> None:
+    """A run is composed from configs/ and the command line only: a run folder's config (or a pickle of one)
+    would get around every check and could name code to run."""
+    from models.lifecycle.cli import DDP_WORKER_CONFIG, CommandLineError, check_flags
+
+    monkeypatch.setenv(DDP_WORKER_CONFIG, "/elsewhere")  # a parent's worker folder, which these flags do not name
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(CommandLineError) as err:
+        check_flags([*flags, "seed=1"])
+    assert str(err.value).startswith(f"{flags[0].split('=')[0]} is not supported: a run is composed from the")
+
+
+def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> None:
+    from models.lifecycle.cli import DDP_WORKER_CONFIG, check_flags, check_overrides, is_ddp_worker
+
+    worker = ["--config-path", "/tmp/rpe-ddp-config-x", "--config-name", "config", "hydra.run.dir=/r"]
+    assert not is_ddp_worker(worker)  # nobody named that folder
+    monkeypatch.setenv(DDP_WORKER_CONFIG, "/tmp/rpe-ddp-config-x")
+    assert not is_ddp_worker(worker)  # the parent itself (rank 0) is no worker
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert is_ddp_worker(worker)
+    check_flags(worker)
+    check_overrides(worker, "train")  # the parent checked this config: no second composition from configs/
+
+
+def test_run_mode_flag_does_not_skip_the_checks(tmp_path: Path) -> None:
+    """``-r`` runs the task like a plain command: its settings are checked all the same."""
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    with pytest.raises(CommandLineError, match="run_name"):
+        check_overrides(["-r", "run_name=../x", f"paths.log_dir={tmp_path}"], "train")
 
 
 @pytest.mark.parametrize(("args", "expected"), [
@@ -208,16 +244,32 @@ def test_every_swept_value_is_checked_before_the_first_job(tmp_path: Path) -> No
                                                                      ["rpe=none", "seed=-1"]]
 
 
+def test_a_job_dir_that_resolves_out_of_its_sweep_dir_is_refused(tmp_path: Path) -> None:
+    """The job's own check, on the resolved dir: a link inside the sweep dir that leads out counts as out."""
+    sweep = tmp_path / "sweep"
+    (sweep / "0").mkdir(parents=True)
+    cli.check_job_dir(sweep / "0", sweep)
+    (sweep / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    for job_dir in (sweep / "link" / "0", sweep / ".." / "x", sweep):
+        with pytest.raises(cli.CommandLineError, match=r"is not inside its sweep dir"):
+            cli.check_job_dir(job_dir, sweep)
+
+
 def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
     """An empty sweep, a job dir outside its sweep dir, and a run dir path longer than the file system takes."""
     with pytest.raises(cli.CommandLineError, match=r"^seed=range\(0,0\) sweeps over no values; valid: "):
         cli.check_overrides(["-m", "seed=range(0,0)", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
-    for subdir in ("../../esc", "/abs"):
+    for subdir, why in (("../../esc", "it"), ("/abs", "it"), ("${name}", "${name} may resolve to any path"),
+                        ("x/${oc.env:HOME}", "${oc.env:HOME} may resolve to any path")):
         with pytest.raises(cli.CommandLineError) as err:
-            cli.check_overrides(["-m", "seed=0", "debug=fast", f"hydra.sweep.subdir={subdir}",
+            cli.check_overrides(["-m", "seed=0", "debug=fast", f"hydra.sweep.subdir='{subdir}'", "name=../../esc",
                                  f"hydra.sweep.dir={tmp_path / 'sweep'}"], "train")
-        assert str(err.value) == (f"hydra.sweep.subdir={subdir!r} would put a job's run dir outside the sweep dir;"
-                                  " valid: a relative path without '..' (the default: the job's number)")
+        assert str(err.value) == (f"hydra.sweep.subdir={subdir!r} would put a job's run dir outside the sweep dir"
+                                  f" ({why}); valid: a relative path without '..', interpolating only"
+                                  " ${hydra.job.num}, ${hydra.job.id} or ${job_dirname:...} (the default: the"
+                                  " job's number)")
+    for subdir in ("${hydra.job.num}", "a/${hydra:job.num}_${hydra.job.id}", "${job_dirname:${name}}"):
+        cli._check_sweep_subdir(subdir)  # each interpolation is one safe component, whatever the job's settings
     with pytest.raises(cli.CommandLineError, match=r"^hydra\.output_subdir=\.\./victim/\.hydra is not a setting"):
         cli.check_overrides(["debug=fast", "hydra.output_subdir=../victim/.hydra", f"paths.log_dir={tmp_path}"],
                             "train")  # Hydra would write its files into another run's .hydra/

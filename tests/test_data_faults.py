@@ -374,16 +374,66 @@ def test_folder_reached_twice_is_refused(tmp_path: Path) -> None:
 
 def test_symlinked_files_folders_and_root_still_work(tmp_path: Path) -> None:
     real = _fake(tmp_path / "real")
-    os.symlink("../class_000/0000.png", real / "train" / "class_001" / "borrowed.png")
     elsewhere = tmp_path / "more"
     elsewhere.mkdir()
     Image.new("RGB", (8, 8)).save(elsewhere / "x.png")
+    Image.new("RGB", (8, 8)).save(tmp_path / "lone.png")
+    os.symlink(tmp_path / "lone.png", real / "train" / "class_001" / "borrowed.png")  # an image of one class only
     os.symlink(elsewhere, real / "train" / "class_000" / "more")
     os.symlink(real, tmp_path / "root_link")
     dm = _dm(tmp_path / "root_link")
     dm.setup("fit")
     assert len(dm.train_set) == 4 + 1 + 4 + 1 and len(dm.val_set) == 8
     assert dm.train_set.samples == ImageFolder(str(tmp_path / "root_link" / "train")).samples  # same order
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link_to_fifo", "socket", "device"])
+def test_an_entry_that_is_no_regular_file_is_refused_at_setup(tmp_path: Path, kind: str, monkeypatch) -> None:
+    """A FIFO named like an image blocks the run in open(), where no stop signal ends it: refused when the
+    folders are walked, before any image is read; so are sockets and devices, and links to them."""
+    import socket
+
+    root = _fake(tmp_path / "fake")
+    entry = root / "train" / "class_000" / "x.png"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "link_to_fifo":
+        os.mkfifo(tmp_path / "pipe")
+        os.symlink(tmp_path / "pipe", entry)
+    elif kind == "socket":
+        monkeypatch.chdir(entry.parent)  # a socket's path may be only ~100 bytes long: bound by its name
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(entry.name)
+        server.close()
+    else:
+        os.symlink("/dev/null", entry)  # a device, through a link
+    what = {"fifo": "a FIFO (named pipe)", "link_to_fifo": "a FIFO (named pipe)", "socket": "a socket",
+            "device": "a device"}[kind]
+    through = {"link_to_fifo": f" (a symlink to {tmp_path / 'pipe'})", "device": " (a symlink to /dev/null)"}
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    assert _one_line(err) == (f"{entry}{through.get(kind, '')} is {what}, not a regular file: reading it as an"
+                              " image could block the run; remove it from the class folder")
+
+
+@pytest.mark.parametrize("target", ["class_000/0000.png", "outside.png"])
+def test_an_image_in_two_classes_is_refused(tmp_path: Path, target: str) -> None:
+    """A symlinked file would make one image a sample of two classes, with two labels. Links within one class
+    (a weighting) and links to images outside the split stay allowed."""
+    root = _fake(tmp_path / "fake")
+    train = root / "train"
+    Image.new("RGB", (8, 8)).save(tmp_path / "outside.png")
+    os.symlink(tmp_path / "outside.png", train / "class_000" / "outside.png")
+    os.symlink(train / "class_000" / "0001.png", train / "class_000" / "again.png")
+    _dm(root).setup("fit")
+    real = train / target if target != "outside.png" else tmp_path / "outside.png"
+    link = train / "class_001" / "borrowed.png"
+    os.symlink(real, link)
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    assert _one_line(err) == (f"image {link} (class class_001) is a symlink to {real}, which is also"
+                              f" {train / 'class_000' / Path(target).name} (class class_000): one image would be a"
+                              " sample of two classes; remove the link")
 
 
 def test_a_dangling_symlinked_image_is_refused_at_setup(tmp_path: Path) -> None:

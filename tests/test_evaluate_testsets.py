@@ -123,3 +123,81 @@ def test_a_smoke_run_is_left_out(sweep: Path, data_dir: Path, tmp_path: Path, ca
     assert _main(smoke, data_dir, "--testsets", "relational_right") == 1
     assert f"left out {smoke}: a smoke run (each epoch trained on a part" in capsys.readouterr().out
     assert not (smoke / "testsets").exists()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_run_path_is_never_interpolated(sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    """A run dir literally named ``${task_name}x`` is the run evaluated: its path is set on the composed config,
+    never handed to Hydra as override text (which would read it as another run's, ``evalx``)."""
+    literal = tmp_path / "${task_name}x"
+    shutil.copytree(sweep / RUN, literal, ignore=shutil.ignore_patterns("testsets"))
+    (tmp_path / "evalx").mkdir()
+    assert _main(literal, data_dir, "--testsets", "relational_right") == 0
+    assert "1 evaluated or kept, 0 not" in capsys.readouterr().out
+    assert [p.name for p in (literal / "testsets").iterdir()] == ["relational_right@interpolate.json"]
+    assert not any((tmp_path / "evalx").iterdir())
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_testset_name_and_a_partial_test_are_refused_before_anything_runs(sweep: Path, data_dir: Path,
+                                                                         capsys) -> None:
+    """The probe: ``--set trainer.limit_test_batches=1`` replaced a sweep's results with tests of one batch."""
+    results = sweep / RUN / "testsets"
+    before = {p.name: p.read_bytes() for p in results.iterdir()} if results.is_dir() else {}
+    for extra, expected in (
+        ("testset.name=relational_right", "--set testset.name=relational_right would file one test set's result"
+                                          " under another's name; valid: name the test set in --testsets"
+                                          " (configs/testset/<name>.yaml)"),
+        ("trainer.limit_test_batches=1", "--set trainer.limit_test_batches=1 tests a part of each test set, and a"
+                                         " test set's result is of the whole set (nothing was evaluated); valid: no"
+                                         " trainer.limit_test_batches (or 1.0), no trainer.fast_dev_run"),
+    ):
+        assert evaluate_testsets.main([str(sweep), "--testsets", "relational_left", "--set",
+                                       f"paths.data_dir={data_dir}", extra]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"error: {expected}\n")
+    after = {p.name: p.read_bytes() for p in results.iterdir()} if results.is_dir() else {}
+    assert after == before
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_make_tables_counts_a_whole_result_of_the_yamls_definition_and_a_partial_one_is_evaluated_again(
+        sweep: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The hash eval.py records is the one make_tables recomputes from configs/testset/<name>.yaml (here a copy
+    with the 16 images these tests generate); a result that read part of the set is not counted, and the next
+    call evaluates it again."""
+    from models.testsets import write_result
+    from scripts.tables import collect
+
+    if (sweep / "1").exists():
+        shutil.rmtree(sweep / "1")
+    assert _main(sweep, data_dir, "--testsets", "relational_right", "--ape", "extend") == 0
+    path = sweep / RUN / "testsets" / "relational_right@extend.json"
+    committed = collect.TESTSET_CONFIGS
+    configs = tmp_path / "testset"
+    configs.mkdir()
+    text = (committed / "relational_right.yaml").read_text()
+    assert "num_val: 2000" in text
+    (configs / "relational_right.yaml").write_text(text.replace("num_val: 2000", "num_val: 16"))
+    monkeypatch.setattr(collect, "TESTSET_CONFIGS", configs)
+
+    def column() -> tuple[float | None, str | None]:
+        run = collect.load_run(sweep / RUN)
+        assert run.status == "ok"
+        return (run.metrics.get("relational_right@extend/val/top1"),
+                dict(run.testset_problems).get("testsets/relational_right@extend.json"))
+
+    top1, problem = column()
+    assert problem is None and top1 == json.loads(path.read_text())["metrics"]["val/top1"]
+    whole = json.loads(path.read_text())
+    write_result(path, {**{k: v for k, v in whole.items() if k != "checksum"}, "images_read": 8})  # as before the fix
+    assert column() == (None, "it is a partial test: it read 8 of the test set's 16 images (a trainer batch limit):"
+                              " evaluate it again on the whole set (scripts/evaluate_testsets.py)")
+    capsys.readouterr()
+    assert _main(sweep, data_dir, "--testsets", "relational_right", "--ape", "extend") == 0
+    assert "(replacing a partial result: 8 of 16 images)" in capsys.readouterr().out
+    assert json.loads(path.read_text())["images_read"] == 16 and column() == (top1, None)
+    monkeypatch.setattr(collect, "TESTSET_CONFIGS", committed)  # the yaml as committed: 2000 images
+    assert column() == (None, "it is of another definition of 'relational_right' than"
+                              " configs/testset/relational_right.yaml (result -> yaml: data.generator.num_val: 16"
+                              " -> 2000): evaluate it again (scripts/evaluate_testsets.py), or remove it")

@@ -23,6 +23,7 @@ from models.lifecycle.records import FINDINGS_DIR, FINDINGS_SNAPSHOT, RunRecord
 from models.testsets import result_path, write_result
 from scripts import make_tables
 from scripts.tables import findings
+from tests.helpers import written_testset_fields
 
 ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "benchmark_runs" / "fp32" / "shift_mini"  # config templates
 RIGHT = "relational_right"
@@ -119,7 +120,7 @@ def _run(root: Path, row: str, seed: int, own: float, right: float, snapshot: by
     write_result(result_path(run_dir / "checkpoints" / "best.ckpt", RIGHT, None), {
         "testset": RIGHT, "checkpoint": "x", "identity": identity_hash(identity), "model": "m", "ape": "none",
         "ape_rule": None, "train_img_size": [32, 32], "img_size": [32, 32], "patch_grid": [8, 8],
-        "data_root": "/data", "testset_config": {"name": RIGHT, "data": {"generator": {"num_val": 2000}}},
+        "data_root": "/data", **written_testset_fields(RIGHT),
         "metrics": {"val/top1": right, "val/top5": 100.0, "val/loss": 0.5},
     })
     return run_dir

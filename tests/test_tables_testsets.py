@@ -25,6 +25,7 @@ from models.lifecycle.records import RunRecord
 from models.testsets import _NAME, result_path, write_result
 from scripts import archive_runs, make_tables
 from scripts.tables import collect, layouts
+from tests.helpers import written_testset_fields
 
 ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "ablations_mini_runs" / "where_mini"
 K = "model.net.ape=sincos,rpe.preset=rpe-1.9-product-ctx-1-k"  # row k, column with APE
@@ -63,7 +64,7 @@ def _result(run_dir: Path, top1: float, name: str = RIGHT, ape_rule: str | None 
         "identity": identity_hash(identity_config(run_cfg)),  # as eval.py computes it
         "model": "RPEVisionTransformer", "ape": run_cfg.model.net.ape, "ape_rule": ape_rule,
         "train_img_size": [32, 32], "img_size": [48, 48], "patch_grid": [12, 12], "data_root": "/data",
-        "testset_config": {"name": name},
+        **written_testset_fields(name),  # the definition configs/testset/<name>.yaml gives, read whole
         "metrics": {"val/top1": top1, "val/top5": 100.0, "val/loss": 0.5, "params_M": 0.54},
     }
     record.update(edits)
@@ -99,6 +100,9 @@ def test_the_reader_agrees_with_eval_pys_writer(tmp_path: Path) -> None:
     best = tmp_path / "run" / "checkpoints" / "best.ckpt"
     assert result_path(best, RIGHT, "extend") == folder / f"{RIGHT}@extend.json"
     assert collect.TESTSET_NAME.pattern == _NAME.pattern
+    from models.lifecycle.cli import CONFIG_DIR
+
+    assert collect.TESTSET_CONFIGS == CONFIG_DIR / "testset"  # the definitions eval.py composes
 
 
 def test_testset_columns_hold_mean_and_std_beside_the_own_result(tmp_path: Path) -> None:
@@ -418,3 +422,78 @@ def test_a_run_at_chance_on_a_test_set_is_a_result_not_a_floor(tmp_path: Path) -
         run.metrics["val/top1"] = 12.5  # now the side learned nothing on its own split
     verdict = findings.judge(finding, table)
     assert (verdict.verdict, verdict.note) == ("floor", "`none / with APE` within sampling noise of chance, 12.5")
+
+
+# ----------------------------------------------------------------------------- the definition and the whole set
+def _left_filed_as_right() -> dict[str, object]:
+    """What ``eval.py testset=relational_left testset.name=relational_right`` recorded before that override was
+    refused: the left half's definition, named and hashed as the right half."""
+    from models.testset_definition import configured_generator, testset_sha256
+
+    definition = written_testset_fields("relational_left")["testset_config"]
+    definition["name"] = RIGHT  # type: ignore[index]
+    return {"testset_config": definition,
+            "testset_sha256": testset_sha256(definition, configured_generator(definition))}
+
+
+def _older_definition() -> dict[str, object]:
+    """A result written before eval.py recorded the hash and the counts, of the 5000-image relational_right."""
+    definition = written_testset_fields(RIGHT)["testset_config"]
+    definition["data"]["generator"]["num_val"] = 5000  # type: ignore[index]
+    return {"testset_config": definition, "testset_sha256": None, "images_read": None, "images_total": None}
+
+
+@pytest.mark.parametrize(("case", "edits", "why"), [
+    ("name override", _left_filed_as_right(),
+     f"it is of another definition of '{RIGHT}' than configs/testset/{RIGHT}.yaml (result -> yaml:"
+     " data.generator.region: [0, 0, 32, 16] -> [0, 16, 32, 32]): evaluate it again (scripts/evaluate_testsets.py),"
+     " or remove it"),
+    ("partial test", {"images_read": 8},
+     "it is a partial test: it read 8 of the test set's 2000 images (a trainer batch limit): evaluate it again on"
+     " the whole set (scripts/evaluate_testsets.py)"),
+    ("older definition", _older_definition(),
+     f"it is of another definition of '{RIGHT}' than configs/testset/{RIGHT}.yaml (result -> yaml:"
+     " data.generator.num_val: 5000 -> 2000)"),
+    ("no definition", {"testset_config": None, "testset_sha256": None, "images_read": None, "images_total": None},
+     "it records no definition of its test set (testset_config)"),
+    ("counts missing", {"images_read": None, "images_total": None},
+     "the file is damaged: it has testset_sha256 but no images_read"),
+    ("not a count", {"images_read": 8.5}, "the file is damaged: images_read=8.5 is not a count of images"),
+])
+def test_a_result_of_another_definition_or_of_part_of_the_set_is_not_counted(
+        tmp_path: Path, case: str, edits: dict[str, object], why: str) -> None:
+    """Each result as eval.py's writer seals it (a valid checksum): only its provenance keeps it out."""
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0)
+    _result(runs[(K, 1)], 61.0, **edits)
+    table = _table(tmp_path)
+    run = next(r for r in table.cells[("k", "with APE")].runs if r.facts["seed"] == 1)
+    [(named, reason)] = run.testset_problems
+    assert (run.status, run.testsets, named) == ("ok", {}, f"testsets/{INTERPOLATE}.json")
+    assert reason.startswith(why) and "\n" not in reason, reason
+    assert table.cells[("k", "with APE")].testset_stats(INTERPOLATE, "val/top1") == (60.0, None, 1)
+    _assert_own_cells(table)
+    assert f"- `testsets/{INTERPOLATE}.json` of `{run.path}`: {why}" in make_tables.to_markdown([table])
+
+
+def test_a_result_from_before_the_hash_counts_when_it_holds_the_definition_of_now(tmp_path: Path) -> None:
+    """The committed archives' results have no testset_sha256 and no image counts: judged by their stored
+    testset_config (its data.root, wherever that was, not compared), and taken as whole."""
+    runs = _own_runs(tmp_path)
+    for seed, top1 in ((0, 60.0), (1, 64.0)):
+        fields = written_testset_fields(RIGHT)
+        fields["testset_config"]["data"]["root"] = "/elsewhere/.data/testsets/relational_right_v2"  # type: ignore[index]
+        _result(runs[(K, seed)], top1, testset_config=fields["testset_config"], testset_sha256=None,
+                images_read=None, images_total=None)
+    k = _table(tmp_path).cells[("k", "with APE")]
+    assert k.testset_stats(INTERPOLATE, "val/top1") == (62.0, pytest.approx(math.sqrt(8)), 2)
+    assert all(run.testset_problems == () for run in k.runs)
+
+
+def test_a_test_set_without_a_definition_now_is_not_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0)
+    monkeypatch.setattr(collect, "TESTSET_CONFIGS", tmp_path / "no_configs")
+    run = next(r for r in _table(tmp_path).cells[("k", "with APE")].runs if r.facts["seed"] == 0)
+    assert run.testset_problems == ((f"testsets/{INTERPOLATE}.json", f"there is no configs/testset/{RIGHT}.yaml to"
+                                     " compare it with; valid: results of the test sets defined there"),)

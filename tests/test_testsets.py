@@ -497,6 +497,66 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
         generate("val_at_48", [f"paths.data_dir={data}"])
 
 
+def test_testset_name_cannot_be_overridden_on_eval_pys_command_line() -> None:
+    """``testset=relational_left testset.name=relational_right`` once wrote the left half's result as the
+    right half's (relational_right@interpolate.json), which make_tables counted there."""
+    import eval as eval_script
+
+    for override in ("testset.name=relational_right", "+testset.name=relational_right"):
+        with pytest.raises(ValueError) as err:
+            eval_script.check_run_eval_overrides(["ckpt_path=r/checkpoints/best.ckpt", "testset=relational_left",
+                                                  override])
+        assert str(err.value) == (f"{override} would file the result of one test set under another's name; valid:"
+                                  " pick the test set by its name, testset=<name> (configs/testset/<name>.yaml)")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_result_records_its_definition_and_no_partial_test_or_other_definition_replaces_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole evaluation records the hash make_tables recomputes and 16 of 16 images; a test of part of the
+    set (the probe: ``trainer.limit_test_batches=1 batch_size=8`` read 8 of 64 and replaced the result) and
+    a result of another definition are refused in one line, and the complete result stays byte-identical."""
+    from models import testsets
+    from models.testset_definition import configured_generator, testset_sha256
+
+    data = tmp_path / "data"
+    run = _fake_run(tmp_path / "run", data, RUN)
+    sixteen = "testset.data.generator.num_val=16"
+    _eval(run, data, "relational_right", sixteen)
+    path = run / RESULT_FOLDER / "relational_right@interpolate.json"
+    record = json.loads(path.read_text())
+    definition = load_testset(compose_config(["testset=relational_right", sixteen], tmp_path / "c", data,
+                                             config_name="eval").testset)
+    marker = json.loads((data / "testsets" / "relational_right_v2" / ".complete.json").read_text())
+    assert record["testset_sha256"] == testset_sha256(definition, marker["generator"])
+    assert record["testset_sha256"] == testset_sha256(definition, configured_generator(definition))  # make_tables'
+    assert (record["images_read"], record["images_total"]) == (16, 16)
+    complete = path.read_bytes()
+
+    def refused(*extra: str) -> str:
+        with pytest.raises(TestsetError) as err:
+            _eval(run, data, "relational_right", "batch_size=8", *extra)
+        assert "\n" not in str(err.value) and path.read_bytes() == complete
+        return str(err.value)
+
+    assert refused(sixteen, "trainer.limit_test_batches=1") == (
+        "trainer.limit_test_batches=1 tests a part of testset=relational_right, and a test set's result is of the"
+        " whole set (nothing was evaluated); valid: trainer.limit_test_batches=null or 1.0, no trainer.fast_dev_run")
+    assert refused(sixteen, "trainer.limit_test_batches=0.5").startswith("trainer.limit_test_batches=0.5 tests a part")
+    assert refused(sixteen, "trainer.fast_dev_run=true").startswith("trainer.fast_dev_run=True tests a part")
+    other = tmp_path / "other"  # 24 images elsewhere: another definition under the same name
+    _generate(data, "relational_right", "testset.data.generator.num_val=24", f"testset.data.root={other}")
+    assert refused("testset.data.generator.num_val=24", f"testset.data.root={other}") == (
+        f"{path} holds a result of another definition of testset=relational_right (data.generator.num_val: 16 ->"
+        " 24); remove it to evaluate this one (nothing was evaluated)")
+    # a limit no setting shows (here: the settings check bypassed): the images counted stop the write
+    monkeypatch.setattr(testsets, "partial_test_setting", lambda trainer: None)
+    assert refused(sixteen, "trainer.limit_test_batches=1") == (
+        "the test read 8 of 16 images of testset=relational_right; a partial test is no result, so nothing was"
+        " written (valid: test the whole set: no trainer batch limit)")
+    assert testsets.batch_images({"images": torch.zeros(3, 3, 8, 8), "targets": [{}, {}, {}]}) == 3  # DETR's
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> None:
     """The real-data case (train at 224, test at 288/384): the run's validation images, resized by its eval
@@ -513,6 +573,7 @@ def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> No
     record = json.loads((run / RESULT_FOLDER / "val_at_64@interpolate.json").read_text())
     assert record["data_root"] == str(data / "rel_small") and record["img_size"] == [64, 64]
     assert record["ape_rule"] == "interpolate" and record["metrics"] == metrics
+    assert record["images_read"] == record["images_total"] == 16  # the run's whole val split
     assert sorted(p.name for p in data.iterdir()) == folders  # nothing generated
     shutil.copytree(data / "rel_small", tmp_path / "elsewhere")
     _eval(run, data, "val_at_48", f"data_root={tmp_path / 'elsewhere'}")
@@ -529,6 +590,7 @@ def test_detr_run_on_the_larger_shapes_canvas(tmp_path: Path) -> None:
     metrics = _eval(run, data, "shapes_coco_canvas256", "testset.data.generator.num_val=4")
     record = json.loads((run / RESULT_FOLDER / "shapes_coco_canvas256.json").read_text())
     assert record["metrics"] == metrics and "val/AP" in metrics and record["ape_rule"] is None
+    assert record["images_read"] == record["images_total"] == 4  # counted from DETR's batches of targets
     annotations = data / "testsets" / "shapes_coco_canvas256_v1" / "annotations" / "instances_val2017.json"
     sizes = [(i["height"], i["width"]) for i in json.loads(annotations.read_text())["images"]]
     assert len(sizes) == 4 and all(192 <= s <= 256 for hw in sizes for s in hw)

@@ -167,6 +167,44 @@ def test_ddp_cpu_cli_run(tmp_path: Path, data_dir: Path) -> None:
         ["metrics.json", "csv/version_0/metrics.csv"], ["csv/version_0/metrics.csv", "metrics.json"])
     assert "val/top1" in metrics
 
+    # The re-test of a run whose metrics.json is gone: its DDP workers take the config this command composed,
+    # never the run folder's config.yaml, which here names code to run (a callback and a Hydra callback).
+    marker = tmp_path / "pwned"
+    (run_dir / "metrics.json").unlink()
+    config = run_dir / "config.yaml"
+    tampered = config.read_text() + "\n".join([
+        "", "hydra:", "  callbacks:", "    pwn2:", "      _target_: pathlib.Path.write_text",
+        f"      self: {marker}2", "      data: x",
+    ]) + "\n"
+    tampered = tampered.replace("callbacks:\n", f"callbacks:\n  pwn:\n    _target_: pathlib.Path.write_text\n"
+                                                f"    self: {marker}\n    data: x\n", 1)
+    config.write_text(tampered)
+    again = run_cli("train.py", [
+        "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
+        f"paths.log_dir={tmp_path}", "run_name=ddp", f"paths.data_dir={data_dir}",
+    ])
+    assert not marker.exists() and not Path(f"{marker}2").exists(), again.stderr[-3000:]
+    # the workers only test, as this process does (before, they fitted while it tested, and both waited forever);
+    # debug=fast tests 2 batches per rank, which a re-test draws in another order, so the number may differ
+    assert again.returncode == 0 and "val/top1" in _metrics(run_dir), again.stderr[-3000:]
+    assert "re-testing" in again.stdout + again.stderr
+
+
+@pytest.mark.slow  # train.py with two gloo processes
+def test_a_failed_ddp_worker_is_a_failed_run(tmp_path: Path, data_dir: Path) -> None:
+    """A worker that fails ends the run as a failed job, in one line and a record that says so; never as a
+    parent killed by SIGKILL with its record left at "running"."""
+    result = run_cli("train.py", [
+        "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
+        f"paths.log_dir={tmp_path}", "run_name=ddp", f"paths.data_dir={data_dir}",
+        "+callbacks.fail._target_=tests.faults.RaiseOnRank",
+    ])
+    assert result.returncode not in (0, -9, 137), result.stderr[-3000:]
+    record = json.loads((tmp_path / "ddp" / "run.json").read_text())
+    failure = json.loads((tmp_path / "ddp" / "failed.json").read_text())
+    assert record["state"] == "failed" and failure["status"] == "failed", result.stderr[-3000:]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")], result.stderr[-3000:]
+
 
 @pytest.mark.slow  # a two-job train.py sweep; test_sweeps.py's failed-job sweep stays in `make test`
 def test_multirun_honours_sweep_dir(tmp_path: Path, data_dir: Path) -> None:

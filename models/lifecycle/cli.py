@@ -7,6 +7,7 @@ printed by `report_user_error` as one ``error: ...`` line with exit code 2.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -125,27 +126,53 @@ def _first_run_inside(folder: Path) -> Path | None:
 
 
 def _is_run_dir(folder: Path) -> bool:
-    return (folder / "run.json").is_file() or ((folder / "config.yaml").is_file() and (folder / "checkpoints").is_dir())
+    from models.lifecycle.files import guarded
+
+    with guarded(folder, "read"):  # a folder this user may not read: one line naming it, not a traceback
+        return (folder / "run.json").is_file() or ((folder / "config.yaml").is_file()
+                                                    and (folder / "checkpoints").is_dir())
 
 
-def prepare_output_dir(path: Any, key: str) -> None:
+def symlink_loop(path: Path) -> Path | None:
+    """The first folder of ``path`` (or ``path`` itself) that is a symlink loop, or None: such a path is never
+    made, and pathlib's ``resolve`` fails on it with a traceback."""
+    for part in (*reversed(path.parents), path):
+        try:
+            os.stat(part)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return part
+            if err.errno in (errno.ENOENT, errno.ENOTDIR):
+                return None  # the rest does not exist yet
+    return None
+
+
+def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = ()) -> None:
     """Check the folder Hydra is about to make for a run (or a sweep), then make it.
 
     It must be a path of its own: not empty (Hydra would take the working dir, or ``/`` for
     ``${paths.log_dir}/...`` with an empty log dir), not the working dir or one of its parents, and not
     inside another run's dir. Making it here turns a read-only or full disk, or a file in its way, into
-    one line instead of Hydra's traceback.
+    one line instead of Hydra's traceback. Where it may lie is `models.lifecycle.destinations`' rule (a run dir
+    may be itself, a rerun; a sweep dir may not be a run dir; neither lies in a data root of ``data_roots``).
     """
+    from models.lifecycle.destinations import DestinationError, check_destination
+
     text = "" if path is None else str(path)
     folder = Path(os.path.abspath(text)) if text.strip() else None
+    loop = symlink_loop(folder) if folder is not None else None
+    if loop is not None:
+        raise CommandLineError(f"{key}={text!r} cannot be used: {loop} is a symlink loop (its links lead back to"
+                               " themselves); valid: a folder whose path has no link loop")
     cwd = Path.cwd().resolve()
-    if folder is None or folder == Path(folder.anchor) or folder.resolve() in (cwd, *cwd.parents):
+    if folder is None or folder == Path(folder.anchor) or Path(os.path.realpath(folder)) in (cwd, *cwd.parents):
         raise CommandLineError(f"{key}={text!r} is not a folder of its own (it would be the working dir, one of "
                                "its parents or /); valid: a path such as runs/<name> (paths.log_dir and run_name "
                                "make one)")
-    inside = next((p for p in folder.parents if _is_run_dir(p)), None)
-    if inside is not None:
-        raise CommandLineError(f"{key}={text!r} is inside the run dir {inside}; valid: a folder outside every run dir")
+    try:
+        check_destination(folder, key, run_dir=key == "hydra.run.dir", data_roots=data_roots)
+    except DestinationError as err:
+        raise CommandLineError(str(err)) from None
     if folder.is_dir():
         return  # an existing run (a rerun may need no write at all) or sweep dir: its job checks what it writes
     blocking = next((p for p in (*reversed(folder.parents), folder) if os.path.lexists(p) and not p.is_dir()), None)
@@ -262,10 +289,50 @@ HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--re
                "--config-name", "-cd", "--config-dir", "-i", "--info", "--experimental-rerun")
 
 
-def check_flags(argv: list[str]) -> None:
-    """One line for an option Hydra does not have (its parser would print its usage)."""
+# Flags that choose how Hydra runs the task (the rest of a command line, past the flags that print, is overrides)
+MODE_FLAGS = ("-m", "--multirun", "-r", "--run")
+# Flags that only print (the config, Hydra's help or info) and never run the task: the checks leave them to Hydra.
+PRINT_ONLY_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info", "-sc",
+                    "--shell-completion")
+# Flags that would compose a run from files other than the project's configs/ (a config dir of a run folder, a
+# pickled config): a run is only ever composed from configs/ and the command line, whose checks it passes.
+FOREIGN_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir",
+                        "--experimental-rerun")
+# Set by a parent run for its DDP workers: the private folder holding the config it composed and checked.
+DDP_WORKER_CONFIG = "RPE_DDP_WORKER_CONFIG"
+
+
+def _flag_values(argv: list[str]) -> dict[str, str]:
+    """``{flag: value}`` of the flags in ``argv`` that take one (``--config-path x`` or ``--config-path=x``)."""
     values = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
               "--config-dir", "-i", "--info", "--experimental-rerun"}
+    found: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if arg.startswith("-") and flag in values:
+            found[flag] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
+def is_ddp_worker(argv: list[str]) -> bool:
+    """A DDP worker started by this project's parent run (`models.lifecycle.job`): its config path is the
+    private folder the parent named in the environment, never a run folder."""
+    given = _flag_values(argv).get("--config-path")
+    expected = os.environ.get(DDP_WORKER_CONFIG)
+    return bool(given and expected and os.environ.get("LOCAL_RANK") and given == expected)
+
+
+def prints_only(argv: list[str]) -> bool:
+    """Whether Hydra will only print (``--cfg``, ``--help``, ``--info``) and not run the task."""
+    return any(arg.split("=", 1)[0] in PRINT_ONLY_FLAGS for arg in argv)
+
+
+def check_flags(argv: list[str]) -> None:
+    """One line for an option Hydra does not have (its parser would print its usage), and for the options
+    that compose a run from another config folder or a pickled config (`FOREIGN_CONFIG_FLAGS`)."""
+    values = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
+              "--config-dir", "-i", "--info", "--experimental-rerun"}
+    worker = is_ddp_worker(argv)
     skip = False
     for arg in argv:
         if skip:
@@ -276,6 +343,11 @@ def check_flags(argv: list[str]) -> None:
             if flag not in HYDRA_FLAGS:
                 raise CommandLineError(f"{arg} is not an option; valid: -m/--multirun, --cfg job|hydra|all,"
                                        " --help, --hydra-help, --info; settings are key=value")
+            if flag in FOREIGN_CONFIG_FLAGS and not (worker and flag in ("--config-path", "--config-name")):
+                raise CommandLineError(f"{flag} is not supported: a run is composed from the project's configs/ and"
+                                       " the command line only, so that its checks, records and reruns hold;"
+                                       " valid: group=option and key=value settings (experiment=<name> for a"
+                                       " recipe of your own in configs/experiment/)")
             skip = flag in values and "=" not in arg
 
 
@@ -292,13 +364,13 @@ def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:
 def check_repeated_keys(argv: list[str]) -> None:
     """A key given twice (``seed=1 ... seed=2``) is refused: Hydra would keep the last one without a word,
     and a run named by one value would train with the other."""
-    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
-        return  # --cfg, --config-path (DDP workers), ...: Hydra's own modes
+    if prints_only(argv) or is_ddp_worker(argv):
+        return  # Hydra only prints; or the parent checked the worker's config
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     try:
-        parsed = OverridesParser.create().parse_overrides([a for a in argv if a not in ("-m", "--multirun")])
+        parsed = OverridesParser.create().parse_overrides([a for a in argv if a not in MODE_FLAGS])
     except HydraException:
         return  # a malformed override: check_overrides names it
     seen: dict[str, str] = {}
@@ -346,13 +418,57 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
             raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
 
 
+# What a sweep job's subdir may interpolate: values that are one safe path component whatever the job's settings
+# (its number, its id, or `job_dirname` of anything); `${name}` and the like could hold `../..`.
+SAFE_SUBDIR_INTERPOLATIONS = re.compile(r"hydra[.:]job\.(num|id)|job_dirname:.*", re.DOTALL)
+
+
+def _interpolations(text: str) -> tuple[str, list[str]]:
+    """``text`` with each top-level ``${...}`` replaced by ``_``, and the insides of those interpolations."""
+    skeleton, inside, depth, start = [], [], 0, 0
+    i = 0
+    while i < len(text):
+        if text.startswith("${", i):
+            if depth == 0:
+                start = i + 2
+            depth += 1
+            i += 2
+            continue
+        if text[i] == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                inside.append(text[start:i])
+                skeleton.append("_")
+            i += 1
+            continue
+        if depth == 0:
+            skeleton.append(text[i])
+        i += 1
+    return "".join(skeleton), inside
+
+
 def _check_sweep_subdir(subdir: Any) -> None:
-    """A sweep job's dir lies inside the sweep dir: ``hydra.sweep.subdir`` is a relative path without '..'."""
+    """A sweep job's dir lies inside the sweep dir: ``hydra.sweep.subdir`` is a relative path without '..',
+    whose interpolations are each one safe component (`SAFE_SUBDIR_INTERPOLATIONS`), so that no job's
+    settings can move it out once resolved. The job checks its resolved dir again (`check_job_dir`)."""
     text = str(subdir)
-    parts = Path(text).parts
-    if not text.strip() or Path(text).is_absolute() or ".." in parts:
-        raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir;"
-                               " valid: a relative path without '..' (the default: the job's number)")
+    skeleton, interpolations = _interpolations(text)
+    parts = Path(skeleton).parts
+    unsafe = next((i for i in interpolations if not SAFE_SUBDIR_INTERPOLATIONS.fullmatch(i.strip())), None)
+    if not text.strip() or Path(skeleton).is_absolute() or ".." in parts or unsafe is not None:
+        why = f"${{{unsafe}}} may resolve to any path" if unsafe is not None else "it"
+        raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir ({why});"
+                               " valid: a relative path without '..', interpolating only ${hydra.job.num},"
+                               " ${hydra.job.id} or ${job_dirname:...} (the default: the job's number)")
+
+
+def check_job_dir(output_dir: str | Path, sweep_dir: str | Path) -> None:
+    """A sweep job's run dir, resolved, lies strictly inside its resolved sweep dir (links followed)."""
+    job_dir, sweep = Path(os.path.realpath(output_dir)), Path(os.path.realpath(sweep_dir))
+    if job_dir == sweep or sweep not in job_dir.parents:
+        raise CommandLineError(f"this sweep job's run dir {output_dir} is not inside its sweep dir {sweep_dir}"
+                               f" (it resolves to {job_dir}); valid: a hydra.sweep.subdir without '..' or links"
+                               " that lead out")
 
 
 def _refuse_run_name_in_sweep(overrides: list[str]) -> None:
@@ -364,21 +480,48 @@ def _refuse_run_name_in_sweep(overrides: list[str]) -> None:
                                " sweep_name=...), or drop -m for one run")
 
 
-def check_overrides(argv: list[str], config_name: str) -> None:
+def quoted_override(key: str, value: str) -> str:
+    """``key=value`` as an override that Hydra reads back as exactly the string ``value`` (quoted, escaped)."""
+    body = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", literal(value))  # backslashes before a quote double
+    body = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, body)  # and those before the closing quote
+    return f"{key}='{body}'"
+
+
+def _pin_output_dir(cfg: DictConfig, overrides: list[str], sweeping: bool) -> dict[str, str]:
+    """The run's ``run_name`` (a sweep's ``hydra.sweep.dir``) as this check resolved it, as ``{key: override}``.
+
+    The check makes the dir before Hydra starts, and Hydra composes the config again: a ``${now:...}`` in the
+    name would then resolve a second later to another dir, leaving the checked one empty beside the run.
+    Pinned, the run goes into the dir that was checked. A sweep dir is pinned only when it holds ``${now:``:
+    a named sweep's dir is the same whenever it is composed.
+    """
+    if sweeping:
+        raw = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir"))
+        given = any(re.match(r"[+~]*hydra\.sweep\.dir=", o) for o in overrides)
+        return {} if given or "${now:" not in raw else {
+            "hydra.sweep.dir": quoted_override("hydra.sweep.dir", str(cfg.hydra.sweep.dir))}
+    if not OmegaConf.is_interpolation(cfg, "run_name"):
+        return {}
+    return {"run_name": quoted_override("run_name", str(cfg.run_name))}
+
+
+def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
     A sweep is checked with the first value of each swept key; intervals (optuna) are left to the sweeper,
-    and every job checks its own values again when it starts.
+    and every job checks its own values again when it starts. Returns the overrides that pin the checked
+    output dir for Hydra (`_pin_output_dir`), ``{key: override}``, which replace any given for those keys.
     """
-    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv):
-        return  # --cfg, --config-path (DDP workers), ...: Hydra's own modes
+    if prints_only(argv) or is_ddp_worker(argv):
+        return {}  # Hydra only prints; or the parent checked the worker's config
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException
 
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
-    overrides = [arg for arg in argv if arg not in ("-m", "--multirun")]
+    overrides = [arg for arg in argv if arg not in MODE_FLAGS]
+    pins: dict[str, str] = {}
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
@@ -406,6 +549,7 @@ def check_overrides(argv: list[str], config_name: str) -> None:
         if config_name == "train":
             check_schedule(cfg)
             check_buildable(cfg)
+            data_roots = check_data_root(cfg)
             if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
             run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
@@ -415,16 +559,36 @@ def check_overrides(argv: list[str], config_name: str) -> None:
                                        " paths.log_dir=<folder> run_name=<name>")
             if sweeping:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
+                prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots)
+                pins = _pin_output_dir(cfg, overrides, sweeping=True)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
-                prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir")
                 keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
-                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir")
+                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
+                pins = _pin_output_dir(cfg, overrides, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err)) from None
     finally:
         GlobalHydra.instance().clear()
+    return pins
+
+
+def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
+    """A data root that the run would generate lies outside every run dir and every other data root
+    (`models.lifecycle.destinations`); returns the config's data roots, which no run dir may lie in."""
+    from models.lifecycle.destinations import DestinationError, check_destination
+
+    data = cfg.get("data") or {}
+    root = data.get("root") if hasattr(data, "get") else None
+    if root is None:
+        return ()
+    if data.get("generator") is not None:
+        try:
+            check_destination(str(root), "data.root", data_root=True)
+        except DestinationError as err:
+            raise CommandLineError(str(err)) from None
+    return (str(root),)
 
 
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
@@ -548,10 +712,17 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
         check_flags(sys.argv[1:])
         check_group_choices(sys.argv[1:])
         check_repeated_keys(sys.argv[1:])
-        check_overrides(sys.argv[1:], config_name)
+        pins = check_overrides(sys.argv[1:], config_name)
     except (CommandLineError, ValueError) as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         sys.exit(2)
+    except OSError as err:  # the storage's answer while checking where the run goes (an unreadable folder)
+        from models.lifecycle.files import os_error_line
+
+        say(f"error: {os_error_line(err)}", stream=sys.stderr)
+        sys.exit(2)
+    if pins:  # the checked output dir, for Hydra: in place of any override of the same key
+        sys.argv[1:] = [a for a in sys.argv[1:] if a.split("=", 1)[0].lstrip("+~") not in pins] + list(pins.values())
     hydra_main()
     code = after() if after is not None else 0
     if code:

@@ -18,8 +18,10 @@ import contextlib
 import functools
 import math
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -200,23 +202,66 @@ def print_config_tree(cfg: DictConfig) -> None:
     rprint(tree)
 
 
-def _install_ddp_child_command(run_dir: Path, script: Path) -> None:
-    """Start DDP worker processes from this run's resolved config, not from ``sys.argv``.
+# Set by a parent run for its DDP workers: "1" when the run is finished and only its test runs again.
+DDP_WORKER_RETEST = "RPE_DDP_WORKER_RETEST"
 
-    Lightning re-runs the script with the parent's arguments; under a multirun those hold a whole
-    sweep, and interpolations such as ``${now:}`` would resolve anew. The workers load
-    ``<run_dir>/config.yaml`` instead and write into the same run dir.
+
+def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: bool) -> None:
+    """Start DDP worker processes from the config this process composed and checked, never from a file
+    in the run folder (which anyone could have edited since) and not from ``sys.argv``.
+
+    Lightning re-runs the script with the parent's arguments; under a multirun those hold a whole sweep,
+    and interpolations such as ``${now:}`` would resolve anew. The workers compose ``cfg`` (resolved) from
+    a private temporary folder instead, named in the environment (`cli.DDP_WORKER_CONFIG`) so that the
+    command-line checks accept their ``--config-path``; they write into the same run dir. ``retest``: the
+    run is finished and this process only tests it again; the workers, which read no run records, are told.
     """
     from lightning.pytorch.strategies.launchers import subprocess_script
 
+    from models.lifecycle.cli import DDP_WORKER_CONFIG
+
+    folder = tempfile.mkdtemp(prefix="rpe-ddp-config-")  # mode 0700: only this user reads or replaces it
+    job.worker_config = Path(folder)
+    atomic_write_bytes(job.worker_config / f"{CONFIG}", OmegaConf.to_yaml(cfg, resolve=True).encode())
+    os.environ[DDP_WORKER_CONFIG] = folder  # copied into each worker's environment by Lightning's launcher
+    os.environ[DDP_WORKER_RETEST] = "1" if retest else "0"  # the workers must not fit while this process tests
+
     def command(local_rank: int) -> tuple[list[str], str]:
         cmd = [
-            sys.executable, str(script), "--config-path", str(run_dir), "--config-name", "config",
-            f"hydra.run.dir={run_dir}", "hydra.output_subdir=null", f"hydra.job.name=ddp_rank{local_rank}",
+            sys.executable, str(script), "--config-path", folder, "--config-name", Path(CONFIG).stem,
+            f"hydra.run.dir={job.run_dir}", "hydra.output_subdir=null", f"hydra.job.name=ddp_rank{local_rank}",
         ]
         return cmd, os.getcwd()
 
     subprocess_script._hydra_subprocess_cmd = command
+    subprocess_script._launch_process_observer = functools.partial(_watch_workers, job)
+
+
+class WorkerFailed(RuntimeError):
+    """A DDP worker process of this run exited with an error."""
+
+
+def _watch_workers(job: Job, workers: list) -> None:
+    """Lightning's watch over the DDP worker processes, except that a failed worker ends the run as a failed
+    job: the other workers are killed, ``failed.json`` and the record say which worker failed, and this
+    process exits 1 with one line. (Lightning's own observer SIGKILLs this process, which then leaves its
+    record at "running" and writes no failure.)"""
+    from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+
+    class Observer(_ChildProcessObserver):
+        def _terminate_all(self) -> None:
+            for worker in self._child_processes:
+                worker.send_signal(self._termination_signal)
+            rank, code = next(((i + 1, w.returncode) for i, w in enumerate(self._child_processes) if w.returncode),
+                              (0, None))
+            err = WorkerFailed(f"DDP worker rank {rank} exited with code {code} (its own output says why);"
+                               " the run stopped")
+            with contextlib.suppress(Exception):  # best effort: the process ends whatever the storage says
+                job.record_failure(err)
+            say(f"error: {err} (recorded in {job.run_dir})", stream=sys.stderr)
+            os._exit(1)  # this thread cannot raise into the main one, which may be waiting on the dead worker
+
+    Observer(main_pid=os.getpid(), child_processes=workers).start()
 
 
 def _save_config_files(run_dir: Path, cfg: DictConfig) -> None:
@@ -498,6 +543,7 @@ class Job:
         self.claimed: RunRecord | None = None  # the record this job may write, once the dir is known to be its
         self.cfg: DictConfig | None = None
         self.fresh = False
+        self.worker_config: Path | None = None  # the private folder of the DDP workers' config, while it exists
 
     def claim(self, cfg: DictConfig, record: RunRecord, fresh: bool) -> None:
         self.cfg, self.claimed, self.fresh = cfg, record, fresh
@@ -586,6 +632,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     if earlier is not None and rank0:
         _refuse_destructive_rerun(cfg, earlier, length, run_dir)
     finished = earlier is not None and earlier.get("state") == "finished" and earlier.get("length") == length
+    if not rank0:  # a DDP worker reads no records: it fits, or only tests, as its parent decided
+        finished = os.environ.get(DDP_WORKER_RETEST) == "1"
     if finished and rank0:
         try:
             stored = read_metrics(run_dir, identity_id, length)
@@ -635,7 +683,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             _save_config_files(run_dir, cfg)
         with guarded(run_dir / CHECKPOINTS, "create"):
             (run_dir / CHECKPOINTS).mkdir(exist_ok=True)
-    _install_ddp_child_command(run_dir, script)
+    _install_ddp_child_command(job, cfg, script, retest=finished)
 
     datamodule, model = build_data_and_model(cfg)
     if hasattr(model, "check_datamodule"):  # the model's own data check first: it says more than the monitor's
@@ -848,7 +896,19 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
     """
     from hydra.core.hydra_config import HydraConfig
 
-    job = Job(Path(HydraConfig.get().runtime.output_dir).resolve())
+    from models.lifecycle.cli import CommandLineError, check_job_dir
+
+    output_dir = HydraConfig.get().runtime.output_dir
+    if _is_multirun():
+        try:  # before anything is written: a subdir that resolved out of the sweep dir names no dir of this sweep
+            check_job_dir(output_dir, HydraConfig.get().sweep.dir)
+        except CommandLineError as err:
+            with contextlib.suppress(OSError):
+                os.rmdir(output_dir)  # the empty dir Hydra made for the job; never a dir with anything in it
+            say(f"error: job refused: {err}", stream=sys.stderr)
+            FAILED_JOBS.append(f"{output_dir}: {err}")
+            return float("nan")
+    job = Job(Path(output_dir).resolve())
     # Lightning's DDP launcher leaves LOCAL_RANK, WORLD_SIZE, MASTER_PORT, ... in this process's
     # environment; the next job of a multirun would take them as "workers already exist" and wait forever.
     environment = dict(os.environ)
@@ -885,6 +945,8 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             report_user_error(err)
         raise
     finally:
+        if job.worker_config is not None:
+            shutil.rmtree(job.worker_config, ignore_errors=True)
         release_lock(job.lock)  # after the run record's last write
         restore_stop_signals()
         finish_wandb(exit_code)

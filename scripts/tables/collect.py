@@ -10,7 +10,9 @@ join its metrics under the test set's column (`testset_column`): ``<name>/<metri
 absolute position table: ``relational_canvas48@interpolate/val/top1`` and
 ``relational_canvas48@extend/val/top1`` are two columns, never pooled; a run without an absolute table has
 no rule, and `cells` shows its one result in each rule's column). A result file that cannot be trusted is
-listed on the run (`Run.testset_problems`), not counted, and never costs the run its own result.
+listed on the run (`Run.testset_problems`), not counted, and never costs the run its own result; so is one
+of another definition of the test set than ``configs/testset/<name>.yaml`` now gives (its
+``testset_sha256``, `models.testset_definition`), and one that read a part of the set.
 """
 
 from __future__ import annotations
@@ -57,6 +59,17 @@ from models.lifecycle.records import (
     read_run_record,
     run_status,
 )
+from models.testset_definition import (
+    HASH_KEY,
+    PROVENANCE_KEYS,
+    READ_KEY,
+    TOTAL_KEY,
+    configured_generator,
+    load_definition,
+    measured,
+    result_sha256,
+    testset_sha256,
+)
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from rpe.index import INDEX_METHODS, IndexSpec, bucket_ids, num_buckets
 from rpe.registry import encoding
@@ -74,6 +87,9 @@ OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
 TESTSETS = "testsets"
 TESTSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 APE_RULE = re.compile(r"[A-Za-z0-9_-]{1,50}")  # an APE rule's name goes into a column name: no '/' nor '@'
+# The test sets' definitions (`models.lifecycle.cli.CONFIG_DIR` / testset): a result is counted under <name> only
+# when it is of the definition configs/testset/<name>.yaml gives now.
+TESTSET_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "testset"
 
 
 class TableError(ValueError):
@@ -448,8 +464,9 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
     the path (the caller names the file): a symlink or a file that is not plain (never followed), damaged
     or non-JSON, not an object, a ``testset`` other than its file name (renamed or copied), another run's
     ``identity`` (a file without one, written before eval.py recorded it, is taken as the run's), an
-    ``ape_rule`` that is no rule name, and a metric that is not a finite number or a percentage outside
-    [0, 100]. Only JSON is parsed: nothing in the file is executed or resolved.
+    ``ape_rule`` that is no rule name, another definition of the test set or a part of it read
+    (`_check_provenance`), and a metric that is not a finite number or a percentage outside [0, 100]. Only
+    JSON is parsed: nothing in the file is executed or resolved.
     """
     # the file is <test set>[@<ape rule>].json (eval.py's models.testsets.result_name)
     name, _, named_rule = path.name.removesuffix(".json").partition("@")
@@ -478,6 +495,7 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
     if made is not None and now is not None and made != now:
         raise TableError(f"it was evaluated when the run's length was {made}, the run's length is now {now}:"
                          " evaluate it again (scripts/evaluate_testsets.py)")
+    _check_provenance(value, name)
     metrics = value.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
         raise TableError("the file is damaged: it has no metrics")
@@ -499,6 +517,52 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
         if problem:
             raise TableError(f"the file is damaged: {problem}")
     return rule, numbers
+
+
+@functools.lru_cache(maxsize=64)
+def expected_testset(folder: Path, name: str) -> tuple[str, dict[str, Any]]:
+    """``(testset_sha256, definition)`` of ``folder/<name>.yaml``, computed as eval.py does from the composed
+    test set (its data's marker generator being the one the definition names, which eval.py checks)."""
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        raise TableError(f"there is no configs/testset/{name}.yaml to compare it with; valid: results of the test"
+                         " sets defined there")
+    try:
+        definition = load_definition(path)
+    except Exception as err:  # OmegaConf's and YAML's errors have no common base class
+        raise TableError(f"configs/testset/{name}.yaml cannot be read ({str(err).splitlines()[0]})") from None
+    return testset_sha256(definition, configured_generator(definition)), definition
+
+
+def _check_provenance(value: dict[str, Any], name: str) -> None:
+    """A `TableError` unless the result is of the definition ``configs/testset/<name>.yaml`` gives now and read
+    the whole set. A result written before eval.py recorded the hash and the image counts is judged by the
+    ``testset_config`` it stored, and taken as whole (nothing records otherwise)."""
+    recorded = [key for key in PROVENANCE_KEYS if value.get(key) is not None]
+    if recorded and len(recorded) < len(PROVENANCE_KEYS):  # eval.py writes all three, or (earlier) none
+        missing = next(key for key in PROVENANCE_KEYS if key not in recorded)
+        raise TableError(f"the file is damaged: it has {recorded[0]} but no {missing}")
+    sha = value.get(HASH_KEY)
+    if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        raise TableError(f"the file is damaged: {HASH_KEY} {sha!r} is not a sha256")
+    for key in (READ_KEY, TOTAL_KEY):
+        count = value.get(key)
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+            raise TableError(f"the file is damaged: {key}={count!r} is not a count of images")
+    expected, definition = expected_testset(TESTSET_CONFIGS, name)
+    if result_sha256(value) != expected:
+        config = value.get("testset_config")
+        if not isinstance(config, dict):
+            raise TableError("it records no definition of its test set (testset_config), so it cannot be compared"
+                             f" with configs/testset/{name}.yaml: evaluate it again (scripts/evaluate_testsets.py)")
+        differences = (config_differences(measured(config), measured(definition))
+                       or "its data was generated with other settings")
+        raise TableError(f"it is of another definition of {name!r} than configs/testset/{name}.yaml (result -> yaml:"
+                         f" {differences}): evaluate it again (scripts/evaluate_testsets.py), or remove it")
+    read, total = value.get(READ_KEY), value.get(TOTAL_KEY)
+    if read != total:
+        raise TableError(f"it is a partial test: it read {read} of the test set's {total} images (a trainer batch"
+                         " limit): evaluate it again on the whole set (scripts/evaluate_testsets.py)")
 
 
 def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = None

@@ -1,0 +1,83 @@
+"""Where the project may write: one rule for run dirs, sweep dirs, data and test-set roots, tables and archives.
+
+A destination is judged by its real path (links followed), never by its text:
+- it never lies inside another run's dir, so a run's files stay what the run wrote (a run dir may only be
+  itself: a rerun writes into its own dir);
+- it never lies inside a data root (a folder with a generator's completion marker, or the data root of the
+  config at hand), where a new folder would become a class of the dataset;
+- a data root never lies inside a run dir or inside another data root;
+- below a destination's own folder, nothing is written through a symlink: a link there could lead into
+  another run or folder, and the copy would land there.
+
+Every refusal is a `DestinationError`: one line naming the destination, what it lies inside, and what is valid.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from models.lifecycle.records import CHECKPOINTS, CONFIG, RUN_RECORD
+
+# The completion marker data/generation.py writes at the top of a generated data root (and of a test set's).
+DATA_MARKER = ".complete.json"
+
+
+class DestinationError(ValueError):
+    """A place the project must not write to; the message is one line."""
+
+
+def is_run_dir(folder: Path) -> bool:
+    """A run's dir: it has a run record, or a config beside a checkpoints folder (runs older than records)."""
+    return (folder / RUN_RECORD).is_file() or ((folder / CONFIG).is_file() and (folder / CHECKPOINTS).is_dir())
+
+
+def is_data_root(folder: Path) -> bool:
+    return (folder / DATA_MARKER).is_file()
+
+
+def real(path: str | os.PathLike) -> Path:
+    """``path`` with every existing link resolved (its missing tail kept as written), absolute."""
+    return Path(os.path.realpath(os.path.abspath(os.fspath(path))))
+
+
+def _first(folders: Iterable[Path], test) -> Path | None:
+    return next((p for p in folders if test(p)), None)
+
+
+def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
+                      data_roots: Iterable[str | os.PathLike | None] = ()) -> Path:
+    """Refuse ``path`` (named ``what`` in the message, e.g. ``paths.log_dir/run_name``) as a place to write.
+
+    ``run_dir``: ``path`` is a run's own dir, which may itself be a run dir (a rerun); any other destination
+    may not be one. ``data_root``: ``path`` is a data root, which may itself hold a marker. ``data_roots``:
+    the data roots of the config at hand, which nothing else may be written into. Returns the real path.
+    """
+    target = real(path)
+    inside_run = _first(target.parents if run_dir else (target, *target.parents), is_run_dir)
+    if inside_run is not None:
+        where = "is the run dir" if inside_run == target else "is inside the run dir"
+        raise DestinationError(f"{what}={os.fspath(path)!r} {where} {inside_run}, whose files are that run's;"
+                               " valid: a folder outside every run dir")
+    inside_data = _first(target.parents if data_root else (target, *target.parents), is_data_root)
+    if inside_data is None and not data_root:
+        roots = [real(r) for r in data_roots if r is not None and str(r).strip()]
+        inside_data = _first((target, *target.parents), lambda p: p in roots)
+    if inside_data is not None:
+        where = "is the data root" if inside_data == target else "is inside the data root"
+        raise DestinationError(f"{what}={os.fspath(path)!r} {where} {inside_data}, where a new folder would become"
+                               " part of the dataset; valid: a folder outside every data root")
+    return target
+
+
+def check_no_links_below(root: str | os.PathLike, target: str | os.PathLike, what: str) -> None:
+    """Refuse writing ``target`` when a folder or file between ``root`` (itself may be a link) and ``target``
+    is a symlink: the write would land wherever the link leads."""
+    base = Path(os.path.abspath(os.fspath(root)))
+    current = base
+    for part in Path(os.path.abspath(os.fspath(target))).relative_to(base).parts:
+        current = current / part
+        if current.is_symlink():
+            raise DestinationError(f"{what}: {current} is a symlink (to {os.readlink(current)}); writing through it"
+                                   f" would land outside {base}; valid: move the link away")

@@ -1,0 +1,101 @@
+"""One rule for where anything may be written (models/lifecycle/destinations.py), on the commands that write:
+a run or sweep dir, a data or test-set root, a table and an archive never land inside another run, inside a
+data root, or through a link that leads out of their folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import models.lifecycle.cli as cli
+from models.lifecycle.destinations import DestinationError, check_destination, check_no_links_below
+from tests.test_sweeps import _fake_sweep
+
+
+def _finished_run(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"state": "finished"}))
+    return folder
+
+
+def _data_root(folder: Path) -> Path:
+    (folder / "train" / "a").mkdir(parents=True)
+    (folder / ".complete.json").write_text("{}")
+    return folder
+
+
+def test_the_rule_reads_the_real_path(tmp_path: Path) -> None:
+    run = _finished_run(tmp_path / "runs" / "base0")
+    data = _data_root(tmp_path / "data")
+    (tmp_path / "via").symlink_to(run, target_is_directory=True)
+    for path, kind in ((run / "data", "is inside the run dir"), (tmp_path / "via" / "x", "is inside the run dir"),
+                       (run, "is the run dir"), (data / "train", "is inside the data root"),
+                       (data, "is the data root")):
+        with pytest.raises(DestinationError, match=f"{kind} "):
+            check_destination(path, "dest")
+    check_destination(run, "hydra.run.dir", run_dir=True)  # a rerun writes into its own dir
+    check_destination(data, "data.root", data_root=True)  # generation completes its own root
+    with pytest.raises(DestinationError, match="is inside the data root"):
+        check_destination(data / "sub", "data.root", data_root=True)  # a dataset inside another
+    with pytest.raises(DestinationError, match="is inside the data root"):  # no marker: the config's own root
+        check_destination(tmp_path / "imagenet" / "train" / "run", "hydra.run.dir", run_dir=True,
+                          data_roots=[tmp_path / "imagenet"])
+    assert check_destination(tmp_path / "runs" / "new", "hydra.run.dir", run_dir=True) == tmp_path / "runs" / "new"
+
+
+def test_no_write_through_a_link_below_the_destination(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "arch").mkdir()
+    (tmp_path / "arch" / "sw1").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(DestinationError, match=r"arch/sw1 is a symlink \(to .*elsewhere\)"):
+        check_no_links_below(tmp_path / "arch", tmp_path / "arch" / "sw1" / "0" / "config.yaml", "--to")
+    check_no_links_below(tmp_path / "arch", tmp_path / "arch" / "sw2" / "0" / "config.yaml", "--to")
+
+
+@pytest.mark.parametrize("case", ["data_root_in_run", "sweep_dir_is_run", "run_dir_in_data_root"])
+def test_train_refuses_to_write_into_a_run_or_a_data_root(tmp_path: Path, case: str) -> None:
+    run = _finished_run(tmp_path / "runs" / "base0")
+    data = _data_root(tmp_path / "data" / "relational_v2")
+    args = {
+        "data_root_in_run": ["debug=fast", f"data.root={run / 'data'}", f"paths.log_dir={tmp_path / 'runs'}"],
+        "sweep_dir_is_run": ["-m", "debug=fast", "seed=0,1", f"hydra.sweep.dir={run}",
+                             f"paths.data_dir={tmp_path / 'data'}"],
+        "run_dir_in_data_root": ["debug=fast", f"paths.log_dir={data / 'train'}",
+                                 f"paths.data_dir={tmp_path / 'data'}"],
+    }[case]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(args, "train")
+    message = str(err.value)
+    assert "\n" not in message and ("valid: a folder outside every run dir" in message
+                                    or "valid: a folder outside every data root" in message), message
+    assert not (run / "data").exists() and sorted(p.name for p in run.iterdir()) == ["run.json"]
+    assert sorted(p.name for p in (data / "train").iterdir()) == ["a"]
+
+
+def test_a_test_set_root_inside_a_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from scripts import generate_testsets
+
+    run = _finished_run(tmp_path / "runs" / "base0")
+    code = generate_testsets.main(["relational_right", "--set", f"paths.data_dir={tmp_path / 'data'}",
+                                   f"testset.data.root={run / 'tsdata'}"])
+    err = capsys.readouterr().err
+    assert code != 0 and f"is inside the run dir {run}" in err and "Traceback" not in err, err
+    assert not (run / "tsdata").exists()
+
+
+def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from scripts import archive_runs, make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    run = sweep / "seed=0"  # a run dir: its config beside its checkpoints
+    assert make_tables.main([str(sweep), "--out", str(run / "tables" / "t")]) == 2
+    assert f"is inside the run dir {run}" in capsys.readouterr().err and not (run / "tables").exists()
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "arch").mkdir()
+    (tmp_path / "arch" / sweep.name).symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 2
+    assert "is a symlink" in capsys.readouterr().err
+    assert not any((tmp_path / "elsewhere").iterdir())
