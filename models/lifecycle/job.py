@@ -18,6 +18,7 @@ import contextlib
 import functools
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -868,24 +869,34 @@ def _report_interruption(run_dir: Path, signum: int) -> None:
     sys.exit(128 + signum)
 
 
-def end_ddp_workers(timeout_s: float = 60.0) -> None:
-    """After a failed job: wait for its DDP worker processes (they fail with it) and stop Lightning's
-    child-process observer from watching them. That thread SIGKILLs this process when a worker exits
-    non-zero, which would otherwise happen in the middle of the sweep's next job, with no summary."""
+def end_ddp_workers(timeout_s: float = 60.0) -> list[tuple[int, int]]:
+    """After a failed job: wait for its DDP worker processes (they fail with it) and stop the child-process
+    observer from watching them (`_watch_workers`), which would otherwise end this process in the middle of
+    the sweep's next job, with no summary. Returns ``(rank, exit code)`` of the workers that exited with an
+    error before this process stopped them."""
     import subprocess
     import threading
 
+    failed = []
     for thread in threading.enumerate():
         workers = getattr(thread, "_child_processes", None)
         if thread.name != "child-process-observer" or not isinstance(workers, list):
             continue
         thread._child_processes = []  # its next check finds nothing to watch and ends (Lightning's private API)
-        for worker in workers:
+        for rank, worker in enumerate(workers, start=1):
             try:
                 worker.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+                continue
+            if worker.returncode:
+                failed.append((rank, worker.returncode))
+    return failed
+
+
+# How a lost DDP peer shows in the survivors (gloo, NCCL): their error is then the other process's failure
+PEER_LOST = re.compile(r"closed by peer|reset by peer|broken pipe|communicator was aborted|socket timeout", re.I)
 
 
 def run_job(cfg: DictConfig, script: Path) -> float | None:
@@ -932,7 +943,13 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             raise
         if not isinstance(err, Exception):
             raise
-        end_ddp_workers()  # first: Lightning's observer may SIGKILL this process once a worker has failed
+        failed_workers = end_ddp_workers()  # first: the observer ends this process once a worker has failed
+        if failed_workers and PEER_LOST.search(str(err)):  # this process lost a worker that failed: name it
+            rank, code = failed_workers[0]
+            cause = err
+            err = WorkerFailed(f"DDP worker rank {rank} exited with code {code} (its own output says why);"
+                               " the run stopped")
+            err.__cause__ = cause
         message = job.record_failure(err)
         if _is_multirun():
             # One failed job must not stop the sweep: report it, keep going, summarise at the end.
@@ -943,6 +960,9 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             if os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) != "0":
                 sys.exit(2)  # a DDP worker: rank 0 reports the same error, once
             report_user_error(err)
+        if isinstance(err, WorkerFailed):
+            say(f"error: {message} (recorded in {job.run_dir})", stream=sys.stderr)
+            sys.exit(1)
         raise
     finally:
         if job.worker_config is not None:
