@@ -105,14 +105,13 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     stale = ""
     if found is not None:
         path, record = found
-        damage = checksum_problem(record) if record.get("identity") is not None or CHECKSUM in record else ""
-        if damage:  # changed after eval.py wrote it: make_tables would not count it, so it is no result to keep
-            raise RunFileError(f"{path} is damaged: {damage}; remove it to evaluate {run_dir.name} on {testset} again")
         ours = record.get("identity") == identity
         # eval.py checks the data's marker against the definition, so the definition's generator stands for it
         same_definition = result_sha256(record) == testset_sha256(definition, configured_generator(definition))
         whole = record.get(READ_KEY) == record.get(TOTAL_KEY)  # neither recorded (an older result): taken as whole
-        if ours and same_definition and record.get("length") in (None, length) and whole:
+        # changed after eval.py wrote it (make_tables does not count it): no result to keep, evaluated again
+        damage = checksum_problem(record) if CHECKSUM in record else ""
+        if ours and same_definition and record.get("length") in (None, length) and whole and not damage:
             return f"kept {path}"
         if not (ours and same_definition):
             why = ("another run's result" if record.get("identity") not in (None, identity)
@@ -120,8 +119,10 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
             raise RunFileError(f"{path} holds {why}; remove it to evaluate {run_dir.name} on {testset} again")
         if record.get("length") not in (None, length):
             stale = f" (replacing the result of its earlier length {record.get('length')})"  # the run was extended
-        else:
+        elif not whole:
             stale = f" (replacing a partial result: {record.get(READ_KEY)} of {record.get(TOTAL_KEY)} images)"
+        else:
+            stale = f" (replacing a damaged result: {damage})"
     written: list[Path] = []
     metrics = eval_script.evaluate(cfg, written)
     headline = next((k for k in ("val/top1", "val/AP") if k in metrics), None)

@@ -21,8 +21,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # 2-core box), and their `make slow` parts. Both targets hand whole files to their workers in collection
 # order (--no-loadscope-reorder), so these go first: a worker left alone with one of them at the end would
 # add its whole time to the suite's.
-LONG_FILES = ("test_reliability.py", "test_sweeps.py", "test_rpe_triton.py", "test_configs.py", "test_settings.py",
-              "test_eval_faults.py", "test_cli_input.py", "test_timm_generic.py")
+LONG_FILES = ("test_fault_matrix.py", "test_reliability.py", "test_sweeps.py", "test_rpe_triton.py", "test_configs.py",
+              "test_settings.py", "test_eval_faults.py", "test_cli_input.py", "test_timm_generic.py")
 SLOW_LONG_FILES = ("test_timm_generic.py", "test_fault_matrix.py", "test_train.py", "test_sweeps.py",
                    "test_reliability.py", "test_configs.py", "test_plot_rpe.py")
 
