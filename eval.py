@@ -40,6 +40,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from models.lifecycle.cli import cli, report_user_error, say, user_error_types
 from models.lifecycle.files import describe_non_file
 from models.lifecycle.job import build_trainer, scalar_metrics
+from models.lifecycle.records import BEST as BEST_CHECKPOINT
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -251,6 +252,10 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     )
 
     testset = load_testset(cfg.testset)
+    if Path(str(cfg.ckpt_path)).name != BEST_CHECKPOINT:  # the tables' test-set columns are the runs' results
+        raise ValueError(f"ckpt_path={cfg.ckpt_path} with testset=: a test-set result is of the run's result, its"
+                         f" {BEST_CHECKPOINT}; valid: ckpt_path=<run>/checkpoints/{BEST_CHECKPOINT} (another"
+                         " checkpoint: eval.py without testset=)")
     ckpt_path, run_config, run_cfg, checkpoint = _load_run(cfg)
     _, model = build_data_and_model(run_cfg)  # the run's datamodule, detached, is not used
     load_run_weights(model, checkpoint, ckpt_path, run_config)

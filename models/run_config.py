@@ -23,6 +23,7 @@ non-finite tensor.
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 import re
@@ -110,9 +111,20 @@ def _walk(node: Any, path: str, source: str, only: str | None = None) -> None:
 
 def load_run_config(path: str | Path) -> DictConfig:
     """Load and check a run's ``config.yaml``; raises `RunConfigError` (one line) on anything unsafe."""
+    from models.lifecycle.files import JsonBoundsError, check_plain_file, read_json_bytes, yaml_problem
+
     path = Path(path)
     try:
-        cfg = OmegaConf.load(path)
+        check_plain_file(path)
+        text = read_json_bytes(path).decode()  # a regular file of bounded size
+        problem = yaml_problem(text)
+        if problem:  # before OmegaConf builds it: an alias bomb or deep nesting never gets built
+            raise RunConfigError(f"{path} is not a readable run config: {problem}")
+        cfg = OmegaConf.load(io.StringIO(text))
+    except RunConfigError:
+        raise
+    except JsonBoundsError as err:
+        raise RunConfigError(f"{path} is not a readable run config: {err}") from None
     except Exception as err:  # YAML syntax, undecodable bytes, duplicate keys
         reason = " ".join(str(err).split())[:200]
         raise RunConfigError(f"{path} is not a readable run config ({type(err).__name__}: {reason})") from None

@@ -66,13 +66,34 @@ for task in "${tasks[@]}"; do
     wait "$pid" || { echo "sweep $sweep had failed jobs (see its lane logs)"; status=1; }
   done
   if [ -d "runs/sweeps/$sweep" ]; then
-    # shellcheck disable=SC2086  # the test set names are words
-    "$PY" scripts/evaluate_testsets.py "runs/sweeps/$sweep" --testsets ${TESTSETS[$task]} || status=1
-    if [ -n "${EXTEND[$task]+x}" ]; then
-      # shellcheck disable=SC2086  # the glob names the run dirs
-      "$PY" scripts/evaluate_testsets.py runs/sweeps/$sweep/${EXTEND[$task]} --testsets ${TESTSETS[$task]} \
-        --ape extend || status=1
-    fi
+    # the evaluations in the same lanes, one thread each: two processes of two threads on two cores spend
+    # more time waiting on each other than computing
+    pids=()
+    for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
+      mine=()
+      for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do
+        for run in "runs/sweeps/$sweep"/*seed="${all_seeds[$i]}"; do [ -d "$run" ] && mine+=("$run"); done
+      done
+      [ ${#mine[@]} -gt 0 ] || continue
+      (
+        # shellcheck disable=SC2086  # the test set names are words
+        OMP_NUM_THREADS=1 "$PY" scripts/evaluate_testsets.py "${mine[@]}" --testsets ${TESTSETS[$task]} || exit 1
+        if [ -n "${EXTEND[$task]+x}" ]; then
+          extend=()
+          for run in "${mine[@]}"; do
+            # shellcheck disable=SC2053  # the pattern is a glob
+            [[ "$(basename "$run")" == ${EXTEND[$task]} ]] && extend+=("$run")
+          done
+          [ ${#extend[@]} -eq 0 ] || OMP_NUM_THREADS=1 "$PY" scripts/evaluate_testsets.py "${extend[@]}" \
+            --testsets ${TESTSETS[$task]} --ape extend || exit 1
+        fi
+      ) > "runs/$sweep.eval$lane.log" 2>&1 &
+      pids+=($!)
+      echo "evaluation lane $lane (log runs/$sweep.eval$lane.log)"
+    done
+    for pid in "${pids[@]}"; do
+      wait "$pid" || { echo "evaluations of $sweep were not all done (see its evaluation logs)"; status=1; }
+    done
     "$PY" scripts/archive_runs.py "runs/sweeps/$sweep" --to docs/benchmark_runs || status=1
   fi
 done

@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             readme = Path(args.readme)
             if not readme.is_file():
                 raise TableError(f"--readme {str(readme)!r} is not a file")
+            from models.lifecycle.destinations import check_destination
+
+            check_destination(readme, "--readme")  # never a file of a run dir or a dataset
             text = with_findings(readme.read_text(), findings_markdown(verdicts(family or tables)), args.readme_block)
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")

@@ -464,6 +464,13 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
     out_path = args.out if args.out is not None else run_dir / "plots"
     if out_path.exists() and not out_path.is_dir():  # found before the run is loaded, not at the first save
         raise PlotError(f"--out {out_path} is a file, not a folder; valid: a folder (made if missing)")
+    if args.out is not None:  # the default, <run dir>/plots, is the run's own folder of plots
+        from models.lifecycle.destinations import DestinationError, check_destination
+
+        try:
+            check_destination(out_path, "--out", data_roots=[args.data_root])
+        except DestinationError as err:
+            raise PlotError(str(err)) from None
     datamodule, module = load_run(run_dir, args.ckpt, args.data_root)
     net = backbone(module).eval()
     layers_all = attention_layers(net)

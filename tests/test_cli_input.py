@@ -348,3 +348,20 @@ def test_settings_only_the_built_model_checks_are_refused_before_a_run_dir(
         check_overrides(["data=digits", *args, f"paths.log_dir={tmp_path}"], "train")
     assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("hydra/job_logging=default", "hydra/job_logging=default writes a log file into the run dir before the job"),
+    ("hydra.searchpath=[file:///tmp/cfgs]", "hydra.searchpath=[file:///tmp/cfgs] is not supported: a run is"),
+])
+def test_hydra_settings_that_get_around_the_checks_are_refused(override: str, expected: str, tmp_path: Path) -> None:
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([override, "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value).startswith(expected)
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there", "evil\u202egnp.txt"])
+def test_a_run_name_with_hidden_characters_is_refused(name: str, tmp_path: Path) -> None:
+    """A newline, a tab or a right-to-left override in a folder name makes listings and log lines lie."""
+    with pytest.raises(cli.CommandLineError, match="is not a run name; valid: a relative path of names"):
+        cli.check_run_location(name, tmp_path)

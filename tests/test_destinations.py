@@ -99,3 +99,44 @@ def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: 
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 2
     assert "is a symlink" in capsys.readouterr().err
     assert not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_readme_inside_a_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from scripts import make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    notes = sweep / "seed=0" / "NOTES.md"
+    notes.write_text("mine\n")
+    assert make_tables.main([str(sweep), "--readme", str(notes)]) == 2
+    assert f"is inside the run dir {sweep / 'seed=0'}" in capsys.readouterr().err
+    assert notes.read_text() == "mine\n"
+
+
+# a few hundred bytes that a YAML loader expands into 10^9 list items
+ALIAS_BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))
+
+
+@pytest.mark.parametrize("name", ["config.yaml", ".hydra/overrides.yaml", "../multirun.yaml"])
+@pytest.mark.parametrize(("damage", "reason"), [("deep", "nested deeper than 100 levels"),
+                                                ("aliases", "it uses a YAML alias")])
+def test_a_deeply_nested_or_aliased_yaml_file_is_one_line(tmp_path: Path, name: str, damage: str, reason: str,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    """Read as parser events first: neither a deep nesting nor an alias bomb is ever built."""
+    from scripts import archive_runs, make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    text = "a: " + "[" * 100000 + "]" * 100000 + "\n" if damage == "deep" else ALIAS_BOMB
+    (sweep / "seed=0" / name).write_text(text)
+    assert make_tables.main([str(sweep)]) in (0, 2)
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and reason in err, err
+
+
+def test_an_aliased_run_config_is_refused_by_eval(tmp_path: Path) -> None:
+    from models.run_config import RunConfigError, load_run_config
+
+    (tmp_path / "config.yaml").write_text(ALIAS_BOMB)
+    with pytest.raises(RunConfigError, match="is not a readable run config: it uses a YAML alias"):
+        load_run_config(tmp_path / "config.yaml")

@@ -335,3 +335,19 @@ def test_every_encoding_with_something_to_draw_is_drawn(preset: str, tmp_path: P
     save_figure_path = tmp_path / f"{preset}.png"
     plot_rpe.save_figure(plot_rpe.draw_table(plots[0]), save_figure_path)
     assert_png(save_figure_path)
+
+
+def test_out_inside_another_run_or_a_data_root_is_refused(trained_run: Path, tmp_path: Path, capsys,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """--out follows the one rule for destinations: never into another run's dir, never into a data root."""
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "config.yaml").write_text("a: 1\n")
+    data = tmp_path / "data"
+    (data / "val").mkdir(parents=True)
+    (data / ".complete.json").write_text("{}")
+    monkeypatch.setattr(plot_rpe, "load_run", lambda *a: pytest.fail("the run was loaded"))
+    for target, what in ((other / "plots", f"is inside the run dir {other}"),
+                         (data / "val" / "plots", f"is inside the data root {data}")):
+        assert plot_rpe.main([str(trained_run), "--out", str(target)]) == 2
+        assert what in capsys.readouterr().err and not target.exists()

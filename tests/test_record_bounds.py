@@ -149,6 +149,7 @@ def _without_permission_override() -> list[str]:
     return [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
 
 
+@pytest.mark.slow  # two more processes; the fault matrix's "mode 000" rows check the same in-process in make test
 def test_an_unreadable_checkpoints_folder_is_one_line(unnamed_run: tuple[Path, list[str]], tmp_path: Path) -> None:
     log_dir, args = unnamed_run
     [record] = list(log_dir.rglob("run.json"))

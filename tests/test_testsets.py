@@ -604,3 +604,14 @@ def test_generate_testsets_names_a_setting_given_as_a_name(capsys: pytest.Captur
     assert main(["relational_canvas48", "paths.data_dir=/somewhere"]) == 2
     assert capsys.readouterr().err == ("error: paths.data_dir=/somewhere is a setting, not a test set: give settings"
                                        " after --set (--set paths.data_dir=/somewhere)\n")
+
+
+def test_a_test_set_result_is_of_the_best_checkpoint_only(tmp_path: Path) -> None:
+    """The tables' test-set columns are the runs' results: a result of last.ckpt (another model, when an earlier
+    epoch was best) is refused before anything is loaded, never written where make_tables would count it."""
+    import eval as eval_script
+
+    cfg = compose_config(["ckpt_path=runs/x/checkpoints/last.ckpt", "testset=relational_right"], tmp_path, tmp_path,
+                         config_name="eval")
+    with pytest.raises(ValueError, match=r"a test-set result is of the run's result, its best.ckpt; valid: "):
+        eval_script.evaluate(cfg)

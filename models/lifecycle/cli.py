@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +94,11 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     """
     name = "" if run_name is None else str(run_name)
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts "
-            "(e.g. run_name=deit_s_irpe_k or run_name=sweep/job1)")
+            "or control and format characters (e.g. run_name=deit_s_irpe_k or run_name=sweep/job1)")
     parts = name.split("/")
-    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in name:
+    # a newline, tab or a right-to-left override in a folder name makes every listing and log line lie
+    hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
         raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
     too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
     if too_long is not None:
@@ -198,12 +201,17 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> Non
     another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep."""
     import yaml
 
+    from models.lifecycle.files import yaml_problem
+
     saved = sweep_dir / "multirun.yaml"
     if not saved.is_file():
         return
     try:
-        task = ((yaml.safe_load(saved.read_text()) or {}).get("hydra") or {}).get("overrides", {}).get("task")
-    except (OSError, yaml.YAMLError, AttributeError):
+        text = saved.read_text()
+        if yaml_problem(text):
+            return  # a damaged grid is the tables' to list
+        task = ((yaml.safe_load(text) or {}).get("hydra") or {}).get("overrides", {}).get("task")
+    except (OSError, yaml.YAMLError, AttributeError, RecursionError, UnicodeDecodeError):
         return  # a damaged grid is the tables' to list; the jobs still check their own dirs
     def keys(items: list[str]) -> set[str]:  # the keys a sweep sets: new values (e.g. a further seed) extend it
         return {o.split("=", 1)[0].lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
@@ -533,6 +541,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
+        _refuse_foreign_hydra_settings(cfg, overrides)
         if cfg.hydra.get("output_subdir") is not None:
             raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
                                    " files are written by the job, inside its own run dir; valid: leave it out")
@@ -572,6 +581,22 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
     finally:
         GlobalHydra.instance().clear()
     return pins
+
+
+def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> None:
+    """Hydra settings that would get around the run's checks: a config search path outside configs/, and a
+    logging choice that writes a log file into the run dir before the job has checked the dir is its own."""
+    given = next((o for o in overrides if re.match(r"[+~]*hydra\.searchpath", o)), None)
+    if given is not None:
+        raise CommandLineError(f"{given} is not supported: a run is composed from the project's configs/ and the"
+                               " command line only; valid: a recipe of your own in configs/experiment/")
+    for group in ("job_logging", "hydra_logging"):
+        handlers = (cfg.hydra.get(group) or {}).get("handlers") or {}
+        if any("FileHandler" in str((h or {}).get("class", "")) for h in handlers.values()):
+            choice = cfg.hydra.runtime.choices.get(f"hydra/{group}")
+            raise CommandLineError(f"hydra/{group}={choice} writes a log file into the run dir before the job has"
+                                   " checked the dir is its own; valid: hydra/job_logging=stdout (the default),"
+                                   " none or disabled")
 
 
 def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:

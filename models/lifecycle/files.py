@@ -278,3 +278,29 @@ def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
         with guarded(p, "remove"):
             p.unlink(missing_ok=True)
     return stale
+
+
+MAX_YAML_DEPTH = 100
+
+
+def yaml_problem(text: str, depth: int = MAX_YAML_DEPTH) -> str:
+    """Why ``text`` is not a YAML file this project could have written, or '': nested deeper than ``depth``
+    levels, or using aliases (``&a`` ... ``*a``, which a few bytes can expand into gigabytes when loaded).
+    Read as a stream of parser events, which builds nothing and needs no recursion, so the check itself is
+    cheap on any input; a YAML syntax error is left to the loader that follows, which names it."""
+    import yaml
+
+    level = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                return "it uses a YAML alias, which no file this project writes has"
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                level += 1
+                if level > depth:
+                    return f"nested deeper than {depth} levels, which no file this project writes is"
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                level -= 1
+    except yaml.YAMLError:
+        return ""
+    return ""

@@ -304,11 +304,13 @@ def config_file_identity(run_dir: Path) -> str | None:
     """The identity hash of the run dir's ``config.yaml`` (plain YAML: nothing resolved or run), or None."""
     import yaml
 
+    from models.lifecycle.files import yaml_problem
     from models.lifecycle.identity import identity_config
 
     try:
-        config = yaml.safe_load((run_dir / CONFIG).read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        text = (run_dir / CONFIG).read_text()
+        config = None if yaml_problem(text) else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return None
     return identity_hash(identity_config(config)) if isinstance(config, dict) else None
 

@@ -33,11 +33,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from models.lifecycle.files import (
     CHECKSUM,
+    JsonBoundsError,
     RunFileError,
     check_plain_file,
     checksum_problem,
     describe_non_file,
     read_json,
+    read_json_bytes,
+    yaml_problem,
 )
 from models.lifecycle.identity import (
     SEED_KEY,
@@ -339,7 +342,9 @@ def _text(path: Path) -> str:
     """A machine-written text record: a plain file, not empty, ending with its line break (else truncated)."""
     try:
         check_plain_file(path)
-        text = path.read_text()
+        text = read_json_bytes(path).decode()  # a regular file of bounded size (configs and grids too)
+    except JsonBoundsError as err:
+        raise TableError(f"{path} is damaged: {err}") from None
     except RunFileError as err:
         raise TableError(str(err)) from None
     except (OSError, UnicodeDecodeError) as err:
@@ -348,6 +353,8 @@ def _text(path: Path) -> str:
         raise TableError(f"{path} is damaged: empty")
     if not text.endswith("\n"):
         raise TableError(f"{path} is damaged: truncated (it does not end with a line break)")
+    if path.suffix == ".yaml" and (problem := yaml_problem(text)):
+        raise TableError(f"{path} is damaged: {problem}")
     return text
 
 
@@ -360,6 +367,8 @@ def _yaml(path: Path) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise TableError(f"{path} is damaged: not valid YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise TableError(f"{path} is damaged: nested too deeply to be a record") from None
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -375,6 +384,8 @@ def read_config(path: Path) -> dict[str, Any]:
         config = OmegaConf.load(io.StringIO(text))
     except (yaml.YAMLError, OmegaConfBaseException, OSError, ValueError, TypeError) as err:  # OSError: a scalar
         raise TableError(f"{path} is damaged: not valid YAML ({str(err).splitlines()[0]})") from None
+    except RecursionError:
+        raise TableError(f"{path} is damaged: nested too deeply to be a config") from None
     if not isinstance(config, DictConfig):
         raise TableError(f"{path} is damaged: it holds a YAML list, not a config")
     return OmegaConf.to_container(config, resolve=False)  # type: ignore[return-value]
@@ -426,7 +437,7 @@ def registered_fingerprints(run_dir: Path) -> frozenset[str]:
 
     try:
         return frozenset(f.fingerprint for f in parse_findings(yaml.safe_load(data), str(path)))
-    except (TableError, yaml.YAMLError, UnicodeDecodeError):
+    except (TableError, yaml.YAMLError, UnicodeDecodeError, RecursionError):
         return frozenset()
 
 

@@ -265,13 +265,14 @@ def with_findings(readme: str, findings: str, block: str = README_BLOCK) -> str:
 
 def write_outputs(tables: list[Table], out: Path, family: list[Table] | None = None) -> list[Path]:
     """Write ``out.md``, ``out.csv`` and ``out.tex`` atomically; returns the paths. ``family``: `to_markdown`."""
-    from models.lifecycle.files import atomic_write_bytes
+    from models.lifecycle.files import atomic_write_bytes, check_plain_file
 
-    written = []
-    for suffix, text in ((".md", to_markdown(tables, family)), (".csv", to_csv(tables)), (".tex", to_latex(tables))):
-        path = out.with_name(out.name + suffix)
+    outputs = [(out.with_name(out.name + suffix), text) for suffix, text in (
+        (".md", to_markdown(tables, family)), (".csv", to_csv(tables)), (".tex", to_latex(tables)))]
+    for path, _ in outputs:  # all three checked before the first is written: never a partial set of tables
+        check_plain_file(path)
+    for path, text in outputs:
         atomic_write_bytes(path, text.encode())
-        written.append(path)
-    return written
+    return [path for path, _ in outputs]
 
 
