@@ -218,7 +218,7 @@ class ClassificationModule(L.LightningModule):
             position_groups(self.net, cfg["weight_decay"], cfg["pos_lr_scale"], cfg["pos_weight_decay"]),
             opt="adamw", lr=lr, weight_decay=cfg["weight_decay"], betas=tuple(cfg["betas"]), eps=cfg["eps"],
             # one multi-tensor update instead of a loop over the parameters: the same values bit for bit
-            # (tests/test_classification.py), faster for the many small tensors of a ViT on CPU
+            # (tests/test_models.py), faster for the many small tensors of a ViT on CPU
             foreach=True,
         )
         total_steps = max(1, int(self.trainer.estimated_stepping_batches))

@@ -133,3 +133,28 @@ def test_unknown_model_name_is_a_clear_error() -> None:
     with pytest.raises(ModelConfigError, match="sincos"):
         create_model("deit_micro_patch4_32", ape="rotary")
     assert "deit_micro_patch4_32" in models.model_names()
+
+
+def test_adamw_multi_tensor_update_is_bit_identical_on_our_param_groups() -> None:
+    """The classification module asks timm's AdamW for ``foreach=True`` (one multi-tensor update, faster on CPU):
+    on the module's own parameter groups (weight decay and the position budget) it moves every parameter to
+    exactly the values of the per-parameter loop."""
+    import copy
+
+    import torch
+    from timm.optim import create_optimizer_v2
+
+    from models.classification import position_groups
+
+    torch.manual_seed(0)
+    nets = [create_model("deit_micro_patch4_32", rpe="irpe_k", embed_dim=64, num_classes=8)]
+    nets.append(copy.deepcopy(nets[0]))
+    optimizers = [create_optimizer_v2(position_groups(net, 0.05, 30.0, 0.0), opt="adamw", lr=1e-3, weight_decay=0.05,
+                                      foreach=foreach) for net, foreach in zip(nets, (False, True), strict=True)]
+    for _ in range(5):
+        grads = [torch.randn_like(p) for p in nets[0].parameters()]
+        for net, optimizer in zip(nets, optimizers, strict=True):
+            for p, g in zip(net.parameters(), grads, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True))

@@ -129,11 +129,11 @@ def _first_run_inside(folder: Path) -> Path | None:
 
 
 def _is_run_dir(folder: Path) -> bool:
+    from models.lifecycle.destinations import is_run_dir
     from models.lifecycle.files import guarded
 
     with guarded(folder, "read"):  # a folder this user may not read: one line naming it, not a traceback
-        return (folder / "run.json").is_file() or ((folder / "config.yaml").is_file()
-                                                    and (folder / "checkpoints").is_dir())
+        return is_run_dir(folder)
 
 
 def symlink_loop(path: Path) -> Path | None:
@@ -310,14 +310,17 @@ FOREIGN_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "
 DDP_WORKER_CONFIG = "RPE_DDP_WORKER_CONFIG"
 
 
+# Hydra's flags that take a value (``--config-path x`` or ``--config-path=x``)
+VALUE_FLAGS = ("-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
+               "--config-dir", "-i", "--info", "--experimental-rerun")
+
+
 def _flag_values(argv: list[str]) -> dict[str, str]:
-    """``{flag: value}`` of the flags in ``argv`` that take one (``--config-path x`` or ``--config-path=x``)."""
-    values = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
-              "--config-dir", "-i", "--info", "--experimental-rerun"}
+    """``{flag: value}`` of the flags in ``argv`` that take one (`VALUE_FLAGS`)."""
     found: dict[str, str] = {}
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
-        if arg.startswith("-") and flag in values:
+        if arg.startswith("-") and flag in VALUE_FLAGS:
             found[flag] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
     return found
 
@@ -338,8 +341,6 @@ def prints_only(argv: list[str]) -> bool:
 def check_flags(argv: list[str]) -> None:
     """One line for an option Hydra does not have (its parser would print its usage), and for the options
     that compose a run from another config folder or a pickled config (`FOREIGN_CONFIG_FLAGS`)."""
-    values = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
-              "--config-dir", "-i", "--info", "--experimental-rerun"}
     worker = is_ddp_worker(argv)
     skip = False
     for arg in argv:
@@ -356,7 +357,7 @@ def check_flags(argv: list[str]) -> None:
                                        " the command line only, so that its checks, records and reruns hold;"
                                        " valid: group=option and key=value settings (experiment=<name> for a"
                                        " recipe of your own in configs/experiment/)")
-            skip = flag in values and "=" not in arg
+            skip = flag in VALUE_FLAGS and "=" not in arg
 
 
 def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:

@@ -241,6 +241,9 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
 class WorkerFailed(RuntimeError):
     """A DDP worker process of this run exited with an error."""
 
+    def __init__(self, rank: int, code: int | None) -> None:
+        super().__init__(f"DDP worker rank {rank} exited with code {code} (its own output says why); the run stopped")
+
 
 def _watch_workers(job: Job, workers: list) -> None:
     """Lightning's watch over the DDP worker processes, except that a failed worker ends the run as a failed
@@ -255,8 +258,7 @@ def _watch_workers(job: Job, workers: list) -> None:
                 worker.send_signal(self._termination_signal)
             rank, code = next(((i + 1, w.returncode) for i, w in enumerate(self._child_processes) if w.returncode),
                               (0, None))
-            err = WorkerFailed(f"DDP worker rank {rank} exited with code {code} (its own output says why);"
-                               " the run stopped")
+            err = WorkerFailed(rank, code)
             with contextlib.suppress(Exception):  # best effort: the process ends whatever the storage says
                 job.record_failure(err)
             say(f"error: {err} (recorded in {job.run_dir})", stream=sys.stderr)
@@ -545,6 +547,13 @@ class Job:
         self.cfg: DictConfig | None = None
         self.fresh = False
         self.worker_config: Path | None = None  # the private folder of the DDP workers' config, while it exists
+
+    def release(self) -> None:
+        """At the job's end: the DDP workers' private config folder goes, then the run dir's lock."""
+        if self.worker_config is not None:
+            shutil.rmtree(self.worker_config, ignore_errors=True)
+            self.worker_config = None
+        release_lock(self.lock)
 
     def claim(self, cfg: DictConfig, record: RunRecord, fresh: bool) -> None:
         self.cfg, self.claimed, self.fresh = cfg, record, fresh
@@ -839,7 +848,7 @@ def run(cfg: DictConfig, script: Path | None = None) -> dict[str, Any]:
     try:
         return _run(cfg, job, script or Path(__file__).resolve().parents[2] / "train.py")
     finally:
-        release_lock(job.lock)
+        job.release()
 
 
 def _is_multirun() -> bool:
@@ -945,10 +954,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             raise
         failed_workers = end_ddp_workers()  # first: the observer ends this process once a worker has failed
         if failed_workers and PEER_LOST.search(str(err)):  # this process lost a worker that failed: name it
-            rank, code = failed_workers[0]
-            cause = err
-            err = WorkerFailed(f"DDP worker rank {rank} exited with code {code} (its own output says why);"
-                               " the run stopped")
+            cause, err = err, WorkerFailed(*failed_workers[0])
             err.__cause__ = cause
         message = job.record_failure(err)
         if _is_multirun():
@@ -965,9 +971,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             sys.exit(1)
         raise
     finally:
-        if job.worker_config is not None:
-            shutil.rmtree(job.worker_config, ignore_errors=True)
-        release_lock(job.lock)  # after the run record's last write
+        job.release()  # after the run record's last write
         restore_stop_signals()
         finish_wandb(exit_code)
         os.environ.clear()
