@@ -144,6 +144,21 @@ def test_a_smoke_run_records_nothing(tmp_path: Path, data_dir: Path, capsys) -> 
     assert not run_dir.exists()  # the folder Hydra made is removed again
 
 
+def test_a_run_without_validation_has_its_last_epoch_as_result(tmp_path: Path, data_dir: Path) -> None:
+    """With no monitored metric and the save at each epoch's end, a run that never validates still saves
+    best.ckpt: the last epoch's weights (those of last.ckpt), and its test is the run's result."""
+    overrides = [*TINY, "trainer.max_epochs=2", "trainer.limit_val_batches=0", "callbacks.model_checkpoint.monitor=null",
+                 "+callbacks.model_checkpoint.save_on_train_epoch_end=true"]
+    run_dir = tmp_path / "run"
+    metrics = job.run(compose_config(overrides, run_dir, data_dir))
+    best = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
+    last = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    assert (best["epoch"], best["global_step"]) == (last["epoch"], last["global_step"]) == (1, 4)
+    assert all(torch.equal(best["state_dict"][k], v) for k, v in last["state_dict"].items())
+    assert (metrics["best_epoch"], metrics["best_step"], metrics["tested_batches"]) == (2, 4, 2)
+    assert 0.0 <= metrics["val/top1"] <= 100.0
+
+
 # ----------------------------------------------------------------------------- records
 def test_a_record_is_never_written_without_its_identity_nor_into_a_vanished_dir(tmp_path: Path) -> None:
     from models.lifecycle.identity import identity_hash

@@ -84,13 +84,20 @@ SCHEDULE_BAD = [
      "or model.scheduler.warmup_epochs=0"),
     (["trainer.limit_val_batches=0"],
      "trainer.limit_val_batches=0 never validates, so the run saves no best.ckpt and has no result; valid: a"
-     " positive value (a fraction of the val split, or a batch count)"),
+     " positive value (a fraction of the val split, or a batch count), or callbacks.model_checkpoint.monitor=null"
+     " +callbacks.model_checkpoint.save_on_train_epoch_end=true (best.ckpt is then the last epoch)"),
+    # a last-epoch checkpoint saved only after validation is still never saved
+    (["trainer.limit_val_batches=0", "callbacks.model_checkpoint.monitor=null"],
+     "trainer.limit_val_batches=0 never validates, so the run saves no best.ckpt and has no result; valid: a"
+     " positive value (a fraction of the val split, or a batch count), or callbacks.model_checkpoint.monitor=null"
+     " +callbacks.model_checkpoint.save_on_train_epoch_end=true (best.ckpt is then the last epoch)"),
     (["trainer.max_epochs=1", "trainer.min_epochs=5"],
      "trainer.min_epochs=5 is more than trainer.max_epochs=1, which ends the run first; valid: trainer.min_epochs"
      " <= 1, or null"),
     (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=3"],
      "trainer.check_val_every_n_epoch=3 with trainer.max_epochs=2 never validates, so the run saves no best.ckpt"
-     " and has no result; valid: an interval of at most 2 epochs"),
+     " and has no result; valid: an interval of at most 2 epochs, or callbacks.model_checkpoint.monitor=null"
+     " +callbacks.model_checkpoint.save_on_train_epoch_end=true (best.ckpt is then the last epoch)"),
     (["model.scheduler.min_lr=1.0"],
      "model.scheduler.min_lr=1.0 must be <= the peak lr, model.optimizer.lr=0.001 x total batch 64 / "
      "model.optimizer.lr_base_batch=64 = 0.001"),
@@ -121,6 +128,9 @@ SCHEDULE_GOOD = [
     ["trainer.max_epochs=-1", "trainer.max_steps=10", "model.scheduler.warmup_epochs=0"],
     ["trainer.max_epochs=-1", "trainer.fast_dev_run=true"],  # Lightning runs a fixed number of steps
     ["trainer.max_epochs=null"],  # Lightning's default: 1000 epochs
+    # best.ckpt is the last epoch, saved at its end: the run needs no validation
+    ["trainer.limit_val_batches=0", "callbacks.model_checkpoint.monitor=null",
+     "+callbacks.model_checkpoint.save_on_train_epoch_end=true"],
     ["model.scheduler.min_lr=0.001", "model.scheduler.warmup_lr=0.001"],  # a constant lr is a schedule
     ["trainer.devices=auto", "model.scheduler.min_lr=0.002"],  # the peak lr depends on the machine: unchecked
     ["+model.net.dynamic_img_size=true", "model.net.img_size=64"],

@@ -499,6 +499,7 @@ RULES: tuple[Rule, ...] = (
     Rule("callbacks.model_checkpoint.auto_insert_metric_name", BOOL),
     Rule("callbacks.model_checkpoint.enable_version_counter", BOOL),
     Rule("callbacks.model_checkpoint.save_weights_only", BOOL),
+    Rule("callbacks.model_checkpoint.save_on_train_epoch_end", BOOL, NULL("Lightning's default")),
     Rule("callbacks.step_cost.warmup_steps", COUNT),
 )
 
@@ -734,19 +735,22 @@ def check_schedule(cfg: DictConfig) -> None:
         if key in trainer and trainer.get(key) == 0:
             raise SettingError(f"trainer.{key}=0 trains nothing, so the run could have no result; "
                                "valid: a positive value (trainer.fast_dev_run=true for a smoke run)")
-    if _get(trainer, "limit_val_batches") == 0:
+    keeps_last = keeps_last_epoch(cfg)
+    if _get(trainer, "limit_val_batches") == 0 and not keeps_last:
         raise SettingError("trainer.limit_val_batches=0 never validates, so the run saves no best.ckpt and has no"
-                           " result; valid: a positive value (a fraction of the val split, or a batch count)")
+                           " result; valid: a positive value (a fraction of the val split, or a batch count), or"
+                           f" {LAST_EPOCH_AS_BEST} (best.ckpt is then the last epoch)")
     for unit in ("epochs", "steps"):
         low, high = _get(trainer, f"min_{unit}"), _get(trainer, f"max_{unit}")
         if isinstance(low, int) and isinstance(high, int) and high > 0 and low > high:
             raise SettingError(f"trainer.min_{unit}={low} is more than trainer.max_{unit}={high}, which ends the run"
                                f" first; valid: trainer.min_{unit} <= {high}, or null")
     every, max_epochs = _get(trainer, "check_val_every_n_epoch"), _get(trainer, "max_epochs")
-    if isinstance(every, int) and isinstance(max_epochs, int) and max_epochs > 0 and every > max_epochs:
+    if isinstance(every, int) and isinstance(max_epochs, int) and max_epochs > 0 and every > max_epochs \
+            and not keeps_last:
         raise SettingError(f"trainer.check_val_every_n_epoch={every} with trainer.max_epochs={max_epochs} never"
                            " validates, so the run saves no best.ckpt and has no result; valid: an interval of at"
-                           f" most {max_epochs} epochs")
+                           f" most {max_epochs} epochs, or {LAST_EPOCH_AS_BEST} (best.ckpt is then the last epoch)")
     if cfg.get("test_after_fit") and trainer.get("limit_test_batches") == 0:
         raise SettingError("trainer.limit_test_batches=0 tests nothing, so the run could have no result; "
                            "valid: a positive value, or test_after_fit=false (then eval.py tests best.ckpt)")
@@ -756,6 +760,18 @@ def check_schedule(cfg: DictConfig) -> None:
         _check_input_size(cfg, model)
     if _runs_here(cfg):
         check_devices(cfg)
+
+
+# The model_checkpoint settings that make best.ckpt the last epoch's weights, saved at each epoch's end
+# whether or not the run validates: a recipe whose result is its last epoch needs no validation pass.
+LAST_EPOCH_AS_BEST = "callbacks.model_checkpoint.monitor=null +callbacks.model_checkpoint.save_on_train_epoch_end=true"
+
+
+def keeps_last_epoch(cfg: DictConfig) -> bool:
+    """Whether best.ckpt is saved at every training epoch's end without a monitored metric (so it is the last
+    epoch's weights, and the run needs no validation to have a result)."""
+    node = (cfg.get("callbacks") or {}).get("model_checkpoint")
+    return node is not None and _get(node, "monitor") is None and _get(node, "save_on_train_epoch_end") is True
 
 
 def schedule_notes(cfg: DictConfig) -> list[str]:
