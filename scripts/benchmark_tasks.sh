@@ -4,10 +4,14 @@
 # committed archive. Resumable like scripts/mini_sweeps.sh: run dirs are named after their overrides, so
 # running it again skips finished jobs and evaluations and resumes unfinished jobs from their last
 # checkpoint. Exit 1 when a job or an evaluation did not finish (run it again to finish them).
-# Usage: bash scripts/benchmark_tasks.sh [task ...]   (default: every task)
-#   shift   sweep=shift_mini: trained in the left half; tested on fresh left-half images, the right half, everywhere
-#   canvas  sweep=canvas_mini: the distance label trained at 32 px; tested on fresh 32 px images and on 48 and
-#           64 px canvases (the sin-cos APE rows both resized and rebuilt at the new positions)
+# Usage: bash scripts/benchmark_tasks.sh [task ...|all]   (default, or all: every task, in this order)
+#   shift       sweep=shift_mini: trained in the left half; tested on fresh left-half images, the right half,
+#               everywhere
+#   shift_swin  sweep=shift_swin_mini: the shift task on a micro Swin (no RPE, Swin's bias, iRPE-K, iRPE-QKV)
+#   canvas      sweep=canvas_mini: the distance label trained at 32 px; tested on fresh 32 px images and on 48
+#               and 64 px canvases (the sin-cos APE rows both resized and rebuilt at the new positions)
+#   longrange   sweep=longrange_mini: distance in bins of 2 patches on a 16x16 token grid; clip against
+#               piecewise and the bucket counts of iRPE-K; tested on fresh images
 # Runs: runs/sweeps/<task>_mini/*; results: docs/benchmark_runs/<task>_mini/*; then the tables
 # (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt.
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
@@ -21,8 +25,11 @@ mkdir -p runs
 if [ -z "${TRAINER+x}" ]; then
   TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')")
 fi
+ALL_TASKS=(shift shift_swin canvas longrange)
 declare -A TESTSETS=(
   [shift]="relational_left relational_right relational_everywhere"
+  [shift_swin]="relational_left relational_right relational_everywhere"
+  [longrange]="relational_longrange"
   [canvas]="relational_distance relational_distance_canvas48 relational_distance_canvas64"
 )
 # runs also evaluated with the sin-cos table rebuilt at the new positions (ape=extend), by run-dir glob
@@ -30,21 +37,24 @@ declare -A EXTEND=(
   [canvas]="row=ape_sincos,*"
 )
 # chance top-1 of each task's labels, and the rows its plot draws (the references and one of each family)
-declare -A CHANCE=([shift]=12.5 [canvas]=25)
+declare -A CHANCE=([shift]=12.5 [shift_swin]=12.5 [canvas]=25 [longrange]=20)
 declare -A PLOT_ROWS=(
   [shift]="none ape_learned ape_sincos cpvt product_ctx product_bias irpe_qkv shaw huang xl rope_axial rope_mixed cpb t5"
   [canvas]="none ape_learned ape_sincos cpvt product_ctx irpe_qkv shaw huang rope_axial rope_mixed cpb t5"
+  [shift_swin]="none swin irpe_k irpe_qkv"
+  [longrange]="none clip_r2 buckets_9 buckets_25 buckets_49 buckets_81 buckets_121"
 )
 tasks=("$@")
-[ ${#tasks[@]} -gt 0 ] || tasks=(shift canvas)
+[ ${#tasks[@]} -gt 0 ] && [ "${tasks[*]}" != all ] || tasks=("${ALL_TASKS[@]}")
 status=0
 for task in "${tasks[@]}"; do
   if [ -z "${TESTSETS[$task]+x}" ]; then
-    echo "error: task '$task' is not a benchmark task; valid: ${!TESTSETS[*]}" >&2
+    echo "error: task '$task' is not a benchmark task; valid: ${ALL_TASKS[*]} (or all)" >&2
     exit 2
   fi
   sweep="${task}_mini"
   echo "=== $sweep ($(date +%H:%M:%S))"
+  started=$SECONDS
   # the sweep's seeds, split over the lanes; a lane starts after the one before it has written its grid
   seeds=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params']['seed'])" \
     "configs/sweep/$sweep.yaml") || exit 2
@@ -65,6 +75,8 @@ for task in "${tasks[@]}"; do
   for pid in "${pids[@]}"; do
     wait "$pid" || { echo "sweep $sweep had failed jobs (see its lane logs)"; status=1; }
   done
+  trained=$SECONDS
+  echo "$sweep: training took $(( (trained - started) / 60 )) min $(( (trained - started) % 60 )) s"
   if [ -d "runs/sweeps/$sweep" ]; then
     # the evaluations in the same lanes, one thread each: two processes of two threads on two cores spend
     # more time waiting on each other than computing
@@ -94,6 +106,7 @@ for task in "${tasks[@]}"; do
     for pid in "${pids[@]}"; do
       wait "$pid" || { echo "evaluations of $sweep were not all done (see its evaluation logs)"; status=1; }
     done
+    echo "$sweep: evaluation took $(( (SECONDS - trained) / 60 )) min $(( (SECONDS - trained) % 60 )) s"
     "$PY" scripts/archive_runs.py "runs/sweeps/$sweep" --to docs/benchmark_runs || status=1
   fi
 done

@@ -7,6 +7,7 @@ sweep and shows up in the table; tables lay out, average and mark runs as the pa
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -23,7 +24,7 @@ from scripts import make_tables
 from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
-BENCHMARK_SWEEPS = {"shift_mini": 28, "canvas_mini": 12}
+BENCHMARK_SWEEPS = {"shift_mini": 28, "canvas_mini": 12, "shift_swin_mini": 4, "longrange_mini": 7}
 SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml")
                 if not p.stem.startswith("_") and p.stem not in BENCHMARK_SWEEPS)
 # 64 training images (2 batches of 32, the whole split at FAST's limit) and 64 test images: the runs train
@@ -208,6 +209,59 @@ def test_the_canvas_task_trains_the_distance_label_at_32_px_without_an_ape_but_t
     assert set(make_tables.LAYOUTS["canvas"].testsets) <= set(fitting_testsets(data))
 
 
+def test_the_long_range_task_gives_each_index_row_its_own_buckets_on_a_16x16_grid() -> None:
+    """sweep=longrange_mini: 7 rows x seeds 0-9 on data=relational_longrange (64 px, 16x16 tokens, 5 distance
+    bins); every row but `none` is iRPE-K without an APE, with the index the findings need, and on this grid
+    the rows reach 9 / 25 / 49 / 81 / 121 buckets and clip and piecewise at ratio 2.0 group the pairs apart."""
+    from models.testsets import fitting_testsets
+    from rpe.index import bucket_ids
+    from scripts.tables.collect import _used_buckets, partition
+
+    grid = _grid("longrange_mini")
+    rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
+    assert len(grid) == BENCHMARK_SWEEPS["longrange_mini"] * 10 and rows[:7] * 10 == rows
+    experiment = _compose(["experiment=benchmark_mini", "data.root=/x"])
+    seen = {}
+    for job in grid[:7]:
+        cfg = _compose(["sweep=longrange_mini", "data.root=/x", *job])
+        assert cfg.data.img_size == 64 and cfg.model.net.img_size == 64 and cfg.data.num_classes == 5
+        assert list(cfg.data.generator.distance_edges) == [2, 4, 6, 8, 10, 12] and cfg.trainer == experiment.trainer
+        assert cfg.model.net.ape == "none" and cfg.model.net.class_token is False
+        config = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True))
+        seen[cfg.row] = (config, _used_buckets(dataclasses.asdict(config), 16))
+    assert seen["none"][0].method == "none"
+    assert {row: used for row, (_, used) in seen.items() if row != "none"} == {
+        "clip_r2": 81, "buckets_9": 9, "buckets_25": 25, "buckets_49": 49, "buckets_81": 81, "buckets_121": 121}
+    clip, piecewise = seen["clip_r2"][0], seen["buckets_81"][0]
+    assert (clip.index, clip.ratio, piecewise.index, piecewise.ratio) == ("clip", 2.0, "piecewise", 2.0)
+    assert {r.method for r, _ in list(seen.values())[1:]} == {"product"} and seen["buckets_49"][0].ratio == 1.9
+    from scripts.tables.collect import _built_indexes, _fitted
+
+    def pairs(config) -> str:
+        specs, _ = _built_indexes(_fitted(config, 16))
+        return partition(bucket_ids(specs[0], 16, 16, 0, "cpu"))
+    assert pairs(clip) != pairs(piecewise)  # the two rows can differ on this grid
+    data = OmegaConf.to_container(cfg.data, resolve=False)
+    assert "relational_longrange" in fitting_testsets(data)
+
+
+def test_the_swin_shift_task_is_the_shift_task_on_a_micro_swin() -> None:
+    """sweep=shift_swin_mini: no RPE, Swin's bias, iRPE-K and iRPE-QKV x seeds 0-9 on the shift task's data
+    and recipe, with the micro Swin in place of the DeiT."""
+    grid = _grid("shift_swin_mini")
+    rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
+    assert len(grid) == BENCHMARK_SWEEPS["shift_swin_mini"] * 10 and rows[:4] * 10 == rows
+    shift = _compose(["sweep=shift_mini", "data.root=/x"])
+    for job in grid[:4]:
+        cfg = _compose(["sweep=shift_swin_mini", "data.root=/x", *job])
+        assert cfg.model.net.name == "swin_micro_patch4_window4_32" and cfg.rpe.preset == cfg.row
+        assert cfg.data == shift.data and cfg.trainer == shift.trainer and cfg.model.optimizer == shift.model.optimizer
+        net = instantiate(cfg.model, rpe=OmegaConf.to_container(cfg.rpe, resolve=True), num_classes=8,
+                          _convert_="all").net
+        assert net(torch.zeros(1, 3, 32, 32)).shape == (1, 8)
+    assert set(rows[:4]) == {"none", "swin", "irpe_k", "irpe_qkv"}
+
+
 def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
     for ablation, paper in make_tables.PAPER.items():
         assert set(paper.values) <= EXPECTED_CELLS[ablation], ablation
@@ -223,7 +277,7 @@ def test_every_finding_contrasts_cells_of_its_paper_grid() -> None:
         params = yaml.safe_load((Path(CONFIG_DIR) / "sweep" / f"{sweep}.yaml").read_text())["hydra"]["sweeper"]
         return {(row, "own val") for row in params["params"]["row"].split(",")}
 
-    expected = {**EXPECTED_CELLS, "shift": swept_rows("shift_mini"), "canvas": swept_rows("canvas_mini")}
+    expected = {**EXPECTED_CELLS, **{s.removesuffix("_mini"): swept_rows(s) for s in BENCHMARK_SWEEPS}}
     for finding in make_tables.all_findings():
         cells = {(row, col) for row, col, _ in finding.contrast}
         assert cells <= expected[finding.ablation], finding.claim

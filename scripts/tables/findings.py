@@ -111,7 +111,7 @@ def _paper_sum(ablation: str, contrast: tuple[tuple[str, str, float], ...]) -> f
 
 def _paper_text(ablation: str, contrast: tuple[tuple[str, str, float], ...], source: str) -> str:
     """The paper's contrast (of ``ablation``'s ImageNet table) as the text of a finding judged elsewhere."""
-    return f"{_paper_sum(ablation, contrast):+.2f} (ImageNet, {source})"
+    return f"{_paper_sum(ablation, contrast):+.2f} ({'COCO' if ablation == 'detr' else 'ImageNet'}, {source})"
 
 
 _METHOD_ROWS = [f"{m} ({d})" for m, d in DIRECTED.items()]
@@ -172,6 +172,8 @@ def _paper_of(spec: Any, source: str, where: str) -> str:
         if not same:
             raise TableError(f"{where}: paper {spec!r} names no finding of the paper's tables"
                              f" (<table>/<claim>; tables: {', '.join(sorted({f.ablation for f in FINDINGS}))})")
+        if _paper_sum(table, same[0].contrast) is None:  # a published curve, not a table: its own words
+            return same[0].paper_text
         return _paper_text(table, same[0].contrast, same[0].source)
     if isinstance(spec, dict) and set(spec) == {"table", "cells"} and spec["table"] in PAPER:
         try:

@@ -181,6 +181,22 @@ LAYOUTS: dict[str, Layout] = {
              " images; _canvas48 / _canvas64: the same objects and distance bins on 48 / 64 px canvases (an"
              " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
     ),
+    "shift_swin": Layout(
+        "Benchmark: position shift on a micro Swin (windows of 4x4 tokens; paper supplement's rows)", "RPE",
+        lambda f: f["row"] or f["rpe"], lambda f: OWN_VAL, row_order=("none", "swin", "irpe_k", "irpe_qkv"),
+        testsets=("relational_left", "relational_right", "relational_everywhere"),
+        note="The shift task's data and test sets (see its table) on swin_micro_patch4_window4_32: each encoding"
+             " inside the windows; the patch merging makes the last stage one window",
+    ),
+    "longrange": Layout(
+        "Benchmark: long range (16x16 tokens, distance in bins of 2 patches from 2 to 12, iRPE-K without APE)",
+        "index (buckets)", lambda f: f["row"] or f["rpe"], lambda f: OWN_VAL,
+        row_order=("none", "clip_r2", "buckets_9", "buckets_25", "buckets_49", "buckets_81", "buckets_121"),
+        testsets=("relational_longrange",),
+        note="clip_r2: clip at ratio 2.0 (9x9 buckets); buckets_N: piecewise with N buckets (ratio 0.5, 1.0, 1.9,"
+             " 2.0, 2.9), buckets_81 is clip_r2's piecewise counterpart. relational_longrange: 2000 fresh images"
+             " of the training distribution",
+    ),
     "runs": Layout(
         "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),
