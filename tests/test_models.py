@@ -135,6 +135,26 @@ def test_unknown_model_name_is_a_clear_error() -> None:
     assert "deit_micro_patch4_32" in models.model_names()
 
 
+@pytest.mark.parametrize("name,rpe,tables", [
+    ("swin_micro_patch4_window4_32", "swin", 4),  # timm's own bias table, one per block
+    ("swin_micro_patch4_window4_32", "irpe_k", 4),  # the iRPE tables that replace it
+    ("swin_micro_patch4_window4_32", "none", 0),
+    ("deit_micro_patch4_32", "irpe_k", 4 + 1),  # the key tables of 4 blocks and timm's pos_embed
+])
+def test_every_position_table_gets_the_position_budget(name: str, rpe: str, tables: int) -> None:
+    """The position group holds every parameter that carries position, whichever module owns it: Swin's own
+    bias table (timm's) as well as the tables of our encodings, and nothing else."""
+    from rpe.base import position_parameters
+
+    net = create_model(name, rpe=rpe, num_classes=8)
+    position = {id(p) for p in position_parameters(net)}
+    names = [n for n, p in net.named_parameters() if id(p) in position]
+    assert len(names) == tables, names
+    carrying = ("relative_position_bias_table", "lookup_table", "pos_embed")
+    assert all(any(word in n for word in carrying) for n in names), names
+    assert not [n for n, p in net.named_parameters() if id(p) not in position and any(w in n for w in carrying)]
+
+
 def test_adamw_multi_tensor_update_is_bit_identical_on_our_param_groups() -> None:
     """The classification module asks timm's AdamW for ``foreach=True`` (one multi-tensor update, faster on CPU):
     on the module's own parameter groups (weight decay and the position budget) it moves every parameter to
