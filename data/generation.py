@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from data.bounded_json import JsonBoundsError, loads_bounded, read_json_bytes
 from data.errors import DataConfigError
 
 try:  # POSIX only; without it we still rely on marker + atomic rename.
@@ -128,8 +129,6 @@ def read_marker(root: str | Path) -> dict[str, Any] | None:
                               " regenerate it")
     if not marker.is_file():
         return None
-    from models.lifecycle.files import JsonBoundsError, loads_bounded, read_json_bytes
-
     try:  # bounded, as every JSON record: a marker nested 100000 deep would be a RecursionError
         data = loads_bounded(read_json_bytes(marker).decode())
     except JsonBoundsError as err:

@@ -111,7 +111,8 @@ def _walk(node: Any, path: str, source: str, only: str | None = None) -> None:
 
 def load_run_config(path: str | Path) -> DictConfig:
     """Load and check a run's ``config.yaml``; raises `RunConfigError` (one line) on anything unsafe."""
-    from models.lifecycle.files import JsonBoundsError, check_plain_file, read_json_bytes, yaml_problem
+    from data.bounded_json import JsonBoundsError, read_json_bytes
+    from models.lifecycle.files import check_plain_file, yaml_problem
 
     path = Path(path)
     try:

@@ -31,15 +31,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from data.bounded_json import JsonBoundsError, read_json_bytes
 from models.lifecycle.files import (
     CHECKSUM,
-    JsonBoundsError,
     RunFileError,
     check_plain_file,
     checksum_problem,
     describe_non_file,
     read_json,
-    read_json_bytes,
     yaml_problem,
 )
 from models.lifecycle.identity import (
