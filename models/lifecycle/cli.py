@@ -422,6 +422,7 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
             if config_name == "train":
                 check_schedule(cfg)
                 check_buildable(cfg)
+                check_data_root(cfg)  # a later value's data root: its job would generate there
         except ValueError as err:
             swept = next(o for o in line if o not in _first_of_sweeps(overrides))
             raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
@@ -603,17 +604,16 @@ def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> Non
 def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     """A data root that the run would generate lies outside every run dir and every other data root
     (`models.lifecycle.destinations`); returns the config's data roots, which no run dir may lie in."""
-    from models.lifecycle.destinations import DestinationError, check_destination
+    from models.lifecycle.destinations import DestinationError, check_generated_root
 
     data = cfg.get("data") or {}
     root = data.get("root") if hasattr(data, "get") else None
     if root is None:
         return ()
-    if data.get("generator") is not None:
-        try:
-            check_destination(str(root), "data.root", data_root=True)
-        except DestinationError as err:
-            raise CommandLineError(str(err)) from None
+    try:
+        check_generated_root(data)
+    except DestinationError as err:
+        raise CommandLineError(str(err)) from None
     return (str(root),)
 
 
