@@ -39,7 +39,7 @@ from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
 from models.lifecycle.cli import cli, report_user_error, say, user_error_types
-from models.lifecycle.files import describe_non_file
+from models.lifecycle.files import RunFileError, describe_non_file, own_folder_problem
 from models.lifecycle.job import build_trainer, scalar_metrics
 from models.lifecycle.records import BEST as BEST_CHECKPOINT
 
@@ -193,7 +193,6 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
 def _length_not_trained(checkpoint: dict[str, Any], run_dir: Path) -> str | None:
     """Why ``checkpoint`` was saved at a length ``run_dir`` never trained at (its run.json lists them), or
     None (also when either record does not say)."""
-    from models.lifecycle.files import RunFileError
     from models.lifecycle.records import read_run_record
     from models.training import LENGTH_KEY
 
@@ -276,9 +275,9 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from models.lifecycle.identity import identity_config, identity_hash, run_length
 
     path = result_path(ckpt_path, testset["name"], adapted["ape_rule"])
-    if os.path.lexists(path.parent) and (path.parent.is_symlink() or not path.parent.is_dir()):
-        raise FileExistsError(f"{path.parent} is a file or a link where the run's folder of test-set results belongs;"
-                              " move it away (nothing was evaluated)")
+    problem = own_folder_problem(path.parent, "test-set results")
+    if problem:  # a link there may lead into another run's results: written through, or cleared, never
+        raise RunFileError(f"{path.parent}: {problem} (nothing was evaluated)")
     check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],

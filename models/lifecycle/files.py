@@ -166,6 +166,21 @@ def describe_non_file(path: Path) -> str:
     return "it is not a plain file"
 
 
+def own_folder_problem(folder: Path, what: str) -> str:
+    """Why ``folder`` cannot be a run's own folder of ``what`` (``test-set results``), without its path; ''
+    when it is absent or a real folder. A symlink is to be replaced by a real folder, never followed or
+    cleared: what it leads to may be another run's folder."""
+    if not os.path.lexists(folder):
+        return ""
+    if folder.is_symlink():
+        return (f"it is a symlink (to {os.readlink(folder)}), where the run's own folder of {what} belongs; replace"
+                " the link with a real folder (remove the link itself: what it leads to is not this run's, it may"
+                " be another run's folder)")
+    if not folder.is_dir():
+        return f"{describe_non_file(folder)}, where the run's own folder of {what} belongs; move it away"
+    return ""
+
+
 def check_plain_file(path: Path) -> None:
     """Raise `RunFileError` unless ``path`` is absent or a plain file (not a symlink, folder or device).
 

@@ -37,7 +37,7 @@ from models.lifecycle.files import (
     RunFileError,
     check_plain_file,
     checksum_problem,
-    describe_non_file,
+    own_folder_problem,
     read_json,
     yaml_problem,
 )
@@ -587,9 +587,9 @@ def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = 
     folder = run_dir / TESTSETS
     if not os.path.lexists(folder):
         return {}, {}, ()
-    if folder.is_symlink() or not folder.is_dir():
-        return {}, {}, ((TESTSETS, f"{describe_non_file(folder)}, where the run's own folder belongs; none of its"
-                                   " results is counted"),)
+    problem = own_folder_problem(folder, "test-set results")
+    if problem:
+        return {}, {}, ((TESTSETS, f"{problem}; none of its results is counted"),)
     try:
         names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json") and not p.name.startswith("."))
     except OSError as err:
