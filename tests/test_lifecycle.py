@@ -147,8 +147,8 @@ def test_a_smoke_run_records_nothing(tmp_path: Path, data_dir: Path, capsys) -> 
 def test_a_run_without_validation_has_its_last_epoch_as_result(tmp_path: Path, data_dir: Path) -> None:
     """With no monitored metric and the save at each epoch's end, a run that never validates still saves
     best.ckpt: the last epoch's weights (those of last.ckpt), and its test is the run's result."""
-    overrides = [*TINY, "trainer.max_epochs=2", "trainer.limit_val_batches=0", "callbacks.model_checkpoint.monitor=null",
-                 "+callbacks.model_checkpoint.save_on_train_epoch_end=true"]
+    overrides = [*TINY, "trainer.max_epochs=2", "trainer.limit_val_batches=0",
+                 "callbacks.model_checkpoint.monitor=null", "+callbacks.model_checkpoint.save_on_train_epoch_end=true"]
     run_dir = tmp_path / "run"
     metrics = job.run(compose_config(overrides, run_dir, data_dir))
     best = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
