@@ -19,6 +19,7 @@ holding the lock that every generating process holds for as long as its temp dir
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -193,7 +194,11 @@ def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple
                 for name in sorted(names):
                     if not name.lower().endswith(_IMAGE_SUFFIXES):
                         continue
-                    with open(os.path.join(folder, name), "rb") as image:
+                    path = os.path.join(folder, name)
+                    # non-blocking: a FIFO named like an image would block a plain open() forever
+                    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as image:
+                        if not stat.S_ISREG(os.fstat(image.fileno()).st_mode):
+                            raise OSError(errno.EINVAL, "not a regular file: a FIFO, socket or device", path)
                         digest.update(os.fsencode(f"{where / name}\0") + hashlib.sha256(image.read()).digest())
                     count += 1
             classes[cls.name] = count

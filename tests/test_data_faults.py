@@ -373,6 +373,28 @@ def test_images_moved_replaced_or_edited_after_generation_are_refused(tmp_path: 
     assert (root / MARKER_NAME).read_bytes() == marker  # refused, never re-recorded
 
 
+def test_a_fifo_in_generated_data_is_refused_by_the_digest_check_not_read(tmp_path: Path) -> None:
+    """The digest reads every image: a FIFO put in place of a generated image would block a plain open()
+    forever; the check names it in one line instead (an alarm fails the test rather than hang it)."""
+    import signal
+
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    image = root / "train" / "class_001" / "0000.png"
+    image.unlink()
+    os.mkfifo(image)
+    dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE, num_classes=3)
+    signal.alarm(20)
+    try:
+        with pytest.raises(DataConfigError) as err:
+            dm.prepare_data()
+    finally:
+        signal.alarm(0)
+    assert _one_line(err) == (f"data.root={root} cannot be checked against its {MARKER_NAME}: cannot read {image}"
+                              f" (not a regular file: a FIFO, socket or device); make it readable, or delete {root}"
+                              " to regenerate it")
+
+
 def test_unrelated_files_are_accepted(tmp_path: Path) -> None:
     root = tmp_path / "rel"
     ensure_generated(root, FAKE)
