@@ -3,9 +3,9 @@
 Reads the run's resolved ``config.yaml`` beside ``checkpoints/``, evaluates the validation split,
 and prints params, MACs, the accuracy (or COCO AP) numbers and inference throughput.
 
-eval.py only reads: it never generates or writes data (a run's generated dataset must already be
-at its ``data.root``, complete; ``data_root=<folder>`` points at existing data elsewhere) and writes no
-file, the run dir's ``metrics.json`` included, except a test set's result (below). A checkpoint that does
+eval.py only reads: it never generates or writes a dataset (a run's generated dataset must already be
+at its ``data.root``, complete and unchanged; ``data_root=<folder>`` points at existing data elsewhere) and
+writes no file, the run dir's ``metrics.json`` included, except a test set's result (below). A checkpoint that does
 not fit the run's model, non-finite weights or a non-finite metric end in one ``error:`` line (exit 2),
 never in a printed result.
 
@@ -17,8 +17,9 @@ model and data.
 the run on a named test set (``configs/testset/<name>.yaml``: another canvas, placement region or image
 size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>[@<ape rule>].json``
 (atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
-``data.root``, made once by ``python scripts/generate_testsets.py <name>``. The result records the hash of
-the test set's definition and the images it read of the whole set (`models.testset_definition`): a test of
+``data.root``, made once by ``python scripts/generate_testsets.py <name>`` and checked against its marker
+(the images' digest) before each test. The result records the hash of the test set's definition, the
+digest of those images and the images it read of the whole set (`models.testset_definition`): a test of
 a part of the set (``trainer.limit_test_batches``) is refused and never written, a ``testset.name=``
 override too (a result is filed under its test set's name), and a result of another definition of the test
 set is never replaced (remove it first).
@@ -38,7 +39,7 @@ from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
 from models.lifecycle.cli import cli, report_user_error, say, user_error_types
-from models.lifecycle.files import describe_non_file
+from models.lifecycle.files import RunFileError, describe_non_file, own_folder_problem
 from models.lifecycle.job import build_trainer, scalar_metrics
 from models.lifecycle.records import BEST as BEST_CHECKPOINT
 
@@ -192,7 +193,6 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
 def _length_not_trained(checkpoint: dict[str, Any], run_dir: Path) -> str | None:
     """Why ``checkpoint`` was saved at a length ``run_dir`` never trained at (its run.json lists them), or
     None (also when either record does not say)."""
-    from models.lifecycle.files import RunFileError
     from models.lifecycle.records import read_run_record
     from models.training import LENGTH_KEY
 
@@ -238,7 +238,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         build_data_and_model,
         load_run_weights,
     )
-    from models.testset_definition import HASH_KEY, testset_sha256
+    from models.testset_definition import DATA_DIGEST_KEY, HASH_KEY, testset_sha256
     from models.testsets import (
         adapt_model,
         build_datamodule,
@@ -265,7 +265,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     if cfg.batch_size:
         data["batch_size"] = cfg.batch_size
     datamodule = build_datamodule(data)
-    prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"])
+    data_digest = prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"])
     # what was read: the definition and, for generated data, the generator its marker records (checked above
     # to be the definition's); not where it lies (data.root differs between machines)
     marker = read_marker(Path(datamodule.root).expanduser()) if own else None
@@ -275,9 +275,9 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from models.lifecycle.identity import identity_config, identity_hash, run_length
 
     path = result_path(ckpt_path, testset["name"], adapted["ape_rule"])
-    if os.path.lexists(path.parent) and (path.parent.is_symlink() or not path.parent.is_dir()):
-        raise FileExistsError(f"{path.parent} is a file or a link where the run's folder of test-set results belongs;"
-                              " move it away (nothing was evaluated)")
+    problem = own_folder_problem(path.parent, "test-set results")
+    if problem:  # a link there may lead into another run's results: written through, or cleared, never
+        raise RunFileError(f"{path.parent}: {problem} (nothing was evaluated)")
     check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],
@@ -290,6 +290,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         "data_root": str(Path(datamodule.root).expanduser().absolute()),
         "testset_config": testset,
         HASH_KEY: sha256,  # make_tables counts the result only under the test set of this definition
+        DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: the run's)
         "path": path,
     }
     return datamodule, model, record

@@ -111,7 +111,8 @@ def _walk(node: Any, path: str, source: str, only: str | None = None) -> None:
 
 def load_run_config(path: str | Path) -> DictConfig:
     """Load and check a run's ``config.yaml``; raises `RunConfigError` (one line) on anything unsafe."""
-    from models.lifecycle.files import JsonBoundsError, check_plain_file, read_json_bytes, yaml_problem
+    from data.bounded_json import JsonBoundsError, read_json_bytes
+    from models.lifecycle.files import check_plain_file, yaml_problem
 
     path = Path(path)
     try:
@@ -213,22 +214,24 @@ def _generator_differences(recorded: Any, expected: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {old.get(k)!r} on disk vs {new.get(k)!r} named" for k in changed)
 
 
-def require_existing_data(datamodule: Any, source: str, override: str, remedy: str | None = None) -> None:
+def require_existing_data(datamodule: Any, source: str, override: str, remedy: str | None = None) -> str | None:
     """Stop with one `RunDataError` line unless the data ``datamodule`` reads is on disk: a generated set
     (the run named a generator) must be complete (ImageFolder: its ``.complete.json`` marker, recording the
-    same generator settings, and the class folders and image counts it records; COCO shapes: the folder,
-    which generation renames into place when done).
+    same generator settings, and the class folders, image counts and image digest it records; COCO shapes:
+    the folder, which generation renames into place when done).
     Then runs the datamodule's ``prepare_data`` with its generator detached: the layout checks only.
 
     ``source`` names where ``data.root`` came from (the run's config.yaml); ``override`` how the user
     points at other data (``data_root=<folder>``, ``--data-root DIR``); ``remedy`` replaces the default
-    "how to make it" advice (a test set's data has its own command).
+    "how to make it" advice (a test set's data has its own command). Returns the checked content digest of
+    generated ImageFolder data (`data.generation.scan_content`), else None.
     """
-    from data.generation import MARKER_NAME, _check_content, describe_generator, read_marker
+    from data.generation import MARKER_NAME, check_content, describe_generator, read_marker
 
     detach_generator(datamodule)
     generator = datamodule.run_generator
     root = Path(datamodule.root).expanduser().absolute()
+    digest = None
     edited = remedy or f"was the config edited after training? pass {override} pointing at the run's data"
     remedy = remedy or (
         "eval.py and plot_rpe.py read existing data only: train.py with the same data config generates it,"
@@ -257,11 +260,12 @@ def require_existing_data(datamodule: Any, source: str, override: str, remedy: s
             raise RunDataError(
                 f"data.root={root} was generated with other settings than {source} names ({diff}); {edited}"
             )
-        try:  # the same check train.py makes: class folders and image counts as generated
-            _check_content(root, marker)
+        try:  # the same check train.py makes: class folders, image counts and images as generated
+            digest = check_content(root, marker, generator, record=False)  # reading never writes data
         except DataConfigError as err:
             raise RunDataError(f"{' '.join(str(err).split())}; {remedy}") from None
     datamodule.prepare_data()
+    return digest
 
 
 def _first(keys: list[str], limit: int = 3) -> str:

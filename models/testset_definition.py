@@ -8,7 +8,8 @@ results without building a model.
 The hash covers the test set's name and data settings, resolved, and the generator its data's completion
 marker records (`data.generation`), not ``data.root``: where the data lives differs between machines
 (``paths.data_dir``) while the marker says what was made there. ``description`` and ``fits`` are prose and
-the runs it suits, never what is measured.
+the runs it suits, never what is measured. Which images were read, byte for byte, a result records beside
+the hash (``data_sha256``, for a test set with data of its own).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from typing import Any
 HASH_KEY = "testset_sha256"
 READ_KEY, TOTAL_KEY = "images_read", "images_total"
 PROVENANCE_KEYS = (HASH_KEY, READ_KEY, TOTAL_KEY)
+# The digest of the generated images a result measured (`data.generation.scan_content`, checked against the
+# data's marker before the test), beside the hash, not in it: make_tables recomputes the hash from the yaml,
+# without the data, and results written before the digest was recorded keep their hash.
+DATA_DIGEST_KEY = "data_sha256"
 
 
 def measured(testset: Mapping[str, Any]) -> dict[str, Any]:

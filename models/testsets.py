@@ -8,9 +8,10 @@ windows kept, DETR as it is (its position encodings follow each input). The resu
 ``<run dir>/testsets/<name>[@<ape rule>].json``; the run's ``metrics.json`` is never touched.
 
 A result carries its provenance (`models.testset_definition`): the hash of the test set's definition and of
-its data's marker (``testset_sha256``), and how many images the test read of how many (``images_read``,
-``images_total``). Only a test of the whole set is written (`check_whole_test`, `ImageCounter`), and never
-over a result of another definition of the test set (`check_replaceable`).
+its data's marker (``testset_sha256``), the digest of the images it read (``data_sha256``, checked against
+that marker first), and how many images the test read of how many (``images_read``, ``images_total``).
+Only a test of the whole set is written (`check_whole_test`, `ImageCounter`), and never over a result of
+another definition of the test set (`check_replaceable`).
 
 Data: a test set with its own ``data.generator`` lives at its own ``data.root``, made once by
 ``scripts/generate_testsets.py`` (`generate_testset_data`); eval.py only reads it. A test set
@@ -174,26 +175,27 @@ def generate_command(name: str) -> str:
 
 
 def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root: Any = None,
-                         name: str = "") -> None:
-    """Check that the data a test set reads is on disk; nothing is generated here.
+                         name: str = "") -> str | None:
+    """Check that the data a test set reads is on disk; nothing is generated at its root. Returns the checked
+    content digest of the test set's own images (`data.generation.scan_content`), None for the run's data.
 
-    Own data (the test set's generator, at its own root) must be complete and generated with the test
-    set's settings (`generate_testset_data` makes it). The run's data must be on disk as eval.py without a
-    test set requires (`require_existing_data`); a ``data_root`` folder is used as it is."""
+    Own data (the test set's generator, at its own root) must be complete, generated with the test set's
+    settings and unchanged since (`generate_testset_data` makes it). The run's data must be on disk as
+    eval.py without a test set requires (`require_existing_data`); a ``data_root`` folder is used as it is."""
     from models.run_config import detach_generator, require_existing_data
 
     if own:
-        require_existing_data(
+        return require_existing_data(
             datamodule, f"testset={name}", "",
             remedy=f"a test set's data is made by its own command, once: {generate_command(name)}"
                    " (with the same paths.data_dir= and testset.* overrides as here)",
         )
-        return
     detach_generator(datamodule)
     if data_root is not None:
         datamodule.run_generator = None
     source = "the data_root= override" if data_root is not None else str(run_config)
     require_existing_data(datamodule, source, "data_root=<folder>")
+    return None
 
 
 # The data config (configs/data/<name>.yaml) whose module reads a generated test set, by its `fits` kind.

@@ -84,6 +84,8 @@ def _testset_files(run_dir: Path, state: str, out: Path) -> list[str]:
     _, testsets, problems = read_testsets(run_dir, identity_hash(identity_config(cfg)), run_length(cfg))
     if problems:
         file, why = problems[0]
+        if file == TESTSETS:  # the folder itself: its problem says what to do (a link: replace it, never clear it)
+            raise TableError(f"{run_dir / file}: {why}; then archive again")
         raise TableError(f"{run_dir / file} is not a result make_tables counts: {why}; repair it or move it away, "
                          "then archive again")
     archived = out / TESTSETS

@@ -33,7 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, i
 from omegaconf import DictConfig  # noqa: E402
 
 from models.lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
-from models.lifecycle.files import CHECKSUM, RunFileError, check_plain_file, checksum_problem, read_json  # noqa: E402
+from models.lifecycle.files import (  # noqa: E402
+    CHECKSUM,
+    RunFileError,
+    check_plain_file,
+    checksum_problem,
+    own_folder_problem,
+    read_json,
+)
 from models.lifecycle.identity import run_length  # noqa: E402
 from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
 from models.run_config import load_run_config  # noqa: E402
@@ -95,12 +102,16 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     there; returns what was done, in one line."""
     import eval as eval_script
     from models.testset_definition import READ_KEY, TOTAL_KEY, configured_generator, result_sha256, testset_sha256
-    from models.testsets import load_testset
+    from models.testsets import RESULT_FOLDER, load_testset
 
     cfg = copy.deepcopy(composed)
     # set on the composed config, never as override text: Hydra would read `${...}` or quotes in a run's path
     cfg.ckpt_path = literal(str(run_dir / CHECKPOINTS / BEST))
     definition = load_testset(cfg.testset)
+    folder = run_dir / RESULT_FOLDER
+    problem = own_folder_problem(folder, "test-set results")
+    if problem:  # a link there leads to another folder's results: never read as this run's, nor to be removed
+        raise RunFileError(f"{folder}: {problem} (nothing was evaluated)")
     found = existing_result(run_dir, testset, ape_rule)
     stale = ""
     if found is not None:

@@ -4,6 +4,7 @@ size the patch or window grid does not divide) as one line naming the values."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -242,6 +243,54 @@ def test_every_swept_value_is_checked_before_the_first_job(tmp_path: Path) -> No
     assert not (tmp_path / "sweep").exists()
     assert [line[:2] for line in cli._each_swept_value(args[1:])] == [["rpe=irpe_k", "seed=0"],
                                                                      ["rpe=none", "seed=-1"]]
+
+
+def _damage_grid(saved: Path, damage: str) -> None:
+    """``saved`` (a sweep dir's multirun.yaml) as a user or a crash may leave it."""
+    if damage == "directory":
+        saved.mkdir()
+    elif damage == "symlink":  # to another sweep's grid, which Hydra would write through the link
+        other = saved.parent.parent / "other_sweep" / "multirun.yaml"
+        other.parent.mkdir()
+        other.write_text("hydra:\n  overrides:\n    task: [seed=0]\n")
+        saved.symlink_to(other)
+    else:
+        saved.write_bytes({"binary": b"\x89\xff\x00garbage", "not yaml": b"hydra: [overrides\n", "empty": b"",
+                           "not a grid": b"- 1\n- 2\n", "aliases": b"a: &a [1]\nb: *a\n", "mode 000": b"x"}[damage])
+
+
+GRID_DAMAGES = {"binary": "not text", "not yaml": "not valid YAML: ", "empty": "empty",
+                "not a grid": "not the grid Hydra writes: it has no hydra.overrides.task list",
+                "aliases": "it uses a YAML alias", "directory": "it is a directory",
+                "symlink": "it is a symlink (to ", "mode 000": "unreadable: Permission denied"}
+
+
+@pytest.mark.parametrize("damage", GRID_DAMAGES)
+def test_a_sweep_dirs_grid_that_cannot_be_read_is_refused_and_kept(tmp_path: Path, damage: str) -> None:
+    """``train.py -m`` into a sweep dir whose multirun.yaml is unreadable, garbage or a link: once copied aside
+    as multirun.1.yaml without a word and replaced by Hydra (through a link: another sweep's grid); now one line
+    naming it, and the file stays as it was."""
+    from tests.test_fault_matrix import mode_000
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    saved = sweep / "multirun.yaml"
+    _damage_grid(saved, damage)
+    before = sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() else None) for p in sweep.iterdir())
+    with mode_000(saved) if damage == "mode 000" else contextlib.nullcontext():
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1"])
+    message = str(err.value)
+    assert message.startswith(f"hydra.sweep.dir={str(sweep)!r} holds {saved}, which is no sweep grid this launch"
+                              f" can read ({GRID_DAMAGES[damage]}") and "\n" not in message, message
+    assert message.endswith("a launch would replace it, so nothing was started; valid: repair or move it away (it is"
+                            " the grid of the sweep there), or a new hydra.sweep.dir")
+    assert sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() else None) for p in sweep.iterdir()) == before
+    if damage == "binary":  # the whole command line: refused before Hydra starts, nothing copied aside
+        with pytest.raises(cli.CommandLineError, match="which is no sweep grid this launch can read"):
+            cli.check_overrides(["-m", "debug=fast", "seed=0,1", f"hydra.sweep.dir={sweep}",
+                                 f"paths.log_dir={tmp_path}"], "train")
+        assert sorted(p.name for p in sweep.iterdir()) == ["multirun.yaml"] and saved.read_bytes() == before[0][2]
 
 
 def test_a_job_dir_that_resolves_out_of_its_sweep_dir_is_refused(tmp_path: Path) -> None:

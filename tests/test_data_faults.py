@@ -34,7 +34,14 @@ import data.relational
 from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
 from data.coco import CocoDataModule, CocoDetectionDataset, CocoLayoutError, generate_shapes_coco
 from data.errors import load_rgb_image
-from data.generation import MARKER_NAME, ensure_generated, generation_lock, new_temp_dir, sweep_stale_temp_dirs
+from data.generation import (
+    DIGEST_KEY,
+    MARKER_NAME,
+    ensure_generated,
+    generation_lock,
+    new_temp_dir,
+    sweep_stale_temp_dirs,
+)
 from data.relational import generate_relational_shapes, placement_rates, render_relational_shapes
 from models.detr.coco_eval import METRIC_NAMES, evaluate_coco, load_coco
 
@@ -263,8 +270,9 @@ def test_a_limited_evaluation_sees_every_class_in_a_fixed_order(tmp_path: Path) 
     [(b'{"generator": {"target": "x", "kw', "not valid JSON"), (b"\xff\xfe\x00", "unreadable"),
      (b"[1, 2]", "it holds a JSON list, not an object"), (b'"done"', "JSON str"),
      (b'{"content": {}}', "no 'generator' object"),
-     (b'{"generator": {"target": "x", "kwargs": {}}, "content": {"train": {"a": -1}}}', "'content' is not")],
-    ids=["truncated", "binary", "list", "string", "no_generator", "bad_content"],
+     (b'{"generator": {"target": "x", "kwargs": {}}, "content": {"train": {"a": -1}}}', "'content' is not"),
+     (b'{"generator": {"target": "x", "kwargs": {}}, "content_sha256": "abc"}', "'content_sha256' is not a sha256")],
+    ids=["truncated", "binary", "list", "string", "no_generator", "bad_content", "bad_digest"],
 )
 def test_damaged_marker_names_the_file_and_what_to_do(tmp_path: Path, content: bytes, problem: str) -> None:
     root = tmp_path / "rel"
@@ -278,11 +286,16 @@ def test_damaged_marker_names_the_file_and_what_to_do(tmp_path: Path, content: b
     assert message.endswith(f"delete {root} to regenerate it")
 
 
-def test_marker_records_class_folders_and_image_counts(tmp_path: Path) -> None:
+def test_marker_records_class_folders_image_counts_and_a_digest_of_the_images(tmp_path: Path) -> None:
     ensure_generated(tmp_path / "rel", FAKE)
     marker = json.loads((tmp_path / "rel" / MARKER_NAME).read_text())
     per_class = {"class_000": 2, "class_001": 2, "class_002": 2}
     assert marker["content"] == {"train": per_class, "val": per_class}
+    # the digest, by hand: sha256 over each image's relative path and the sha256 of its bytes, sorted
+    by_hand = hashlib.sha256()
+    for path in sorted((tmp_path / "rel").rglob("*.png"), key=lambda p: p.relative_to(tmp_path / "rel").parts):
+        by_hand.update(f"{path.relative_to(tmp_path / 'rel')}\0".encode() + hashlib.sha256(path.read_bytes()).digest())
+    assert marker[DIGEST_KEY] == by_hand.hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -310,16 +323,132 @@ def test_generated_data_changed_by_hand_is_refused(tmp_path: Path, edit, differe
     assert difference in message and message.endswith(f"delete {root} to regenerate it")
 
 
-def test_unrelated_files_and_old_markers_are_accepted(tmp_path: Path) -> None:
+def _swap(root: Path) -> None:
+    """Two images trade class folders: the counts stay, two labels are wrong."""
+    a, b = root / "train" / "class_000" / "0000.png", root / "train" / "class_001" / "0000.png"
+    a.rename(a.with_name("swapped.png"))
+    b.rename(a)
+    a.with_name("swapped.png").rename(b)
+
+
+def _replace(root: Path) -> None:
+    """An image's bytes replaced by another image of the same name, size and count."""
+    path = root / "val" / "class_002" / "0001.png"
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(path)
+
+
+def _edit(root: Path) -> None:
+    """One byte of an image changed (a pixel of a valid PNG would do the same)."""
+    path = root / "train" / "class_002" / "0000.png"
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 1
+    path.write_bytes(bytes(data))
+
+
+IMAGE_CHANGES = {"swapped_between_classes": _swap, "bytes_replaced": _replace, "one_byte_edited": _edit}
+
+
+@pytest.mark.parametrize("change", IMAGE_CHANGES)
+def test_images_moved_replaced_or_edited_after_generation_are_refused(tmp_path: Path, change: str) -> None:
+    """The counts stay what the marker says; the digest of the images does not: training (``prepare_data``)
+    and evaluation (`require_existing_data`) refuse the root in one line naming it and how to regenerate."""
+    from models.run_config import RunDataError, detach_generator, require_existing_data
+
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    marker = (root / MARKER_NAME).read_bytes()
+    IMAGE_CHANGES[change](root)
+    dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE, num_classes=3)
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    assert _one_line(err) == (f"data.root={root} no longer holds what was generated (its images differ from the"
+                              f" content digest its {MARKER_NAME} recorded: an image was moved to another class"
+                              f" folder, replaced or edited); delete {root} to regenerate it")
+    dm = detach_generator(ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0,
+                                                generator=FAKE, num_classes=3))
+    with pytest.raises(RunDataError) as err:
+        require_existing_data(dm, "the run's config.yaml", "data_root=<folder>")
+    assert _one_line(err).startswith(f"data.root={root} no longer holds what was generated (its images differ")
+    assert f"delete {root} to regenerate it; eval.py and plot_rpe.py read existing data only" in str(err.value)
+    assert (root / MARKER_NAME).read_bytes() == marker  # refused, never re-recorded
+
+
+def test_a_fifo_in_generated_data_is_refused_by_the_digest_check_not_read(tmp_path: Path) -> None:
+    """The digest reads every image: a FIFO put in place of a generated image would block a plain open()
+    forever; the check names it in one line instead (an alarm fails the test rather than hang it)."""
+    import signal
+
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    image = root / "train" / "class_001" / "0000.png"
+    image.unlink()
+    os.mkfifo(image)
+    dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE, num_classes=3)
+    signal.alarm(20)
+    try:
+        with pytest.raises(DataConfigError) as err:
+            dm.prepare_data()
+    finally:
+        signal.alarm(0)
+    assert _one_line(err) == (f"data.root={root} cannot be checked against its {MARKER_NAME}: cannot read {image}"
+                              f" (not a regular file: a FIFO, socket or device); make it readable, or delete {root}"
+                              " to regenerate it")
+
+
+def test_unrelated_files_are_accepted(tmp_path: Path) -> None:
     root = tmp_path / "rel"
     ensure_generated(root, FAKE)
     (root / "train" / "class_000" / ".DS_Store").write_bytes(b"")  # not an image: ImageFolder skips it too
+    (root / "README").write_text("notes\n")  # not in a split
     assert not ensure_generated(root, FAKE)
+
+
+def _old_marker(root: Path, *keys: str) -> dict:
+    """The marker of ``root`` as an older version wrote it: without ``keys``."""
     marker = json.loads((root / MARKER_NAME).read_text())
-    del marker["content"]  # as written before content was recorded
+    for key in keys:
+        del marker[key]
     (root / MARKER_NAME).write_text(json.dumps(marker))
-    __import__("shutil").rmtree(root / "val" / "class_000")
-    assert not ensure_generated(root, FAKE)  # nothing recorded to compare with: readable as before
+    return marker
+
+
+@pytest.mark.parametrize("keys", [(DIGEST_KEY,), (DIGEST_KEY, "content")], ids=["no_digest", "no_content"])
+def test_an_old_marker_is_checked_against_a_fresh_generation(tmp_path: Path, keys: tuple[str, ...],
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A marker without a digest says nothing of the images' bytes: the data is checked once against a fresh
+    generation (deterministic), which then records the digest (training; an evaluation only reads), or
+    refused when it differs (here: images swapped before the marker recorded any digest)."""
+    from models.run_config import detach_generator, require_existing_data
+
+    root = tmp_path / "rel"
+    ensure_generated(root, FAKE)
+    whole = json.loads((root / MARKER_NAME).read_text())
+    old = _old_marker(root, *keys)
+    dm = detach_generator(ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0,
+                                                generator=FAKE, num_classes=3))
+    assert require_existing_data(dm, "the run's config.yaml", "data_root=<folder>") == whole[DIGEST_KEY]
+    assert json.loads((root / MARKER_NAME).read_text()) == old  # eval.py reads only: the marker is unchanged
+    assert "matches a fresh generation" in caplog.text
+    caplog.clear()
+    assert require_existing_data(dm, "the run's config.yaml", "data_root=<folder>") == whole[DIGEST_KEY]
+    assert "matches a fresh generation" not in caplog.text  # the same bytes: not regenerated again here
+    (root / MARKER_NAME).chmod(0o640)
+    assert not ensure_generated(root, FAKE)
+    assert json.loads((root / MARKER_NAME).read_text()) == whole  # training records it, once
+    assert ((root / MARKER_NAME).stat().st_mode & 0o777, sorted(p.name for p in root.iterdir())) == (
+        0o640, [MARKER_NAME, "train", "val"])  # its mode kept, no temp file left
+
+    other = tmp_path / "other"
+    ensure_generated(other, FAKE)
+    _swap(other)
+    _old_marker(other, *keys)
+    with pytest.raises(DataConfigError) as err:
+        ensure_generated(other, FAKE)
+    assert _one_line(err) == (
+        f"data.root={other} no longer holds what was generated (its {MARKER_NAME}, written by an older version,"
+        " records no content digest, and its images differ from a fresh generation with the same settings: an"
+        f" image was moved to another class folder, replaced or edited); delete {other} to regenerate it")
+    assert DIGEST_KEY not in json.loads((other / MARKER_NAME).read_text())
 
 
 # ------------------------------------------------------------------------------------ ImageFolder

@@ -82,7 +82,34 @@ def test_a_test_set_root_inside_a_run_is_refused(tmp_path: Path, capsys: pytest.
                                    f"testset.data.root={run / 'tsdata'}"])
     err = capsys.readouterr().err
     assert code != 0 and f"is inside the run dir {run}" in err and "Traceback" not in err, err
-    assert not (run / "tsdata").exists()
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]  # no data, no generation lock beside it
+
+
+def test_a_data_root_no_command_line_check_saw_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """A sweep's later value of data.root, and a data root inside the job's own run dir (not a run dir yet
+    when the command line is checked): refused before its folders or its generation lock
+    (``.<root>.lock`` beside it) are made."""
+    from data.generation import generation_lock
+    from models.lifecycle import job
+    from tests.helpers import compose_config
+
+    run = _finished_run(tmp_path / "runs" / "base0")
+    ok = tmp_path / "data" / "ok"
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["-m", "debug=fast", f"data.root={ok},{run / 'data'}",
+                             f"paths.log_dir={tmp_path / 'runs'}"], "train")
+    assert str(err.value) == (f"the sweep's job with data.root={run / 'data'}: data.root={str(run / 'data')!r} is"
+                              f" inside the run dir {run}, whose files are that run's; valid: a folder outside every"
+                              " run dir")
+    own = tmp_path / "runs" / "own"
+    with pytest.raises(DestinationError, match=f"^data.root={str(own / 'data')!r} is inside the run dir {own},"):
+        job.run(compose_config(["debug=fast", f"data.root={own / 'data'}"], own, tmp_path / "data"))
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]
+    assert not (own / "data").exists() and not ok.exists()
+    locks = [p for p in tmp_path.rglob("*.lock") if p.name != "run.lock"]
+    assert locks == [], locks
+    with generation_lock(own / "data"):  # the name of that lock, so the check above can fail
+        assert (own / ".data.lock").is_file()
 
 
 def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -99,6 +99,37 @@ def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_d
     assert json.loads(path.read_text()) == stale
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_a_symlinked_testsets_folder_is_named_and_what_it_leads_to_left_alone(sweep: Path, data_dir: Path,
+                                                                              tmp_path: Path, capsys) -> None:
+    """A run whose ``testsets`` is a link into another run's results: evaluate_testsets and eval.py name the
+    link and say to replace it with a real folder; neither reads, writes nor offers to remove what it leads to
+    (it once said "holds another run's result; remove it", of the other run's file)."""
+    import eval as eval_script
+    from models.lifecycle.files import RunFileError
+
+    others = tmp_path / "other_run" / "testsets"
+    others.mkdir(parents=True)
+    theirs = others / "relational_right@interpolate.json"
+    theirs.write_text(json.dumps({"testset": "relational_right", "identity": "0" * 16, "metrics": {"val/top1": 1.0}}))
+    run = tmp_path / "run"
+    shutil.copytree(sweep / RUN, run, ignore=shutil.ignore_patterns("testsets"))
+    (run / "testsets").symlink_to(others, target_is_directory=True)
+    expected = (f"{run / 'testsets'}: it is a symlink (to {others}), where the run's own folder of test-set results"
+                " belongs; replace the link with a real folder (remove the link itself: what it leads to is not this"
+                " run's, it may be another run's folder) (nothing was evaluated)")
+    assert _main(run, data_dir, "--testsets", "relational_right") == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: run / relational_right: {expected}"]
+    cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_right",
+                          "testset.data.generator.num_val=16", "throughput_batch=2"], tmp_path / "eval", data_dir,
+                         config_name="eval")
+    with pytest.raises(RunFileError) as err:
+        eval_script.evaluate(cfg)
+    assert str(err.value) == expected
+    assert [p.name for p in others.iterdir()] == [theirs.name]
+    assert json.loads(theirs.read_text())["identity"] == "0" * 16  # read by neither, written by neither
+
+
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_leftish"]) == 2
     err = capsys.readouterr().err.strip()

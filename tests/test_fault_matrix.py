@@ -58,7 +58,7 @@ COMMANDS = ("train", "eval", "plot_rpe", "make_tables", "archive_runs", "evaluat
 CONTENT_DAMAGES = ("empty", "truncated", "wrong type")
 STORAGE_DAMAGES = ("read-only", "full disk")
 STRAY_FAILURE = '{"status": "failed", "error": "x"}\n'  # a failed.json beside a finished run's records
-DEEP = "[" * 200000 + "]" * 200000  # past `models.lifecycle.files.MAX_JSON_DEPTH`: once a RecursionError
+DEEP = "[" * 200000 + "]" * 200000  # past `data.bounded_json.MAX_JSON_DEPTH`: once a RecursionError
 RECORDS = ("run.json", "metrics.json", "failed.json")
 ADDED_DAMAGES = ("deeply nested", "symlink loop", "mode 000")  # with the test-set result, evaluate_testsets...
 # ... and the result file, their cells are run only where the command opens the file in a finished run dir

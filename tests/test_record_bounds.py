@@ -2,6 +2,8 @@
 
 - JSON records are read within bounds (size, nesting depth): a record nested 200000 deep was a RecursionError
   in every reader, and make_tables then built no table at all;
+- the data layer reads its completion markers by the same bounds without importing models (no package
+  imports one above it);
 - a folder this user may not read, and a log dir through a symlink loop, are one line;
 - a run without ``run_name`` leaves only its own run dir (the dir checked before Hydra starts is the run's).
 """
@@ -19,8 +21,9 @@ import pytest
 
 import models.lifecycle.cli as cli
 from data import DataConfigError
+from data.bounded_json import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_depth_exceeds
 from data.generation import MARKER_NAME, read_marker
-from models.lifecycle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, RunFileError, json_depth_exceeds, read_json
+from models.lifecycle.files import RunFileError, read_json
 from models.lifecycle.records import read_run_record, run_status
 from scripts import archive_runs
 from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
@@ -101,6 +104,25 @@ def test_a_deep_completion_marker_is_damaged(tmp_path: Path) -> None:
     (tmp_path / MARKER_NAME).write_text(DEEP)
     with pytest.raises(DataConfigError, match=r"completion marker .* is damaged \(nested deeper than"):
         read_marker(tmp_path)
+
+
+# Which top-level packages each package may import: rpe <- data <- models <- scripts, never upwards (the bounded
+# JSON reader lives in data.bounded_json so that data.generation reads its marker without models.lifecycle).
+FORBIDDEN_IMPORTS = {"rpe": {"data", "models", "scripts"}, "data": {"models", "scripts"}, "models": {"scripts"}}
+
+
+def test_no_package_imports_one_above_it() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    upward = []
+    for package, forbidden in FORBIDDEN_IMPORTS.items():
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):  # function-level imports too
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                upward += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in forbidden]
+    assert upward == []
 
 
 # ----------------------------------------------------------------------------- a run without run_name

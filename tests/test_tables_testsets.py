@@ -293,6 +293,7 @@ def test_a_symlinked_testsets_folder_is_listed_and_none_of_it_counted(tmp_path: 
     run = next(r for r in table.cells[("k", "with APE")].runs if r.facts["seed"] == 1)
     assert run.testsets == {} and run.testset_problems[0][0] == "testsets"
     assert run.testset_problems[0][1].startswith("it is a symlink (to ")
+    assert "replace the link with a real folder (remove the link itself" in run.testset_problems[0][1]
     assert table.cells[("k", "with APE")].testset_text(INTERPOLATE, "val/top1") == (
         "60.00, 1 of 2 seeds evaluated, 1 not counted")
     _assert_own_cells(table)

@@ -466,8 +466,9 @@ def test_testsets_that_do_not_fit_the_run_are_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.filterwarnings("ignore")
 def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
-    """eval.py reads a test set's own data: missing, or made with other settings, it is one line naming the
-    command that makes it, and nothing is written."""
+    """eval.py reads a test set's own data: missing, made with other settings, or changed since (two images
+    swapped between class folders: the counts stay), it is one line naming the command that makes it, and
+    nothing is written."""
     import eval as eval_script
 
     data = tmp_path / "data"
@@ -490,6 +491,16 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
     _generate(data, "relational_canvas48", "testset.data.generator.num_val=16")
     message = evaluate("testset.data.generator.num_val=24")  # the yaml edited after its data was made
     assert "generated with other settings than testset=relational_canvas48 names (num_val: 16 on disk vs 24" in message
+    assert not (run / RESULT_FOLDER).exists()
+    first, second = sorted((root / "val" / "0_E").iterdir())[0], sorted((root / "val" / "4_W").iterdir())[0]
+    first.rename(second.parent / first.name)
+    second.rename(first.parent / second.name)
+    message = evaluate("testset.data.generator.num_val=16")
+    assert message == (f"data.root={root} no longer holds what was generated (its images differ from the content"
+                       " digest its .complete.json recorded: an image was moved to another class folder, replaced or"
+                       f" edited); delete {root} to regenerate it; a test set's data is made by its own command, once:"
+                       " python scripts/generate_testsets.py relational_canvas48 (with the same paths.data_dir= and"
+                       " testset.* overrides as here)")
     assert not (run / RESULT_FOLDER).exists()
     with pytest.raises(TestsetError, match="testset=val_at_48 reads the evaluated run's own data"):
         from scripts.generate_testsets import generate
@@ -530,6 +541,7 @@ def test_a_result_records_its_definition_and_no_partial_test_or_other_definition
     marker = json.loads((data / "testsets" / "relational_right_v2" / ".complete.json").read_text())
     assert record["testset_sha256"] == testset_sha256(definition, marker["generator"])
     assert record["testset_sha256"] == testset_sha256(definition, configured_generator(definition))  # make_tables'
+    assert record["data_sha256"] == marker["content_sha256"]  # the images it read, byte for byte
     assert (record["images_read"], record["images_total"]) == (16, 16)
     complete = path.read_bytes()
 

@@ -198,28 +198,68 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = ()) ->
 
 def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> None:
     """A sweep dir holds one sweep: Hydra would replace its ``multirun.yaml`` (the grid the tables read) with
-    another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep."""
-    import yaml
-
-    from models.lifecycle.files import yaml_problem
-
+    another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep.
+    A ``multirun.yaml`` that cannot be read as Hydra's grid is refused too (`saved_sweep_task`)."""
     saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
+    task = saved_sweep_task(saved, sweep_dir)
+    if task is None:
         return
-    try:
-        text = saved.read_text()
-        if yaml_problem(text):
-            return  # a damaged grid is the tables' to list
-        task = ((yaml.safe_load(text) or {}).get("hydra") or {}).get("overrides", {}).get("task")
-    except (OSError, yaml.YAMLError, AttributeError, RecursionError, UnicodeDecodeError):
-        return  # a damaged grid is the tables' to list; the jobs still check their own dirs
+
     def keys(items: list[str]) -> set[str]:  # the keys a sweep sets: new values (e.g. a further seed) extend it
         return {o.split("=", 1)[0].lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
 
-    if task is not None and keys(list(map(str, task))) != keys(overrides):
+    if keys(list(map(str, task))) != keys(overrides):
         made_by = " ".join(map(str, task))
         raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({saved} was made by "
                                f"{made_by!r}); valid: the same command again, or a new hydra.sweep.dir")
+
+
+def saved_sweep_task(saved: Path, sweep_dir: Path) -> list[Any] | None:
+    """The overrides (``hydra.overrides.task``) of the grid ``saved`` that an earlier launch left in
+    ``sweep_dir``; None when there is none. One this launch cannot read as Hydra's grid (not a plain file,
+    unreadable, not YAML, no task list) is refused in one line naming it: the launch would copy it aside
+    (`keep_earlier_grid`) and write its own grid over it, or through a link over another sweep's."""
+    import yaml
+
+    from data.bounded_json import JsonBoundsError, read_json_bytes
+    from models.lifecycle.files import describe_non_file, yaml_problem
+
+    if not os.path.lexists(saved):
+        return None
+    problem = ""
+    if saved.is_symlink() or not saved.is_file():
+        problem = describe_non_file(saved)
+    else:
+        try:
+            text = read_json_bytes(saved).decode()  # a regular file of bounded size, as every record
+        except JsonBoundsError as err:
+            problem = str(err)
+        except OSError as err:
+            problem = f"unreadable: {err.strerror or type(err).__name__}"
+        except UnicodeDecodeError:
+            problem = "not text"
+        else:
+            problem = "empty" if not text.strip() else yaml_problem(text)
+            if not problem:
+                try:
+                    grid = yaml.safe_load(text)
+                except yaml.YAMLError as err:
+                    problem = f"not valid YAML: {' '.join(str(err).split())[:120]}"
+                else:
+                    task = _nested(grid, "hydra", "overrides", "task")
+                    if isinstance(task, list):
+                        return task
+                    problem = "not the grid Hydra writes: it has no hydra.overrides.task list"
+    raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds {saved}, which is no sweep grid this launch can"
+                           f" read ({problem}); a launch would replace it, so nothing was started; valid: repair or"
+                           " move it away (it is the grid of the sweep there), or a new hydra.sweep.dir")
+
+
+def _nested(value: Any, *keys: str) -> Any:
+    """``value[k1][k2]...``, None where a level is not a mapping or lacks the key."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def _swept_values(override: Any) -> list[str] | None:
@@ -422,6 +462,7 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
             if config_name == "train":
                 check_schedule(cfg)
                 check_buildable(cfg)
+                check_data_root(cfg)  # a later value's data root: its job would generate there
         except ValueError as err:
             swept = next(o for o in line if o not in _first_of_sweeps(overrides))
             raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
@@ -603,17 +644,16 @@ def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> Non
 def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     """A data root that the run would generate lies outside every run dir and every other data root
     (`models.lifecycle.destinations`); returns the config's data roots, which no run dir may lie in."""
-    from models.lifecycle.destinations import DestinationError, check_destination
+    from models.lifecycle.destinations import DestinationError, check_generated_root
 
     data = cfg.get("data") or {}
     root = data.get("root") if hasattr(data, "get") else None
     if root is None:
         return ()
-    if data.get("generator") is not None:
-        try:
-            check_destination(str(root), "data.root", data_root=True)
-        except DestinationError as err:
-            raise CommandLineError(str(err)) from None
+    try:
+        check_generated_root(data)
+    except DestinationError as err:
+        raise CommandLineError(str(err)) from None
     return (str(root),)
 
 

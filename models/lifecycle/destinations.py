@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from models.lifecycle.records import CHECKPOINTS, CONFIG, RUN_RECORD
 
@@ -69,6 +70,18 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         raise DestinationError(f"{what}={os.fspath(path)!r} {where} {inside_data}, where a new folder would become"
                                " part of the dataset; valid: a folder outside every data root")
     return target
+
+
+def check_generated_root(data: Any) -> str | None:
+    """The root the data config ``data`` (a run's ``cfg.data``) would generate data into, when it names a
+    generator, checked as a data root (`check_destination`), and returned; None when it generates nothing.
+    Every command that may generate calls this before anything is made for the root: its folders, or the
+    generation lock beside it."""
+    root = data.get("root") if hasattr(data, "get") else None
+    if root is None or data.get("generator") is None:
+        return None
+    check_destination(str(root), "data.root", data_root=True)
+    return str(root)
 
 
 def check_no_links_below(root: str | os.PathLike, target: str | os.PathLike, what: str) -> None:

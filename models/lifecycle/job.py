@@ -33,6 +33,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from models.lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
+from models.lifecycle.destinations import check_generated_root
 from models.lifecycle.files import (
     RunFileError,
     atomic_write_bytes,
@@ -599,6 +600,7 @@ def _is_smoke_run(cfg: DictConfig) -> bool:
 def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """``trainer.fast_dev_run``: a few batches end to end; nothing is written and nothing is a result."""
     datamodule, model = build_data_and_model(cfg)
+    check_generated_root(cfg.get("data") or {})  # before its folders or lock are made
     datamodule.prepare_data()
     callbacks = {k: c for k, c in (cfg.get("callbacks") or {}).items()
                  if c is not None and "Checkpoint" not in str(c.get("_target_", ""))}
@@ -700,6 +702,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         model.check_datamodule(datamodule)
     check_monitored_metrics(cfg.get("callbacks"), model)
     if rank0:
+        # a sweep's later jobs have values the command line did not check: nothing is made for a data root
+        # (its folders, its generation lock) before it is known to lie outside every run dir and data root
+        check_generated_root(cfg.get("data") or {})
         datamodule.prepare_data()  # generate data or reject a bad data.root before the Trainer starts
     trainer = build_trainer(cfg.trainer, cfg.get("callbacks"), cfg.get("logger"), run_hparams(cfg))
     resume = next((c for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), None)

@@ -31,15 +31,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from data.bounded_json import JsonBoundsError, read_json_bytes
 from models.lifecycle.files import (
     CHECKSUM,
-    JsonBoundsError,
     RunFileError,
     check_plain_file,
     checksum_problem,
-    describe_non_file,
+    own_folder_problem,
     read_json,
-    read_json_bytes,
     yaml_problem,
 )
 from models.lifecycle.identity import (
@@ -588,9 +587,9 @@ def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = 
     folder = run_dir / TESTSETS
     if not os.path.lexists(folder):
         return {}, {}, ()
-    if folder.is_symlink() or not folder.is_dir():
-        return {}, {}, ((TESTSETS, f"{describe_non_file(folder)}, where the run's own folder belongs; none of its"
-                                   " results is counted"),)
+    problem = own_folder_problem(folder, "test-set results")
+    if problem:
+        return {}, {}, ((TESTSETS, f"{problem}; none of its results is counted"),)
     try:
         names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json") and not p.name.startswith("."))
     except OSError as err:
