@@ -10,8 +10,15 @@
 #      and backend=auto, bf16-mixed
 #   4. bf16 Swin-T with each preset vs timm's plain Swin-T
 # The step timeouts add up to 550 s, so that the whole script fits one device call of at most 600 s.
+#   T. (optional, a device call of its own: `bash scripts/gpu_checks.sh table6 [override ...]` runs only this
+#      step, under one 480 s timeout) paper Table 6 (DETR) at the size that decides it: sweep=detr_gpu, its
+#      three rows x seeds 0-9 on a 16x16+ token grid, tested once on 1000 images; see table6_step below
 # Results go to $OUT (default ./gpu_out). Packages missing on the box can be carried as wheels in .whl/.
 set -u
+if [ $# -gt 0 ] && [ "$1" != table6 ]; then
+  echo "error: '$1' is not a step of gpu_checks.sh; valid: table6 (then train.py overrides), or nothing for the default checks" >&2
+  exit 2
+fi
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -26,6 +33,121 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu
 python3 -c "import torch, timm, lightning; print('torch', torch.__version__, 'timm', timm.__version__,
 'lightning', lightning.__version__)" >> "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+
+# T. Table 6 (DETR), sweep=detr_gpu (its config says what it changes from detr_mini and why): 3 rows x 10 seeds,
+# 6 epochs of 2000 images at batch 16 (750 steps a run), each run tested once on 1000 images. One lane per
+# seed (TABLE6_LANES, default 10): a lane is one train.py multirun over its seeds' rows, so ten small runs
+# share the GPU at a time (each run alone leaves it idle most of a step, launching kernels from one CPU core)
+# and the 16 cores (one intra-op thread and two loader workers a run). The data is generated once first.
+# Time, estimated on CPU (no GPU has run this yet). A step is about 2500 kernel launches, counted with a
+# dispatch mode: forward 175, the set criterion 1844 (its two matcher calls 785 each, about 49 per image),
+# backward 480, clipping and foreach AdamW about 20; plus 32 host syncs (a matcher's cost matrix goes to
+# the CPU per image) and 49 GFLOP (a 144x192 batch). Host time per op on a busy 2-core EPYC: 15 us (the CPU path
+# at 2x2 tokens), so with a launch about 20 us: ~50 ms a step in a lane. GPU time: 2500 launches x 2-4 us
+# plus the FLOPs at 15-50 TFLOP/s, 6-13 ms a step, and without MPS the lanes' kernels take turns on the
+# GPU: together the lanes make about 60-150 steps/s (central 90). 30 x 750 = 22500 steps: 150-375 s
+# (central 250); plus data 15 s, lane start-up about 25 s (imports and CUDA, one lane after the one before
+# wrote its grid), setup and a 1000-image test about 8 s a run (24 s a lane): about 215-440 s, central 315.
+# The summary prints the measured steps/s, to size the next run (e.g. `table6 schedules.short.epochs=12
+# schedules.short.lr_drop=10`). If the timeout cuts it short, the lanes are all in their last run, the ctx
+# clip 9x9 row (seed-major order): the first contrast (ctx 9x9 minus none) still has every seed.
+table6_lanes() {  # log dir, data dir, lanes, trainer, then train.py overrides; the step's body, under its timeout
+  local log=$1 data=$2 lanes=$3 trainer=$4 gen=() arg list lane mine i pid status=0
+  shift 4
+  for arg in "$@"; do case $arg in data.*|paths.*) gen+=("$arg") ;; esac; done
+  python3 - "$data" "${gen[@]}" <<'PY' || return 1
+import sys
+
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from models.lifecycle.cli import CONFIG_DIR
+
+with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+    cfg = compose("train", overrides=["sweep=detr_gpu", f"paths.data_dir={sys.argv[1]}", *sys.argv[2:]])
+instantiate(cfg.data).prepare_data()  # the lanes would otherwise wait on each other's generation lock
+print(f"data: {cfg.data.root}")
+PY
+  list=${TABLE6_SEEDS:-$(python3 -c "import yaml
+print(yaml.safe_load(open('configs/sweep/detr_gpu.yaml'))['hydra']['sweeper']['params']['seed'])")} || return 1
+  local seeds pids=()
+  IFS=, read -r -a seeds <<< "$list"
+  for ((lane = 0; lane < lanes && lane < ${#seeds[@]}; lane++)); do
+    mine=$(for ((i = lane; i < ${#seeds[@]}; i += lanes)); do printf '%s,' "${seeds[$i]}"; done)
+    OMP_NUM_THREADS=1 python3 train.py sweep=detr_gpu "$trainer" "seed=${mine%,}" "paths.data_dir=$data" \
+      "paths.log_dir=$log" "$@" > "$log/lane$lane.log" 2>&1 &
+    pids+=($!)
+    echo "lane $lane: seeds ${mine%,}"
+    # the next lane starts once this one wrote its grid (multirun.yaml), which Hydra does before "Launching"
+    for _ in $(seq 240); do
+      grep -q "Launching" "$log/lane$lane.log" 2>/dev/null || ! kill -0 "${pids[-1]}" 2>/dev/null && break
+      sleep 0.5
+    done
+  done
+  # at the timeout's SIGTERM the runs save last.ckpt and their record: wait for that, so the summary reads it
+  trap 'echo "timeout: the lanes save their state and stop"' TERM
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  while [ -n "$(jobs -pr)" ]; do wait; done  # a signal ends a wait early (timeout sends two)
+  return $status
+}
+
+# TABLE6_DIR (default /tmp/table6) holds runs/ and data/; TABLE6_SEEDS (e.g. 0,1) replaces the sweep's seeds;
+# TABLE6_TRAINER=trainer=cpu tries the step's machinery on a CPU (with tiny overrides: data.generator.num_train=32
+# data.generator.num_val=16 trainer.limit_train_batches=2 schedules.short.epochs=1 schedules.short.lr_drop=1 ...).
+table6_step() {  # train.py overrides
+  local log=${TABLE6_DIR:-/tmp/table6}/runs data=${TABLE6_DIR:-/tmp/table6}/data t0 status
+  mkdir -p "$log"
+  stamp "T. Table 6 (DETR): sweep=detr_gpu, ${TABLE6_LANES:-10} lanes, under 480 s"
+  t0=$(date +%s)
+  export -f table6_lanes
+  # timeout signals its whole process group: every lane, run and loader worker
+  timeout -k 20 480 bash -c 'table6_lanes "$@"' _ "$log" "$data" "${TABLE6_LANES:-10}" "${TABLE6_TRAINER:-trainer=gpu}" "$@"
+  status=$?
+  stamp "T. lanes ended (rc=$status; 124: the timeout)"
+  [ "$status" -eq 0 ] || for f in "$log"/lane*.log; do echo "== $f"; grep -v -i warn "$f" | tail -3; done
+  python3 - "$log/sweeps/detr_gpu" "$(( $(date +%s) - t0 ))" <<'PY' 2>&1 | tee "$OUT/table6_summary.txt"
+import glob, json, os, statistics, sys
+
+import yaml
+
+sweep, seconds = sys.argv[1], int(sys.argv[2])
+if not os.path.isdir(sweep):
+    sys.exit(f"no runs: {sweep} does not exist (the lane logs are in table6_runs.tar.gz)")
+done, steps, times, other = {}, 0, [], []
+for run in sorted(glob.glob(f"{sweep}/*/")):
+    name = os.path.basename(run.rstrip("/"))
+    metrics = json.load(open(f"{run}metrics.json")) if os.path.exists(f"{run}metrics.json") else {}
+    if metrics.get("val/AP") is None:
+        state = json.load(open(f"{run}run.json")).get("state") if os.path.exists(f"{run}run.json") else "no record"
+        other.append(f"{name}: {state}")
+        continue
+    cfg = yaml.safe_load(open(f"{run}config.yaml"))
+    done.setdefault(cfg["row"], []).append((cfg["seed"], metrics["val/AP"]))
+    steps += metrics["global_step"]
+    times.append(metrics["wall_time_s"])
+print("Table 6 on the GPU (sweep=detr_gpu): val/AP of each run's last epoch on the 1000 val images")
+for row, runs in done.items():
+    aps = [ap for _, ap in runs]
+    spread = f" ± {statistics.stdev(aps):.2f}" if len(aps) > 1 else ""
+    print(f"  {row:22s} {statistics.mean(aps):6.2f}{spread} (n={len(aps)}; seeds {' '.join(str(s) for s, _ in sorted(runs))})")
+print(f"not finished: {len(other)}" + "".join(f"\n  {line}" for line in other))
+if times:
+    print(f"throughput: {steps} steps of finished runs in the step's {seconds} s = {steps / seconds:.0f}"
+          f" steps/s over all lanes; a run took {min(times):.0f}-{max(times):.0f} s (median {statistics.median(times):.0f})")
+PY
+  # the paper's layout, the findings' verdicts and the run records (no checkpoints) for make_tables.py here
+  python3 scripts/make_tables.py "$log/sweeps/detr_gpu" > "$OUT/table6_tables.md" 2>&1
+  grep "^|.*detr_gpu\`" "$OUT/table6_tables.md" | head -8
+  tar -czf "$OUT/table6_runs.tar.gz" --exclude=checkpoints --exclude=run.lock -C "$log" .
+  stamp "T. done: $OUT/table6_summary.txt, table6_tables.md, table6_runs.tar.gz (lane logs and sweeps/detr_gpu)"
+  return $status
+}
+
+if [ "${1:-}" = table6 ]; then
+  shift
+  table6_step "$@"
+  exit $?
+fi
 
 stamp "0. fused Triton kernel: CUDA tests, then DeiT-S / Swin-T with @triton"
 timeout 100 python3 -m pytest --noconftest -o addopts="" -p no:cacheprovider -q -s tests/test_rpe_triton.py -k cuda \

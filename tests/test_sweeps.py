@@ -25,8 +25,10 @@ from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
 BENCHMARK_SWEEPS = {"shift_mini": 28, "canvas_mini": 12, "shift_swin_mini": 4, "longrange_mini": 7}
+# A paper table at a size only a GPU runs in its budget (scripts/gpu_checks.sh table6): rows x seeds.
+GPU_SWEEPS = {"detr_gpu": 30}
 SWEEPS = sorted(p.stem for p in (CONFIG_DIR / "sweep").glob("*.yaml")
-                if not p.stem.startswith("_") and p.stem not in BENCHMARK_SWEEPS)
+                if not p.stem.startswith("_") and p.stem not in {*BENCHMARK_SWEEPS, *GPU_SWEEPS})
 # 64 training images (2 batches of 32, the whole split at FAST's limit) and 64 test images: the runs train
 # and test on whole splits, so the tables count their results (a limited run is no result)
 TABLE_DATA = ["data.root=${paths.data_dir}/relational_64", "data.generator.num_train=64",
@@ -301,6 +303,50 @@ def test_detr_sweep_is_table_6_with_its_schedules() -> None:
             (c.trainer.max_epochs, c.model.lr_drop) for c in mini_jobs}
     assert len(mini) == 9 and [c.seed for c in mini_jobs] == [0] * 9 + [1] * 9 + [2] * 9
     assert mini["sine, ctx 15x15, short"] == (12, 10) and mini["sine, ctx 9x9, long"] == (24, 20)
+
+
+def test_gpu_detr_sweep_is_table_6_on_a_16x16_grid_with_1000_val_images_and_ten_seeds() -> None:
+    """sweep=detr_gpu: detr_mini's recipe but for what makes Table 6 decisive (a grid where piecewise and
+    clip part ways, 1000 val images read once, seeds 0-9), three rows seed-major, 6 epochs."""
+    from PIL import Image
+    from torchvision.tv_tensors import BoundingBoxes
+
+    from data.coco import CocoDataModule
+    from models.detr.backbone import TinyBackbone
+
+    jobs = _job_configs("detr_gpu")
+    assert len(jobs) == GPU_SWEEPS["detr_gpu"]
+    layout = make_tables.LAYOUTS["detr"]
+    rows = [layout.row(make_tables.run_facts(_resolved(c))) for c in jobs]
+    per_seed = ["sine, none, short", "sine, ctx 9x9, short", "sine, ctx clip 9x9, short"]
+    assert rows == per_seed * 10 and [c.seed for c in jobs] == [s for s in range(10) for _ in per_seed]
+    # detr_mini's data and model but for these
+    mini = _compose(["sweep=detr_mini", "row=sine_none_short", "data.root=/x"])
+    data = {**OmegaConf.to_container(mini.data), "num_workers": 2, "train_scales": [112, 128, 144], "max_size": 192,
+            "val_size": 128, "generator": {**mini.data.generator, "num_val": 1000}}
+    model = {**_without_pe(mini.model), "backbone": {**mini.model.backbone, "stem_stride": 2}}
+    for cfg in jobs:
+        assert cfg.ablation == "detr" and cfg.sweep_name == "detr_gpu"
+        assert (cfg.trainer.max_epochs, cfg.model.lr_drop, cfg.trainer.precision) == (6, 5, "32-true")
+        assert cfg.trainer.limit_val_batches == 0 and cfg.test_after_fit  # the last epoch, tested once
+        assert cfg.data.generator.num_val >= 1000
+        assert OmegaConf.to_container(cfg.data) == data and _without_pe(cfg.model) == model
+    cfg = jobs[0]
+    # the grid side from the backbone's stride and the eval size, then as the encoder really gets it: the
+    # most elongated image the generator draws, through the eval transform and the backbone
+    stride = TinyBackbone(list(cfg.model.backbone.channels), cfg.model.backbone.stem_stride).stride
+    assert stride == 8 and cfg.data.val_size // stride >= 16
+    short, long = cfg.data.generator.image_size
+    eval_tf = CocoDataModule(root="/x", val_size=cfg.data.val_size, max_size=cfg.data.max_size, num_classes=3).eval_tf
+    canvas = (short, long)
+    image, _ = eval_tf(Image.new("RGB", canvas[::-1]),
+                       {"boxes": BoundingBoxes([[0, 0, 8, 8]], format="XYXY", canvas_size=canvas),
+                        "labels": torch.zeros(1, dtype=torch.int64)})
+    assert min(image.shape[-2:]) == cfg.data.val_size  # max_size does not cap it
+    backbone = instantiate(cfg.model, rpe=OmegaConf.to_container(cfg.rpe, resolve=True), num_classes=3,
+                           _convert_="all").model.backbone
+    feats, _ = backbone.eval()(image[None], torch.zeros(1, *image.shape[-2:], dtype=torch.bool))
+    assert min(feats.shape[-2:]) >= 16, feats.shape
 
 
 def test_buckets_sweep_covers_the_paper_counts() -> None:
