@@ -25,7 +25,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import timm
 import torch
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import models  # noqa: E402  (registers our builders)
 from models.training import SavedTensorMeter  # noqa: E402
-from rpe.config import BACKENDS  # noqa: E402
+from rpe.config import BACKENDS, RPEConfigError, resolve_rpe  # noqa: E402
 from rpe.registry import PRESETS, preset_names  # noqa: E402
 
 MODELS = {
@@ -145,8 +145,72 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+class BenchError(ValueError):
+    """Bad input; the message is one line naming the bad value and the valid choices."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BenchError(f"{message} (see --help)")
+
+
+def _devices() -> list[str]:
+    """The devices this machine can run on, as --device takes them."""
+    valid = ["cpu"]
+    if torch.cuda.is_available():
+        valid += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        valid.append("mps")
+    return valid
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse every bad argument (`BenchError`, one line) before anything is built, timed or written."""
+    for name, least in (("batch", 1), ("steps", 1), ("warmup", 0), ("classes", 1), ("threads", 1)):
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise BenchError(f"--{name} {value} is out of range; valid: an integer >= {least}")
+    for case in args.presets or []:
+        preset, at, backend = case.partition("@")
+        if preset not in PRESETS and not preset.startswith("rpe-"):
+            raise BenchError(f"--presets {case!r}: {preset!r} is not a preset; valid: {', '.join(PRESETS)}"
+                             " (each optionally @backend, e.g. irpe_qkv@naive)")
+        if at and backend not in BACKENDS:
+            raise BenchError(f"--presets {case!r}: backend {backend!r} is not one; valid: {', '.join(BACKENDS)}")
+        try:
+            resolve_rpe(case_rpe(case, args.backend))
+        except RPEConfigError as err:
+            raise BenchError(f"--presets {case!r}: {err}") from None
+    valid = _devices()
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError):
+        device = None
+    available = device is not None and (
+        device.type == "cpu" or
+        (device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()) or
+        (device.type == "mps" and "mps" in valid))
+    if not available:
+        raise BenchError(f"--device {args.device!r} is not available on this machine; valid: {', '.join(valid)}")
+    if args.json is not None:
+        from models.lifecycle.destinations import DestinationError, check_destination
+
+        try:
+            check_destination(args.json, "--json")  # never into a run dir or a data root
+        except DestinationError as err:
+            raise BenchError(str(err)) from None
+        if args.json.is_dir():
+            raise BenchError(f"--json {str(args.json)!r} is a folder; valid: a file path (e.g. results.json)")
+        existing = next(p for p in args.json.absolute().parents if p.exists())
+        if not existing.is_dir():
+            raise BenchError(f"--json {str(args.json)!r}: {existing} is a file, not a folder; valid: a path whose"
+                             " folders are folders")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; returns the exit code (2 with a one-line ``error:`` on bad input)."""
+    parser = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=sorted(MODELS), default="deit_small")
     parser.add_argument("--presets", nargs="*",
                         help="RPE presets, or preset@backend such as irpe_qkv@naive (default: a set per model)")
@@ -158,13 +222,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="torch.compile every model")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="for presets without @backend")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--json", type=Path, help="also write the rows here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (>= 1)")
+    parser.add_argument("--json", type=Path, help="also write the rows here (never inside a run dir or data root)")
+    try:
+        args = parser.parse_args(argv)
+        check_args(args)
+        for case in args.presets or []:  # fail fast on a preset the model's builder refuses
+            try:
+                models.create_model(MODELS[args.model][1], rpe=case_rpe(case, args.backend), num_classes=2)
+            except (ValueError, TypeError) as err:
+                raise BenchError(f"--presets {case!r} does not build {MODELS[args.model][1]}: {err}") from None
+    except BenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    for case in args.presets or []:  # fail fast on a bad name
-        models.create_model(MODELS[args.model][1], rpe=case_rpe(case, args.backend), num_classes=2)
 
     rows = measure(args)
     setup = (f"model={args.model} batch={args.batch} device={args.device} bf16={args.bf16} "
@@ -178,8 +250,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         from models.lifecycle.files import atomic_write_json
 
-        atomic_write_json(args.json, {"setup": setup, "rows": rows})
+        try:
+            atomic_write_json(args.json, {"setup": setup, "rows": rows})
+        except OSError as err:
+            print(f"error: --json {str(args.json)!r}: {err}", file=sys.stderr)
+            return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

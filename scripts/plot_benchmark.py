@@ -13,6 +13,7 @@ the one its table's runs give.
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ matplotlib.use("Agg")  # files only: never open a window, work without a display
 from matplotlib.figure import Figure  # noqa: E402
 
 from models.lifecycle.files import atomic_write_bytes  # noqa: E402
-from scripts.tables.render import read_csv  # noqa: E402
+from scripts.tables.render import CSV_COLUMNS, read_csv  # noqa: E402
 
 METRIC = "val/top1"
 
@@ -39,6 +40,21 @@ class PlotError(ValueError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise PlotError(f"{message} (see --help)")
+
+
+def check_header(path: Path, name: str) -> None:
+    """Refuse a file whose first line is not the header of a make_tables.py CSV (e.g. its Markdown tables)."""
+    try:
+        with open(path, newline="") as f:
+            first = f.readline()
+    except UnicodeDecodeError:
+        first = None
+    fields = next(csv.reader([first]), []) if first is not None else []
+    needed = CSV_COLUMNS[:CSV_COLUMNS.index("paper") + 1]  # what read_csv and series read
+    if any(column not in fields for column in needed):
+        seen = "is not text" if first is None else f"begins {first.strip()[:60]!r}"
+        raise PlotError(f"{name!r} is not a make_tables.py CSV: it {seen}; expected the header line"
+                        f" {','.join(CSV_COLUMNS)!r} (give the CSV that make_tables.py --out wrote)")
 
 
 def series(records: list[dict], table: str) -> tuple[list[str], dict[str, list[tuple[float, float] | None]]]:
@@ -118,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             raise PlotError(f"{args.csv!r} is not a file; give the CSV that make_tables.py --out wrote")
         if not out.parent.is_dir():
             raise PlotError(f"--out {args.out!r}: its folder does not exist")
+        from models.lifecycle.destinations import DestinationError, check_destination
+
+        try:
+            check_destination(out, "--out")  # never into a run dir or a data root
+        except DestinationError as err:
+            raise PlotError(str(err)) from None
+        check_header(path, args.csv)
         try:
             records = read_csv(path)
         except (KeyError, ValueError, UnicodeDecodeError) as err:

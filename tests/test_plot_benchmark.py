@@ -55,3 +55,25 @@ def test_the_cli_writes_a_png_and_bad_input_is_one_line(tmp_path: Path, capsys: 
         assert err.strip() == message and not (tmp_path / "q.png").exists()
     assert plot_benchmark.main([str(tmp_path / "none.csv"), "--table", "x", "--out", str(out)]) == 2
     assert "none.csv' is not a file" in capsys.readouterr().err
+
+
+def test_out_inside_a_run_or_a_data_root_and_a_markdown_table_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from tests.test_destinations import _data_root, _finished_run
+
+    _write_csv(tmp_path / "t.csv", LINES)
+    run, data = _finished_run(tmp_path / "runs" / "r0"), _data_root(tmp_path / "data")
+    for out, where in ((run / "pb.png", f"is inside the run dir {run}"),
+                       (data / "pb.png", f"is inside the data root {data}")):
+        assert plot_benchmark.main([str(tmp_path / "t.csv"), "--table", "shift_mini", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out={str(out)!r} {where}") and err.count("\n") == 1, err
+        assert not out.exists()
+    markdown = tmp_path / "t.md"
+    markdown.write_text("## shift_mini\n\n| row | own val |\n|---|---|\n| huang | 98.0 ± 0.5 |\n")
+    out = tmp_path / "p.png"
+    assert plot_benchmark.main([str(markdown), "--table", "shift_mini", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {str(markdown)!r} is not a make_tables.py CSV: it begins '## shift_mini'")
+    assert "expected the header line 'table,row,col,metric,mean,std,n," in err and err.count("\n") == 1
+    assert not out.exists()

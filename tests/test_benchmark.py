@@ -1,0 +1,69 @@
+"""scripts/benchmark.py: every bad argument is one ``error:`` line and exit code 2, found before any model is
+built or timed, and --json never lands inside a run dir or a data root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from scripts import benchmark
+from tests.test_destinations import _data_root, _finished_run
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture) -> str:
+    assert benchmark.main(["--model", "micro", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--presets", "nope"], "error: --presets 'nope': 'nope' is not a preset; valid: none, irpe_k,"),
+    (["--presets", "irpe_k@fast"], "error: --presets 'irpe_k@fast': backend 'fast' is not one; valid: auto,"),
+    (["--steps", "0"], "error: --steps 0 is out of range; valid: an integer >= 1"),
+    (["--batch", "-1"], "error: --batch -1 is out of range; valid: an integer >= 1"),
+    (["--warmup", "-1"], "error: --warmup -1 is out of range; valid: an integer >= 0"),
+    (["--classes", "0"], "error: --classes 0 is out of range; valid: an integer >= 1"),
+    (["--threads", "0"], "error: --threads 0 is out of range; valid: an integer >= 1"),
+    (["--steps", "x"], "error: argument --steps: invalid int value: 'x' (see --help)"),
+    (["--device", "tpu9"], "error: --device 'tpu9' is not available on this machine; valid: cpu"),
+])
+def test_bad_arguments_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchmark, "measure", lambda args: pytest.fail("measured despite bad input"))
+    assert _refused(argv, capsys).startswith(message)
+
+
+def test_cuda_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(benchmark, "measure", lambda args: pytest.fail("measured despite bad input"))
+    assert _refused(["--device", "cuda"], capsys).startswith(
+        "error: --device 'cuda' is not available on this machine; valid: cpu")
+
+
+def test_json_inside_a_run_or_a_data_root_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(benchmark, "measure", lambda args: pytest.fail("measured despite bad input"))
+    run, data = _finished_run(tmp_path / "runs" / "r0"), _data_root(tmp_path / "data")
+    for path, where in ((run / "bench.json", f"is inside the run dir {run}"),
+                        (data / "bench.json", f"is inside the data root {data}")):
+        assert _refused(["--presets", "none", "--json", str(path)], capsys).startswith(
+            f"error: --json={str(path)!r} {where}")
+        assert not path.exists()
+    assert _refused(["--presets", "none", "--json", str(tmp_path)], capsys).startswith(
+        f"error: --json {str(tmp_path)!r} is a folder")
+
+
+def test_good_arguments_reach_the_measurement_and_the_json(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    row = {"case": "none", "step_ms": 1.0, "time_ratio": 1.0, "memory_MB": 1.0, "memory_ratio": 1.0,
+           "params_M": 1.0}
+    monkeypatch.setattr(benchmark, "measure", lambda args: [row])
+    threads: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    out = tmp_path / "bench" / "b.json"
+    assert benchmark.main(["--model", "micro", "--presets", "none", "irpe_k@naive", "--warmup", "0",
+                           "--threads", "1", "--device", "cpu", "--json", str(out)]) == 0
+    assert out.is_file() and '"case": "none"' in out.read_text() and threads == [1]
