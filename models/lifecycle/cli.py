@@ -619,7 +619,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
                 pins = _pin_output_dir(cfg, overrides, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
-        raise CommandLineError(override_error(err)) from None
+        raise CommandLineError(override_error(err, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
     return pins
@@ -664,6 +664,7 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
     from omegaconf import open_dict
 
     from models.lifecycle.settings import check_settings
@@ -677,6 +678,10 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
         with open_dict(cfg):
             del cfg["hydra"]
         return cfg
+    except (HydraException, OmegaConfBaseException) as err:
+        # every script's --set goes through here: the same one line as train.py's command line (unknown key
+        # with the valid keys, bad syntax, a missing environment variable), never OmegaConf's raw text
+        raise CommandLineError(override_error(err, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
 
@@ -702,9 +707,27 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     return copy
 
 
-def override_error(err: BaseException) -> str:
-    """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them."""
+def _missing_env_line(message: str, overrides: list[str]) -> str | None:
+    """An ``${oc.env:NAME}`` without a default whose variable is not set: OmegaConf names neither the key that
+    reads it nor the fix (its text is a KeyError's), so name both."""
+    missing = re.search(r"Environment variable '([^']+)' not found", message)
+    if not missing:
+        return None
+    name = missing.group(1)
+    reads = re.compile(r"\$\{\s*oc\.env:\s*" + re.escape(name) + r"\s*\}")
+    given = next((o for o in overrides if reads.search(o)), None)
+    where = f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+    return (f"{where} reads environment variable {name}, which is not set; valid: set it (export {name}=...),"
+            f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
+
+
+def override_error(err: BaseException, overrides: list[str] | None = None) -> str:
+    """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them.
+    ``overrides``, the command line, lets an unresolvable interpolation be traced to the key that holds it."""
     cause = root_cause(err)
+    env_line = _missing_env_line(str(cause), overrides or [])
+    if env_line is not None:
+        return env_line
     if getattr(err, "override", None):  # a parse error: OverrideParseException
         return (f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}; a value"
                 " with spaces, non-ASCII letters or other special characters must be quoted, e.g."
@@ -728,7 +751,9 @@ def override_error(err: BaseException) -> str:
         if not valid:  # the node is null (e.g. data.train_transform on data without one): it has no keys yet
             return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys; set"
                     f" the whole node ({where}={{...}}), or add the key with +{full_key}=...")
-        return f"{full_key} is not a config key; valid keys of {where}: {valid} (a new key needs +{full_key}=...)"
+        # no "+key=" hint: an added key is refused too unless something reads it (settings._check_root_keys,
+        # the constructor checks), so the valid keys are the whole answer
+        return f"{full_key} is not a config key; valid keys of {where}: {valid}"
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 
 
