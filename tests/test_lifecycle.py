@@ -207,11 +207,16 @@ def test_run_status_reads_a_died_job_and_an_interrupted_extension(finished: Path
 @pytest.mark.parametrize(("run_name", "expected"), [
     ("../x", "is not a run name"), ("", "is not a run name"), ("a//b", "is not a run name"),
     ("/abs", "is not a run name"), ("x" * 300, "a part of 300 bytes"),
+    # probe 61: run_name=' ' made a run dir named by a space
+    (" ", "run_name=' ' is not a run name; valid: .*spaces at a part's start or end"),
+    ("a/ b", "is not a run name"), ("run ", "is not a run name"),
 ])
 def test_run_names_stay_inside_the_log_dir(run_name: str, expected: str, tmp_path: Path) -> None:
     with pytest.raises(cli.CommandLineError, match=expected):
         cli.check_run_location(run_name, tmp_path)
     cli.check_run_location("sweep/job_1", tmp_path)  # nested names are fine
+    cli.check_run_location("a b/c d", tmp_path)  # and so are spaces inside a name
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_log_dir_that_is_a_file_and_a_run_dir_holding_runs_are_refused(tmp_path: Path) -> None:

@@ -93,11 +93,13 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     log dir itself a run dir, and a component longer than the file system allows fails only later.
     """
     name = "" if run_name is None else str(run_name)
-    rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts "
-            "or control and format characters (e.g. run_name=deit_s_irpe_k or run_name=sweep/job1)")
+    rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
+            "spaces at a part's start or end, or control and format characters (e.g. run_name=deit_s_irpe_k or "
+            "run_name=sweep/job1)")
     parts = name.split("/")
-    # a newline, tab or a right-to-left override in a folder name makes every listing and log line lie
-    hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
+    # a newline, tab or a right-to-left override in a folder name makes every listing and log line lie; a
+    # name of spaces (or one ending in a space) is a folder that looks empty or like another run's
+    hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name) or any(p != p.strip() for p in parts)
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
         raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
     too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
