@@ -612,6 +612,21 @@ def test_a_best_ckpt_of_a_shorter_run_of_the_same_config_is_no_result(tmp_path: 
                                                                       {"max_epochs": 2, "max_steps": -1}]
 
 
+def test_a_logger_folder_of_the_wrong_kind_is_refused_before_the_run_is_touched(finished: Path, tmp_path: Path,
+                                                                               data_dir: Path) -> None:
+    """Probe 93: a finished run whose csv/ was a file, extended, printed "[Errno 17] File exists" only after
+    resuming, and its record turned to failed; now refused as the checkpoints folder's wrong kind is."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    shutil.rmtree(run_dir / "csv")
+    (run_dir / "csv").write_text("not a folder\n")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    with pytest.raises(records.RunFileError) as err:
+        job.run(compose_config([*TINY, "trainer.max_epochs=2"], run_dir, data_dir))
+    assert str(err.value) == f"{run_dir / 'csv'} cannot be used: it is a file, where a folder belongs; move it away"
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before  # state still finished
+
+
 def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     """debug=fast trains a part of each epoch: optuna must not rank its number (it reported a 'best value'
     from smoke trials); a sweep job returns NaN, which optuna records as a failed trial."""
