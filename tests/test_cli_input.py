@@ -171,6 +171,29 @@ def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path
     assert not any(tmp_path.iterdir())
 
 
+def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probes 26/34: ``data.img_size=64`` on a root generated at 32 px was refused only after a failed run dir
+    was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
+    from data.generation import MARKER_NAME, describe_generator, resolve_generator
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    root = tmp_path / "data"
+    root.mkdir()
+    spec = {"_target_": "data.relational.generate_relational_shapes", "num_train": 8000, "num_val": 2000,
+            "img_size": 32, "patch_size": 4, "seed": 0, "min_object_size": 5, "max_object_size": 7,
+            "boundary_margin_deg": 5.0, "noise_max": 32}  # configs/data/relational.yaml's generator at 32 px
+    (root / MARKER_NAME).write_text(json.dumps({"generator": describe_generator(resolve_generator(spec))}))
+    logs = tmp_path / "logs"
+    args = [f"data.root={root}", f"paths.log_dir={logs}", "run_name=mismatch"]
+    check_overrides(args, "train")  # the same settings pass (the run dir is made: the check prepares it)
+    (logs / "mismatch").rmdir()
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*args, "data.img_size=64", "model.net.img_size=64"], "train")
+    assert str(err.value) == (f"data.root={root} was generated with different settings (img_size: 32 on disk vs 64"
+                              " configured); delete the folder or point data.root elsewhere to regenerate")
+    assert not (logs / "mismatch").exists()
+
+
 def test_the_multirun_flag_may_come_anywhere() -> None:
     from models.lifecycle.cli import multirun_flag_first
 

@@ -656,7 +656,29 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
         check_generated_root(data)
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
+    _check_existing_generation(data)
     return (str(root),)
+
+
+def _check_existing_generation(data: Any) -> None:
+    """A data root already generated with other settings (``data.img_size=64`` on a 32-px root) is refused
+    here, before the run dir is made: the data module's own check (`data.generation.ensure_generated`) came
+    only after the run dir was claimed, leaving a failed run for what is a config mismatch. Reading the
+    marker is cheap; the content check stays with the data module."""
+    from data.errors import DataConfigError
+    from data.generation import _check_marker, describe_generator, read_marker, resolve_generator
+
+    if data.get("generator") is None:
+        return
+    root = Path(str(data.get("root"))).expanduser().absolute()
+    try:
+        marker = read_marker(root)
+        if marker is None:
+            return
+        generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True))
+        _check_marker(root, marker, describe_generator(generator))
+    except DataConfigError as err:
+        raise CommandLineError(str(err)) from None
 
 
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
