@@ -629,6 +629,12 @@ def test_generate_testsets_names_an_unknown_set_key_and_the_valid_ones(tmp_path:
         "error: testset.data.generator.nope is not a config key; valid keys of testset.data.generator: _partial_,"
         " _target_, boundary_margin_deg, img_size, max_object_size, min_object_size, noise_max, num_train, num_val,"
         " patch_size, region, seed\n")
+    # probe 74's missing environment variable, in --set: its key and the fix, not a KeyError's text at generation
+    assert main(["relational_right", "--set", "paths.data_dir=${oc.env:NOPE_P39_UNSET}/data"]) == 2
+    assert capsys.readouterr().err == (
+        "error: paths.data_dir=${oc.env:NOPE_P39_UNSET}/data reads environment variable NOPE_P39_UNSET, which is not"
+        " set; valid: set it (export NOPE_P39_UNSET=...), give a default (${oc.env:NOPE_P39_UNSET,<default>}) or"
+        " give the value itself\n")
     assert not any(tmp_path.iterdir())  # nothing generated
 
 

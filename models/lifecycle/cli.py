@@ -699,6 +699,9 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
         check_settings(cfg)
+        for node in ("paths", "testset", "data"):  # where a --set ${oc.env:...} goes: refused now, naming its key,
+            if isinstance(cfg.get(node), DictConfig):  # not when the data are made
+                OmegaConf.to_container(cfg[node], resolve=True)
         with open_dict(cfg):
             del cfg["hydra"]
         return cfg
@@ -798,6 +801,10 @@ def root_cause(err: BaseException) -> BaseException:
 
 def one_line(err: BaseException) -> str:
     cause = root_cause(err)
+    # a ${oc.env:NAME} resolved late (a script's --set paths.data_dir=...): the fix, not OmegaConf's KeyError text
+    env_line = _missing_env_line(str(cause), [])
+    if env_line is not None:
+        return env_line
     return " ".join(str(cause).split()) or type(cause).__name__
 
 
