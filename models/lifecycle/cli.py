@@ -673,9 +673,12 @@ def _check_existing_generation(data: Any) -> None:
     root = Path(str(data.get("root"))).expanduser().absolute()
     try:
         marker = read_marker(root)
-        if marker is None:
-            return
-        generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True))
+        generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True)) if marker else None
+    except Exception:  # a damaged marker, an unreadable root, a target that does not import: each is named by
+        return  # the data module's own checks, after the destination checks made here
+    if marker is None or generator is None:
+        return
+    try:
         _check_marker(root, marker, describe_generator(generator))
     except DataConfigError as err:
         raise CommandLineError(str(err)) from None
