@@ -53,16 +53,22 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Run dirs (`_is_run_dir`): each path that is one, else its sub-folders that are (a sweep dir)."""
+    """Run dirs (`_is_run_dir`): each path that is one, else its sub-folders that are (a sweep dir), each run
+    once (by its resolved path). A path that holds no run is a mistake (a typo, an empty sweep), refused."""
     runs: list[Path] = []
+    seen: set[Path] = set()
     for path in paths:
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a run or sweep dir")
-        if _is_run_dir(path):
-            runs.append(path)
-        else:
-            runs.extend(sorted(p for p in path.iterdir()
-                               if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p)))
+        found = [path] if _is_run_dir(path) else sorted(
+            p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p))
+        if not found:
+            raise FileNotFoundError(f"{path} holds no run (no config.yaml or checkpoints/ in it or in its"
+                                    " sub-folders); valid: a train.py run dir or a sweep dir of them")
+        for run in found:  # the same run named twice (or by a link) is evaluated and counted once
+            if run.resolve() not in seen:
+                seen.add(run.resolve())
+                runs.append(run)
     return runs
 
 
@@ -156,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [t for t in args.testsets if t not in testset_names()]
         if unknown:
             raise ValueError(f"--testsets {unknown[0]} is not a test set; valid: {', '.join(testset_names())}")
+        args.testsets = list(dict.fromkeys(args.testsets))  # a test set named twice is evaluated once
         check_extra_overrides(args.set)
         check_whole_test_settings(args.set)
+        for testset in args.testsets:  # an unknown --set key or bad value: one line before any data is made
+            testset_config(testset, args.ape, args.set)
         runs = find_runs(args.paths)
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
@@ -231,7 +240,7 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
     from models.lifecycle.records import partial_run
 
     failed = generate_missing(args.testsets, args.set)
-    problems = len(failed) * len(runs)
+    problems = len(failed) * max(len(runs), 1)  # each error line printed makes the exit code non-zero
     testsets = []
     for testset in args.testsets:
         if testset in failed:
@@ -240,7 +249,7 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             testsets.append((testset, testset_config(testset, args.ape, args.set)))
         except user_error_types() as err:
             say(f"error: {testset}: {one_line(err)}", stream=sys.stderr)
-            problems += len(runs)
+            problems += max(len(runs), 1)
     done = 0
     for run_dir in runs:
         status = run_status(run_dir)

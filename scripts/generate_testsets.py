@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [n for n in names if n not in testset_names()]
         if unknown:
             raise ValueError(f"{unknown[0]} is not a test set; valid: {', '.join(generated_testsets())}")
+        names = list(dict.fromkeys(names))  # a test set named twice is made (and reported) once
+        for name in names:  # an unknown --set key or a bad value: one line (rc 2) before any data is written
+            compose_checked("eval", [f"testset={name}", *args.set])
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         return 2

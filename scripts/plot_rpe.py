@@ -332,6 +332,9 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
         load_run_weights,
     )
 
+    if run_dir.exists() and not run_dir.is_dir():  # e.g. <run>/metrics.json: it exists, so never "does not exist"
+        raise PlotError(f"{run_dir} is a file, not a run dir; expected a train.py run dir such as runs/<name>/"
+                        f" (perhaps {run_dir.parent})")
     if not run_dir.is_dir():
         raise PlotError(f"run dir {run_dir} does not exist; expected a train.py run dir such as runs/<name>/")
     config = run_dir / "config.yaml"

@@ -143,7 +143,11 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
     (["model.mixup.alpha=-0.2"], "model.mixup.alpha is not a config key; model.mixup is null (no mixup); valid keys"
                                  " of model.mixup (timm.data.Mixup's arguments): correct_lam, cutmix_alpha,"),
     (["run_name=ünï"], "must be quoted, e.g. 'run_name=\"my run\"'"),
-], ids=["delete_null", "mixup_null", "unquoted"])
+    # probe 74: OmegaConf's KeyError text named neither the key nor the fix
+    (["data.root=${oc.env:NOPE_P39_UNSET}"], "data.root=${oc.env:NOPE_P39_UNSET} reads environment variable"
+                                            " NOPE_P39_UNSET, which is not set; valid: set it (export"
+                                            " NOPE_P39_UNSET=...), give a default"),
+], ids=["delete_null", "mixup_null", "unquoted", "missing_env"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
     from models.lifecycle.cli import CommandLineError, check_overrides
@@ -151,6 +155,43 @@ def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_pa
     with pytest.raises(CommandLineError) as err:
         check_overrides([*args, f"paths.log_dir={tmp_path}"], "train")
     assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path) -> None:
+    """Probe 57: ``foo=1`` suggested ``+foo=...``, which the root-key check then refused: the valid keys only."""
+    from models.lifecycle.cli import CommandLineError, check_overrides
+    from models.lifecycle.settings import SettingError
+
+    with pytest.raises(CommandLineError) as err:
+        check_overrides(["foo=1", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value).startswith("foo is not a config key; valid keys of the root config: ablation, callbacks,")
+    assert "+" not in str(err.value)
+    with pytest.raises(SettingError, match="foo is not a setting: nothing reads a root key"):
+        check_overrides(["+foo=1", f"paths.log_dir={tmp_path}"], "train")  # why the hint was wrong
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probes 26/34: ``data.img_size=64`` on a root generated at 32 px was refused only after a failed run dir
+    was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
+    from data.generation import MARKER_NAME, describe_generator, resolve_generator
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    root = tmp_path / "data"
+    root.mkdir()
+    spec = {"_target_": "data.relational.generate_relational_shapes", "num_train": 8000, "num_val": 2000,
+            "img_size": 32, "patch_size": 4, "seed": 0, "min_object_size": 5, "max_object_size": 7,
+            "boundary_margin_deg": 5.0, "noise_max": 32}  # configs/data/relational.yaml's generator at 32 px
+    (root / MARKER_NAME).write_text(json.dumps({"generator": describe_generator(resolve_generator(spec))}))
+    logs = tmp_path / "logs"
+    args = [f"data.root={root}", f"paths.log_dir={logs}", "run_name=mismatch"]
+    check_overrides(args, "train")  # the same settings pass (the run dir is made: the check prepares it)
+    (logs / "mismatch").rmdir()
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*args, "data.img_size=64", "model.net.img_size=64"], "train")
+    assert str(err.value) == (f"data.root={root} was generated with different settings (img_size: 32 on disk vs 64"
+                              " configured); delete the folder or point data.root elsewhere to regenerate")
+    assert not (logs / "mismatch").exists()
 
 
 def test_the_multirun_flag_may_come_anywhere() -> None:

@@ -145,6 +145,39 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
         assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
 
 
+def test_a_path_without_runs_and_an_unknown_set_key_are_refused_before_anything(tmp_path: Path, capsys) -> None:
+    """Probes 140/147: an empty (typo'd) sweep dir evaluated nothing and exited 0, even after printing that a
+    test set's data could not be made; probe 146: an unknown --set key was OmegaConf's raw text, rc 1."""
+    data = tmp_path / "data"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert evaluate_testsets.main([str(empty), "--testsets", "relational_right", "--set",
+                                   f"paths.data_dir={data}"]) == 2
+    assert capsys.readouterr() == ("", f"error: {empty} holds no run (no config.yaml or checkpoints/ in it or in its"
+                                       " sub-folders); valid: a train.py run dir or a sweep dir of them\n")
+    assert evaluate_testsets.main([str(empty), "--testsets", "relational_right", "--set",
+                                   f"paths.data_dir={data}", "bogus_key=1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: bogus_key is not a config key; valid keys of the root config: ape,"
+                                        " batch_size,") and err.count("\n") == 1, err
+    assert not data.exists()  # no test set's data was made for either
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_run_or_test_set_named_twice_is_evaluated_once(sweep: Path, data_dir: Path, tmp_path: Path,
+                                                         capsys) -> None:
+    """Probe 145: the one (run, test set) pair was counted 4 times; runs are the same by resolved path. (The
+    interpolate rule: a result of its own, beside the default rule's stale file another test leaves.)"""
+    link = tmp_path / "link"
+    link.symlink_to(sweep / RUN)
+    assert evaluate_testsets.main([str(sweep / RUN), str(link), "--testsets", "relational_right",
+                                   "relational_right", "--ape", "interpolate", "--set", f"paths.data_dir={data_dir}",
+                                   "testset.data.generator.num_val=16", "throughput_batch=2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"{RUN} / relational_right: ") == 1, out
+    assert "1 runs x 1 test sets; 1 evaluated or kept, 0 not" in out
+
+
 def test_a_smoke_run_is_left_out(sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
     smoke = tmp_path / "smoke"
     shutil.copytree(sweep / RUN, smoke)

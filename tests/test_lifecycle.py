@@ -207,11 +207,16 @@ def test_run_status_reads_a_died_job_and_an_interrupted_extension(finished: Path
 @pytest.mark.parametrize(("run_name", "expected"), [
     ("../x", "is not a run name"), ("", "is not a run name"), ("a//b", "is not a run name"),
     ("/abs", "is not a run name"), ("x" * 300, "a part of 300 bytes"),
+    # probe 61: run_name=' ' made a run dir named by a space
+    (" ", "run_name=' ' is not a run name; valid: .*spaces at a part's start or end"),
+    ("a/ b", "is not a run name"), ("run ", "is not a run name"),
 ])
 def test_run_names_stay_inside_the_log_dir(run_name: str, expected: str, tmp_path: Path) -> None:
     with pytest.raises(cli.CommandLineError, match=expected):
         cli.check_run_location(run_name, tmp_path)
     cli.check_run_location("sweep/job_1", tmp_path)  # nested names are fine
+    cli.check_run_location("a b/c d", tmp_path)  # and so are spaces inside a name
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_log_dir_that_is_a_file_and_a_run_dir_holding_runs_are_refused(tmp_path: Path) -> None:
@@ -605,6 +610,21 @@ def test_a_best_ckpt_of_a_shorter_run_of_the_same_config_is_no_result(tmp_path: 
     job.run(compose_config([*TINY, "trainer.max_epochs=2"], short, data_dir))
     assert json.loads((short / "run.json").read_text())["lengths"] == [{"max_epochs": 1, "max_steps": -1},
                                                                       {"max_epochs": 2, "max_steps": -1}]
+
+
+def test_a_logger_folder_of_the_wrong_kind_is_refused_before_the_run_is_touched(finished: Path, tmp_path: Path,
+                                                                               data_dir: Path) -> None:
+    """Probe 93: a finished run whose csv/ was a file, extended, printed "[Errno 17] File exists" only after
+    resuming, and its record turned to failed; now refused as the checkpoints folder's wrong kind is."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    shutil.rmtree(run_dir / "csv")
+    (run_dir / "csv").write_text("not a folder\n")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    with pytest.raises(records.RunFileError) as err:
+        job.run(compose_config([*TINY, "trainer.max_epochs=2"], run_dir, data_dir))
+    assert str(err.value) == f"{run_dir / 'csv'} cannot be used: it is a file, where a folder belongs; move it away"
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before  # state still finished
 
 
 def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, monkeypatch) -> None:

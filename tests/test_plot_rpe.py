@@ -294,6 +294,17 @@ def test_bad_input_is_one_line(args: list[str], expected: str, trained_run: Path
     assert not (tmp_path / "plots").exists()  # nothing drawn on bad input
 
 
+def test_a_file_given_as_the_run_dir_is_named_a_file(tmp_path: Path, capsys) -> None:
+    """Probe 100: ``plot_rpe.py <run>/metrics.json`` said the (existing) file does not exist."""
+    metrics = tmp_path / "run" / "metrics.json"
+    metrics.parent.mkdir()
+    metrics.write_text("{}")
+    assert plot_rpe.main([str(metrics), "--out", str(tmp_path / "plots")]) == 2
+    assert capsys.readouterr().err == (f"error: {metrics} is a file, not a run dir; expected a train.py run dir such"
+                                       f" as runs/<name>/ (perhaps {metrics.parent})\n")
+    assert not (tmp_path / "plots").exists()
+
+
 def test_out_that_is_a_file_is_refused_before_the_run_is_loaded(trained_run: Path, tmp_path: Path, capsys,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "afile"

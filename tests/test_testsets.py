@@ -618,6 +618,26 @@ def test_generate_testsets_names_a_setting_given_as_a_name(capsys: pytest.Captur
                                        " after --set (--set paths.data_dir=/somewhere)\n")
 
 
+def test_generate_testsets_names_an_unknown_set_key_and_the_valid_ones(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Probe 131: OmegaConf's own text ("Key 'nope' is not in struct ...") named no valid key, and came per test
+    set after the others' data were made; now one line, as train.py's command line, before anything is made."""
+    from scripts.generate_testsets import main
+
+    assert main(["relational_right", "--set", f"paths.data_dir={tmp_path}", "testset.data.generator.nope=1"]) == 2
+    assert capsys.readouterr().err == (
+        "error: testset.data.generator.nope is not a config key; valid keys of testset.data.generator: _partial_,"
+        " _target_, boundary_margin_deg, img_size, max_object_size, min_object_size, noise_max, num_train, num_val,"
+        " patch_size, region, seed\n")
+    # probe 74's missing environment variable, in --set: its key and the fix, not a KeyError's text at generation
+    assert main(["relational_right", "--set", "paths.data_dir=${oc.env:NOPE_P39_UNSET}/data"]) == 2
+    assert capsys.readouterr().err == (
+        "error: paths.data_dir=${oc.env:NOPE_P39_UNSET}/data reads environment variable NOPE_P39_UNSET, which is not"
+        " set; valid: set it (export NOPE_P39_UNSET=...), give a default (${oc.env:NOPE_P39_UNSET,<default>}) or"
+        " give the value itself\n")
+    assert not any(tmp_path.iterdir())  # nothing generated
+
+
 def test_a_test_set_result_is_of_the_best_checkpoint_only(tmp_path: Path) -> None:
     """The tables' test-set columns are the runs' results: a result of last.ckpt (another model, when an earlier
     epoch was best) is refused before anything is loaded, never written where make_tables would count it."""

@@ -93,11 +93,13 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     log dir itself a run dir, and a component longer than the file system allows fails only later.
     """
     name = "" if run_name is None else str(run_name)
-    rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts "
-            "or control and format characters (e.g. run_name=deit_s_irpe_k or run_name=sweep/job1)")
+    rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
+            "spaces at a part's start or end, or control and format characters (e.g. run_name=deit_s_irpe_k or "
+            "run_name=sweep/job1)")
     parts = name.split("/")
-    # a newline, tab or a right-to-left override in a folder name makes every listing and log line lie
-    hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
+    # a newline, tab or a right-to-left override in a folder name makes every listing and log line lie; a
+    # name of spaces (or one ending in a space) is a folder that looks empty or like another run's
+    hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name) or any(p != p.strip() for p in parts)
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
         raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
     too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
@@ -619,7 +621,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
                 pins = _pin_output_dir(cfg, overrides, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
-        raise CommandLineError(override_error(err)) from None
+        raise CommandLineError(override_error(err, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
     return pins
@@ -654,7 +656,32 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
         check_generated_root(data)
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
+    _check_existing_generation(data)
     return (str(root),)
+
+
+def _check_existing_generation(data: Any) -> None:
+    """A data root already generated with other settings (``data.img_size=64`` on a 32-px root) is refused
+    here, before the run dir is made: the data module's own check (`data.generation.ensure_generated`) came
+    only after the run dir was claimed, leaving a failed run for what is a config mismatch. Reading the
+    marker is cheap; the content check stays with the data module."""
+    from data.errors import DataConfigError
+    from data.generation import _check_marker, describe_generator, read_marker, resolve_generator
+
+    if data.get("generator") is None:
+        return
+    root = Path(str(data.get("root"))).expanduser().absolute()
+    try:
+        marker = read_marker(root)
+        generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True)) if marker else None
+    except Exception:  # a damaged marker, an unreadable root, a target that does not import: each is named by
+        return  # the data module's own checks, after the destination checks made here
+    if marker is None or generator is None:
+        return
+    try:
+        _check_marker(root, marker, describe_generator(generator))
+    except DataConfigError as err:
+        raise CommandLineError(str(err)) from None
 
 
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
@@ -664,6 +691,7 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
     from omegaconf import open_dict
 
     from models.lifecycle.settings import check_settings
@@ -674,9 +702,16 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
         check_settings(cfg)
+        for node in ("paths", "testset", "data"):  # where a --set ${oc.env:...} goes: refused now, naming its key,
+            if isinstance(cfg.get(node), DictConfig):  # not when the data are made
+                OmegaConf.to_container(cfg[node], resolve=True)
         with open_dict(cfg):
             del cfg["hydra"]
         return cfg
+    except (HydraException, OmegaConfBaseException) as err:
+        # every script's --set goes through here: the same one line as train.py's command line (unknown key
+        # with the valid keys, bad syntax, a missing environment variable), never OmegaConf's raw text
+        raise CommandLineError(override_error(err, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
 
@@ -702,9 +737,27 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     return copy
 
 
-def override_error(err: BaseException) -> str:
-    """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them."""
+def _missing_env_line(message: str, overrides: list[str]) -> str | None:
+    """An ``${oc.env:NAME}`` without a default whose variable is not set: OmegaConf names neither the key that
+    reads it nor the fix (its text is a KeyError's), so name both."""
+    missing = re.search(r"Environment variable '([^']+)' not found", message)
+    if not missing:
+        return None
+    name = missing.group(1)
+    reads = re.compile(r"\$\{\s*oc\.env:\s*" + re.escape(name) + r"\s*\}")
+    given = next((o for o in overrides if reads.search(o)), None)
+    where = f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+    return (f"{where} reads environment variable {name}, which is not set; valid: set it (export {name}=...),"
+            f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
+
+
+def override_error(err: BaseException, overrides: list[str] | None = None) -> str:
+    """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them.
+    ``overrides``, the command line, lets an unresolvable interpolation be traced to the key that holds it."""
     cause = root_cause(err)
+    env_line = _missing_env_line(str(cause), overrides or [])
+    if env_line is not None:
+        return env_line
     if getattr(err, "override", None):  # a parse error: OverrideParseException
         return (f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}; a value"
                 " with spaces, non-ASCII letters or other special characters must be quoted, e.g."
@@ -728,7 +781,9 @@ def override_error(err: BaseException) -> str:
         if not valid:  # the node is null (e.g. data.train_transform on data without one): it has no keys yet
             return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys; set"
                     f" the whole node ({where}={{...}}), or add the key with +{full_key}=...")
-        return f"{full_key} is not a config key; valid keys of {where}: {valid} (a new key needs +{full_key}=...)"
+        # no "+key=" hint: an added key is refused too unless something reads it (settings._check_root_keys,
+        # the constructor checks), so the valid keys are the whole answer
+        return f"{full_key} is not a config key; valid keys of {where}: {valid}"
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 
 
@@ -749,6 +804,10 @@ def root_cause(err: BaseException) -> BaseException:
 
 def one_line(err: BaseException) -> str:
     cause = root_cause(err)
+    # a ${oc.env:NAME} resolved late (a script's --set paths.data_dir=...): the fix, not OmegaConf's KeyError text
+    env_line = _missing_env_line(str(cause), [])
+    if env_line is not None:
+        return env_line
     return " ".join(str(cause).split()) or type(cause).__name__
 
 

@@ -614,6 +614,30 @@ def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     return {}
 
 
+# Loggers that write into a folder ``<save_dir>/<name>`` (csv/, tensorboard/) of the run dir
+_FOLDER_LOGGERS = ("lightning.pytorch.loggers.CSVLogger", "lightning.pytorch.loggers.TensorBoardLogger")
+
+
+def _logger_dirs(cfg: DictConfig, run_dir: Path) -> tuple[str, ...]:
+    """The run dir's folders its loggers write into, for `check_layout`: their kind is checked before the
+    run is claimed, as the checkpoints folder's is."""
+    loggers = cfg.get("logger")
+    if not isinstance(loggers, DictConfig):
+        return ()
+    found = []
+    for node in loggers.values():
+        if not isinstance(node, DictConfig) or node.get("_target_") not in _FOLDER_LOGGERS:
+            continue
+        try:
+            save_dir, name = node.get("save_dir"), node.get("name")
+        except Exception:  # an unresolvable value is the settings check's to report, with its key
+            continue
+        if isinstance(name, str) and name and "/" not in name and save_dir is not None \
+                and os.path.abspath(str(save_dir)) == os.path.abspath(run_dir):
+            found.append(name)
+    return tuple(found)
+
+
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
     from models.lifecycle.settings import check_schedule, check_settings, schedule_notes
@@ -631,7 +655,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     earlier = None
     if rank0:
         with guarded(run_dir, "use the run dir"):
-            check_layout(run_dir)
+            check_layout(run_dir, _logger_dirs(cfg, run_dir))
             job.lock, job.writable = lock_run_dir(run_dir)
             earlier = claim_run_dir(run_dir, identity)
         lengths = _trained_lengths(earlier, length, fresh=earlier is None and not (run_dir / CONFIG).exists())

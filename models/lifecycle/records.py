@@ -61,13 +61,15 @@ class RunDirBusy(RunDirConflict):
     """Another process holds the run dir's lock (the same run started twice); nothing is written."""
 
 
-def check_layout(run_dir: Path) -> None:
+def check_layout(run_dir: Path, logger_dirs: tuple[str, ...] = ()) -> None:
     """Refuse, before anything is written or trained, a run dir whose records cannot be what they must be.
 
     Each record must be absent or a plain file, each record folder absent or a real folder: a folder
     where ``metrics.json`` belongs would fail only after training, a symlink could write into another run.
+    ``logger_dirs`` are the run's logger folders (``csv``): a file there failed only once the logger started
+    after resuming ("[Errno 17] File exists"), with the finished run's record already turned to failed.
     """
-    for name in RECORD_DIRS:
+    for name in (*RECORD_DIRS, *logger_dirs):
         path = run_dir / name
         with guarded(path, "read"):
             bad = path.is_symlink() or (path.exists() and not path.is_dir())
