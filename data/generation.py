@@ -22,6 +22,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -92,6 +93,42 @@ def resolve_generator(generator: Generator | Mapping[str, Any] | None) -> Genera
     target = spec.pop("_target_")
     spec.pop("_partial_", None)
     return functools.partial(get_method(target), **spec)
+
+
+# generator function -> the function that checks its settings without generating (`settings_check`)
+_SETTINGS_CHECKS: dict[Callable[..., Any], Callable[..., None]] = {}
+
+
+def settings_check(generator_fn: Callable[..., Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Decorator: the decorated function checks ``generator_fn``'s settings (one-line `DataConfigError`)
+    without generating anything. It is called with every argument of ``generator_fn`` except ``root``, the
+    generator's own defaults filled in, so the defaults have one home."""
+
+    def register(check: Callable[..., None]) -> Callable[..., None]:
+        _SETTINGS_CHECKS[generator_fn] = check
+        return check
+
+    return register
+
+
+def check_generator_settings(generator: Generator) -> None:
+    """Run the settings check registered for ``generator``'s function (`settings_check`), if any: a command
+    refuses settings the generator would refuse before it claims a run dir, not when the data are made."""
+    func, kwargs = generator, {}
+    while isinstance(func, functools.partial):
+        kwargs = {**func.keywords, **kwargs}
+        func = func.func
+    check = _SETTINGS_CHECKS.get(func)
+    if check is None:
+        return
+    try:
+        bound = inspect.signature(func).bind_partial(**kwargs)
+    except TypeError:  # a key the generator does not take: named by the config's constructor-key check
+        return
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    arguments.pop("root", None)
+    check(**arguments)
 
 
 def describe_generator(generator: Generator) -> dict[str, Any]:
@@ -387,7 +424,7 @@ def sweep_stale_temp_dirs(root: Path) -> list[Path]:
         return []
 
 
-def _check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any]) -> None:
+def check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any]) -> None:
     """Compare the recorded generator with the configured one; any difference is an error.
 
     Reusing data made with other settings would silently train on something else than configured.
@@ -425,7 +462,7 @@ def ensure_generated(root: str | Path, generator: Generator) -> bool:
     marker = read_marker(root)
     if marker is not None:  # fast path, no lock needed
         sweep_stale_temp_dirs(root)
-        _check_marker(root, marker, expected)
+        check_marker(root, marker, expected)
         check_content(root, marker, generator)
         return False
 
@@ -467,7 +504,7 @@ def _generate_locked(root: Path, generator: Generator, expected: dict[str, Any],
     remove_stale_temp_dirs(root, locked)
     marker = read_marker(root)  # another process may have finished while we waited for the lock
     if marker is not None:
-        _check_marker(root, marker, expected)
+        check_marker(root, marker, expected)
         check_content(root, marker, generator)
         return False
     if root.exists():

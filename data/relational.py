@@ -50,6 +50,7 @@ import numpy as np
 from PIL import Image
 
 from data.errors import DataConfigError
+from data.generation import settings_check
 
 # Class k is the sector centred on angle 45*k degrees (counter-clockwise from east).
 CLASS_NAMES: tuple[str, ...] = ("0_E", "1_NE", "2_N", "3_NW", "4_W", "5_SW", "6_S", "7_SE")
@@ -428,18 +429,9 @@ def generate_relational_shapes(
     a rectangle of the canvas (`placement_region`; None = anywhere, the default images). ``label``,
     ``distance_edges`` and ``distance_margin_px``: the relation the classes name (module docstring).
     """
-    check_label(label, distance_edges, distance_margin_px, patch_size if _is_int(patch_size) else 1)
+    check_generation_settings(num_train, num_val, img_size, patch_size, seed, min_object_size, max_object_size,
+                              boundary_margin_deg, noise_max, region, label, distance_edges, distance_margin_px)
     names = class_names(label, distance_edges)
-    for name, count in (("num_train", num_train), ("num_val", num_val)):
-        if not _is_int(count) or count < len(names):
-            raise DataConfigError(
-                f"data.generator.{name}={count!r} must be an integer >= {len(names)}: every class needs an "
-                "image in each split"
-            )
-    check_relational_settings(
-        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region,
-        label, distance_edges, distance_margin_px,
-    )
     root = Path(root)
     for split, count in (("train", num_train), ("val", num_val)):
         images, labels = render_relational_shapes(
@@ -461,3 +453,25 @@ def generate_relational_shapes(
         for index, (image, cls) in enumerate(zip(images, labels, strict=True)):
             # compress_level=1: ~3x faster than the default and the files are tiny anyway.
             Image.fromarray(image).save(root / split / names[cls] / f"{index:05d}.png", compress_level=1)
+
+
+@settings_check(generate_relational_shapes)
+def check_generation_settings(
+    num_train: int, num_val: int, img_size: int, patch_size: int, seed: int, min_object_size: int,
+    max_object_size: int, boundary_margin_deg: float, noise_max: int, region: Sequence[int] | None, label: str,
+    distance_edges: Sequence[float] | None, distance_margin_px: float,
+) -> None:
+    """Every check `generate_relational_shapes` makes before it draws an image (one-line `DataConfigError`);
+    cheap (milliseconds), so train.py runs it before it makes a run dir."""
+    check_label(label, distance_edges, distance_margin_px, patch_size if _is_int(patch_size) else 1)
+    names = class_names(label, distance_edges)
+    for name, count in (("num_train", num_train), ("num_val", num_val)):
+        if not _is_int(count) or count < len(names):
+            raise DataConfigError(
+                f"data.generator.{name}={count!r} must be an integer >= {len(names)}: every class needs an "
+                "image in each split"
+            )
+    check_relational_settings(
+        img_size, patch_size, min_object_size, max_object_size, boundary_margin_deg, noise_max, region,
+        label, distance_edges, distance_margin_px,
+    )

@@ -5,6 +5,7 @@ conftest.py; a test module imports these from here.)"""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -61,8 +62,15 @@ def run_cli(script: str, args: list[str], env_extra: dict[str, str] | None = Non
     env.pop("HYDRA_FULL_ERROR", None)
     return subprocess.run(
         [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=timeout,
+        timeout=timeout, preexec_fn=_sigint_as_at_a_terminal,
     )
+
+
+def _sigint_as_at_a_terminal() -> None:
+    """A non-interactive shell starts background jobs (``make slow &``) with SIGINT ignored, and Python
+    keeps an ignored SIGINT: Ctrl-C would then never reach the CLI under test. It gets SIGINT back, as it
+    has it when typed at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def check_encoding_everywhere(preset: str) -> None:

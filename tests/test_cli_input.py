@@ -147,7 +147,9 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
     (["data.root=${oc.env:NOPE_P39_UNSET}"], "data.root=${oc.env:NOPE_P39_UNSET} reads environment variable"
                                             " NOPE_P39_UNSET, which is not set; valid: set it (export"
                                             " NOPE_P39_UNSET=...), give a default"),
-], ids=["delete_null", "mixup_null", "unquoted", "missing_env"])
+    # OmegaConf's "Interpolation key 'nokey' not found" named neither the setting nor the fix
+    (["run_name=${nokey}"], "run_name=${nokey} reads ${nokey}, which is not a key of the config; valid: a key"),
+], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
     from models.lifecycle.cli import CommandLineError, check_overrides
@@ -192,6 +194,42 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
     assert str(err.value) == (f"data.root={root} was generated with different settings (img_size: 32 on disk vs 64"
                               " configured); delete the folder or point data.root elsewhere to regenerate")
     assert not (logs / "mismatch").exists()
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["data=relational_left", "data.generator.region=[0,0,32,40]"],
+     "data.generator.region=[0, 0, 32, 40] must satisfy 0 <= top < bottom <= 32 and 0 <= left < right <= 32"),
+    (["data=relational_left", "data.generator.region=[10,10,5,5]"],
+     "data.generator.region=[10, 10, 5, 5] must satisfy 0 <= top"),
+    (["data=relational_distance", "data.generator.distance_edges=[3.5,1.5]"],
+     "data.generator.distance_edges=[3.5, 1.5] must be at least 3 increasing finite numbers"),
+    (["data.generator.max_object_size=12"], "need 1 <= min_object_size <= max_object_size <= img_size // 3 = 10"),
+], ids=["region_off_canvas", "region_inverted", "edges_decreasing", "objects_too_large"])
+def test_generator_settings_are_refused_before_the_run_dir(args: list[str], expected: str, tmp_path: Path) -> None:
+    """Probes 227/228/230: settings the generator refuses were refused only when the data were made, after
+    the run dir was claimed; the command line runs the generator's settings check first (the data root is
+    new, so no marker could have caught them)."""
+    from models.lifecycle.cli import CommandLineError, check_overrides
+
+    logs = tmp_path / "logs"
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*args, f"paths.data_dir={tmp_path / 'data'}", f"paths.log_dir={logs}", "run_name=r"],
+                        "train")
+    assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not logs.exists() and not (tmp_path / "data").exists()
+
+
+def test_a_registered_settings_check_gets_the_generators_defaults() -> None:
+    """The check is called with every argument of the generator but root, its defaults filled in (one home)."""
+    import functools
+
+    from data.errors import DataConfigError
+    from data.generation import check_generator_settings
+    from data.relational import generate_relational_shapes
+
+    check_generator_settings(functools.partial(generate_relational_shapes))  # the defaults pass
+    with pytest.raises(DataConfigError, match="data.generator.num_val=3 must be an integer >= 8"):
+        check_generator_settings(functools.partial(generate_relational_shapes, num_val=3))
 
 
 def test_the_multirun_flag_may_come_anywhere() -> None:

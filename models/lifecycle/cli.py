@@ -661,25 +661,39 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
 
 
 def _check_existing_generation(data: Any) -> None:
-    """A data root already generated with other settings (``data.img_size=64`` on a 32-px root) is refused
-    here, before the run dir is made: the data module's own check (`data.generation.ensure_generated`) came
-    only after the run dir was claimed, leaving a failed run for what is a config mismatch. Reading the
-    marker is cheap; the content check stays with the data module."""
+    """Refused here, before the run dir is made: generator settings the generator would refuse
+    (`data.generation.check_generator_settings`: a region off the canvas, decreasing distance edges), and a
+    data root already generated with other settings (``data.img_size=64`` on a 32-px root). The data
+    module's own checks came only after the run dir was claimed, leaving a failed run for what is a config
+    mismatch. Both are cheap; the content check stays with the data module."""
     from data.errors import DataConfigError
-    from data.generation import _check_marker, describe_generator, read_marker, resolve_generator
+    from data.generation import (
+        check_generator_settings,
+        check_marker,
+        describe_generator,
+        read_marker,
+        resolve_generator,
+    )
 
     if data.get("generator") is None:
         return
     root = Path(str(data.get("root"))).expanduser().absolute()
     try:
+        generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True))
+    except Exception:  # a target that does not import: named by the data module's own checks
+        return
+    try:
+        check_generator_settings(generator)
+    except DataConfigError as err:
+        raise CommandLineError(str(err)) from None
+    try:
         marker = read_marker(root)
-        generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True)) if marker else None
-    except Exception:  # a damaged marker, an unreadable root, a target that does not import: each is named by
-        return  # the data module's own checks, after the destination checks made here
+    except Exception:  # a damaged marker, an unreadable root: each is named by the data module's own checks,
+        return  # after the destination checks made here
     if marker is None or generator is None:
         return
     try:
-        _check_marker(root, marker, describe_generator(generator))
+        check_marker(root, marker, describe_generator(generator))
     except DataConfigError as err:
         raise CommandLineError(str(err)) from None
 
@@ -762,6 +776,14 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
         return (f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}; a value"
                 " with spaces, non-ASCII letters or other special characters must be quoted, e.g."
                 " 'run_name=\"my run\"'")
+    missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
+    if missing_key:  # OmegaConf names the missing key, not the setting that reads it
+        name = missing_key.group(1)
+        reads = re.compile(r"\$\{\s*" + re.escape(name) + r"\s*\}")
+        given = next((o for o in overrides or [] if reads.search(o)), None)
+        where = f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+        return (f"{where} reads ${{{name}}}, which is not a key of the config; valid: a key that exists (e.g."
+                " ${paths.log_dir}, ${seed}) or the value itself")
     deleted = re.search(r"Could not delete from config\. '([^']+)' does not exist", str(err))
     if deleted:  # Hydra's ~key on a key whose value is null
         key = deleted.group(1)
