@@ -72,6 +72,18 @@ def test_holm_step_down_by_hand() -> None:
     assert make_tables.holm([0.03]) == [0.03] and make_tables.holm([]) == []
 
 
+def test_seeds_needed_is_where_every_seed_agreeing_clears_holms_first_step() -> None:
+    """2/2^n <= 0.05/m, worked by hand: 2/1024 = 0.00195 <= 0.05/25 = 0.002 but > 0.05/26 = 0.00192; 2/2048 =
+    0.000977 <= 0.05/51 = 0.000980 but > 0.05/52; 2/4096 <= 0.05/102 = 0.000490 but > 0.05/103."""
+    assert [findings.seeds_needed(m) for m in (1, 19, 25, 26, 28, 51, 52, 102, 103)] == [6, 10, 10, 11, 11, 11, 12,
+                                                                                         12, 13]
+    # the bound is the one Holm sets: at the needed seeds the smallest exact p is rejected, one seed fewer not
+    for m in (19, 28, 52):
+        n = findings.seeds_needed(m)
+        assert make_tables.holm([findings.sign_flip_p([1.0] * n)] + [1.0] * (m - 1))[0] <= 0.05
+        assert make_tables.holm([findings.sign_flip_p([1.0] * (n - 1))] + [1.0] * (m - 1))[0] > 0.05
+
+
 # ----------------------------------------------------------------------------- verdicts on runs
 REPLACES = "RPE replaces APE: QKV without APE beats APE alone"  # qkv/no APE minus none/with APE
 KEYS = "keys carry more than values (mean over both APE columns)"

@@ -593,6 +593,25 @@ def _measure(finding: Finding, table: Table, registered_only: bool = True) -> Ve
     return base
 
 
+def seeds_needed(family: int, alpha: float = ALPHA) -> int:
+    """The fewest seeds at which the exact sign-flip test can decide anything in a Holm family of ``family``
+    findings: its smallest p, ``2 / 2^n`` (every seed agreeing in sign), must be at most ``alpha / family``,
+    the threshold of the family's first step."""
+    n = 1
+    while 2 / 2**n > alpha / max(family, 1):
+        n += 1
+    return n
+
+
+def _power_text(tested: list[Verdict]) -> str:
+    """Whether the family could decide anything at its seed counts (`seeds_needed`)."""
+    needed, fewest = seeds_needed(len(tested)), min(v.n for v in tested)
+    text = (f"A family of {len(tested)} needs {needed} or more seeds per finding before any verdict is possible"
+            f" (the smallest exact p, 2/2^n, must be <= α/{len(tested)}); the fewest here: {fewest}")
+    short = sum(v.n < needed for v in tested)
+    return text + (f", so {short} of them could never be decided: add seeds." if short else ".")
+
+
 def decide(results: list[Verdict], alpha: float = ALPHA) -> list[Verdict]:
     """Holm over the findings of ``results`` that have a test, then ``holds`` / ``reversed`` / ``not resolved``."""
     tested = [v for v in results if v.verdict == ""]
@@ -644,9 +663,10 @@ def findings_markdown(results: list[Verdict]) -> str:
         lines.append(f"| {v.finding.claim} | {v.finding.cited} | {table} | {v.paper} | {ours} | {_p_text(v.p)} "
                      f"| {_p_text(v.p_t)} | {_p_text(v.p_holm)} | {verdict} |")
     counts = Counter(v.verdict for v in results)
-    tested = sum(v.p_holm is not None for v in results)
-    lines += ["", f"Holm over the {tested} pre-registered findings tested (exact sign-flip p), family-wise"
+    tested = [v for v in results if v.p_holm is not None]
+    lines += ["", f"Holm over the {len(tested)} pre-registered findings tested (exact sign-flip p), family-wise"
               f" α = {ALPHA:g}: "
               + ", ".join(f"{counts[k]} {k}" for k in VERDICTS) + "."
+              + (f" {_power_text(tested)}" if tested else "")
               + (f" Not listed: {unlisted} findings of tables not built from these runs." if unlisted else "")]
     return "\n".join(lines) + "\n"
