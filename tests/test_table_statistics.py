@@ -138,8 +138,13 @@ def test_holm_makes_two_findings_that_each_hold_alone_not_resolved(tmp_path: Pat
         assert both[claim].p == 2 / 64 and both[claim].p_holm == 4 / 64
         assert both[claim].verdict == "not resolved"
     markdown = make_tables.findings_markdown(list(both.values()))
-    assert ("Holm over the 2 pre-registered findings tested (exact sign-flip p), family-wise α = 0.05: 0 holds,"
-            " 0 reversed, 2 not resolved") in markdown
+    assert ("Holm over the 2 pre-registered findings tested in every task (all listed here; exact sign-flip p),"
+            " family-wise α = 0.05; the verdicts listed: 0 holds, 0 reversed, 2 not resolved") in markdown
+    assert "A family of 2 needs 7 or more seeds per finding" in markdown  # 2/2^7 <= 0.025 < 2/2^6
+    assert "the fewest here: 6, so 2 of them could never be decided: add seeds." in markdown
+    # one of the two listed: the line still names the family it was judged in
+    one = make_tables.findings_markdown([both[REPLACES]])
+    assert "Holm over the 2 pre-registered findings tested in every task (1 listed here;" in one
     # keys minus values per seed: 2, 3, 4, 2, 3, 4: mean 3, sd sqrt(0.8), t(0.975, 5) = 2.570582: [2.06, 3.94]
     assert f"| {KEYS} | Table 4 | `where_mini` | +0.70 | +3.00 [+2.06, +3.94] (6) | 0.031 | <0.001 | 0.062 " \
            "| not resolved |" in markdown

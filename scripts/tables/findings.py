@@ -429,6 +429,7 @@ class Verdict:
     p: float | None = None  # the exact sign-flip p, which the verdict reads
     p_t: float | None = None  # the t test's p, shown beside it
     p_holm: float | None = None
+    family: int = 0  # the findings tested in the Holm family this one was judged in
     verdict: str = "not run"
     note: str = ""
 
@@ -605,9 +606,10 @@ def seeds_needed(family: int, alpha: float = ALPHA) -> int:
 
 def _power_text(tested: list[Verdict]) -> str:
     """Whether the family could decide anything at its seed counts (`seeds_needed`)."""
-    needed, fewest = seeds_needed(len(tested)), min(v.n for v in tested)
-    text = (f"A family of {len(tested)} needs {needed} or more seeds per finding before any verdict is possible"
-            f" (the smallest exact p, 2/2^n, must be <= α/{len(tested)}); the fewest here: {fewest}")
+    family = max(v.family for v in tested)
+    needed, fewest = seeds_needed(family), min(v.n for v in tested)
+    text = (f"A family of {family} needs {needed} or more seeds per finding before any verdict is possible"
+            f" (the smallest exact p, 2/2^n, must be <= α/{family}); the fewest here: {fewest}")
     short = sum(v.n < needed for v in tested)
     return text + (f", so {short} of them could never be decided: add seeds." if short else ".")
 
@@ -616,7 +618,7 @@ def decide(results: list[Verdict], alpha: float = ALPHA) -> list[Verdict]:
     """Holm over the findings of ``results`` that have a test, then ``holds`` / ``reversed`` / ``not resolved``."""
     tested = [v for v in results if v.verdict == ""]
     for verdict, adjusted in zip(tested, holm([v.p for v in tested]), strict=True):  # type: ignore[misc]
-        verdict.p_holm = adjusted
+        verdict.p_holm, verdict.family = adjusted, len(tested)
         if adjusted > alpha:
             verdict.verdict = "not resolved"
         else:
@@ -664,8 +666,10 @@ def findings_markdown(results: list[Verdict]) -> str:
                      f"| {_p_text(v.p_t)} | {_p_text(v.p_holm)} | {verdict} |")
     counts = Counter(v.verdict for v in results)
     tested = [v for v in results if v.p_holm is not None]
-    lines += ["", f"Holm over the {len(tested)} pre-registered findings tested (exact sign-flip p), family-wise"
-              f" α = {ALPHA:g}: "
+    family = max((v.family for v in tested), default=0)
+    here = f"{len(tested)} listed here" if len(tested) < family else "all listed here"
+    lines += ["", f"Holm over the {family} pre-registered findings tested in every task ({here}; exact sign-flip"
+              f" p), family-wise α = {ALPHA:g}; the verdicts listed: "
               + ", ".join(f"{counts[k]} {k}" for k in VERDICTS) + "."
               + (f" {_power_text(tested)}" if tested else "")
               + (f" Not listed: {unlisted} findings of tables not built from these runs." if unlisted else "")]
