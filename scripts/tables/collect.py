@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import math
 import os
 import re
@@ -380,14 +379,44 @@ def read_config(path: Path) -> dict[str, Any]:
         raise TableError(f"{path} is missing")
     text = _text(path)
     try:
-        config = OmegaConf.load(io.StringIO(text))
+        config = yaml.load(text, Loader=_config_loader())  # noqa: S506  (a safe loader: see _config_loader)
     except (yaml.YAMLError, OmegaConfBaseException, OSError, ValueError, TypeError) as err:  # OSError: a scalar
         raise TableError(f"{path} is damaged: not valid YAML ({str(err).splitlines()[0]})") from None
     except RecursionError:
         raise TableError(f"{path} is damaged: nested too deeply to be a config") from None
-    if not isinstance(config, DictConfig):
-        raise TableError(f"{path} is damaged: it holds a YAML list, not a config")
-    return OmegaConf.to_container(config, resolve=False)  # type: ignore[return-value]
+    if not isinstance(config, dict):
+        raise TableError(f"{path} is damaged: it holds a YAML {type(config).__name__}, not a config")
+    return config
+
+
+@functools.lru_cache(maxsize=1)
+def _config_loader() -> type:
+    """OmegaConf's YAML loader (its float rule, no timestamps, duplicate keys refused, safe tags only) on
+    libyaml's parser where PyYAML has it: a table reads every run's config, and the pure-Python parser spent
+    most of make_tables' time there. What it returns equals ``OmegaConf.to_container(OmegaConf.load(...))``
+    (tests/test_tables_faults.py checks both on archived configs)."""
+    import yaml
+    from omegaconf._utils import get_yaml_loader
+
+    base = get_yaml_loader()
+    if not getattr(yaml, "__with_libyaml__", False):
+        return base
+
+    class ConfigLoader(yaml.CSafeLoader):  # type: ignore[misc, name-defined]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            keys = set()
+            for key_node, _ in node.value:
+                if key_node.tag == yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                    if key_node.value in keys:
+                        raise yaml.constructor.ConstructorError("while constructing a mapping", node.start_mark,
+                                                                f"found duplicate key {key_node.value}",
+                                                                key_node.start_mark)
+                    keys.add(key_node.value)
+            return super().construct_mapping(node, deep=deep)
+
+    ConfigLoader.yaml_implicit_resolvers = {key: list(rules) for key, rules in base.yaml_implicit_resolvers.items()}
+    ConfigLoader.yaml_constructors = dict(base.yaml_constructors)
+    return ConfigLoader
 
 
 def check_record(run_dir: Path, cfg: dict[str, Any], state: str) -> None:
