@@ -383,6 +383,7 @@ def test_a_job_dir_that_resolves_out_of_its_sweep_dir_is_refused(tmp_path: Path)
             cli.check_job_dir(job_dir, sweep)
 
 
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
     """An empty sweep, a job dir outside its sweep dir, and a run dir path longer than the file system takes."""
     with pytest.raises(cli.CommandLineError, match=r"^seed=range\(0,0\) sweeps over no values; valid: "):

@@ -343,6 +343,7 @@ def test_reference_weights_mode_never_generates(tmp_path: Path, data_dir: Path) 
 
 
 # ----------------------------------------------------------------------------- the command line
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_eval_cli_faults_are_one_line(run_dir: Path, tmp_path: Path, data_dir: Path) -> None:
     """End to end: exit 2, one ``error:`` line, no table printed (a run's checkpoint error and a data error;
     the other faults are raised as the same error classes, as tested in-process above)."""

@@ -82,6 +82,7 @@ def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: P
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_dir: Path, capsys) -> None:
     path = sweep / RUN / "testsets" / "relational_right.json"
     path.parent.mkdir(exist_ok=True)
@@ -100,6 +101,7 @@ def test_a_result_of_another_definition_is_never_overwritten(sweep: Path, data_d
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_a_symlinked_testsets_folder_is_named_and_what_it_leads_to_left_alone(sweep: Path, data_dir: Path,
                                                                               tmp_path: Path, capsys) -> None:
     """A run whose ``testsets`` is a link into another run's results: evaluate_testsets and eval.py name the
@@ -225,6 +227,7 @@ def test_testset_name_and_a_partial_test_are_refused_before_anything_runs(sweep:
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_make_tables_counts_a_whole_result_of_the_yamls_definition_and_a_partial_one_is_evaluated_again(
         sweep: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """The hash eval.py records is the one make_tables recomputes from configs/testset/<name>.yaml (here a copy

@@ -39,6 +39,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- where a result comes from
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_a_moved_run_re_tests_its_own_best_not_the_one_at_its_old_path(finished: Path, tmp_path: Path,
                                                                        data_dir: Path) -> None:
     """The checkpoints remember the absolute path of the dir they were saved in; after a move, another
@@ -129,6 +130,7 @@ def test_a_schedule_that_trains_nothing_is_refused_before_writing(override: str,
      r"no result: a callback stopped the training in epoch 2 of 4, after 3 steps, so its weights are not the"
      r" run's; train again without what stopped it, under a new run_name"),
 ])
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_a_fit_stopped_before_its_length_is_no_result(stop: list[str], expected: str, tmp_path: Path,
                                                       data_dir: Path) -> None:
     run_dir = tmp_path / "run"

@@ -45,6 +45,7 @@ def _child_pytest(markexpr: str, basetemp: Path) -> None:
 
 
 @pytest.mark.skipif(INTERPRETED, reason="already under the interpreter")
+@pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_kernels_under_the_interpreter(tmp_path):
     _child_pytest("not slow", tmp_path / "child")
 

@@ -252,9 +252,8 @@ def compiled_matches_eager(model: torch.nn.Module, images: torch.Tensor, inferen
 
 @pytest.mark.parametrize(("name", "backend", "inference_first"),
                          [("deit_small_patch16_224_rpe.irpe_qk", "sdpa", True),
-                          # `make test` compiles one model (~15 s on a CPU); Swin runs in `make slow`
-                          pytest.param("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False,
-                                       marks=pytest.mark.slow)])
+                          ("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False)])
+@pytest.mark.slow  # compiling a model takes 15-40 s of a CPU: make test's 5 minutes
 def test_torch_compile_fullgraph_forward_backward(name: str, backend: str, inference_first: bool) -> None:
     """One graph (fullgraph=True) for the whole model, the SDPA path included (DeiT: after a first compiled
     call in inference mode); dynamo and AOT autograd without inductor's C++ build (the slow test below)."""
