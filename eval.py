@@ -179,6 +179,12 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
     run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
     if not run_config.is_file():
+        if ckpt_path.is_symlink():  # the link's own folder is no run dir: name the link, not a config path
+            raise FileNotFoundError(
+                f"ckpt_path={str(ckpt_path)!r} is a symlink (to {os.readlink(ckpt_path)}), and a checkpoint is read"
+                " at its run dir's path, runs/<run>/checkpoints/<file>.ckpt, whose run's config.yaml lies beside"
+                f" it (links are not followed: no other config is taken for it; none is at {run_config});"
+                f" valid: ckpt_path={os.path.realpath(ckpt_path)}")
         raise FileNotFoundError(f"no run config at {run_config}; expected runs/<run>/checkpoints/<file>.ckpt")
     run_cfg = load_run_config(run_config)
     checkpoint = load_run_checkpoint(ckpt_path)

@@ -15,10 +15,10 @@ from timm.data import create_transform
 from timm.data.distributed_sampler import RepeatAugSampler
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets import ImageFolder
-from torchvision.datasets.folder import has_file_allowed_extension
+from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from data.errors import DataConfigError, load_rgb_image
-from data.generation import Generator, _plain, ensure_generated, resolve_generator
+from data.generation import Generator, _plain, ensure_generated, read_marker, resolve_generator
 from data.memory import decoded
 
 LAYOUT_HINT = (
@@ -82,6 +82,26 @@ def class_folder_difference(train: Sequence[str], val: Sequence[str], train_spli
 def _count_class_dirs(split_dir: Path) -> int:
     """Number of class folders, counted exactly like torchvision's ImageFolder.find_classes."""
     return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+def count_images(split_dir: Path, enough: int) -> int:
+    """Image files (by name: nothing is opened) in the class folders of ``split_dir``, counted until ``enough``
+    are found: a cheap lower bound of the split's length, for checks made before a run starts. Each real
+    folder is counted once (a folder reached twice through links is refused when the split is read)."""
+    count, seen = 0, set()
+    for entry in sorted(os.scandir(split_dir), key=lambda e: e.name):
+        if not entry.is_dir():
+            continue
+        for folder, dirs, names in os.walk(entry.path, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
+            count += sum(1 for name in names if has_file_allowed_extension(name, IMG_EXTENSIONS))
+            if count >= enough:
+                return count
+    return count
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -518,6 +538,32 @@ class ImageFolderDataModule(L.LightningDataModule):
             raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {self._layout_hint()}")
         return split_dir
 
+    def check_on_disk(self, world_size: int | None) -> None:
+        """Before a run dir is made: the checks of `prepare_data` and `train_dataloader` that need no image
+        opened, on data already on disk (data still to be generated is checked when it is made). The split
+        folders must exist, and the training split must hold a batch per device (``world_size``, None where
+        the machine decides: then one, which refuses only what no device count would allow)."""
+        try:
+            if not self.root.is_dir() or (self.generator is not None and read_marker(self.root) is None):
+                return
+        except DataConfigError:  # a damaged marker: named by prepare_data, after the destination checks
+            return
+        for split in (self.train_split, self.val_split):
+            self._check_split_dir(split)
+        world = world_size or 1
+        if self.repeated_aug and world > 1:
+            world = 1  # RepeatAugSampler's length is not the split's: left to the loader
+        train_dir = self.root / self.train_split
+        count = count_images(train_dir, self.batch_size * world)
+        self._check_batch_fits(count // world)
+
+    def _check_batch_fits(self, per_rank: int) -> None:
+        if per_rank < self.batch_size:
+            raise DataConfigError(
+                f"data.batch_size={self.batch_size} exceeds the {per_rank} training images per device in "
+                f"{self.root / self.train_split}; with drop_last=True there would be no training batch"
+            )
+
     def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
         split_dir = self._check_split_dir(split)
         try:
@@ -578,12 +624,7 @@ class ImageFolderDataModule(L.LightningDataModule):
             sampler = RepeatAugDistributedSampler(
                 self.train_set, world_size, rank, num_repeats=self.num_repeats
             )
-        per_rank = len(sampler) if sampler is not None else len(self.train_set) // world_size
-        if per_rank < self.batch_size:
-            raise DataConfigError(
-                f"data.batch_size={self.batch_size} exceeds the {per_rank} training images per device in "
-                f"{self.root / self.train_split}; with drop_last=True there would be no training batch"
-            )
+        self._check_batch_fits(len(sampler) if sampler is not None else len(self.train_set) // world_size)
         return make_loader(self, self.train_set, train=True, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -4,6 +4,8 @@ conftest.py; a test module imports these from here.)"""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
@@ -153,3 +156,33 @@ def written_testset_fields(name: str, images: int = 2000) -> dict[str, Any]:
         definition["data"]["root"] = f"/data/testsets/{name}"
     sha256 = testset_sha256(definition, configured_generator(definition))
     return {"testset_config": definition, "testset_sha256": sha256, "images_read": images, "images_total": images}
+
+
+@contextlib.contextmanager
+def file_modes_hold() -> Iterator[None]:
+    """File modes hold for this thread in the block: root drops the capabilities that override them
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH: what ``setpriv`` drops in tests/test_record_bounds.py) from its
+    effective set and takes them back after; another user needs nothing."""
+    if os.geteuid() != 0:
+        yield
+        return
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3; pid 0: this thread
+    if libc.capget(ctypes.byref(header), data) != 0:
+        pytest.skip("root without capget: a mode-000 file would be readable, nothing to test")
+    saved = data[0].effective
+    data[0].effective &= ~((1 << 1) | (1 << 2))  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    if libc.capset(ctypes.byref(header), data) != 0:
+        pytest.skip("root cannot drop CAP_DAC_OVERRIDE here: a mode-000 file would be readable, nothing to test")
+    try:
+        yield
+    finally:
+        data[0].effective = saved
+        assert libc.capset(ctypes.byref(header), data) == 0, "could not take back the capabilities"

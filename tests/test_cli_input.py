@@ -185,6 +185,10 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
             "img_size": 32, "patch_size": 4, "seed": 0, "min_object_size": 5, "max_object_size": 7,
             "boundary_margin_deg": 5.0, "noise_max": 32}  # configs/data/relational.yaml's generator at 32 px
     (root / MARKER_NAME).write_text(json.dumps({"generator": describe_generator(resolve_generator(spec))}))
+    for split, images in (("train", 64), ("val", 1)):  # split folders holding a batch: checked before the run dir
+        (root / split / "0_E").mkdir(parents=True)
+        for i in range(images):
+            (root / split / "0_E" / f"{i}.png").touch()
     logs = tmp_path / "logs"
     args = [f"data.root={root}", f"paths.log_dir={logs}", "run_name=mismatch"]
     check_overrides(args, "train")  # the same settings pass (the run dir is made: the check prepares it)
@@ -494,3 +498,148 @@ def test_a_run_name_with_hidden_characters_is_refused(name: str, tmp_path: Path)
     """A newline, a tab or a right-to-left override in a folder name makes listings and log lines lie."""
     with pytest.raises(cli.CommandLineError, match="is not a run name; valid: a relative path of names"):
         cli.check_run_location(name, tmp_path)
+
+
+# ----------------------------------------------------------------------------- refused before the run dir
+# Probe 2026-12-05_2: each was refused in one line, but only after a failed run dir was made.
+ON_DISK = ["data.root=${paths.data_dir}/rs16", "data.generator.num_train=16", "data.generator.num_val=8",
+           "data.num_workers=0"]
+
+
+@pytest.fixture(scope="module")
+def small_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated root of 16 training and 8 validation images (a paths.data_dir)."""
+    from hydra.utils import instantiate
+
+    data_dir = tmp_path_factory.mktemp("small_data")
+    cfg = compose_config(ON_DISK, tmp_path_factory.mktemp("compose"), data_dir)
+    instantiate(cfg.data, _convert_="all").prepare_data()
+    return data_dir
+
+
+def _refused_before_the_run_dir(args: list[str], tmp_path: Path) -> str:
+    """``check_overrides`` of train.py on ``args``: the one-line message; no run dir (nor log dir) was made."""
+    logs = tmp_path / "logs"
+    with pytest.raises(ValueError) as err:
+        cli.check_overrides([*args, f"paths.log_dir={logs}", "run_name=r"], "train")
+    assert "\n" not in str(err.value), str(err.value)
+    assert not logs.exists()
+    return str(err.value)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["data.train_split=nope"], "/rs16 has no nope/ folder; expected ImageFolder layout root/nope/<class>/*.png"),
+    (["data.batch_size=32"], "data.batch_size=32 exceeds the 16 training images per device in "),
+], ids=["missing_split", "batch_above_split"])
+def test_data_on_disk_is_checked_before_the_run_dir(args: list[str], expected: str, small_root: Path,
+                                                     tmp_path: Path) -> None:
+    """Probe cases 26, 31: a split folder the root lacks, a batch larger than the training split (drop_last)."""
+    message = _refused_before_the_run_dir([*ON_DISK, *args, f"paths.data_dir={small_root}"], tmp_path)
+    assert expected in message, message
+
+
+def test_a_batch_the_split_holds_passes(small_root: Path, tmp_path: Path) -> None:
+    cli.check_overrides([*ON_DISK, "data.batch_size=16", f"paths.data_dir={small_root}",
+                         f"paths.log_dir={tmp_path / 'logs'}", "run_name=r"], "train")
+    assert (tmp_path / "logs" / "r").is_dir()
+
+
+@pytest.mark.parametrize("args", [["data.train_split=val"], ["data.val_split=train"], ["data.val_split=./train"]],
+                         ids=["train_on_val", "validate_on_train", "same_folder"])
+def test_training_and_validating_on_one_split_is_refused(args: list[str], tmp_path: Path) -> None:
+    """Probe cases 32, 33: the result would measure training accuracy; no shipped config needs it."""
+    train = "val" if "train_split" in args[0] else "train"
+    message = _refused_before_the_run_dir([*args, f"paths.data_dir={tmp_path / 'data'}"], tmp_path)
+    assert message.startswith(f"data.train_split={train} and data.val_split=") and (
+        "would measure training accuracy" in message), message
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [
+    ("fsdp", "trainer.strategy=fsdp needs a CUDA GPU, but the run has trainer.accelerator=cpu; valid here:"
+             " trainer.strategy=auto or ddp"),
+    ("xla", "trainer.strategy=xla needs a TPU"),
+    ("nope", "trainer.strategy=nope is not a Lightning strategy; valid: auto, ddp, "),
+])
+def test_a_strategy_the_accelerator_cannot_run_is_refused_before_the_run_dir(strategy: str, expected: str,
+                                                                              tmp_path: Path) -> None:
+    """Probe case 48: Lightning's own text came only when the Trainer was built, after the run dir."""
+    message = _refused_before_the_run_dir(["trainer=cpu", f"trainer.strategy={strategy}",
+                                           f"paths.data_dir={tmp_path / 'data'}"], tmp_path)
+    assert expected in message, message
+
+
+def test_a_data_dir_that_is_a_file_is_refused_before_the_run_dir(tmp_path: Path, monkeypatch) -> None:
+    """Probe case 107: ``RPE_DATA_DIR=<a file>``, named as the variable it came from."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("RPE_DATA_DIR", str(afile))
+    message = _refused_before_the_run_dir([], tmp_path)
+    assert message == (f"data.root={afile}/relational_v2 cannot be generated there: {afile} is a file, where a folder"
+                       f" belongs (paths.data_dir is environment variable RPE_DATA_DIR='{afile}'); valid: a writable"
+                       " folder (paths.data_dir=... or data.root=...)"), message
+    assert afile.read_text() == "x"
+
+
+def test_an_empty_data_dir_variable_is_named(tmp_path: Path, monkeypatch) -> None:
+    """Probe case 106: the message named paths.data_dir, which the user never set, not RPE_DATA_DIR."""
+    monkeypatch.setenv("RPE_DATA_DIR", "")
+    message = _refused_before_the_run_dir([], tmp_path)
+    assert message.startswith("environment variable RPE_DATA_DIR='' must be a folder path") and (
+        "paths.data_dir reads it: set RPE_DATA_DIR to a valid value, or unset it") in message, message
+
+
+def test_a_data_root_in_a_read_only_folder_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probe case 109: the generation lock beside data.root could not be made, after the run dir was."""
+    from tests.helpers import file_modes_hold
+
+    folder = tmp_path / "rodata"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        with file_modes_hold():
+            message = _refused_before_the_run_dir([f"data.root={folder / 'rs'}"], tmp_path)
+    finally:
+        folder.chmod(0o755)
+    assert message == (f"data.root={folder / 'rs'} cannot be generated there: permission denied ({folder} is not"
+                       " writable; the data and its lock file .rs.lock are made there); valid: a writable folder"
+                       " (paths.data_dir=... or data.root=...)"), message
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "config_name", "expected"), [
+    (["testset=relational_right"], "train",
+     "testset is a config group of eval.py, not of train.py (python eval.py ckpt_path=runs/<run>/checkpoints/best.ckpt"
+     " testset=relational_right); valid groups of train.py: callbacks, data, debug, experiment, logger, model,"
+     " paths, rpe, sweep, trainer"),
+    (["+testset=relational_right"], "train", "testset is a config group of eval.py, not of train.py"),
+    (["sweep=shift_mini"], "eval", "sweep is a config group of train.py, not of eval.py (python train.py"
+                                   " sweep=shift_mini); valid groups of eval.py: callbacks, data,"),
+], ids=["testset_to_train", "added", "sweep_to_eval"])
+def test_the_other_scripts_group_is_named_as_its(args: list[str], config_name: str, expected: str) -> None:
+    """Probe case 63: Hydra's "use +testset=" hint instead of saying testset is eval.py's group."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_group_choices(args, config_name)
+    assert expected in str(err.value), str(err.value)
+    cli.check_group_choices(["testset=relational_right"], "eval")  # its own group passes
+    cli.check_group_choices(["testset=relational_right"])  # without a script: only the option is checked
+
+
+def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
+    """Probe case 117: the message named <link folder>/../config.yaml, a path the user never gave; the link is
+    still not followed (its target's config is not taken for it)."""
+    from omegaconf import OmegaConf
+
+    import eval as eval_script
+
+    best = tmp_path / "runs" / "base" / "checkpoints" / "best.ckpt"
+    best.parent.mkdir(parents=True)
+    best.write_bytes(b"not read")
+    link = tmp_path / "links" / "link.ckpt"
+    link.parent.mkdir()
+    link.symlink_to(best)
+    with pytest.raises(FileNotFoundError) as err:
+        eval_script._load_run(OmegaConf.create({"ckpt_path": str(link)}))
+    message = str(err.value)
+    assert message.startswith(f"ckpt_path='{link}' is a symlink (to {best}), and a checkpoint is read at its run"
+                              " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message

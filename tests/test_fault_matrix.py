@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import ctypes
 import errno
 import hashlib
 import io
@@ -38,7 +37,7 @@ import yaml
 
 from models.lifecycle import job
 from models.lifecycle.files import with_checksum
-from tests.helpers import ROOT, compose_config
+from tests.helpers import ROOT, compose_config, file_modes_hold
 
 TESTSET, OTHER_TESTSET = "relational_right", "relational_left"  # the test set of the result, and another one
 RESULT = f"testsets/{TESTSET}@interpolate.json"  # eval.py's name for it: the tiny run's learned APE, default rule
@@ -201,36 +200,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, testset_yamls
     made["relabelled"] = root / f"{OTHER_TESTSET}.json"
     (made["victim"] / RESULT.replace(TESTSET, OTHER_TESTSET)).rename(made["relabelled"])
     return made
-
-
-@contextlib.contextmanager
-def file_modes_hold() -> Iterator[None]:
-    """File modes hold for this thread in the block: root drops the capabilities that override them
-    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH: what ``setpriv`` drops in tests/test_record_bounds.py) from its
-    effective set and takes them back after; another user needs nothing."""
-    if os.geteuid() != 0:
-        yield
-        return
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3; pid 0: this thread
-    if libc.capget(ctypes.byref(header), data) != 0:
-        pytest.skip("root without capget: a mode-000 file would be readable, nothing to test")
-    saved = data[0].effective
-    data[0].effective &= ~((1 << 1) | (1 << 2))  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-    if libc.capset(ctypes.byref(header), data) != 0:
-        pytest.skip("root cannot drop CAP_DAC_OVERRIDE here: a mode-000 file would be readable, nothing to test")
-    try:
-        yield
-    finally:
-        data[0].effective = saved
-        assert libc.capset(ctypes.byref(header), data) == 0, "could not take back the capabilities"
 
 
 @contextlib.contextmanager

@@ -629,6 +629,30 @@ def test_a_logger_folder_of_the_wrong_kind_is_refused_before_the_run_is_touched(
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before  # state still finished
 
 
+
+def test_an_extension_into_an_unwritable_checkpoints_folder_is_refused_before_training(
+        finished: Path, tmp_path: Path, data_dir: Path) -> None:
+    """Probe case 102: a finished run extended while checkpoints/ was not writable trained a whole epoch before
+    failing, and the run was then listed as failed; now refused before its record or files change."""
+    from tests.helpers import file_modes_hold
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    (run_dir / "checkpoints").chmod(0o555)
+    try:
+        with file_modes_hold(), pytest.raises(records.RunFileError) as err:
+            job.run(compose_config([*TINY, "trainer.max_epochs=2"], run_dir, data_dir))
+    finally:
+        (run_dir / "checkpoints").chmod(0o755)
+    assert str(err.value) == (f"cannot write {run_dir / 'checkpoints'}: permission denied (read-only storage, or a"
+                              " folder this user may not write); nothing was trained or written; valid: make it"
+                              " writable, or give a new run_name")
+    after = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert {k: v for k, v in after.items() if k.name != "run.lock"} == {
+        k: v for k, v in before.items() if k.name != "run.lock"}  # state still finished, nothing trained
+    assert records.run_status(run_dir).state == "finished"
+
 def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     """debug=fast trains a part of each epoch: optuna must not rank its number (it reported a 'best value'
     from smoke trials); a sweep job returns NaN, which optuna records as a failed trial."""

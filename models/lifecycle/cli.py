@@ -50,14 +50,48 @@ def group_options(group: str, bases: bool = False) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if bases or not p.stem.startswith("_"))
 
 
-def check_group_choices(argv: list[str]) -> None:
-    """Fail fast, in one line, on ``group=option`` overrides that name a missing option."""
+# The entry point of each root config, and how a group choice is given to it
+SCRIPTS = {"train": "train.py", "eval": "eval.py"}
+USAGE = {"train": "python train.py {choice}",
+         "eval": "python eval.py ckpt_path=runs/<run>/checkpoints/best.ckpt {choice}"}
+
+
+def root_groups(config_name: str) -> list[str]:
+    """The config groups in ``configs/<config_name>.yaml``'s defaults list (Hydra's own groups aside)."""
+    import yaml
+
+    defaults = (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).get("defaults") or []
+    keys = (str(key) for item in defaults if isinstance(item, dict) for key in item)
+    return sorted(k for k in keys if not k.startswith(("override ", "hydra")))
+
+
+def _refuse_other_scripts_group(group: str, arg: str, config_name: str) -> None:
+    """A group of the other entry point (``train.py testset=...``): say whose it is, not Hydra's "use +group"
+    (an added group would be refused as an unknown key anyway)."""
+    own = root_groups(config_name)
+    if "/" in group or group.startswith("hydra") or group in own:
+        return
+    owner = next((name for name in SCRIPTS if name != config_name and group in root_groups(name)), None)
+    if owner is not None:
+        choice = arg.lstrip("+~")
+        raise CommandLineError(f"{group} is a config group of {SCRIPTS[owner]}, not of {SCRIPTS[config_name]}"
+                               f" ({USAGE[owner].format(choice=choice)}); valid groups of {SCRIPTS[config_name]}:"
+                               f" {', '.join(own)}")
+
+
+def check_group_choices(argv: list[str], config_name: str | None = None) -> None:
+    """Fail fast, in one line, on ``group=option`` overrides that name a missing option, or (with
+    ``config_name``, the script's root config) a group of the other script."""
     for arg in argv:
         match = re.fullmatch(r"[+~]?([a-z_][\w/]*)=(.*)", arg)
         if not match or arg.startswith("hydra."):
             continue
         group, value = match.groups()
-        if not (CONFIG_DIR / group).is_dir() or value in ("", "null"):
+        if not (CONFIG_DIR / group).is_dir():
+            continue
+        if config_name in SCRIPTS:
+            _refuse_other_scripts_group(group, arg, config_name)
+        if value in ("", "null"):
             continue
         options = group_options(group)
         for choice in value.split(","):
@@ -657,7 +691,46 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
     _check_existing_generation(data)
+    _check_data_location(cfg, data)
     return (str(root),)
+
+
+def _check_data_location(cfg: DictConfig, data: Any) -> None:
+    """Where ``data.root`` lies: no file in the place of one of its folders (``RPE_DATA_DIR`` naming a file), and,
+    when the data are still to be generated, a folder above it this process may write (the data, and the
+    generation lock beside them, are made there). The data module found both only after the run dir was made."""
+    from data.generation import read_marker
+    from models.lifecycle.files import writable_folder
+    from models.lifecycle.settings import env_source
+
+    root = Path(str(data.get("root"))).expanduser().absolute()
+    generates = data.get("generator") is not None
+    blocker = next((p for p in (*reversed(root.parents), root) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        paths = cfg.get("paths")
+        data_dir = paths.get("data_dir") if isinstance(paths, DictConfig) else None
+        name = env_source(cfg, "paths.data_dir") if data_dir is not None else None
+        source = ""
+        if name is not None:
+            folder = Path(str(data_dir)).expanduser().absolute()
+            if blocker == folder or blocker in folder.parents:
+                source = f" (paths.data_dir is environment variable {name}={os.environ[name]!r})"
+        action = "generated" if generates else "read"
+        raise CommandLineError(f"data.root={root} cannot be {action} there: {blocker} is a file, where a folder"
+                               f" belongs{source}; valid: a writable folder (paths.data_dir=... or data.root=...)")
+    if not generates:
+        return
+    try:
+        if read_marker(root) is not None:
+            return  # generated already: nothing is made
+    except Exception:  # a damaged marker: named by the data module's own checks
+        return
+    above = next((p for p in (root.parent, *root.parent.parents) if p.exists()), None)
+    if above is not None and not writable_folder(above):
+        where = "there" if above == root.parent else f"in it (for {root.parent})"
+        raise CommandLineError(f"data.root={root} cannot be generated there: permission denied ({above} is not"
+                               f" writable; the data and its lock file .{root.name}.lock are made {where}); valid:"
+                               " a writable folder (paths.data_dir=... or data.root=...)")
 
 
 def _check_existing_generation(data: Any) -> None:
@@ -857,7 +930,7 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
     sys.argv[1:] = multirun_flag_first(normalize_overrides(sys.argv[1:]))
     try:
         check_flags(sys.argv[1:])
-        check_group_choices(sys.argv[1:])
+        check_group_choices(sys.argv[1:], config_name)
         check_repeated_keys(sys.argv[1:])
         pins = check_overrides(sys.argv[1:], config_name)
     except (CommandLineError, ValueError) as err:

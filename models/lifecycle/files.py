@@ -47,6 +47,13 @@ def _reason(err: OSError) -> str:
     return err.strerror or type(err).__name__
 
 
+def writable_folder(path: str | os.PathLike) -> bool:
+    """Whether this process may make files in the folder ``path``, judged by its effective ids and capabilities
+    as an open would be (and false on read-only storage); nothing is written."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
+
+
 def os_error_line(err: OSError) -> str:
     """One line naming the path of an operating-system error (``cannot use <path>: <reason>``)."""
     where = f" {err.filename}" if err.filename is not None else ""

@@ -41,6 +41,7 @@ from models.lifecycle.files import (
     guarded,
     remove_stale_temp_files,
     with_checksum,
+    writable_folder,
 )
 from models.lifecycle.identity import config_differences, identity_config, identity_hash, past_run_length, run_length
 from models.lifecycle.records import (
@@ -100,10 +101,11 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
 
 
 def check_buildable(cfg: DictConfig) -> None:
-    """Build the data module and the model of ``cfg`` on the meta device (no weights allocated, no data read
-    but what the data module's constructor reads) and run the checks that need them: a bad model, RPE or
-    monitor setting is then refused before a run dir exists. An error that is not a setting's (a layer that
-    cannot be built on the meta device) is left to the job, which builds the model for real."""
+    """Build the data module and the model of ``cfg`` on the meta device (no weights allocated, no image read)
+    and run the checks that need them: a bad model, RPE or monitor setting, and for data already on disk a
+    missing split folder or a batch larger than the training split, are then refused before a run dir exists.
+    An error that is not a setting's (a layer that cannot be built on the meta device) is left to the job, which
+    builds the model for real."""
     try:
         with torch.device("meta"):
             datamodule, model = build_data_and_model(cfg)
@@ -115,6 +117,13 @@ def check_buildable(cfg: DictConfig) -> None:
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
     check_monitored_metrics(cfg.get("callbacks"), model)
+    if hasattr(datamodule, "check_on_disk"):  # data already there: its split folders, a batch per device
+        from models.lifecycle.settings import configured_world_size
+
+        try:
+            datamodule.check_on_disk(configured_world_size(cfg))
+        except OSError:  # an unreadable folder: the data module names it when it reads the data
+            pass
 
 
 def check_monitored_metrics(callbacks_cfg: DictConfig | None, model: L.LightningModule) -> None:
@@ -530,6 +539,16 @@ def _require_full_length(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> 
                         f" weights are not the run's; {remedy}")
 
 
+def _check_checkpoints_writable(run_dir: Path) -> None:
+    """A run that trains saves into ``checkpoints/``: a folder it cannot write is refused now, before the run's
+    record changes, not after a whole epoch (which would leave a finished run, being extended, listed as failed)."""
+    folder = run_dir / CHECKPOINTS
+    if folder.is_dir() and not writable_folder(folder):
+        raise RunFileError(f"cannot write {folder}: permission denied (read-only storage, or a folder this user may"
+                           " not write); nothing was trained or written; valid: make it writable, or give a new"
+                           " run_name")
+
+
 def _finite_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
     """Non-finite values are not results: they become ``null`` (metrics.json stays strict JSON)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
@@ -694,6 +713,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         say(f"note: {problem}; re-testing {run_dir / CHECKPOINTS / BEST}")
     if rank0 and not job.writable:
         raise RunFileError(f"cannot write {run_dir}: the storage is read-only or not writable")
+    if rank0 and not finished:
+        _check_checkpoints_writable(run_dir)
     if cfg.get("print_config") and not finished:
         print_config_tree(cfg)
     if rank0 and not finished:

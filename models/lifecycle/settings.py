@@ -15,6 +15,7 @@ written with `integer`, `real` (interval notation, e.g. ``real("(0, 1]")``), `BO
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
 __all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
-           "mixup_keys", "rule_for"]
+           "check_splits", "check_strategy", "configured_world_size", "env_source", "mixup_keys", "rule_for"]
 
 
 class SettingError(ValueError):
@@ -536,8 +537,24 @@ def _plain(value: Any) -> Any:
 
 
 def _fail(key: str, message: str) -> SettingError:
-    error = DataSettingError if key.split(".")[0] == "data" else SettingError
-    return error(message)
+    error = (DataSettingError if key.split(".")[0] == "data" else SettingError)(message)
+    error.key = key  # for `check_settings`, which names the environment variable a bad value came from
+    return error
+
+
+def env_source(cfg: DictConfig, key: str) -> str | None:
+    """The environment variable ``key``'s value came from: its config value is ``${oc.env:NAME[,default]}`` and
+    NAME is set (so the user never typed the key: a message naming only the key would not say what to fix)."""
+    parent_key, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
+        if not isinstance(parent, DictConfig) or leaf not in parent:
+            return None
+        raw = parent._get_node(leaf)._value()
+    except (OmegaConfBaseException, AttributeError):
+        return None
+    found = re.fullmatch(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*(,.*)?\}", str(raw), re.DOTALL)
+    return found.group(1) if found and found.group(1) in os.environ else None
 
 
 def _non_finite(value: Any) -> bool:
@@ -583,11 +600,27 @@ def check_settings(cfg: DictConfig) -> None:
     if isinstance(rows, DictConfig) and row is not None and str(row) not in rows:  # a sweep of named rows
         raise SettingError(f"row={row} is not a row of sweep {cfg.get('sweep_name')}; valid: {', '.join(rows)}")
     for key, value in _children(cfg, ""):
-        _check(key, value)
+        try:
+            _check(key, value)
+        except SettingError as err:
+            raise _named_by_environment(cfg, err) from None
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
     _check_root_keys(cfg)
     _check_checkpoint_callbacks(cfg)
+
+
+def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
+    """``err`` naming the environment variable its value came from (`env_source`), where it came from one."""
+    key = getattr(err, "key", None)
+    name = env_source(cfg, key) if key else None
+    message = str(err)
+    if name is None or not message.startswith(f"{key}="):
+        return err
+    renamed = type(err)(f"environment variable {name}={message[len(key) + 1:]}; {key} reads it: set {name} to a"
+                        " valid value, or unset it for the config's default")
+    renamed.key = key
+    return renamed
 
 
 # Where a run's checkpoints live and what they are called: the test after fit, a rerun, eval.py and the
@@ -728,8 +761,9 @@ def _check_constructor_keys(cfg: DictConfig, node: str) -> None:
 def check_schedule(cfg: DictConfig) -> None:
     """Refuse a training run that cannot train as configured, across keys: a schedule that trains nothing
     (the run could have no trained weights, so no result) or that the lr schedule cannot measure, an lr
-    schedule below its own floor, a model built for another image size than the data's, and (on the machine
-    that runs the job) an accelerator it does not have (`check_devices`)."""
+    schedule below its own floor, a model built for another image size than the data's, training and validating
+    on one split (`check_splits`), and (on the machine that runs the job) an accelerator it does not have or a
+    strategy it cannot run (`check_devices`)."""
     trainer = cfg.get("trainer") or {}
     for key in ("max_epochs", "max_steps", "limit_train_batches"):
         if key in trainer and trainer.get(key) == 0:
@@ -758,6 +792,7 @@ def check_schedule(cfg: DictConfig) -> None:
     if "scheduler" in model and "optimizer" in model:  # models.classification.ClassificationModule
         _check_lr_schedule(cfg, trainer, model)
         _check_input_size(cfg, model)
+    check_splits(cfg)
     if _runs_here(cfg):
         check_devices(cfg)
 
@@ -888,7 +923,13 @@ def _available(kind: str) -> int:
 
 
 def check_devices(cfg: DictConfig) -> None:
-    """Refuse ``trainer.accelerator`` (and an integer ``trainer.devices``) that this machine does not have."""
+    """Refuse ``trainer.accelerator`` (and an integer ``trainer.devices``) that this machine does not have, and
+    a ``trainer.strategy`` its accelerator cannot run (`check_strategy`)."""
+    _check_accelerator(cfg)
+    check_strategy(cfg)
+
+
+def _check_accelerator(cfg: DictConfig) -> None:
     trainer = cfg.get("trainer") or {}
     accelerator = _get(trainer, "accelerator", "auto")
     if accelerator not in _GPU_KINDS:  # cpu, auto (Lightning picks what there is), or a value check_settings refuses
@@ -908,3 +949,72 @@ def check_devices(cfg: DictConfig) -> None:
         raise SettingError(f"trainer.devices={devices} with trainer.accelerator={accelerator}: this machine has "
                            f"{count} {noun}{'s' if count > 1 else ''}; valid here: an integer >= 1 and <= {count}, "
                            "-1 or 'auto' (all)")
+
+
+# Lightning's strategies that run on one kind of accelerator only (its _AcceleratorConnector refuses them, but
+# only when the Trainer is built, after the run dir is made)
+_STRATEGY_NEEDS = {"fsdp": "cuda", "fsdp_cpu_offload": "cuda", "xla": "tpu", "xla_debug": "tpu",
+                   "single_xla": "tpu", "single_tpu": "tpu"}
+
+
+def _accelerator_here(accelerator: Any) -> str:
+    """The accelerator Lightning would pick for ``trainer.accelerator`` on this machine (its 'auto' order)."""
+    if accelerator == "auto":
+        return next((k for k in ("tpu", "cuda", "mps") if _available(k)), "cpu")
+    if accelerator == "gpu":
+        return next((k for k in ("cuda", "mps") if _available(k)), "gpu")
+    return str(accelerator)
+
+
+def check_strategy(cfg: DictConfig) -> None:
+    """Refuse a ``trainer.strategy`` name Lightning does not have, or one this machine's accelerator cannot run
+    (``fsdp`` on the CPU), without building anything: Lightning says so only when the Trainer is built."""
+    trainer = cfg.get("trainer") or {}
+    strategy = _get(trainer, "strategy", "auto")
+    if not isinstance(strategy, str) or strategy == "auto":
+        return  # a mapping (a strategy object's settings) is checked by its constructor
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    names = StrategyRegistry.available_strategies()
+    if strategy not in names:
+        raise SettingError(f"trainer.strategy={strategy} is not a Lightning strategy; valid: auto, {', '.join(names)}")
+    needs = _STRATEGY_NEEDS.get(strategy)
+    accelerator = _get(trainer, "accelerator", "auto")
+    here = _accelerator_here(accelerator)
+    if needs is not None and here != needs:
+        runs_on = "" if here == accelerator else f" (on this machine: {here})"
+        raise SettingError(f"trainer.strategy={strategy} needs a {_NOUNS[needs]}, but the run has"
+                           f" trainer.accelerator={accelerator}{runs_on}; valid here:"
+                           " trainer.strategy=auto or ddp (trainer=ddp_cpu: DDP processes on the CPU)")
+    if strategy.startswith("deepspeed"):
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise SettingError(f"trainer.strategy={strategy} needs the deepspeed package, which is not installed;"
+                               " valid here: trainer.strategy=auto or ddp (or pip install deepspeed)")
+
+
+def configured_world_size(cfg: DictConfig) -> int | None:
+    """Processes the run trains in, when its trainer config says (None where the machine decides)."""
+    return _world_size(cfg.get("trainer") or {})
+
+
+def check_splits(cfg: DictConfig) -> None:
+    """Refuse training and validating on the same images: best.ckpt would be picked, and its result tested, on
+    the images it trained on, so the number would measure training accuracy under a result's name."""
+    data = cfg.get("data") or {}
+    train, val = _get(data, "train_split"), _get(data, "val_split")
+    if not isinstance(train, str) or not isinstance(val, str):
+        return  # a data module without these splits (COCO)
+    same = os.path.normpath(train) == os.path.normpath(val)
+    root = _get(data, "root")
+    if not same and isinstance(root, str):
+        try:  # two names of one folder (a link)
+            same = os.path.samefile(os.path.join(root, train), os.path.join(root, val))
+        except OSError:
+            pass
+    if same:
+        raise DataSettingError(f"data.train_split={train} and data.val_split={val} are the same images: best.ckpt"
+                               " would be picked and tested on the images it trained on, so its val/top1 would"
+                               " measure training accuracy, not a result; valid: two different splits (e.g."
+                               " data.train_split=train data.val_split=val)")
