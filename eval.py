@@ -19,10 +19,16 @@ size; `models.testsets`) and writes the one file this script writes, ``<run dir>
 (atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
 ``data.root``, made once by ``python scripts/generate_testsets.py <name>`` and checked against its marker
 (the images' digest) before each test. The result records the hash of the test set's definition, the
-digest of those images and the images it read of the whole set (`models.testset_definition`): a test of
-a part of the set (``trainer.limit_test_batches``) is refused and never written, a ``testset.name=``
-override too (a result is filed under its test set's name), and a result of another definition of the test
-set is never replaced (remove it first).
+digest of those images, the images it read of the whole set and the precision it ran at
+(`models.testset_definition`): a test of a part of the set (``trainer.limit_test_batches``) is refused and
+never written, a ``testset.name=`` override too (a result is filed under its test set's name), so is a
+``trainer.precision`` other than 32-true (every test-set column is measured at 32-true), and a result of
+another definition of the test set is never replaced (remove it first). A test set that reads the run's own
+data (``val_at_64``) reads it at the run's ``data.root``; ``data_root=`` may point at a copy of the run's
+generated data (checked against its marker), never at other data.
+
+Without a test set, numbers of a test that read a part of the split (``trainer.limit_test_batches``) are
+printed with a "not a result" note, as those of a run that has not finished or of a smoke run.
 """
 
 from __future__ import annotations
@@ -63,9 +69,10 @@ def measure_throughput(model: torch.nn.Module, image_shape: tuple[int, ...], bat
     return batch * iters / (time.perf_counter() - started)
 
 
-def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, Any]:
+def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str] | None = None) -> dict[str, Any]:
     """Evaluate ``cfg.ckpt_path`` with its run's config, or ``cfg.model.weights`` with the composed
-    experiment; returns the metrics (and appends the test set's result file to ``written``).
+    experiment; returns the metrics (and appends the test set's result file to ``written``, and each reason
+    its numbers are not a result, also printed as a note, to ``notes``).
 
     The run's ``config.yaml`` is checked and built by `models.run_config` (never Hydra's ``instantiate``),
     so a run dir from elsewhere cannot run code; a weights file is only read with ``weights_only=True``.
@@ -77,7 +84,15 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         require_finite_metrics,
         require_finite_weights,
     )
-    from models.testsets import ImageCounter, check_ape_rule, check_whole_test, testset_names
+    from models.testsets import (
+        ImageCounter,
+        check_ape_rule,
+        check_test_precision,
+        check_whole_test,
+        partial_test_note,
+        split_images,
+        testset_names,
+    )
 
     weights = cfg.model.get("weights") if "model" in cfg else None
     testset = cfg.get("testset")
@@ -96,7 +111,9 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         )
     result = None
     if testset is not None:
-        check_whole_test(cfg.trainer, testset.get("name") if hasattr(testset, "get") else testset)  # before any work
+        name = testset.get("name") if hasattr(testset, "get") else testset
+        check_whole_test(cfg.trainer, name)  # before any work
+        check_test_precision(cfg.trainer, name)
         datamodule, model, result = _testset_data_and_model(cfg, ape_rule)
     elif cfg.ckpt_path is not None:
         datamodule, model = _run_data_and_model(cfg)
@@ -114,10 +131,10 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         require_finite_weights(model, f"model.weights={weights}")
         require_existing_data(datamodule, "the eval config", "data.root=<folder>")
     trainer = build_trainer(cfg.trainer)
-    counter = ImageCounter()
-    if result is not None:  # a test-set result records the images it read
-        trainer.callbacks.append(counter)
+    counter = ImageCounter()  # a test-set result records the images it read; other numbers say if partial
+    trainer.callbacks.append(counter)
     trainer.test(model, datamodule=datamodule, verbose=False)
+    total = split_images(trainer.test_dataloaders)
     metrics = scalar_metrics(trainer.callback_metrics)
 
     net = backbone(model).eval()
@@ -128,19 +145,24 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None) -> dict[str, An
         metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
     if result is not None:
-        from models.testset_definition import READ_KEY, TOTAL_KEY
-        from models.testsets import check_read_whole, split_images, write_result
+        from models.testset_definition import PRECISION_KEY, READ_KEY, TOTAL_KEY
+        from models.testsets import check_read_whole, write_result
 
-        total = split_images(trainer.test_dataloaders)
         check_read_whole(counter.images, total, result["testset"])  # a limit no setting showed: still no result
+        # what the Trainer ran at (Lightning's name), checked before the test from the setting
+        check_test_precision({"precision": str(trainer.precision)}, result["testset"])
         path = result.pop("path")
-        write_result(path, {**result, READ_KEY: counter.images, TOTAL_KEY: total, "metrics": metrics})
+        write_result(path, {**result, PRECISION_KEY: str(trainer.precision), READ_KEY: counter.images,
+                            TOTAL_KEY: total, "metrics": metrics})
         if written is not None:
             written.append(path)
+    reasons = [partial_test_note(counter.images, total, cfg.trainer)]  # probe 2026-12-05 case 118
     if cfg.ckpt_path is not None:
-        why = not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent)
-        if why:  # a legitimate look at a checkpoint, but not a result of the run: say so
-            say(f"note: not a result: {why}", stream=sys.stderr)
+        reasons.append(not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent))
+    for why in filter(None, reasons):  # a legitimate look at a checkpoint, but not a result of the run: say so
+        say(f"note: not a result: {why}", stream=sys.stderr)
+        if notes is not None:
+            notes.append(why)
     return metrics
 
 
@@ -244,7 +266,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         build_data_and_model,
         load_run_weights,
     )
-    from models.testset_definition import DATA_DIGEST_KEY, HASH_KEY, testset_sha256
+    from models.testset_definition import DATA_DIGEST_KEY, DATA_GENERATOR_KEY, HASH_KEY, testset_sha256
     from models.testsets import (
         adapt_model,
         build_datamodule,
@@ -271,11 +293,12 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     if cfg.batch_size:
         data["batch_size"] = cfg.batch_size
     datamodule = build_datamodule(data)
-    data_digest = prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"])
+    data_digest = prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"],
+                                       run_root=run_data.get("root"))
     # what was read: the definition and, for generated data, the generator its marker records (checked above
-    # to be the definition's); not where it lies (data.root differs between machines)
-    marker = read_marker(Path(datamodule.root).expanduser()) if own else None
-    sha256 = testset_sha256(testset, marker.get("generator") if marker else None)
+    # to be the definition's, or the run's); not where it lies (data.root differs between machines)
+    marker = read_marker(Path(datamodule.root).expanduser()) if own or data_digest is not None else None
+    sha256 = testset_sha256(testset, marker.get("generator") if own and marker else None)
     check_classes(datamodule, model, testset["name"])
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from models.lifecycle.identity import identity_config, identity_hash, run_length
@@ -296,7 +319,9 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         "data_root": str(Path(datamodule.root).expanduser().absolute()),
         "testset_config": testset,
         HASH_KEY: sha256,  # make_tables counts the result only under the test set of this definition
-        DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: the run's)
+        DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: hand data)
+        # for the run's own data at data_root=: the generator that shows it a copy of the run's (make_tables)
+        DATA_GENERATOR_KEY: marker.get("generator") if marker else None,
         "path": path,
     }
     return datamodule, model, record
@@ -350,11 +375,12 @@ def main(cfg: DictConfig) -> None:
     from models.training import RunInterrupted
 
     written: list[Path] = []
+    notes: list[str] = []
     install_stop_signals()  # before the Trainer: Lightning then leaves SIGTERM to us
     try:
         if cfg.ckpt_path is not None:
             check_run_eval_overrides(list(HydraConfig.get().overrides.task))
-        metrics = evaluate(cfg, written)
+        metrics = evaluate(cfg, written, notes)
     except user_error_types() as err:
         report_user_error(err)
     except RunInterrupted as err:
@@ -366,7 +392,7 @@ def main(cfg: DictConfig) -> None:
     title = str(cfg.ckpt_path or cfg.model.weights)
     if written:
         title += f" on testset={cfg.testset.name} (written to {written[0]})"
-    if cfg.ckpt_path is not None and not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent):
+    if notes:
         title += " - not a result of the run (see the note above)"
     print_table(metrics, title=title)
 

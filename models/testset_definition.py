@@ -9,13 +9,20 @@ The hash covers the test set's name and data settings, resolved, and the generat
 marker records (`data.generation`), not ``data.root``: where the data lives differs between machines
 (``paths.data_dir``) while the marker says what was made there. ``description`` and ``fits`` are prose and
 the runs it suits, never what is measured. Which images were read, byte for byte, a result records beside
-the hash (``data_sha256``, for a test set with data of its own).
+the hash (``data_sha256``, for generated data: the test set's own or the run's).
+
+What else changes a number a result reports is judged here too, by eval.py before it evaluates, by
+evaluate_testsets.py before it keeps a result and by make_tables before it counts one: a test set that reads
+the run's own data (no generator of its own, e.g. ``val_at_64``) measures that data only
+(`run_data_problem`), and every test-set column is measured at one precision, `TESTSET_PRECISION`
+(`precision_problem`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,16 @@ PROVENANCE_KEYS = (HASH_KEY, READ_KEY, TOTAL_KEY)
 # data's marker before the test), beside the hash, not in it: make_tables recomputes the hash from the yaml,
 # without the data, and results written before the digest was recorded keep their hash.
 DATA_DIGEST_KEY = "data_sha256"
+# What the completion marker of the data read records of its generator ({"target", "kwargs"}; None: hand data,
+# no marker): for the run's own data at another folder, it shows the folder is a copy of the run's data.
+DATA_GENERATOR_KEY = "data_generator"
+# The precision a test-set result was evaluated at (Lightning's name). Every column is measured at one
+# precision, whatever each run trained at, so that results of two runs, or two evaluations of one, compare
+# (probe 2026-12-05 case 128: bf16-mixed moved val/loss under the fp32 results' name).
+PRECISION_KEY = "precision"
+TESTSET_PRECISION = "32-true"
+# Lightning's names of that precision (an int 32 reads as "32"); null is Lightning's default, 32-true
+SAME_PRECISION = ("32", "32-true", "None")
 
 
 def measured(testset: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,6 +82,45 @@ def result_sha256(record: Mapping[str, Any]) -> str | None:
         return recorded if isinstance(recorded, str) else None
     config = record.get("testset_config")
     return testset_sha256(config, configured_generator(config)) if isinstance(config, Mapping) else None
+
+
+def reads_run_data(testset: Mapping[str, Any]) -> bool:
+    """Whether a (resolved) test set reads the evaluated run's own data: it has no data generator of its own."""
+    data = testset.get("data")
+    return isinstance(data, Mapping) and data.get("generator") is None
+
+
+def precision_problem(setting: Any) -> str:
+    """Why a test-set evaluation at trainer.precision ``setting`` is not a result of its column, or ''."""
+    if str(setting) in SAME_PRECISION:
+        return ""
+    return (f"it was evaluated at trainer.precision={setting}, and every test-set column is measured at"
+            f" {TESTSET_PRECISION}")
+
+
+def _folder(path: Any) -> str:
+    return os.path.normpath(os.path.expanduser(str(path)))
+
+
+def run_data_problem(record: Mapping[str, Any], run_data: Mapping[str, Any]) -> str:
+    """Why the data a result of a run-own-data test set read (`reads_run_data`) are not the run's own data
+    (``run_data``: its resolved data config), or ''. The run's own are its ``data.root``, or a copy of its
+    generated data elsewhere: a folder whose marker records the run's generator settings and whose images
+    eval.py checked against that marker (it records ``data_generator`` and ``data_sha256``). A result
+    that records no ``data_root`` is taken as the run's (nothing says otherwise); one written before
+    ``data_generator`` was recorded is judged by its ``data_root`` alone."""
+    root = record.get("data_root")
+    if root is None:
+        return ""
+    own = run_data.get("root")
+    if own is not None and _folder(root) == _folder(own):
+        return ""
+    generator = configured_generator({"data": run_data})
+    if generator is not None and record.get(DATA_DIGEST_KEY) is not None and record.get(DATA_GENERATOR_KEY) is not None:
+        if json.loads(json.dumps(record[DATA_GENERATOR_KEY], default=str)) == generator:
+            return ""  # a copy of the run's generated data, checked by eval.py against its marker
+    return (f"it read data_root={root}, not this run's data (data.root={own}), and test set"
+            f" {record.get('testset')!r} measures the run's own data")
 
 
 def load_definition(path: Path) -> dict[str, Any]:

@@ -10,12 +10,16 @@ windows kept, DETR as it is (its position encodings follow each input). The resu
 A result carries its provenance (`models.testset_definition`): the hash of the test set's definition and of
 its data's marker (``testset_sha256``), the digest of the images it read (``data_sha256``, checked against
 that marker first), and how many images the test read of how many (``images_read``, ``images_total``).
-Only a test of the whole set is written (`check_whole_test`, `ImageCounter`), and never over a result of
-another definition of the test set (`check_replaceable`).
+Only a test of the whole set is written (`check_whole_test`, `ImageCounter`), at the one precision of every
+test-set column (`check_test_precision`: ``trainer.precision`` other than 32-true is refused, the precision
+used is recorded), and never over a result of another definition of the test set (`check_replaceable`).
 
 Data: a test set with its own ``data.generator`` lives at its own ``data.root``, made once by
 ``scripts/generate_testsets.py`` (`generate_testset_data`); eval.py only reads it. A test set
-without one reads the run's own data (``data_root=<folder>`` points elsewhere), which must already exist.
+without one reads the run's own data, which must already exist: at the run's ``data.root``, or with
+``data_root=<folder>`` at a copy of the run's generated data (its marker records the run's generator
+settings; its images are checked against it). Any other ``data_root`` is refused (`check_run_data_root`):
+such a result would measure other images under the name of the run's own (probe 2026-12-05 cases 125, 127).
 Every mismatch is one line naming the key and the valid choices.
 """
 
@@ -175,13 +179,15 @@ def generate_command(name: str) -> str:
 
 
 def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root: Any = None,
-                         name: str = "") -> str | None:
+                         name: str = "", run_root: Any = None) -> str | None:
     """Check that the data a test set reads is on disk; nothing is generated at its root. Returns the checked
-    content digest of the test set's own images (`data.generation.scan_content`), None for the run's data.
+    content digest of generated images (`data.generation.scan_content`): the test set's own, or the run's;
+    None for hand data.
 
     Own data (the test set's generator, at its own root) must be complete, generated with the test set's
     settings and unchanged since (`generate_testset_data` makes it). The run's data must be on disk as
-    eval.py without a test set requires (`require_existing_data`); a ``data_root`` folder is used as it is."""
+    eval.py without a test set requires (`require_existing_data`), and a ``data_root`` folder must hold the
+    run's own data (`check_run_data_root`; ``run_root`` is the run's ``data.root``)."""
     from models.run_config import detach_generator, require_existing_data
 
     if own:
@@ -192,10 +198,46 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
         )
     detach_generator(datamodule)
     if data_root is not None:
-        datamodule.run_generator = None
+        check_run_data_root(datamodule.run_generator, run_root, data_root, name)
     source = "the data_root= override" if data_root is not None else str(run_config)
-    require_existing_data(datamodule, source, "data_root=<folder>")
-    return None
+    # the run's generator stays attached: its marker and images are checked, and their digest recorded
+    return require_existing_data(datamodule, source, "data_root=<folder>")
+
+
+def _folder(path: Any) -> Path:
+    return Path(os.path.normpath(Path(str(path)).expanduser().absolute()))
+
+
+def check_run_data_root(generator: Any, run_root: Any, data_root: Any, name: str) -> None:
+    """Refuse, in one line before anything is evaluated, a ``data_root`` that is not the run's own data for
+    test set ``name``, which reads the run's data: the run's ``data.root`` (``run_root``) is, and so is a copy
+    of the run's generated data (a marker that records the run's ``generator`` settings; its images are then
+    checked against it). Hand data (no generator) is known by its folder only."""
+    from data.generation import MARKER_NAME, describe_generator, read_marker
+    from models.run_config import _generator_differences
+
+    given = _folder(data_root)
+    if run_root is not None and given == _folder(run_root):
+        return
+    if generator is None or isinstance(generator, dict):  # hand data, or COCO shapes (no marker of settings)
+        why = "the run's data are not generated, so only its own folder is its data"
+        valid = f"drop data_root (or data_root={run_root})"
+    else:
+        try:
+            marker = read_marker(given)
+        except (ValueError, OSError) as err:
+            marker, why = None, f"its {MARKER_NAME} cannot be read ({' '.join(str(err).split()) or type(err).__name__})"
+        else:
+            why = f"it has no {MARKER_NAME} of the run's generator" if marker is None else ""
+        if marker is not None:
+            diff = _generator_differences(marker.get("generator"), describe_generator(generator))
+            if not diff:
+                return  # a copy of the run's generated data: require_existing_data checks its images
+            why = f"it was generated with other settings than the run's data ({diff})"
+        valid = "drop data_root, or data_root=<a copy of the run's generated data (the same generator settings)>"
+    raise TestsetError(
+        f"data_root={data_root} is not this run's data: testset={name} measures the run's own data (data.root="
+        f"{run_root}), and {why} (nothing was evaluated); valid: {valid}")
 
 
 # The data config (configs/data/<name>.yaml) whose module reads a generated test set, by its `fits` kind.
@@ -383,6 +425,32 @@ def check_whole_test(trainer: Any, name: str) -> None:
         raise TestsetError(f"{setting} tests a part of testset={name}, and a test set's result is of the whole set"
                            " (nothing was evaluated); valid: trainer.limit_test_batches=null or 1.0, no"
                            " trainer.fast_dev_run")
+
+
+def check_test_precision(trainer: Any, name: str) -> None:
+    """Refuse, in one line and before anything is evaluated, a test of test set ``name`` at another precision
+    than every test-set column is measured at (`models.testset_definition.TESTSET_PRECISION`): its numbers
+    would stand beside 32-true ones under one name (probe 2026-12-05 case 128)."""
+    from models.testset_definition import TESTSET_PRECISION, precision_problem
+
+    precision = trainer.get("precision")
+    if precision_problem(precision):
+        raise TestsetError(f"trainer.precision={precision} for testset={name}: every test-set column is measured at"
+                           f" {TESTSET_PRECISION}, whatever precision each run trained at (nothing was evaluated);"
+                           f" valid: trainer.precision={TESTSET_PRECISION} (or leave it unset; with trainer=gpu"
+                           f" too)")
+
+
+def partial_test_note(read: int, total: int | None, trainer: Any) -> str:
+    """Why the numbers of a test that read ``read`` of the split's ``total`` images are not a result, or ''
+    (eval.py without a test set prints them with this note; a test set's result is never written)."""
+    setting = partial_test_setting(trainer)
+    # more than the split: a distributed sampler's padding (the whole split was read); no length: only a
+    # setting can say
+    if (total is not None and read >= total) or (total is None and setting is None):
+        return ""
+    return (f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
+            f"{f' ({setting})' if setting else ''}: numbers of a part of the split")
 
 
 def batch_images(batch: Any) -> int:

@@ -43,6 +43,7 @@ from scripts.tables.collect import (  # noqa: E402
     read_config,
     read_overrides,
     read_testsets,
+    run_data_config,
     run_dirs,
 )
 
@@ -81,7 +82,8 @@ def _testset_files(run_dir: Path, state: str, out: Path) -> list[str]:
     if state != "finished":  # make_tables reads test-set results of finished runs only
         return []
     cfg = read_config(run_dir / CONFIG)
-    _, testsets, problems = read_testsets(run_dir, identity_hash(identity_config(cfg)), run_length(cfg))
+    _, testsets, problems = read_testsets(run_dir, identity_hash(identity_config(cfg)), run_length(cfg),
+                                          run_data_config(cfg))
     if problems:
         file, why = problems[0]
         if file == TESTSETS:  # the folder itself: its problem says what to do (a link: replace it, never clear it)

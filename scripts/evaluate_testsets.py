@@ -10,9 +10,13 @@ the result goes to ``<run>/testsets/<name>[@<rule>].json``. A result already the
 (identity and length), test set definition (``testset_sha256``) and rule, of the whole set, is kept (one of
 an earlier length of the run, which was extended since, or a partial one, is replaced), so running the
 command again evaluates only what is missing. One there for another definition of the test set (its yaml
-was edited) is never overwritten: that evaluation stops with one line saying to remove the file. ``--set``
-never names the test set (``testset.name=``) nor tests a part of it (``trainer.limit_test_batches``): each is
-refused in one line before anything runs. Runs that have not finished are listed and left
+was edited) is never overwritten: that evaluation stops with one line saying to remove the file. One that
+make_tables would not count for what it measured (at another precision than 32-true, or of a test set that
+reads the run's own data on other data) is evaluated again. ``--set`` never names the test set
+(``testset.name=``), tests a part of it (``trainer.limit_test_batches``) nor sets another precision than
+32-true (``trainer.precision``): each is refused in one line before anything runs. ``--set data_root=`` for a
+test set that reads the run's own data must be a copy of each run's generated data, else that run's
+evaluation is one line (eval.py's rule). Runs that have not finished are listed and left
 out. Every problem is one line per (run, test set); the others still run; the exit code is 1 when any
 evaluation was not done, 0 when every finished run has every result.
 """
@@ -30,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, its sibling
 
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from models.lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
 from models.lifecycle.files import (  # noqa: E402
@@ -103,9 +107,10 @@ def testset_config(testset: str, ape_rule: str | None, extra: list[str]) -> Dict
 
 
 def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: str | None, identity: str,
-                 length: dict[str, Any]) -> str:
+                 length: dict[str, Any], run_data: dict[str, Any] | None = None) -> str:
     """Evaluate one run on ``testset``, whose config ``composed`` is (`testset_config`), unless its result is
-    there; returns what was done, in one line."""
+    there; returns what was done, in one line. ``run_data`` (the run's resolved data config) judges whether
+    a result there of a test set that reads the run's data measured the run's data (`measured_problem`)."""
     import eval as eval_script
     from models.testset_definition import READ_KEY, TOTAL_KEY, configured_generator, result_sha256, testset_sha256
     from models.testsets import RESULT_FOLDER, load_testset
@@ -128,7 +133,9 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         whole = record.get(READ_KEY) == record.get(TOTAL_KEY)  # neither recorded (an older result): taken as whole
         # changed after eval.py wrote it (make_tables does not count it): no result to keep, evaluated again
         damage = checksum_problem(record) if CHECKSUM in record else ""
-        if ours and same_definition and record.get("length") in (None, length) and whole and not damage:
+        other = measured_problem(record, definition, run_data)  # make_tables would not count it: evaluated again
+        if ours and same_definition and record.get("length") in (None, length) and whole and not damage \
+                and not other:
             return f"kept {path}"
         if not (ours and same_definition):
             why = ("another run's result" if record.get("identity") not in (None, identity)
@@ -138,6 +145,8 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
             stale = f" (replacing the result of its earlier length {record.get('length')})"  # the run was extended
         elif not whole:
             stale = f" (replacing a partial result: {record.get(READ_KEY)} of {record.get(TOTAL_KEY)} images)"
+        elif other:
+            stale = f" (replacing a result that is not counted: {other})"
         else:
             stale = f" (replacing a damaged result: {damage})"
     written: list[Path] = []
@@ -145,6 +154,19 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     headline = next((k for k in ("val/top1", "val/AP") if k in metrics), None)
     shown = f", {headline} {metrics[headline]:.2f}" if headline else ""
     return f"wrote {written[0]}{shown}{stale}"
+
+
+def measured_problem(record: dict[str, Any], definition: dict[str, Any], run_data: dict[str, Any] | None) -> str:
+    """Why make_tables would not count ``record`` for what it measured (`scripts.tables.collect`), or '': its
+    precision, and for a test set that reads the run's own data, data other than the run's. A result that
+    records no precision (written before eval.py recorded it) is judged as before: by the rest."""
+    from models.testset_definition import PRECISION_KEY, precision_problem, reads_run_data, run_data_problem
+
+    if record.get(PRECISION_KEY) is not None and precision_problem(record[PRECISION_KEY]):
+        return precision_problem(record[PRECISION_KEY])
+    if run_data is not None and reads_run_data(definition):
+        return run_data_problem(record, run_data)
+    return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,15 +227,27 @@ def check_extra_overrides(extra: list[str]) -> None:
 
 def check_whole_test_settings(extra: list[str]) -> None:
     """Refuse, in one line before any data or evaluation, ``--set`` trainer settings that test a part of each
-    test set (`models.testsets.partial_test_setting`): such a result would stand for the whole set."""
+    test set (`models.testsets.partial_test_setting`): such a result would stand for the whole set; and a
+    precision other than the one every test-set column is measured at (`models.testsets.check_test_precision`)."""
+    from models.testset_definition import TESTSET_PRECISION, precision_problem
     from models.testsets import partial_test_setting
 
     trainer = [o for o in extra if o.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] == "trainer"]
-    setting = partial_test_setting(compose_checked("eval", trainer).trainer) if trainer else None
+    if not trainer:
+        return
+    composed = compose_checked("eval", trainer).trainer
+    setting = partial_test_setting(composed)
     if setting is not None:
         raise ValueError(f"--set {setting} tests a part of each test set, and a test set's result is of the whole"
                          " set (nothing was evaluated); valid: no trainer.limit_test_batches (or 1.0), no"
                          " trainer.fast_dev_run")
+    precision = composed.get("precision")
+    if precision_problem(precision):
+        given = " ".join(trainer)
+        named = given if given == f"trainer.precision={precision}" else f"{given} (trainer.precision={precision})"
+        raise ValueError(f"--set {named}: every test-set column is measured at {TESTSET_PRECISION}, whatever"
+                         " precision each run trained at (nothing was evaluated); valid: no trainer.precision"
+                         f" (or {TESTSET_PRECISION}; with trainer=gpu too)")
 
 
 def generate_missing(testsets: list[str], extra: list[str]) -> list[str]:
@@ -267,7 +301,9 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             check_plain_file(run_dir / CONFIG)
             if not os.path.lexists(run_dir / CONFIG):
                 raise RunFileError(f"{run_dir / CONFIG} is missing")
-            length = run_length(load_run_config(run_dir / CONFIG))
+            run_cfg = load_run_config(run_dir / CONFIG)
+            length = run_length(run_cfg)
+            run_data = OmegaConf.to_container(run_cfg.data, resolve=True)
             identity = status.metrics.get("identity") or run_identity(run_dir)
         except user_error_types() as err:
             say(f"left out {run_dir}: unreadable: {one_line(err)}")
@@ -275,7 +311,7 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             continue
         for testset, composed in testsets:
             try:
-                outcome = evaluate_run(run_dir, testset, composed, args.ape, identity, length)
+                outcome = evaluate_run(run_dir, testset, composed, args.ape, identity, length, run_data)
                 say(f"{run_dir.name} / {testset}: {outcome}")
                 done += 1
             except user_error_types() as err:

@@ -421,6 +421,38 @@ def test_a_run_that_has_not_finished_is_evaluated_with_a_note(run_dir: Path, tmp
     assert "not a result" not in capsys.readouterr().err
 
 
+def test_a_test_of_part_of_the_split_is_printed_with_a_not_a_result_note(run_dir: Path, tmp_path: Path,
+                                                                        data_dir: Path, capsys) -> None:
+    """Probe 2026-12-05 case 118: ``trainer.limit_test_batches=1 batch_size=8`` printed val/top1 of 8 of the
+    split's images as the checkpoint's, with no note; eval.py writes nothing, so the note is what says it."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0}))  # a finished run: no other note
+    for limit in ("1", "0.5"):
+        notes: list[str] = []
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, "batch_size=8", f"trainer.limit_test_batches={limit}"),
+                             notes=notes)
+        why = f"the test read 8 of 16 images (trainer.limit_test_batches={limit}): numbers of a part of the split"
+        assert notes == [why] and f"note: not a result: {why}\n" in capsys.readouterr().err
+    notes = []
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, "batch_size=8", "trainer.limit_test_batches=2"),
+                         notes=notes)  # two batches of 8: the whole split
+    assert notes == [] and "not a result" not in capsys.readouterr().err
+
+
+@pytest.mark.slow  # one eval.py process; the same note is checked in-process above
+def test_eval_cli_marks_a_partial_test_not_a_result(run_dir: Path, tmp_path: Path, data_dir: Path) -> None:
+    run = _copy(run_dir, tmp_path)
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0}))
+    result = run_cli("eval.py", [f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "batch_size=8",
+                                 "trainer.limit_test_batches=1", "throughput_batch=2", f"paths.data_dir={data_dir}"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("note: not a result: the test read 8 of 16 images (trainer.limit_test_batches=1): numbers of a part of"
+            " the split") in result.stderr
+    assert "notaresultoftherun" in "".join(result.stdout.split())  # the table's title says so too (rich wraps it)
+
+
 def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_dir: Path, tmp_path: Path,
                                                                           data_dir: Path) -> None:
     import eval as eval_script

@@ -268,3 +268,57 @@ def test_make_tables_counts_a_whole_result_of_the_yamls_definition_and_a_partial
     assert column() == (None, "it is of another definition of 'relational_right' than"
                               " configs/testset/relational_right.yaml (result -> yaml: data.generator.num_val: 16"
                               " -> 2000): evaluate it again (scripts/evaluate_testsets.py), or remove it")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_another_precision_or_other_data_for_a_run_own_data_test_set_is_refused_or_evaluated_again(
+        sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    """Probe 2026-12-05 cases 127, 128: ``--testsets val_at_48 --set data_root=<another data set>`` wrote and
+    counted a result of other images under the run's val_at_48, and a precision override left no trace.
+    Another precision is refused before anything runs, other data in one line per run, nothing written; a
+    result make_tables does not count for either reason is evaluated again."""
+    from data.fake import make_fake_imagefolder
+    from models.testsets import write_result
+    from scripts.tables import collect
+
+    if (sweep / "1").exists():
+        shutil.rmtree(sweep / "1")
+    base = [str(sweep), "--testsets", "val_at_48", "--set", f"paths.data_dir={data_dir}", "throughput_batch=2"]
+    path = sweep / RUN / "testsets" / "val_at_48@interpolate.json"
+    for extra, named in (("trainer.precision=bf16-mixed", "trainer.precision=bf16-mixed"),
+                         ("trainer=gpu", "trainer=gpu (trainer.precision=bf16-mixed)")):
+        assert evaluate_testsets.main([*base, extra]) == 2
+        assert capsys.readouterr() == ("", f"error: --set {named}: every test-set column is measured at 32-true,"
+                                           " whatever precision each run trained at (nothing was evaluated); valid:"
+                                           " no trainer.precision (or 32-true; with trainer=gpu too)\n")
+    other = make_fake_imagefolder(tmp_path / "other", num_classes=8, per_class=2)
+    assert evaluate_testsets.main([*base, f"data_root={other}"]) == 1
+    out, err = capsys.readouterr()
+    assert err == (f"error: {RUN} / val_at_48: data_root={other} is not this run's data: testset=val_at_48 measures"
+                   f" the run's own data (data.root={data_dir / 'relational_tiny'}), and it has no .complete.json of"
+                   " the run's generator (nothing was evaluated); valid: drop data_root, or data_root=<a copy of the"
+                   " run's generated data (the same generator settings)>\n")
+    assert "0 evaluated or kept, 1 not" in out and not path.exists()
+
+    assert evaluate_testsets.main(base) == 0  # the run's own data
+    record = json.loads(path.read_text())
+    assert (record["data_root"], record["precision"]) == (str(data_dir / "relational_tiny"), "32-true")
+    assert collect.load_run(sweep / RUN).metrics["val_at_48@interpolate/val/top1"] == record["metrics"]["val/top1"]
+    capsys.readouterr()
+    for edits, why in (
+        ({"data_root": str(other), "data_sha256": None, "data_generator": None},  # as the probe's run left it
+         f"it read data_root={other}, not this run's data (data.root={data_dir / 'relational_tiny'}), and test set"
+         " 'val_at_48' measures the run's own data"),
+        ({"precision": "bf16-mixed"},
+         "it was evaluated at trainer.precision=bf16-mixed, and every test-set column is measured at 32-true"),
+    ):
+        write_result(path, {**{k: v for k, v in record.items() if k != "checksum"}, **edits})
+        run = collect.load_run(sweep / RUN)
+        assert "val_at_48@interpolate/val/top1" not in run.metrics
+        assert dict(run.testset_problems)["testsets/val_at_48@interpolate.json"].startswith(why)
+        assert evaluate_testsets.main(base) == 0
+        assert f"(replacing a result that is not counted: {why})" in capsys.readouterr().out
+        again = json.loads(path.read_text())
+        assert {k: again[k] for k in ("data_root", "data_sha256", "precision")} == \
+            {k: record[k] for k in ("data_root", "data_sha256", "precision")}
+        assert collect.load_run(sweep / RUN).metrics["val_at_48@interpolate/val/top1"] == record["metrics"]["val/top1"]

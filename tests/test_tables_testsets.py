@@ -498,3 +498,86 @@ def test_a_test_set_without_a_definition_now_is_not_counted(tmp_path: Path, monk
     run = next(r for r in _table(tmp_path).cells[("k", "with APE")].runs if r.facts["seed"] == 0)
     assert run.testset_problems == ((f"testsets/{INTERPOLATE}.json", f"there is no configs/testset/{RIGHT}.yaml to"
                                      " compare it with; valid: results of the test sets defined there"),)
+
+
+# ----------------------------------------------------------------------------- what the result measured
+VAL48 = "val_at_48@interpolate"  # the run's own validation images at 48 px: its data, never another's
+
+
+def _run_data(run_dir: Path) -> dict[str, object]:
+    return OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml").data, resolve=True)  # type: ignore[return-value]
+
+
+def _own_data_result(run_dir: Path, top1: float, **edits: object) -> Path:
+    """``val_at_48@interpolate.json`` as eval.py now writes it: the run's data.root, its digest and generator."""
+    from models.testset_definition import configured_generator
+
+    data = _run_data(run_dir)
+    fields = {"data_root": data["root"], "data_sha256": "d" * 64,
+              "data_generator": configured_generator({"data": data}), "precision": "32-true", **edits}
+    return _result(run_dir, top1, name="val_at_48", **fields)
+
+
+def _counted(table: make_tables.Table, column: str, seed: int) -> tuple[tuple, tuple]:
+    run = next(r for r in table.cells[("k", "with APE")].runs if r.facts["seed"] == seed)
+    return table.cells[("k", "with APE")].testset_stats(column, "val/top1"), run.testset_problems
+
+
+def test_a_run_own_data_result_counts_only_on_the_runs_data(tmp_path: Path) -> None:
+    """Probe 2026-12-05 cases 125, 127: ``testset=val_at_64 data_root=<another data set>`` was counted in
+    val_at_64's column. The run's data.root counts, and so does a copy of its generated data (its marker's
+    generator recorded, its images' digest checked); other data is listed and not counted."""
+    runs = _own_runs(tmp_path)
+    _own_data_result(runs[(K, 0)], 60.0)
+    _own_data_result(runs[(K, 1)], 64.0, data_root="/copy/elsewhere/relational_mini")  # the run's data, copied
+    assert _counted(_table(tmp_path), VAL48, 1) == ((62.0, pytest.approx(math.sqrt(8)), 2), ())
+
+    other = "/tmp/p40/data/testsets/relational_left_v2"
+    left = configured_generator_of("relational_left")
+    for edits in ({"data_root": other, "data_sha256": None, "data_generator": None},  # the probe's record
+                  {"data_root": other, "data_generator": left},  # other generated data, digest checked
+                  {"data_root": other, "data_sha256": None, "data_generator": None, "precision": None}):  # before
+        _own_data_result(runs[(K, 1)], 12.5, **edits)
+        assert _counted(_table(tmp_path), VAL48, 1) == ((60.0, None, 1), (
+            (f"testsets/{VAL48}.json", f"it read data_root={other}, not this run's data (data.root="
+             "/work/main/.data/relational_mini), and test set 'val_at_48' measures the run's own data: evaluate it"
+             " again without data_root= (scripts/evaluate_testsets.py), or remove it"),))
+
+
+def configured_generator_of(name: str) -> dict[str, object] | None:
+    from models.testset_definition import configured_generator
+
+    return configured_generator(written_testset_fields(name)["testset_config"])
+
+
+def test_a_result_from_before_the_data_was_recorded_is_judged_by_its_data_root(tmp_path: Path) -> None:
+    """Results written before eval.py recorded data_generator (or data_root, or the precision) keep counting
+    when nothing they record says other data: the run's own data.root, or no data_root at all."""
+    runs = _own_runs(tmp_path)
+    _own_data_result(runs[(K, 0)], 60.0, data_sha256=None, data_generator=None, precision=None)
+    path = _own_data_result(runs[(K, 1)], 64.0)
+    record = json.loads(path.read_text())
+    for key in ("data_root", "data_sha256", "data_generator", "precision", "checksum"):
+        record.pop(key)
+    write_result(path, record)
+    assert _counted(_table(tmp_path), VAL48, 1) == ((62.0, pytest.approx(math.sqrt(8)), 2), ())
+    # a copy elsewhere, recorded before the generator was: nothing shows it is the run's data
+    _own_data_result(runs[(K, 1)], 64.0, data_root="/copy/relational_mini", data_generator=None)
+    assert _counted(_table(tmp_path), VAL48, 1)[0] == (60.0, None, 1)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed", "64-true"])
+def test_a_result_at_another_precision_is_not_counted(tmp_path: Path, precision: str) -> None:
+    """Probe 2026-12-05 case 128: a bf16-mixed evaluation (val/loss 2.11351 against fp32's 2.11357) was counted
+    in the fp32 results' column. Every test-set column is measured at 32-true; '32' is Lightning's same name."""
+    runs = _own_runs(tmp_path)
+    _own_data_result(runs[(K, 0)], 60.0, precision="32")
+    _own_data_result(runs[(K, 1)], 64.0, precision=precision)
+    _result(runs[(K, 0)], 50.0)  # a generated test set's column: the same rule
+    _result(runs[(K, 1)], 52.0, precision=precision)
+    table = _table(tmp_path)
+    why = (f"it was evaluated at trainer.precision={precision}, and every test-set column is measured at 32-true:"
+           " evaluate it again at 32-true (no trainer.precision override; scripts/evaluate_testsets.py)")
+    assert _counted(table, VAL48, 1) == ((60.0, None, 1), ((f"testsets/{INTERPOLATE}.json", why),
+                                                           (f"testsets/{VAL48}.json", why)))
+    assert _counted(table, INTERPOLATE, 1)[0] == (50.0, None, 1)

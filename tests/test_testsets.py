@@ -586,11 +586,116 @@ def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> No
     assert record["data_root"] == str(data / "rel_small") and record["img_size"] == [64, 64]
     assert record["ape_rule"] == "interpolate" and record["metrics"] == metrics
     assert record["images_read"] == record["images_total"] == 16  # the run's whole val split
+    marker = json.loads((data / "rel_small" / ".complete.json").read_text())
+    assert (record["data_sha256"], record["data_generator"]) == (marker["content_sha256"], marker["generator"])
+    assert record["precision"] == "32-true"  # every test-set column's precision
     assert sorted(p.name for p in data.iterdir()) == folders  # nothing generated
-    shutil.copytree(data / "rel_small", tmp_path / "elsewhere")
+    shutil.copytree(data / "rel_small", tmp_path / "elsewhere")  # a copy of the run's data: its data, elsewhere
     _eval(run, data, "val_at_48", f"data_root={tmp_path / 'elsewhere'}")
     elsewhere = json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())
     assert elsewhere["data_root"] == str(tmp_path / "elsewhere")
+    assert (elsewhere["data_sha256"], elsewhere["data_generator"]) == (marker["content_sha256"], marker["generator"])
+    from scripts.tables.collect import read_testset_result, run_data_config
+
+    run_data = run_data_config(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
+    for name in ("val_at_64@interpolate", "val_at_48@interpolate"):  # make_tables counts both
+        assert read_testset_result(run / RESULT_FOLDER / f"{name}.json", record["identity"], None, run_data)[0] \
+            == "interpolate"
+
+
+def _own_data_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A run on 16+16 generated relational images of its own at ``data/rel_small`` (made as train.py does)."""
+    from hydra.utils import instantiate
+
+    data = tmp_path / "data"
+    overrides = ["data.root=${paths.data_dir}/rel_small", "data.generator.num_train=16", "data.generator.num_val=16",
+                 "data.batch_size=16", "debug=fast"]
+    run = _fake_run(tmp_path / "run", data, overrides)
+    instantiate(compose_config(overrides, tmp_path / "gen", data).data, _convert_="all").prepare_data()
+    return run, data
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_run_own_data_test_set_refuses_a_data_root_of_other_data(tmp_path: Path) -> None:
+    """Probe 2026-12-05 cases 125, 127: ``testset=val_at_64 data_root=<another data set's images>`` wrote a
+    result (data_sha256 null) that make_tables counted as the run's val_at_64. Other data is one line naming
+    the value and what is valid, before anything is evaluated or written."""
+    from data.fake import make_fake_imagefolder
+
+    run, data = _own_data_run(tmp_path)
+    _generate(data, "relational_left", "testset.data.generator.num_val=16")  # another data set of 8 classes
+    left = data / "testsets" / "relational_left_v2"
+    settings = tmp_path / "other_settings"  # the run's data with another generator setting in its marker
+    shutil.copytree(data / "rel_small", settings)
+    marker = json.loads((settings / ".complete.json").read_text())
+    marker["generator"]["kwargs"]["seed"] = 7
+    (settings / ".complete.json").write_text(json.dumps(marker))
+    hand = make_fake_imagefolder(tmp_path / "hand", num_classes=8, per_class=2)  # no marker at all
+    copy_valid = ("valid: drop data_root, or data_root=<a copy of the run's generated data (the same generator"
+                  " settings)>")
+    for root, why in (
+        (left, "it was generated with other settings than the run's data (num_train: 8 on disk vs 16 named,"),
+        (settings, "it was generated with other settings than the run's data (seed: 7 on disk vs 0 named)"),
+        (hand, "it has no .complete.json of the run's generator"),
+    ):
+        with pytest.raises(TestsetError) as err:
+            _eval(run, data, "val_at_64", f"data_root={root}")
+        text = str(err.value)
+        assert text.startswith(f"data_root={root} is not this run's data: testset=val_at_64 measures the run's own"
+                               f" data (data.root={data / 'rel_small'}), and {why}"), text
+        assert text.endswith(f"(nothing was evaluated); {copy_valid}") and "\n" not in text
+    assert not (run / RESULT_FOLDER).exists()
+    _eval(run, data, "val_at_48", f"data_root={data / 'rel_small'}")  # the run's own folder, named: its data
+    assert json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())["data_sha256"]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_hand_data_run_reads_only_its_own_folder_on_a_run_own_data_test_set(tmp_path: Path) -> None:
+    """Data without a generator is known by its folder only: another folder is refused, the run's is read."""
+    from data.fake import make_fake_imagefolder
+
+    data = tmp_path / "data"
+    own = make_fake_imagefolder(data / "hand", num_classes=8, per_class=2)
+    run = _fake_run(tmp_path / "run", data, ["data.root=${paths.data_dir}/hand", "data.generator=null",
+                                              "data.batch_size=16", "debug=fast"])
+    other = make_fake_imagefolder(tmp_path / "other", num_classes=8, per_class=2, seed=1)
+    with pytest.raises(TestsetError) as err:
+        _eval(run, data, "val_at_48", f"data_root={other}")
+    assert str(err.value) == (
+        f"data_root={other} is not this run's data: testset=val_at_48 measures the run's own data (data.root={own}),"
+        " and the run's data are not generated, so only its own folder is its data (nothing was evaluated); valid:"
+        f" drop data_root (or data_root={own})")
+    assert not (run / RESULT_FOLDER).exists()
+    _eval(run, data, "val_at_48")
+    record = json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())
+    assert (record["data_root"], record["data_sha256"], record["data_generator"]) == (str(own), None, None)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_test_set_at_another_precision_is_refused_before_anything(tmp_path: Path) -> None:
+    """Probe 2026-12-05 case 128: ``testset=val_at_48 trainer.precision=bf16-mixed`` wrote a result with no
+    precision, counted beside 32-true ones (val/loss 2.11351 vs 2.11357). Every test-set column is measured
+    at 32-true: another precision (also the gpu trainer's bf16-mixed) is one line; Lightning's '32' is 32-true."""
+    run, data = _own_data_run(tmp_path)
+    for extra, value in (("trainer.precision=bf16-mixed", "bf16-mixed"), ("trainer=gpu", "bf16-mixed"),
+                         ("trainer.precision=16-mixed", "16-mixed"), ("trainer.precision=64", "64")):
+        with pytest.raises(TestsetError) as err:
+            _eval(run, data, "val_at_48", extra)
+        assert str(err.value) == (
+            f"trainer.precision={value} for testset=val_at_48: every test-set column is measured at 32-true, whatever"
+            " precision each run trained at (nothing was evaluated); valid: trainer.precision=32-true (or leave it"
+            " unset; with trainer=gpu too)")
+    assert not (run / RESULT_FOLDER).exists()
+    _eval(run, data, "val_at_48", "trainer.precision=32")
+    assert json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())["precision"] == "32-true"
+
+
+@pytest.mark.slow  # one eval.py process; the same check runs in-process above
+def test_eval_cli_refuses_another_precision_for_a_test_set_in_one_line(tmp_path: Path) -> None:
+    result = run_cli("eval.py", ["ckpt_path=runs/x/checkpoints/best.ckpt", "testset=val_at_48",
+                                 "trainer.precision=bf16-mixed", f"paths.data_dir={tmp_path}"])
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("error: trainer.precision=bf16-mixed for testset=val_at_48: every test-set")
 
 
 @pytest.mark.filterwarnings("ignore")

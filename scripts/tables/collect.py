@@ -12,7 +12,11 @@ absolute position table: ``relational_canvas48@interpolate/val/top1`` and
 no rule, and `cells` shows its one result in each rule's column). A result file that cannot be trusted is
 listed on the run (`Run.testset_problems`), not counted, and never costs the run its own result; so is one
 of another definition of the test set than ``configs/testset/<name>.yaml`` now gives (its
-``testset_sha256``, `models.testset_definition`), and one that read a part of the set.
+``testset_sha256``, `models.testset_definition`), one that read a part of the set, one evaluated at another
+precision than 32-true (every test-set column's, `TESTSET_PRECISION`), and one of a test set that reads the
+run's own data (``val_at_64``) that read other data (`run_data_problem`). A result written before eval.py
+recorded its precision is judged as before (eval.py's default was 32-true); one written before it recorded
+``data_generator`` is judged by its ``data_root`` alone (a copy of the run's data elsewhere: evaluate it again).
 """
 
 from __future__ import annotations
@@ -62,13 +66,18 @@ from models.lifecycle.records import (
 )
 from models.testset_definition import (
     HASH_KEY,
+    PRECISION_KEY,
     PROVENANCE_KEYS,
     READ_KEY,
+    TESTSET_PRECISION,
     TOTAL_KEY,
     configured_generator,
     load_definition,
     measured,
+    precision_problem,
+    reads_run_data,
     result_sha256,
+    run_data_problem,
     testset_sha256,
 )
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
@@ -495,17 +504,19 @@ def testset_column(name: str, ape_rule: str | None) -> str:
     return name if ape_rule is None else f"{name}@{ape_rule}"
 
 
-def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None = None
-                        ) -> tuple[str | None, dict[str, float]]:
-    """``(ape_rule, metrics)`` of the result file ``path`` of the run whose identity hash is ``identity``.
+def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None = None,
+                        run_data: dict[str, Any] | None = None) -> tuple[str | None, dict[str, float]]:
+    """``(ape_rule, metrics)`` of the result file ``path`` of the run whose identity hash is ``identity`` and
+    whose data config is ``run_data`` (None: its data is not compared).
 
     Anything that makes the numbers not this run's on this test set is a `TableError` saying why, without
     the path (the caller names the file): a symlink or a file that is not plain (never followed), damaged
     or non-JSON, not an object, a ``testset`` other than its file name (renamed or copied), another run's
     ``identity`` (a file without one, written before eval.py recorded it, is taken as the run's), an
     ``ape_rule`` that is no rule name, another definition of the test set or a part of it read
-    (`_check_provenance`), and a metric that is not a finite number or a percentage outside [0, 100]. Only
-    JSON is parsed: nothing in the file is executed or resolved.
+    (`_check_provenance`), another precision or other data than the column's (`_check_measured`), and a
+    metric that is not a finite number or a percentage outside [0, 100]. Only JSON is parsed: nothing in the
+    file is executed or resolved.
     """
     # the file is <test set>[@<ape rule>].json (eval.py's models.testsets.result_name)
     name, _, named_rule = path.name.removesuffix(".json").partition("@")
@@ -535,6 +546,7 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
         raise TableError(f"it was evaluated when the run's length was {made}, the run's length is now {now}:"
                          " evaluate it again (scripts/evaluate_testsets.py)")
     _check_provenance(value, name)
+    _check_measured(value, name, run_data)
     metrics = value.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
         raise TableError("the file is damaged: it has no metrics")
@@ -604,14 +616,45 @@ def _check_provenance(value: dict[str, Any], name: str) -> None:
                          " limit): evaluate it again on the whole set (scripts/evaluate_testsets.py)")
 
 
-def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = None
+def _check_measured(value: dict[str, Any], name: str, run_data: dict[str, Any] | None) -> None:
+    """A `TableError` unless the result measured what its column holds: the precision every test-set column
+    is measured at, and for a test set that reads the run's own data, the run's data (probe 2026-12-05 cases
+    125, 127, 128). A result that records no precision is judged as before this was recorded."""
+    precision = value.get(PRECISION_KEY)
+    if precision is not None and precision_problem(precision):
+        raise TableError(f"{precision_problem(precision)}: evaluate it again at {TESTSET_PRECISION} (no"
+                         " trainer.precision override; scripts/evaluate_testsets.py)")
+    if run_data is None or not reads_run_data(expected_testset(TESTSET_CONFIGS, name)[1]):
+        return
+    problem = run_data_problem(value, run_data)
+    if problem:
+        raise TableError(f"{problem}: evaluate it again without data_root= (scripts/evaluate_testsets.py), or"
+                         " remove it")
+
+
+def run_data_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's data config (of `read_config`), resolved where it can be, for `_check_measured`; None when the
+    config has none."""
+    data = cfg.get("data")
+    if not isinstance(data, dict):
+        return None
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(cfg).data, resolve=True)
+    except Exception:  # an interpolation only Hydra resolves (train.py writes config.yaml resolved)
+        return data
+    return resolved if isinstance(resolved, dict) else data
+
+
+def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = None,
+                  run_data: dict[str, Any] | None = None
                   ) -> tuple[dict[str, float], dict[str, str | None], tuple[tuple[str, str], ...]]:
     """A finished run's results on other test sets: ``(metrics, testsets, problems)``.
 
     ``metrics``: ``<column>/<metric>`` of every result counted (`testset_column`: the file's stem);
     ``testsets``: column -> its APE rule; ``problems``: ``(file, why)`` of each result not counted
-    (`read_testset_result`). Read are the plain ``*.json`` files of ``run_dir/testsets`` (hidden ones, e.g.
-    an atomic write's leftover, are not results); that folder must be the run's own, not a symlink into another run dir.
+    (`read_testset_result`, given the run's ``run_data``). Read are the plain ``*.json`` files of
+    ``run_dir/testsets`` (hidden ones, e.g. an atomic write's leftover, are not results); that folder must be
+    the run's own, not a symlink into another run dir.
     """
     folder = run_dir / TESTSETS
     if not os.path.lexists(folder):
@@ -628,7 +671,7 @@ def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = 
     problems: list[tuple[str, str]] = []
     for file in names:
         try:
-            rule, numbers = read_testset_result(folder / file, identity, length)
+            rule, numbers = read_testset_result(folder / file, identity, length, run_data)
         except TableError as err:
             problems.append((f"{TESTSETS}/{file}", str(err)))
             continue
@@ -702,7 +745,7 @@ def load_run(run_dir: Path) -> Run:
         # the test-set files must be this config's results: its identity hash, as eval.py writes it (and as
         # run.json records it, checked above)
         tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
-                                                           run_length(cfg))
+                                                           run_length(cfg), run_data_config(cfg))
         env = {key: values.get(key) for key in ENV_KEYS if key in values}
         return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,
                    testset_problems, registered_fingerprints(run_dir), env)
