@@ -11,6 +11,7 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import sys
 import unicodedata
 from pathlib import Path
@@ -620,6 +621,8 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
         _refuse_foreign_hydra_settings(cfg, overrides)
+        if sweeping:
+            _refuse_unusable_launcher(cfg)
         if cfg.hydra.get("output_subdir") is not None:
             raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
                                    " files are written by the job, inside its own run dir; valid: leave it out")
@@ -675,6 +678,43 @@ def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> Non
             raise CommandLineError(f"hydra/{group}={choice} writes a log file into the run dir before the job has"
                                    " checked the dir is its own; valid: hydra/job_logging=stdout (the default),"
                                    " none or disabled")
+
+
+# Launchers that hand jobs to a scheduler, and the commands that scheduler needs on this machine: submitit
+# stops with a traceback inside Hydra's multirun, after multirun.yaml is written, when they are missing.
+_SCHEDULER_COMMANDS = {"SlurmLauncher": ("SLURM", ("sbatch", "srun"))}
+
+
+def _launcher_missing(target: str) -> tuple[str, list[str]] | None:
+    """``(scheduler, commands not on PATH)`` for a launcher ``_target_`` this machine cannot run, else None."""
+    for suffix, (scheduler, commands) in _SCHEDULER_COMMANDS.items():
+        if target.endswith(suffix):
+            missing = [c for c in commands if shutil.which(c) is None]
+            return (scheduler, missing) if missing else None
+    return None
+
+
+def _refuse_unusable_launcher(cfg: DictConfig) -> None:
+    """A sweep's ``hydra/launcher`` must be able to start jobs here: refused before the sweep dir is made."""
+    target = str((cfg.hydra.get("launcher") or {}).get("_target_", ""))
+    missing = _launcher_missing(target)
+    if missing is None:
+        return
+    scheduler, commands = missing
+    choice = cfg.hydra.runtime.choices.get("hydra/launcher") or target
+    usable = ["basic"] + sorted(
+        p.stem for p in (CONFIG_DIR / "hydra" / "launcher").glob("*.yaml")
+        if p.stem != choice and _launcher_missing(_launcher_target(p)) is None)
+    raise CommandLineError(f"hydra/launcher={choice} submits the sweep's jobs to {scheduler}, which this machine"
+                           f" lacks ({', '.join(commands)} not on PATH); valid here: hydra/launcher="
+                           f"{' or '.join(usable)} (or run the sweep on a {scheduler} login node)")
+
+
+def _launcher_target(path: Path) -> str:
+    """The launcher class a config of configs/hydra/launcher/ extends, read from its defaults (the plugin's
+    ``submitit_slurm`` is SlurmLauncher); "" for one that names no scheduler's plugin."""
+    defaults = OmegaConf.load(path).get("defaults") or []
+    return "SlurmLauncher" if "submitit_slurm" in [str(d) for d in defaults] else ""
 
 
 def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:

@@ -4,6 +4,14 @@ A run's *identity* is its resolved config minus `VOLATILE_KEYS` (labels, logging
 and loading) and minus `LENGTH_KEYS` (a run may be extended to more epochs and stays the same run). A
 rerun resumes a run dir only with the same identity. A table *cell* pools runs whose identity is the
 same except for the seed, and whose length is the same: `cell_key`.
+
+``data.root`` is not identity: what the data *are* is. Generated data are named by their generator's
+settings (in the identity; the marker's content digest is checked at every start). Data without a generator
+(``data.generator=null``: a user's ImageFolder, ImageNet, COCO) are named by `data_record`, a fingerprint of
+their files' names, sizes and mtimes recorded in run.json and metrics.json: a rerun whose fingerprint differs
+is refused (`data_difference`) and make_tables keeps such runs apart. The fingerprint governs, not the
+path: a data set moved or copied with its files' times (``mv``, ``cp -a``, ``rsync -a``) resumes, with a
+note naming both paths; the same path holding other files does not.
 """
 
 from __future__ import annotations
@@ -59,6 +67,35 @@ def identity_config(cfg: DictConfig | dict) -> dict[str, Any]:
     for key in VOLATILE_KEYS + LENGTH_KEYS:
         _pop(container, key)
     return container
+
+
+def data_record(data: Any) -> dict[str, Any] | None:
+    """``{"root": real path, "files": digest, "count": files}`` of data without a generator
+    (`data.generation.scan_files` over its split folders, or the whole root where it names none); None for
+    generated data (their generator settings are in the identity) and for a root that cannot be read (the
+    data module names that)."""
+    from pathlib import Path
+
+    from data.generation import scan_files
+
+    if not hasattr(data, "get") or data.get("generator") is not None or data.get("root") is None:
+        return None
+    root = Path(str(data.get("root"))).expanduser().resolve()
+    splits = [str(data.get(key)) for key in ("train_split", "val_split", "test_split") if data.get(key)]
+    try:
+        digest, count = scan_files(root, splits or None)
+    except OSError:
+        return None
+    return {"root": str(root), "files": digest, "count": count}
+
+
+def data_difference(recorded: Any, now: dict[str, Any] | None) -> str | None:
+    """Why data ``now`` (`data_record`) are not the data a run recorded, or None (also where either is
+    unknown: a run of an older version, generated data)."""
+    if not isinstance(recorded, dict) or now is None or recorded.get("files") == now["files"]:
+        return None
+    return (f"{recorded.get('root')} ({recorded.get('count')} files, fingerprint {str(recorded.get('files'))[:12]})"
+            f" -> {now['root']} ({now['count']} files, fingerprint {now['files'][:12]})")
 
 
 def past_run_length(saved: dict[str, Any], length: dict[str, Any]) -> str | None:

@@ -43,7 +43,15 @@ from models.lifecycle.files import (
     with_checksum,
     writable_folder,
 )
-from models.lifecycle.identity import config_differences, identity_config, identity_hash, past_run_length, run_length
+from models.lifecycle.identity import (
+    config_differences,
+    data_difference,
+    data_record,
+    identity_config,
+    identity_hash,
+    past_run_length,
+    run_length,
+)
 from models.lifecycle.records import (
     BEST,
     CHECKPOINTS,
@@ -633,28 +641,41 @@ def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     return {}
 
 
-# Loggers that write into a folder ``<save_dir>/<name>`` (csv/, tensorboard/) of the run dir
-_FOLDER_LOGGERS = ("lightning.pytorch.loggers.CSVLogger", "lightning.pytorch.loggers.TensorBoardLogger")
-
-
 def _logger_dirs(cfg: DictConfig, run_dir: Path) -> tuple[str, ...]:
-    """The run dir's folders its loggers write into, for `check_layout`: their kind is checked before the
-    run is claimed, as the checkpoints folder's is."""
-    loggers = cfg.get("logger")
-    if not isinstance(loggers, DictConfig):
-        return ()
+    """The run dir's top folders its loggers write into (``csv``), for `check_layout`: their kind is checked
+    before the run is claimed, as the checkpoints folder's is. (`settings.check_settings` has refused any
+    logger folder outside the run dir.)"""
+    from models.lifecycle.settings import logger_folders
+
     found = []
-    for node in loggers.values():
-        if not isinstance(node, DictConfig) or node.get("_target_") not in _FOLDER_LOGGERS:
-            continue
-        try:
-            save_dir, name = node.get("save_dir"), node.get("name")
-        except Exception:  # an unresolvable value is the settings check's to report, with its key
-            continue
-        if isinstance(name, str) and name and "/" not in name and save_dir is not None \
-                and os.path.abspath(str(save_dir)) == os.path.abspath(run_dir):
-            found.append(name)
+    for _, _, folder in logger_folders(cfg, str(run_dir)):
+        relative = os.path.relpath(folder, os.path.abspath(run_dir))
+        top = relative.split(os.sep)[0]
+        if top not in (".", "..") and top not in found:
+            found.append(top)
     return tuple(found)
+
+
+def _claim_data(run_dir: Path, earlier: dict[str, Any] | None, data: dict[str, Any] | None
+                ) -> dict[str, Any] | None:
+    """The data record (`data_record`) the run keeps: refuses, before anything is written, a rerun of a run
+    that trained on other data (same config, ``data.root`` at other files), since resuming or extending it
+    would mix two data sets in one result. The fingerprint governs: the same files at another path resume,
+    with a note. A dir that never trained takes the data now named; a run that recorded none (an older
+    version) records them now."""
+    recorded = (earlier or {}).get("data")
+    difference = data_difference(recorded, data)
+    if difference is not None:
+        if holds_results(run_dir):
+            raise RunDirConflict(
+                f"data.root={data['root']} holds other data than {run_dir} trained on ({difference}); nothing was"
+                " written. Point data.root at the data it trained on, or give this one a new run_name=...")
+        say(f"note: {run_dir} never trained; it now records data {data['root']}")
+    elif isinstance(recorded, dict) and data is not None and recorded.get("root") != data["root"]:
+        say(f"note: the data {run_dir} trained on moved: {recorded.get('root')} -> {data['root']} (the same files)")
+    if data is None and isinstance(recorded, dict):
+        return recorded
+    return data
 
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
@@ -677,9 +698,11 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             check_layout(run_dir, _logger_dirs(cfg, run_dir))
             job.lock, job.writable = lock_run_dir(run_dir)
             earlier = claim_run_dir(run_dir, identity)
+            data = _claim_data(run_dir, earlier, data_record(cfg.get("data")))
         lengths = _trained_lengths(earlier, length, fresh=earlier is None and not (run_dir / CONFIG).exists())
+        fields = {"lengths": lengths} if lengths is not None else {}
         job.claim(cfg, RunRecord(run_dir, identity_id, identity, length,
-                                 {"lengths": lengths} if lengths is not None else {}), fresh=earlier is None)
+                                 fields | ({"data": data} if data is not None else {})), fresh=earlier is None)
     # A sweep's later jobs reach here with values the command line's check did not see: a bad one is then
     # a failed job, recorded in its own (claimed) run dir so that the tables list it.
     check_settings(cfg)
@@ -805,6 +828,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )
     metrics.update(provenance(cfg, job.record.fields.get("resumes") if job.record else None))
+    recorded_data = job.record.fields.get("data") if job.record else None
+    if isinstance(recorded_data, dict):  # what data it trained on, where no generator names them (make_tables)
+        metrics.update({"data/root": recorded_data.get("root"), "data/files": recorded_data.get("files")})
     # False: each epoch trained on a part of the split (debug limits): a smoke run, which make_tables lists
     # as no result
     metrics["train_complete"] = (trained_whole_epochs(cfg.trainer.get("limit_train_batches"), trainer, datamodule)

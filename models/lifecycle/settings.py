@@ -608,6 +608,7 @@ def check_settings(cfg: DictConfig) -> None:
         _check_constructor_keys(cfg, node)
     _check_root_keys(cfg)
     _check_checkpoint_callbacks(cfg)
+    _check_logger_folders(cfg)
 
 
 def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
@@ -668,6 +669,83 @@ def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
         if wanted is not None and mode != wanted:
             raise SettingError(f"callbacks.model_checkpoint.mode={mode} would keep the worst {monitor} as best.ckpt;"
                                f" valid for monitor={monitor}: mode={wanted}")
+
+
+# Where a run's folder stands in for ``paths.output_dir`` while that is not known yet (the command line's check,
+# before Hydra has made the run dir): a logger's folder must then lie under it, as under the real one.
+RUN_DIR_STANDIN = "/<run dir>"
+# The keys of a logger's node that name the folders it writes into, outermost first: ``save_dir`` (``dir``:
+# W&B's other name for it), then, for folder loggers (csv, tensorboard), ``name``, ``version``, ``sub_dir``.
+_LOGGER_FOLDER_KEYS = ("save_dir", "dir", "name", "version", "sub_dir")
+_FOLDER_LOGGER_TARGETS = ("CSVLogger", "TensorBoardLogger")
+_WANDB_TARGETS = ("WandbLogger", "wandb_logger")
+
+
+def logger_folders(cfg: DictConfig, run_dir: str | None = None) -> Iterator[tuple[str, Any, str]]:
+    """``(key, value, folder)`` for each folder each logger of ``cfg`` writes into, outermost first: ``key``
+    (``logger.csv.name``) is the setting that puts its files in ``folder`` (absolute; normalised unless it
+    is under `RUN_DIR_STANDIN`). ``run_dir``
+    stands in for ``paths.output_dir`` where given or where that does not resolve (`RUN_DIR_STANDIN`). A
+    value that does not resolve is skipped: the key checks report it."""
+    import copy
+    import os
+
+    loggers = cfg.get("logger")
+    if not isinstance(loggers, DictConfig):
+        return
+    try:
+        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        output_dir = None
+    base = run_dir or (str(output_dir) if output_dir else RUN_DIR_STANDIN)
+    probe = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(probe, False)
+    OmegaConf.set_struct(probe, False)
+    probe.paths = probe.get("paths") or {}
+    probe.paths.output_dir = base
+    for logger in loggers:
+        node = probe.logger.get(logger)
+        if not isinstance(node, DictConfig):
+            continue
+        target = str(node.get("_target_", ""))
+        folder_logger = target.endswith(_FOLDER_LOGGER_TARGETS)
+        folder = shown = None
+        for part in _LOGGER_FOLDER_KEYS:
+            if part not in node or (part in ("name", "version", "sub_dir") and not folder_logger):
+                continue
+            try:
+                value = OmegaConf.select(probe, f"logger.{logger}.{part}", throw_on_resolution_failure=True)
+            except OmegaConfBaseException:
+                break
+            if part == "version" and not isinstance(value, str):
+                continue  # an int or null: Lightning's version_<N>, one plain folder down
+            if value is None or value == "":
+                continue
+            shown = os.path.join(base if shown is None else shown, os.path.expanduser(str(value)))
+            folder = os.path.normpath(shown)
+            # the stand-in is shown unnormalised: "<run dir>/csv/../../escape" says more than "/escape"
+            yield f"logger.{logger}.{part}", value, shown if base == RUN_DIR_STANDIN else folder
+        if folder is None and target.endswith(_WANDB_TARGETS):
+            yield f"logger.{logger}.save_dir", None, os.path.abspath(".")  # W&B's default: the working directory
+
+
+def _check_logger_folders(cfg: DictConfig) -> None:
+    """Every logger writes inside the run's own dir: a ``save_dir`` or ``name`` elsewhere wrote its log into
+    another run's dir, or outside ``paths.log_dir``, where no rerun, cleanup or table looks."""
+    import os
+
+    for key, value, folder in logger_folders(cfg):
+        try:
+            output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
+        except OmegaConfBaseException:
+            output_dir = None
+        run_dir = os.path.normpath(str(output_dir) if output_dir else RUN_DIR_STANDIN)
+        inside = os.path.normpath(folder)
+        if inside != run_dir and not inside.startswith(run_dir.rstrip(os.sep) + os.sep):
+            where = "the working directory" if value is None else folder
+            raise SettingError(f"{key}={show(value) if value is not None else '<unset>'} puts the logger's files in"
+                               f" {where}, outside the run's own dir; valid: leave it at the run dir default"
+                               " (save_dir: ${paths.output_dir}, name: a plain folder name)")
 
 
 # Config nodes built by calling their ``_target_`` with their keys: a key the constructor does not take

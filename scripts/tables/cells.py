@@ -193,16 +193,26 @@ def _ordered(values: set[Any], order: tuple[Any, ...]) -> list[Any]:
     return known + sorted((v for v in values if v not in order), key=_natural)
 
 
+# The label of the data fingerprint in a row split by it (`split_by_config`)
+DATA_KEY = "data.files"
+
+
 def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     """The runs of one cell, split into groups whose configs differ in the seed only.
 
     One group keeps the row label; several get ``row [key=value, ...]`` with the keys in which their
-    configs differ. A grid point that never ran (no config) joins the first group.
+    configs differ, ``data.files=<fingerprint>`` where their results
+    were trained on other data. A grid point that never ran (no config) joins the first group.
     """
     groups: dict[frozenset[tuple[str, str]], list[Run]] = {}
+    # results on other data (`Run.data`: no generator names them, their files differ) are not one cell's
+    by_data = len({run.data for run in runs if run.status == "ok"}) > 1
     for run in runs:
         if run.identity is not None:
-            groups.setdefault(frozenset(run.identity.items()), []).append(run)
+            key = dict(run.identity)
+            if by_data and run.status == "ok":
+                key[DATA_KEY] = repr(run.data[:12] if run.data else "unrecorded")
+            groups.setdefault(frozenset(key.items()), []).append(run)
     never_ran = [run for run in runs if run.identity is None]
     if len(groups) <= 1:
         return {row: runs}

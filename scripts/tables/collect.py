@@ -128,6 +128,9 @@ class Run:
     # fingerprints of the findings the run held in its snapshot when it started (`registered_fingerprints`)
     registered: frozenset[str] = frozenset()
     env: dict[str, Any] = field(default_factory=dict)  # metrics.json's env/* entries (`ENV_KEYS`)
+    # the fingerprint of data without a generator it trained on (metrics.json's data/files; None: generated
+    # data, or a run of an older version): runs on other data are never pooled (`cells.split_by_config`)
+    data: str | None = None
 
 
 def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -747,8 +750,9 @@ def load_run(run_dir: Path) -> Run:
         tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
                                                            run_length(cfg), run_data_config(cfg))
         env = {key: values.get(key) for key in ENV_KEYS if key in values}
+        data = values.get("data/files")
         return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,
-                   testset_problems, registered_fingerprints(run_dir), env)
+                   testset_problems, registered_fingerprints(run_dir), env, data if isinstance(data, str) else None)
     if status.state == "failed":
         return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity)
     if status.state == "unfinished":

@@ -1,0 +1,190 @@
+"""What a run may reach outside itself: the data it trained on (hand-made data, ``data.generator=null``, is
+named by a fingerprint of its files), the folders its loggers write into, and the launcher that starts a
+sweep's jobs. Each is refused in one line before a run or sweep dir is made, or (data) before a rerun
+writes into the run dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+
+from data.generation import scan_files
+from models.lifecycle.cli import CONFIG_DIR, CommandLineError, _refuse_unusable_launcher
+from models.lifecycle.identity import data_difference, data_record
+from models.lifecycle.settings import SettingError, check_settings
+from scripts.tables.cells import split_by_config
+from scripts.tables.collect import Run
+from tests.helpers import run_cli
+
+ENV = {"OMP_NUM_THREADS": "1"}
+HAND = ["debug=fast", "logger=csv", "data.generator=null", "data.num_workers=0", "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1", "data.batch_size=8"]
+
+
+def _compose(*overrides: str):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def _files(run_dir: Path) -> dict[str, str]:
+    return {p.relative_to(run_dir).as_posix(): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name != "run.lock"}
+
+
+@pytest.fixture(scope="module")
+def hand_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small ImageFolder without a generator's marker: a user's own data."""
+    from data.relational import generate_relational_shapes
+
+    root = tmp_path_factory.mktemp("hand") / "h1"
+    generate_relational_shapes(root, num_train=64, num_val=32)
+    for hidden in root.glob(".*"):
+        hidden.unlink()
+    return root
+
+
+# ----------------------------------------------------------------------------- 1: the data a run trained on
+def test_the_file_fingerprint_sees_swapped_classes_and_not_a_move(hand_root: Path, tmp_path: Path) -> None:
+    digest, count = scan_files(hand_root, ["train", "val"])
+    assert count == 96
+    moved = tmp_path / "moved"
+    shutil.copytree(hand_root, moved)  # copy2: names, sizes and mtimes kept, as mv, cp -a and rsync -a keep them
+    (moved / "train" / ".DS_Store").write_text("x")  # hidden names are not data
+    assert scan_files(moved, ["train", "val"]) == (digest, count)
+    classes = sorted(p.name for p in (moved / "train").iterdir())
+    a, b = moved / "train" / classes[0], moved / "train" / classes[1]
+    a.rename(moved / "swap")
+    b.rename(a)
+    (moved / "swap").rename(b)
+    assert scan_files(moved, ["train", "val"])[0] != digest
+
+
+def test_only_data_without_a_generator_get_a_record(hand_root: Path) -> None:
+    record = data_record({"root": str(hand_root), "generator": None, "train_split": "train", "val_split": "val"})
+    assert record is not None and record["root"] == str(hand_root.resolve()) and record["count"] == 96
+    assert data_record({"root": str(hand_root), "generator": {"_target_": "x"}}) is None
+    assert data_record({"root": str(hand_root / "absent"), "generator": None}) is None
+    assert data_difference(record, dict(record, root="/elsewhere")) is None  # the fingerprint governs
+    other = dict(record, root="/other", files="f" * 64)
+    assert str(hand_root.resolve()) in data_difference(record, other) and "/other" in data_difference(record, other)
+    assert data_difference(None, other) is None  # a run of an older version recorded none
+
+
+def test_a_rerun_on_other_data_is_refused_and_a_moved_copy_resumes(hand_root: Path, tmp_path: Path) -> None:
+    """Probe case 103: extending a finished run with data.root at other images (two classes swapped)."""
+    log_dir = tmp_path / "runs"
+    base = [*HAND, f"paths.log_dir={log_dir}", f"paths.data_dir={tmp_path}", "run_name=h1"]
+    first = run_cli("train.py", [*base, f"data.root={hand_root}"], env_extra=ENV)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = log_dir / "h1"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["data/root"] == str(hand_root.resolve()) and len(metrics["data/files"]) == 64
+
+    swapped = tmp_path / "h2"
+    shutil.copytree(hand_root, swapped)
+    classes = sorted(p.name for p in (swapped / "train").iterdir())
+    (swapped / "train" / classes[0]).rename(swapped / "tmp")
+    (swapped / "train" / classes[1]).rename(swapped / "train" / classes[0])
+    (swapped / "tmp").rename(swapped / "train" / classes[1])
+    before = _files(run_dir)
+    refused = run_cli("train.py", [*base, f"data.root={swapped}", "trainer.max_epochs=2"], env_extra=ENV)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    lines = _error_lines(refused.stderr)
+    assert len(lines) == 1 and "Traceback" not in refused.stderr
+    assert f"data.root={swapped}" in lines[0] and str(hand_root.resolve()) in lines[0] and "new run_name" in lines[0]
+    assert _files(run_dir) == before  # nothing was written
+
+    moved = tmp_path / "moved"
+    shutil.copytree(hand_root, moved)
+    resumed = run_cli("train.py", [*base, f"data.root={moved}", "trainer.max_epochs=2"], env_extra=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"moved: {hand_root.resolve()} -> {moved.resolve()}" in resumed.stdout
+    assert json.loads((run_dir / "metrics.json").read_text())["data/files"] == metrics["data/files"]
+
+
+def _ok(path: str, data: str | None, seed: int) -> Run:
+    return Run(path, "ok", {"seed": seed}, {"val/top1": 50.0}, identity={"model": "'m'"}, data=data)
+
+
+def test_tables_keep_runs_on_other_data_apart() -> None:
+    """Probe case 104: two seeds on two data sets were pooled as n=2."""
+    split = split_by_config("row", [_ok("a", "a" * 64, 0), _ok("b", "b" * 64, 1)])
+    assert len(split) == 2 and all("data.files=" in name for name in split)
+    assert sorted(len(runs) for runs in split.values()) == [1, 1]
+    same = split_by_config("row", [_ok("a", "a" * 64, 0), _ok("b", "a" * 64, 1)])
+    assert list(same) == ["row"] and len(same["row"]) == 2
+    generated = split_by_config("row", [_ok("a", None, 0), _ok("b", None, 1)])
+    assert list(generated) == ["row"]
+
+
+# ----------------------------------------------------------------------------- 2: loggers stay in the run dir
+@pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb"])
+def test_every_shipped_logger_config_passes(logger: str) -> None:
+    check_settings(_compose(f"logger={logger}"))
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("logger.csv.save_dir=/tmp/elsewhere/base1", "logger.csv.save_dir=/tmp/elsewhere/base1"),
+    ("logger.csv.name=../../escape", "logger.csv.name=../../escape"),
+    ("+logger.csv.version=../../v", "logger.csv.version=../../v"),
+    ("logger.wandb.save_dir=/tmp", "logger.wandb.save_dir=/tmp"),
+])
+def test_a_logger_folder_outside_the_run_dir_is_refused(override: str, key: str) -> None:
+    with pytest.raises(SettingError, match="outside the run's own dir; valid: leave it at the run dir default") as err:
+        check_settings(_compose("logger=wandb", override))
+    assert key in str(err.value).replace("'", "")
+
+
+def test_a_logger_pointed_into_another_run_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probe case 57: the CSV log of a new run landed in a finished run's dir."""
+    other = tmp_path / "runs" / "base1"
+    other.mkdir(parents=True)
+    result = run_cli("train.py", ["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", f"paths.data_dir={tmp_path}",
+                                  "run_name=c41", f"logger.csv.save_dir={other}"], env_extra=ENV)
+    assert result.returncode == 2
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and f"logger.csv.save_dir='{other}'" in lines[0] and "Traceback" not in result.stderr
+    assert sorted(os.listdir(tmp_path / "runs")) == ["base1"] and not any(other.iterdir())
+
+
+# ----------------------------------------------------------------------------- 3: a launcher that cannot run here
+def test_slurm_without_slurm_is_refused_before_the_sweep_dir(tmp_path: Path) -> None:
+    """Probe case 82: submitit's traceback, exit 1, after multirun.yaml was written."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(shutil.which("git") or "/bin/true", bin_dir / "git")  # a PATH without sbatch and srun
+    sweep = tmp_path / "sw"
+    result = run_cli("train.py", ["-m", "seed=0", "hydra/launcher=slurm", "debug=fast", f"hydra.sweep.dir={sweep}",
+                                  f"paths.log_dir={tmp_path / 'runs'}", f"paths.data_dir={tmp_path}"],
+                     env_extra={**ENV, "PATH": str(bin_dir)})
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith("error: hydra/launcher=slurm") and "valid here: hydra/launcher=basic" in lines[0]
+    assert not sweep.exists()
+
+
+def test_slurm_is_left_to_submitit_where_slurm_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = _compose("hydra/launcher=slurm")
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    _refuse_unusable_launcher(cfg)
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "srun" else f"/usr/bin/{name}")
+    with pytest.raises(CommandLineError, match=r"^hydra/launcher=slurm .*\(srun not on PATH\)"):
+        _refuse_unusable_launcher(cfg)
+    _refuse_unusable_launcher(_compose())  # Hydra's basic launcher runs anywhere
