@@ -86,6 +86,7 @@ def test_only_data_without_a_generator_get_a_record(hand_root: Path) -> None:
     assert data_difference(None, other) is None  # a run of an older version recorded none
 
 
+@pytest.mark.slow  # train.py and eval.py processes end to end: make test's 5 minutes
 def test_a_rerun_on_other_data_is_refused_and_a_moved_copy_resumes(hand_root: Path, tmp_path: Path) -> None:
     """Probe case 103: extending a finished run with data.root at other images (two classes swapped)."""
     log_dir = tmp_path / "runs"

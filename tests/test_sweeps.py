@@ -365,6 +365,7 @@ def test_buckets_sweep_covers_the_paper_counts() -> None:
 
 
 # ----------------------------------------------------------------------------- a real mini sweep
+@pytest.mark.slow  # train.py and eval.py processes end to end: make test's 5 minutes
 def test_failed_job_does_not_stop_the_sweep_and_the_table_shows_it(tmp_path: Path, data_dir: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     common = [*ONE_SEED, *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}"]

@@ -365,6 +365,7 @@ def _eval(run: Path, data_dir: Path, testset: str, *extra: str) -> dict:
 
 
 @pytest.mark.filterwarnings("ignore")
+@pytest.mark.slow  # train.py and eval.py processes end to end: make test's 5 minutes
 def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Path) -> None:
     run = _fake_run(tmp_path / "run", tmp_path / "data", [*RUN, "model.net.ape=sincos"])
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
