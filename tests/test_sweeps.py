@@ -462,12 +462,15 @@ def test_a_failed_ddp_job_does_not_kill_the_sweep(tmp_path: Path, data_dir: Path
     """Its worker process fails with it; Lightning's observer of that worker must not SIGKILL the sweep
     during the next job (exit 137, no summary)."""
     sweep_dir = tmp_path / "sweep"
+    # job 0's rank-1 worker raises after its first step; job 1 names a rank that two workers do not have.
+    # (A failure the checks before the sweep could see, like a batch larger than the split, never starts.)
     result = run_cli("train.py", [
-        "-m", "data.batch_size=64,16", "trainer=ddp_cpu", *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}",
-        f"paths.data_dir={data_dir}",
+        "-m", "+callbacks.fail.rank=1,5", "+callbacks.fail._target_=tests.faults.RaiseOnRank", "trainer=ddp_cpu",
+        "data.batch_size=16",
+        *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "1 sweep job(s) failed" in result.stderr and "data.batch_size=64 exceeds" in result.stderr
+    assert "1 sweep job(s) failed" in result.stderr and "injected failure of rank 1" in result.stderr
     assert (sweep_dir / "0" / "failed.json").is_file()
     assert json.loads((sweep_dir / "1" / "metrics.json").read_text())["global_step"] == 2
 

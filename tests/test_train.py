@@ -206,7 +206,7 @@ def test_a_failed_ddp_worker_is_a_failed_run(tmp_path: Path, data_dir: Path) -> 
     assert [line for line in result.stderr.splitlines() if line.startswith("error: ")], result.stderr[-3000:]
 
 
-@pytest.mark.slow  # a two-job train.py sweep; test_sweeps.py's failed-job sweep stays in `make test`
+@pytest.mark.slow  # a two-job train.py sweep
 def test_multirun_honours_sweep_dir(tmp_path: Path, data_dir: Path) -> None:
     sweep = tmp_path / "sweep"
     result = run_cli("train.py", [
