@@ -156,7 +156,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
                             TOTAL_KEY: total, "metrics": metrics})
         if written is not None:
             written.append(path)
-    reasons = [partial_test_note(counter.images, total, cfg.trainer)]  # probe 2026-12-05 case 118
+    reasons = [partial_test_note(counter.images, total, cfg.trainer)]
     if cfg.ckpt_path is not None:
         reasons.append(not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent))
     for why in filter(None, reasons):  # a legitimate look at a checkpoint, but not a result of the run: say so

@@ -111,13 +111,19 @@ def settings_check(generator_fn: Callable[..., Any]) -> Callable[[Callable[..., 
     return register
 
 
-def check_generator_settings(generator: Generator) -> None:
-    """Run the settings check registered for ``generator``'s function (`settings_check`), if any: a command
-    refuses settings the generator would refuse before it claims a run dir, not when the data are made."""
+def _function_and_kwargs(generator: Generator) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The function under ``generator``'s (nested) partials, and the keywords they bind (outer ones win)."""
     func, kwargs = generator, {}
     while isinstance(func, functools.partial):
         kwargs = {**func.keywords, **kwargs}
         func = func.func
+    return func, kwargs
+
+
+def check_generator_settings(generator: Generator) -> None:
+    """Run the settings check registered for ``generator``'s function (`settings_check`), if any: a command
+    refuses settings the generator would refuse before it claims a run dir, not when the data are made."""
+    func, kwargs = _function_and_kwargs(generator)
     check = _SETTINGS_CHECKS.get(func)
     if check is None:
         return
@@ -133,10 +139,7 @@ def check_generator_settings(generator: Generator) -> None:
 
 def describe_generator(generator: Generator) -> dict[str, Any]:
     """JSON-able description (target + kwargs) stored in the marker to detect config drift."""
-    func, kwargs = generator, {}
-    while isinstance(func, functools.partial):
-        kwargs = {**func.keywords, **kwargs}
-        func = func.func
+    func, kwargs = _function_and_kwargs(generator)
     target = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
     return {"target": target, "kwargs": json.loads(json.dumps(_plain(kwargs), default=str))}
 

@@ -39,7 +39,7 @@ DATA_DIGEST_KEY = "data_sha256"
 DATA_GENERATOR_KEY = "data_generator"
 # The precision a test-set result was evaluated at (Lightning's name). Every column is measured at one
 # precision, whatever each run trained at, so that results of two runs, or two evaluations of one, compare
-# (probe 2026-12-05 case 128: bf16-mixed moved val/loss under the fp32 results' name).
+# (bf16-mixed moves val/loss, while top-1 may stay the same).
 PRECISION_KEY = "precision"
 TESTSET_PRECISION = "32-true"
 # Lightning's names of that precision (an int 32 reads as "32"); null is Lightning's default, 32-true

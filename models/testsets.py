@@ -19,7 +19,7 @@ Data: a test set with its own ``data.generator`` lives at its own ``data.root``,
 without one reads the run's own data, which must already exist: at the run's ``data.root``, or with
 ``data_root=<folder>`` at a copy of the run's generated data (its marker records the run's generator
 settings; its images are checked against it). Any other ``data_root`` is refused (`check_run_data_root`):
-such a result would measure other images under the name of the run's own (probe 2026-12-05 cases 125, 127).
+such a result would measure other images under the name of the run's own.
 Every mismatch is one line naming the key and the valid choices.
 """
 
@@ -430,7 +430,7 @@ def check_whole_test(trainer: Any, name: str) -> None:
 def check_test_precision(trainer: Any, name: str) -> None:
     """Refuse, in one line and before anything is evaluated, a test of test set ``name`` at another precision
     than every test-set column is measured at (`models.testset_definition.TESTSET_PRECISION`): its numbers
-    would stand beside 32-true ones under one name (probe 2026-12-05 case 128)."""
+    would stand beside 32-true ones under one name."""
     from models.testset_definition import TESTSET_PRECISION, precision_problem
 
     precision = trainer.get("precision")

@@ -864,6 +864,14 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     return copy
 
 
+def _setting_that_reads(inside: str, overrides: list[str]) -> str:
+    """``key=value`` of the first override holding an interpolation ``${<inside>}`` (a regex), else "a config
+    value": OmegaConf names what could not be resolved, not the setting that asked for it."""
+    reads = re.compile(r"\$\{\s*" + inside + r"\s*\}")
+    given = next((o for o in overrides if reads.search(o)), None)
+    return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+
+
 def _missing_env_line(message: str, overrides: list[str]) -> str | None:
     """An ``${oc.env:NAME}`` without a default whose variable is not set: OmegaConf names neither the key that
     reads it nor the fix (its text is a KeyError's), so name both."""
@@ -871,9 +879,7 @@ def _missing_env_line(message: str, overrides: list[str]) -> str | None:
     if not missing:
         return None
     name = missing.group(1)
-    reads = re.compile(r"\$\{\s*oc\.env:\s*" + re.escape(name) + r"\s*\}")
-    given = next((o for o in overrides if reads.search(o)), None)
-    where = f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+    where = _setting_that_reads(r"oc\.env:\s*" + re.escape(name), overrides)
     return (f"{where} reads environment variable {name}, which is not set; valid: set it (export {name}=...),"
             f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
 
@@ -892,9 +898,7 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
     missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
     if missing_key:  # OmegaConf names the missing key, not the setting that reads it
         name = missing_key.group(1)
-        reads = re.compile(r"\$\{\s*" + re.escape(name) + r"\s*\}")
-        given = next((o for o in overrides or [] if reads.search(o)), None)
-        where = f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+        where = _setting_that_reads(re.escape(name), overrides or [])
         return (f"{where} reads ${{{name}}}, which is not a key of the config; valid: a key that exists (e.g."
                 " ${paths.log_dir}, ${seed}) or the value itself")
     deleted = re.search(r"Could not delete from config\. '([^']+)' does not exist", str(err))

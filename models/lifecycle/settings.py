@@ -688,7 +688,6 @@ def logger_folders(cfg: DictConfig, run_dir: str | None = None) -> Iterator[tupl
     stands in for ``paths.output_dir`` where given or where that does not resolve (`RUN_DIR_STANDIN`). A
     value that does not resolve is skipped: the key checks report it."""
     import copy
-    import os
 
     loggers = cfg.get("logger")
     if not isinstance(loggers, DictConfig):
@@ -732,14 +731,12 @@ def logger_folders(cfg: DictConfig, run_dir: str | None = None) -> Iterator[tupl
 def _check_logger_folders(cfg: DictConfig) -> None:
     """Every logger writes inside the run's own dir: a ``save_dir`` or ``name`` elsewhere wrote its log into
     another run's dir, or outside ``paths.log_dir``, where no rerun, cleanup or table looks."""
-    import os
-
+    try:
+        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        output_dir = None
+    run_dir = os.path.normpath(str(output_dir) if output_dir else RUN_DIR_STANDIN)
     for key, value, folder in logger_folders(cfg):
-        try:
-            output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
-        except OmegaConfBaseException:
-            output_dir = None
-        run_dir = os.path.normpath(str(output_dir) if output_dir else RUN_DIR_STANDIN)
         inside = os.path.normpath(folder)
         if inside != run_dir and not inside.startswith(run_dir.rstrip(os.sep) + os.sep):
             where = "the working directory" if value is None else folder

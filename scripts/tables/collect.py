@@ -621,8 +621,8 @@ def _check_provenance(value: dict[str, Any], name: str) -> None:
 
 def _check_measured(value: dict[str, Any], name: str, run_data: dict[str, Any] | None) -> None:
     """A `TableError` unless the result measured what its column holds: the precision every test-set column
-    is measured at, and for a test set that reads the run's own data, the run's data (probe 2026-12-05 cases
-    125, 127, 128). A result that records no precision is judged as before this was recorded."""
+    is measured at, and for a test set that reads the run's own data, the run's data. A result that records
+    no precision counts as measured at 32-true, the precision eval.py used when it did not record one."""
     precision = value.get(PRECISION_KEY)
     if precision is not None and precision_problem(precision):
         raise TableError(f"{precision_problem(precision)}: evaluate it again at {TESTSET_PRECISION} (no"

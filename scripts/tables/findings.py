@@ -604,9 +604,9 @@ def seeds_needed(family: int, alpha: float = ALPHA) -> int:
     return n
 
 
-def _power_text(tested: list[Verdict]) -> str:
-    """Whether the family could decide anything at its seed counts (`seeds_needed`)."""
-    family = max(v.family for v in tested)
+def _power_text(tested: list[Verdict], family: int) -> str:
+    """Whether a Holm family of ``family`` could decide anything at the seed counts of ``tested``
+    (`seeds_needed`)."""
     needed, fewest = seeds_needed(family), min(v.n for v in tested)
     text = (f"A family of {family} needs {needed} or more seeds per finding before any verdict is possible"
             f" (the smallest exact p, 2/2^n, must be <= α/{family}); the fewest here: {fewest}")
@@ -671,6 +671,6 @@ def findings_markdown(results: list[Verdict]) -> str:
     lines += ["", f"Holm over the {family} pre-registered findings tested in every task ({here}; exact sign-flip"
               f" p), family-wise α = {ALPHA:g}; the verdicts listed: "
               + ", ".join(f"{counts[k]} {k}" for k in VERDICTS) + "."
-              + (f" {_power_text(tested)}" if tested else "")
+              + (f" {_power_text(tested, family)}" if tested else "")
               + (f" Not listed: {unlisted} findings of tables not built from these runs." if unlisted else "")]
     return "\n".join(lines) + "\n"
