@@ -42,7 +42,7 @@ declare -A PLOT_ROWS=(
   [shift]="none ape_learned ape_sincos cpvt product_ctx product_bias irpe_qkv shaw huang xl rope_axial rope_mixed cpb t5"
   [canvas]="none ape_learned ape_sincos cpvt product_ctx irpe_qkv shaw huang rope_axial rope_mixed cpb t5"
   [shift_swin]="none swin irpe_k irpe_qkv"
-  [longrange]="none clip_r2 buckets_9 buckets_25 buckets_49 buckets_81 buckets_121"
+  [longrange]="clip_r2 buckets_9 buckets_49 buckets_81 buckets_121"
 )
 tasks=("$@")
 [ ${#tasks[@]} -gt 0 ] && [ "${tasks[*]}" != all ] || tasks=("${ALL_TASKS[@]}")
