@@ -123,6 +123,24 @@ def run_data_problem(record: Mapping[str, Any], run_data: Mapping[str, Any]) -> 
             f" {record.get('testset')!r} measures the run's own data")
 
 
+def measured_problem(record: Mapping[str, Any], definition: Mapping[str, Any],
+                     run_data: Mapping[str, Any] | None) -> tuple[str, str]:
+    """``(why, remedy)`` when the result ``record`` of test set ``definition`` (resolved) did not measure what
+    its column holds, else ``("", "")``: its precision (`precision_problem`), and for a test set that reads
+    the run's own data, data other than the run's (``run_data``; None: not compared; `run_data_problem`).
+    A result that records no precision counts as measured at 32-true, what eval.py used before it recorded
+    one. evaluate_testsets.py evaluates such a result again; make_tables does not count it."""
+    precision = record.get(PRECISION_KEY)
+    if precision is not None and precision_problem(precision):
+        return (precision_problem(precision), f"evaluate it again at {TESTSET_PRECISION} (no trainer.precision"
+                " override; scripts/evaluate_testsets.py)")
+    if run_data is not None and reads_run_data(definition):
+        problem = run_data_problem(record, run_data)
+        if problem:
+            return problem, "evaluate it again without data_root= (scripts/evaluate_testsets.py), or remove it"
+    return "", ""
+
+
 def load_definition(path: Path) -> dict[str, Any]:
     """The test set of ``configs/testset/<name>.yaml`` at ``path``, resolved without ``data.root`` (which
     names ``paths.data_dir``, known only inside a Hydra job, and is not hashed)."""

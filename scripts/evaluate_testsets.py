@@ -112,7 +112,14 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     there; returns what was done, in one line. ``run_data`` (the run's resolved data config) judges whether
     a result there of a test set that reads the run's data measured the run's data (`measured_problem`)."""
     import eval as eval_script
-    from models.testset_definition import READ_KEY, TOTAL_KEY, configured_generator, result_sha256, testset_sha256
+    from models.testset_definition import (
+        READ_KEY,
+        TOTAL_KEY,
+        configured_generator,
+        measured_problem,
+        result_sha256,
+        testset_sha256,
+    )
     from models.testsets import RESULT_FOLDER, load_testset
 
     cfg = copy.deepcopy(composed)
@@ -133,7 +140,7 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         whole = record.get(READ_KEY) == record.get(TOTAL_KEY)  # neither recorded (an older result): taken as whole
         # changed after eval.py wrote it (make_tables does not count it): no result to keep, evaluated again
         damage = checksum_problem(record) if CHECKSUM in record else ""
-        other = measured_problem(record, definition, run_data)  # make_tables would not count it: evaluated again
+        other, _ = measured_problem(record, definition, run_data)  # make_tables would not count it: evaluated again
         if ours and same_definition and record.get("length") in (None, length) and whole and not damage \
                 and not other:
             return f"kept {path}"
@@ -154,19 +161,6 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     headline = next((k for k in ("val/top1", "val/AP") if k in metrics), None)
     shown = f", {headline} {metrics[headline]:.2f}" if headline else ""
     return f"wrote {written[0]}{shown}{stale}"
-
-
-def measured_problem(record: dict[str, Any], definition: dict[str, Any], run_data: dict[str, Any] | None) -> str:
-    """Why make_tables would not count ``record`` for what it measured (`scripts.tables.collect`), or '': its
-    precision, and for a test set that reads the run's own data, data other than the run's. A result that
-    records no precision (written before eval.py recorded it) is judged as before: by the rest."""
-    from models.testset_definition import PRECISION_KEY, precision_problem, reads_run_data, run_data_problem
-
-    if record.get(PRECISION_KEY) is not None and precision_problem(record[PRECISION_KEY]):
-        return precision_problem(record[PRECISION_KEY])
-    if run_data is not None and reads_run_data(definition):
-        return run_data_problem(record, run_data)
-    return ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,18 +66,14 @@ from models.lifecycle.records import (
 )
 from models.testset_definition import (
     HASH_KEY,
-    PRECISION_KEY,
     PROVENANCE_KEYS,
     READ_KEY,
-    TESTSET_PRECISION,
     TOTAL_KEY,
     configured_generator,
     load_definition,
     measured,
-    precision_problem,
-    reads_run_data,
+    measured_problem,
     result_sha256,
-    run_data_problem,
     testset_sha256,
 )
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
@@ -620,19 +616,10 @@ def _check_provenance(value: dict[str, Any], name: str) -> None:
 
 
 def _check_measured(value: dict[str, Any], name: str, run_data: dict[str, Any] | None) -> None:
-    """A `TableError` unless the result measured what its column holds: the precision every test-set column
-    is measured at, and for a test set that reads the run's own data, the run's data. A result that records
-    no precision counts as measured at 32-true, the precision eval.py used when it did not record one."""
-    precision = value.get(PRECISION_KEY)
-    if precision is not None and precision_problem(precision):
-        raise TableError(f"{precision_problem(precision)}: evaluate it again at {TESTSET_PRECISION} (no"
-                         " trainer.precision override; scripts/evaluate_testsets.py)")
-    if run_data is None or not reads_run_data(expected_testset(TESTSET_CONFIGS, name)[1]):
-        return
-    problem = run_data_problem(value, run_data)
-    if problem:
-        raise TableError(f"{problem}: evaluate it again without data_root= (scripts/evaluate_testsets.py), or"
-                         " remove it")
+    """A `TableError` unless the result measured what its column holds (`measured_problem`)."""
+    why, remedy = measured_problem(value, expected_testset(TESTSET_CONFIGS, name)[1], run_data)
+    if why:
+        raise TableError(f"{why}: {remedy}")
 
 
 def run_data_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
