@@ -246,8 +246,10 @@ def test_presets_carry_only_what_their_method_reads():
     assert PRESETS["huang"] == RPEConfig(method="huang", shared_head=True, ratio=1.9, index="clip")
     assert PRESETS["sasa"] == RPEConfig(method="sasa", shared_head=True, ratio=6.5, index="clip")
     assert PRESETS["swin"] == RPEConfig(method="swin", mode="bias", on="k", shared_head=False, window=14)
+    assert PRESETS["decomposed"] == RPEConfig(method="decomposed", shared_head=True, window=14)
     assert PRESETS["xl"].shorthand() == "xl" and PRESETS["huang"].shorthand() == "rpe-1.9-huang-ctx-1-k"
-    assert preset_names(per_site=False) == ("alibi", "cpb", "huang", "rope_axial", "rope_mixed", "sasa", "xl")
+    assert preset_names(per_site=False) == (
+        "alibi", "cpb", "decomposed", "huang", "rope_axial", "rope_mixed", "sasa", "xl")
     assert preset_names(per_site=True) == (
         "irpe_k", "irpe_qk", "irpe_qkv", "irpe_euc_k", "irpe_quant_k", "irpe_cross_k", "irpe_bias_k", "swin", "shaw",
         "t5",
