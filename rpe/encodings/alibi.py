@@ -1,12 +1,15 @@
-"""2-D ALiBi (as in CROMA, Fuller et al. 2023): a fixed distance penalty per head, no parameters::
+"""2-D ALiBi (the 2D-ALiBi of CROMA: Fuller et al. 2023, "CROMA: Remote Sensing Representations with
+Contrastive Radar-Optical Masked Autoencoders"): a fixed distance penalty per head, no parameters::
 
     e_ij += -m_h ||p_i - p_j||_2
 
-with ALiBi's geometric slopes over the ``H`` heads: ``m_h = 2^(-8h/H)``, ``h = 1..H`` for ``H`` a
-power of two; otherwise the slopes of the nearest lower power of two ``P`` followed by every other
-slope of ``2P`` (Press et al. 2022). Pairs with a skip token get no bias. The bias of each exact
-offset is gathered with the exact-offset bucket ids of `rpe.index` (``xl``'s index) from a table
-``(H, (2h-1)(2w-1) + 1)`` cached per grid shape, so a forward does no index or distance work.
+the Euclidean-distance form of ALiBi's causal 1-D bias ``-m_h (i - j)``, ``j <= i`` (Press et al. 2022, "Train
+Short, Test Long: Attention with Linear Biases Enables Input Length Extrapolation"), with its geometric
+slopes over the ``H`` heads: ``m_h = 2^(-8h/H)``, ``h = 1..H`` for ``H`` a power of two; otherwise the slopes
+of the nearest lower power of two ``P`` followed by every other slope of ``2P``. Pairs with a skip token get
+no bias. The bias of each exact offset is gathered with the exact-offset bucket ids of `rpe.index` (``xl``'s
+index) from a table ``(H, (2h-1)(2w-1) + 1)`` cached per grid shape, so a forward does no index or distance
+work. timm has no counterpart; `tests/test_rpe_alibi.py` checks the formula against a naive float64 sum.
 """
 
 from __future__ import annotations

@@ -11,6 +11,13 @@ the constant 1/3 = 1/log2(8) is Swin-v2's). The MLP is timm's ``Mlp`` (``hidden_
 output bias, as in Swin-v2). It is evaluated once per distinct offset of the grid,
 ``(2h-1)(2w-1)`` of them, and gathered like a bias table with the exact-offset bucket ids of
 `rpe.index` (``xl``'s index); pairs with a skip token get no bias. Heads are never shared.
+
+timm counterpart: the bias of Swin-v2's window attention (`timm.models.swin_transformer_v2.WindowAttention`:
+``cpb_mlp`` 2 -> 512 -> H over ``relative_coords_table``, gathered by ``relative_position_index``, then
+``16 sigmoid``) with ``pretrained_window_size=(9, 9)``; with ``hidden_dim=512`` and the same MLP weights the
+two agree on every window size (`tests/test_rpe_cpb.py`). There is no ``pretrained_window_size`` setting here:
+timm's default (``(0, 0)``) divides the offsets by ``window - 1``, so that the window's edge sits at +-8 on
+every window size; this module never normalises by the grid, which equals timm's default on a 9x9 window only.
 """
 
 from __future__ import annotations

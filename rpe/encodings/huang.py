@@ -1,11 +1,14 @@
-"""Huang et al. 2020 ("Improve Transformer Models with Better Relative Position Embeddings", method 4),
-as the iRPE paper's Table 5 uses it in 2-D: one embedding ``a_ij`` on both the query and the key::
+"""Huang et al. 2020 ("Improve Transformer Models with Better Relative Position Embeddings", Findings of
+EMNLP 2020, method 4), as the iRPE paper's Table 5 uses it in 2-D: one embedding ``a_ij`` on both the query
+and the key::
 
     e_ij = s (q_i.k_j + q_i.a_ij + k_j.a_ij),   a_ij = r_b(i,j)
+         = s ((q_i + a_ij).(k_j + a_ij) - a_ij.a_ij)
 
 with ``b`` the product bucket of the offset (``index`` clip in the preset, as the paper adapts it)
 and one table shared by all heads in the preset. Unlike iRPE's query site, the key term reads the
 same pair ``(i, j)``, not the reversed one. Parameter: ``rpe_k.lookup_table_weight`` ``(Hs, d, nb)``.
+timm has no counterpart; `tests/test_rpe_huang.py` checks the formula above against a naive float64 sum.
 """
 
 from __future__ import annotations

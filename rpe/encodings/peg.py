@@ -10,6 +10,10 @@ Skip tokens (class, distillation) pass unchanged. It replaces the absolute posit
 CPVT's choice; the iRPE paper's Table 5 row CPVT(0-5) is ``[0, 1, 2, 3, 4, 5]``); each position
 has its own convolution. It is an absolute-encoding choice, not an attention method, so it is not
 in the method registry; backbones call its token-grid hook (`rpe.base.PositionEncoding.tokens`).
+
+timm counterpart: `timm.models.twins.PosConv` with ``stride=1`` (the PEG of Twins-PCPVT, same parameter name
+``proj``, there a one-layer ``nn.Sequential``); for the same conv weights it gives the same grid tokens
+(`tests/test_peg.py`).
 """
 
 from __future__ import annotations

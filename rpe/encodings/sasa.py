@@ -6,6 +6,21 @@ a row-offset embedding and a column-offset embedding of half the head dim each, 
 offsets are indexed per axis like iRPE's cross method (``index`` clip and ``ratio`` 6.5 in the
 preset: ``B = 13``, one exact embedding per offset of a 14x14 grid), with the skip bucket for pairs
 with a class token. Parameters ``rpe_k.rel_rows``, ``rpe_k.rel_cols``: ``(Hs, d/2, nb)``, zero-init.
+
+timm counterpart: ``PosEmbedRel`` (`timm.layers.bottleneck_attn`; `timm.layers.halo_attn`'s with
+``block_size = win_size`` on a square grid), whose ``height_rel`` ``(2h-1, d)`` and ``width_rel`` ``(2w-1, d)``
+add ``q_i.height_rel[m_r] + q_i.width_rel[m_c]`` with one table for all heads. It differs in layout in two
+ways; with shared heads (the preset) on a grid whose offsets are all exact (``h, w <= B + 1``) this module
+equals it (`tests/test_rpe_sasa.py`) for ``height_rel[m] = [R[B + (h-1) - m], 0]`` and
+``width_rel[m] = [0, C[B + (w-1) - m]]``:
+
+* sign: timm indexes by key minus query, ``m_r = (r_j - r_i) + h - 1`` (its ``rel_logits_1d``), this module by
+  query minus key (``dr = r_i - r_j``, bucket ``dr + B``), so timm's table is ours reversed along the offsets;
+* width: timm's row and column embeddings each span the whole head dim, ours half each (rows the first half
+  of ``q``, columns the second), so the other half of timm's is zero.
+
+Scale: this term is ``s q.r``, timm's ``BottleneckAttn`` with ``scale_pos_embed=True``; its default (False)
+adds ``q.r`` unscaled.
 """
 
 from __future__ import annotations
