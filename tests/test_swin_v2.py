@@ -1,6 +1,6 @@
 """Swin-v2 with pluggable RPE: timm parity with its own CPB (a small config in make test, Swin-v2-T slow), every
 preset in shifted windows, contextual iRPE in cosine attention against the formulas written out per pair,
-checkpoints across presets and input sizes."""
+checkpoints across presets, input sizes, and one step of each Swin-v2 experiment."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from models import create_model
 from models.swin import load_swin_checkpoint
 from models.swin_v2 import RPESwinTransformerV2, RPEWindowAttentionV2
 from rpe import PRESETS
+from tests.helpers import SMALL_RELATIONAL, compose_config, fit_only, run_cli
 from tests.test_swin import _piecewise
 
 # img 32, patch 4: stage 1 is 8x8 tokens in 4x4 windows (the odd blocks shifted by 2), stage 2 is 4x4.
@@ -229,3 +230,50 @@ def test_checkpoint_across_presets_and_input_sizes(tmp_path: Path) -> None:
     dynamic = RPESwinTransformerV2(rpe="irpe_qkv", strict_img_size=False, **SMALL)
     dynamic(torch.randn(2, 3, 40, 24)).sum().backward()
     assert dynamic.layers[0].blocks[1].attn.rpe_v.lookup_table_weight.grad is not None
+
+
+def _swin_v2_experiments() -> list:
+    from tests.test_configs import _options
+
+    # Swin-v2-T at 256 px: a train and a val step take most of make test's share; the micro one stays in it
+    return [name if "micro" in name else pytest.param(name, marks=pytest.mark.slow)
+            for name in _options("experiment") if name.startswith("swinv2_")]
+
+
+@pytest.mark.parametrize("name", _swin_v2_experiments())
+def test_swin_v2_experiment_configs_run_one_step(name: str, tmp_path: Path) -> None:
+    """Every Swin-v2 experiment runs a train and a val step on a fake ImageFolder of its image size."""
+    from data import make_fake_imagefolder
+
+    img_size = 32 if "micro" in name else 256
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=3, per_class=2, img_size=img_size, seed=0)
+    extra = ["data.generator=null"] if "micro" in name else []
+    cfg = compose_config(
+        # no checkpoints and no sanity-check pass
+        [f"experiment={name}", f"data.root={root}", *extra, "data.num_classes=null", "trainer=cpu",
+         "trainer.devices=1", "debug=fast", "logger=csv", "callbacks=none", "callbacks.model_checkpoint=null",
+         "callbacks.last_checkpoint=null", "+trainer.enable_checkpointing=false", "+trainer.num_sanity_val_steps=0",
+         "data.batch_size=2", "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test_after_fit=false"],
+        tmp_path / name, tmp_path,
+    )
+    assert cfg.model.net.name.startswith("swinv2_") and cfg.data.img_size == img_size
+    metrics = fit_only(cfg)
+    assert metrics["global_step"] == 1
+    assert torch.isfinite(torch.tensor(metrics["train/loss"]))
+
+
+def test_swin_v2_experiments_are_the_recipe() -> None:
+    assert [e.values[0] if hasattr(e, "values") else e for e in _swin_v2_experiments()] == [
+        "swinv2_micro_relational", "swinv2_tiny_cpb", "swinv2_tiny_irpe_k"]
+
+
+@pytest.mark.slow  # a train.py process
+def test_micro_trains_from_the_command_line(tmp_path: Path, data_dir: Path) -> None:
+    """``train.py model=swinv2_micro``: a 3-step run on the embedded data that writes its metrics."""
+    result = run_cli("train.py", [
+        "model=swinv2_micro", "rpe=irpe_qkv", "debug=fast", "logger=csv", *SMALL_RELATIONAL,
+        "trainer.limit_train_batches=3", "trainer.limit_val_batches=1", f"paths.log_dir={tmp_path}",
+        "run_name=swinv2_micro", f"paths.data_dir={data_dir}",
+    ], env_extra={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "swinv2_micro" / "metrics.json").is_file()
