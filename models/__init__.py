@@ -1,5 +1,6 @@
 """Backbones, heads and Lightning modules. Importing registers in timm the iRPE zoo names and
-``deit_{tiny,small,base}_patch16_224_rpe`` / ``swin_tiny_patch4_window7_224_rpe`` with any RPE preset as tag.
+``deit_{tiny,small,base}_patch16_224_rpe`` / ``swin_tiny_patch4_window7_224_rpe`` / ``swinv2_tiny_window8_256_rpe``
+with any RPE preset as tag.
 
 ``from_rope_vit_checkpoint`` / ``to_rope_vit_checkpoint`` (RoPE-ViT DeiT files, `models.rope_vit`) are imported on
 first use: their checkpoint reading pulls in the data package, which ``import models`` does not need."""
@@ -9,6 +10,7 @@ from typing import Any
 from models.deit import REFERENCE_ZOO, ModelConfigError, RPEVisionTransformer
 from models.factory import create_model, model_names, register_builder
 from models.swin import RPESwinTransformer, create_swin  # noqa: F401  (registers the Swin builders)
+from models.swin_v2 import RPESwinTransformerV2, create_swin_v2  # noqa: F401  (registers the Swin-v2 builders)
 
 _ROPE_VIT = ("RoPEViTCheckpointError", "from_rope_vit_checkpoint", "to_rope_vit_checkpoint")
 

@@ -26,7 +26,7 @@ def create_model(name: str, rpe: Any = None, **kwargs: Any) -> nn.Module:
     """Build backbone ``name`` with relative position encoding ``rpe``.
 
     Args:
-        name: a DeiT/Swin name (``deit_small_patch16_224``, ``deit_micro_patch4_32``, ...) or an
+        name: a DeiT/Swin/Swin-v2 name (``deit_small_patch16_224``, ``swinv2_tiny_window8_256``, ...) or an
             iRPE reference model-zoo name (its RPE preset is the default for ``rpe``).
         rpe: preset name, reference shorthand (``rpe-1.9-product-ctx-1-k``), dict or ``RPEConfig``.
         **kwargs: backbone options (``num_classes``, ``img_size``, ``drop_path_rate``, ``ape``...).
@@ -55,9 +55,10 @@ def _options(class_name: str) -> list[str]:
     TypeError names), i.e. what a backbone's constructor chain accepts; [] when none matches."""
     from models.deit import RPEVisionTransformer
     from models.swin import RPESwinTransformer
+    from models.swin_v2 import RPESwinTransformerV2
 
     names: set[str] = set()
-    for cls in (RPEVisionTransformer, RPESwinTransformer):
+    for cls in (RPEVisionTransformer, RPESwinTransformer, RPESwinTransformerV2):
         chain = [c for c in cls.__mro__ if c is not object]
         if class_name not in {c.__name__ for c in chain}:
             continue

@@ -4,7 +4,9 @@ The backbone is timm's own ``SwinTransformer`` (patch embedding, stages, shifted
 patch merging, head); only each block's ``WindowAttention`` is replaced by
 :class:`RPEWindowAttention`, a subclass that keeps timm's parameter names (``qkv``, ``proj``,
 ``relative_position_bias_table``, the ``relative_position_index`` buffer) and routes attention
-through :func:`rpe.rpe_attention` with the window as the token grid.
+through :func:`rpe.rpe_attention` with the window as the token grid. What the window attention and the
+backbone gain is written once (`WindowRPESites`, `WindowRPEBackbone`) and shared with Swin-v2
+(`models.swin_v2`).
 
 How an RPE enters the windows
 -----------------------------
@@ -64,7 +66,8 @@ resizes the bias table of a checkpoint made for another window size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +89,13 @@ __all__ = [
     "SWIN_ARCHS",
     "RPESwinTransformer",
     "RPEWindowAttention",
+    "WindowRPEBackbone",
+    "WindowRPESites",
+    "build_window_backbone",
     "checkpoint_filter_fn",
     "create_swin",
     "load_swin_checkpoint",
+    "rpe_variant_builder",
     "uses_swin_table",
 ]
 
@@ -102,8 +109,105 @@ def uses_swin_table(config: RPEConfig) -> bool:
     return is_swin_bias(config)
 
 
+class WindowRPESites(RPESites):
+    """What a timm Swin window attention gains (Swin's ``WindowAttention`` and Swin-v2's, `models.swin_v2`).
+
+    The RPE slots ``rpe_q``, ``rpe_k``, ``rpe_v`` with the window as the token grid; timm's own position term
+    (named by ``OWN_POSITION``) kept when `keeps_own_bias` says the preset is timm's own, else set to None
+    (out of the state dict, the parameters and the optimizer) and replaced by the preset's modules; the
+    shift mask handed to `rpe.rpe_attention` together with timm's own term. A subclass calls
+    `_resolve_window_rpe` before timm's ``__init__`` and `_init_window_rpe` after it, and its ``forward``
+    ends in `window_attend`.
+    """
+
+    OWN_POSITION: tuple[str, ...] = ()  # timm's attributes that hold its own relative position term
+    OWN_NAME = ""  # how extra_repr names timm's own term
+    DEFAULT_RPE = "none"  # what rpe=None means
+
+    @staticmethod
+    def keeps_own_bias(config: RPEConfig) -> bool:
+        """Whether ``config`` is timm's own relative position term of this attention (kept as timm has it)."""
+        raise NotImplementedError
+
+    def _resolve_window_rpe(self, rpe: Any) -> None:
+        self.rpe_config: RPEConfig = resolve_rpe(self.DEFAULT_RPE if rpe is None else rpe)
+        self.own_bias = self.keeps_own_bias(self.rpe_config)
+
+    def _init_window_rpe(self, head_dim: int, num_heads: int, device: Any, dtype: Any) -> None:
+        self.head_dim = head_dim
+        self.rpe_q: nn.Module | None = None
+        self.rpe_k: nn.Module | None = None
+        self.rpe_v: nn.Module | None = None
+        self.table_window = max(self.window_size)
+        if not self.own_bias:
+            # the RPE replaces timm's term; None keeps the attribute (timm code tests for it) but removes
+            # the parameters from state_dict, named_parameters and the optimizer
+            for name in self.OWN_POSITION:
+                setattr(self, name, None)
+            self.init_rpe(self._site_config(), head_dim, num_heads, skip_bucket=False, device=device, dtype=dtype)
+
+    def _site_config(self) -> RPEConfig:
+        # an encoding whose table is sized by the window (swin-method, e.g. contextual) gets this window
+        fit_window = encoding(self.rpe_config.method).fit_window
+        return self.rpe_config if fit_window is None else fit_window(self.rpe_config, self.table_window)
+
+    @property
+    def has_rpe_sites(self) -> bool:
+        return bool(self.rpe_modules)
+
+    def set_window_size(self, window_size: int | tuple[int, int]) -> None:
+        """New window ``(h, w)``: timm's own term follows it as timm does; the RPE tables need nothing (a
+        window-sized table refuses a larger window)."""
+        if self.own_bias:
+            super().set_window_size(window_size)
+            return
+        window_size = to_2tuple(window_size)
+        if encoding(self.rpe_config.method).fit_window is not None and max(window_size) > self.table_window:
+            raise ValueError(
+                f"window {window_size} exceeds the window-sized table (M={self.table_window}) of this layer;"
+                " rebuild the model at the new window size"
+            )
+        self.window_size = window_size
+        self.window_area = window_size[0] * window_size[1]
+
+    def window_attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, own_pieces: list[LogitPiece],
+        scale: float | None = None,
+    ) -> Tensor:
+        """Attention of ``q, k, v`` ``(B nW, heads, N, head_dim)`` in their windows, then ``proj``.
+
+        ``mask`` ``(nW, N, N)`` additive (0 / -100) or None; ``own_pieces``: timm's own term (when kept) in
+        factorised form. Returns ``(B nW, N, C)``.
+        """
+        B_, _, N, _ = q.shape
+        attn_mask = None
+        if mask is not None:
+            num_win = mask.shape[0]
+            # windows are laid out batch-major (b * nW + w), so the per-window mask repeats per image
+            attn_mask = mask.to(q.dtype).unsqueeze(0).expand(B_ // num_win, -1, -1, -1).reshape(B_, 1, N, N)
+        backend = self.rpe_config.backend
+        if backend == "auto" and not self.has_rpe_sites and not self.fused_attn:
+            backend = "eager"  # timm's unfused setting; otherwise auto matches timm's SDPA when no grad is needed
+        x = self.rpe_attend(
+            q, k, v, self.window_size,
+            attn_mask=attn_mask,
+            dropout_p=self.attn_drop.p if self.training else 0.0,
+            scale=scale,
+            backend=backend,
+            extra_pieces=own_pieces,
+        )
+        x = x.transpose(1, 2).reshape(B_, N, -1)
+        x = self.proj(x)
+        x = self.proj_drop(x)
+        return x
+
+    def extra_repr(self) -> str:
+        rpe = self.OWN_NAME if self.own_bias else self.rpe_config.shorthand()
+        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}, rpe={rpe!r}"
+
+
 @register_notrace_module  # torch.fx keeps it as one call: its Python dispatch needs concrete shapes
-class RPEWindowAttention(RPESites, WindowAttention):
+class RPEWindowAttention(WindowRPESites, WindowAttention):
     """timm's ``WindowAttention`` with any relative position encoding of `rpe`.
 
     Args are timm's (``dim``, ``num_heads``, ``head_dim``, ``window_size``, ``qkv_bias``,
@@ -112,6 +216,10 @@ class RPEWindowAttention(RPESites, WindowAttention):
     ``relative_position_bias_table`` and ``relative_position_index`` are None and the site modules
     ``rpe_q``, ``rpe_k``, ``rpe_v`` hold the tables.
     """
+
+    OWN_POSITION = ("relative_position_bias_table", "relative_position_index")
+    OWN_NAME = "swin (timm table)"
+    DEFAULT_RPE = "swin"
 
     def __init__(
         self,
@@ -126,32 +234,30 @@ class RPEWindowAttention(RPESites, WindowAttention):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
-        self.swin_table = uses_swin_table(self.rpe_config)
+        self._resolve_window_rpe(rpe)
         super().__init__(
             dim, num_heads, head_dim=head_dim, window_size=window_size, qkv_bias=qkv_bias,
             attn_drop=attn_drop, proj_drop=proj_drop, device=device, dtype=dtype,
         )
-        self.head_dim = head_dim or dim // num_heads
-        self.rpe_q: nn.Module | None = None
-        self.rpe_k: nn.Module | None = None
-        self.rpe_v: nn.Module | None = None
-        self.table_window = max(self.window_size)
-        if not self.swin_table:
-            # the RPE replaces Swin's table; None keeps the attribute (timm code tests for it) but
-            # removes the parameter from state_dict, named_parameters and the optimizer
-            self.relative_position_bias_table = None
-            self.relative_position_index = None
-            self.init_rpe(self._site_config(), self.head_dim, num_heads, skip_bucket=False, device=device, dtype=dtype)
+        self._init_window_rpe(head_dim or dim // num_heads, num_heads, device, dtype)
 
-    def _site_config(self) -> RPEConfig:
-        # an encoding whose table is sized by the window (swin-method, e.g. contextual) gets this window
-        fit_window = encoding(self.rpe_config.method).fit_window
-        return self.rpe_config if fit_window is None else fit_window(self.rpe_config, self.table_window)
+    @classmethod
+    def from_timm(cls, old: WindowAttention, rpe: Any) -> RPEWindowAttention:
+        """The replacement of timm's module ``old``: its sizes and options, with ``rpe``."""
+        return cls(
+            old.dim, num_heads=old.num_heads, head_dim=old.qkv.out_features // 3 // old.num_heads,
+            window_size=old.window_size, qkv_bias=old.qkv.bias is not None, attn_drop=old.attn_drop.p,
+            proj_drop=old.proj_drop.p, rpe=rpe, device=old.qkv.weight.device, dtype=old.qkv.weight.dtype,
+        )
+
+    @staticmethod
+    def keeps_own_bias(config: RPEConfig) -> bool:
+        return uses_swin_table(config)
 
     @property
-    def has_rpe_sites(self) -> bool:
-        return bool(self.rpe_modules)
+    def swin_table(self) -> bool:
+        """Whether timm's ``relative_position_bias_table`` is kept (``rpe=swin``)."""
+        return self.own_bias
 
     def reset_parameters(self) -> None:
         """Swin table trunc-normal(.02) (when kept), index buffer, and the RPE tables' own init."""
@@ -165,20 +271,6 @@ class RPEWindowAttention(RPESites, WindowAttention):
         if getattr(self, "relative_position_index", None) is not None:
             super()._init_buffers()
 
-    def set_window_size(self, window_size: int | tuple[int, int]) -> None:
-        """New window ``(h, w)``: the Swin table is interpolated (timm); iRPE tables need nothing."""
-        if self.swin_table:
-            super().set_window_size(window_size)
-            return
-        window_size = to_2tuple(window_size)
-        if encoding(self.rpe_config.method).fit_window is not None and max(window_size) > self.table_window:
-            raise ValueError(
-                f"window {window_size} exceeds the window-sized table (M={self.table_window}) of this layer;"
-                " rebuild the model at the new window size"
-            )
-        self.window_size = window_size
-        self.window_area = window_size[0] * window_size[1]
-
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """``x`` ``(B nW, N, C)``, ``N = win_h win_w``; ``mask`` ``(nW, N, N)`` additive (0 / -100) or None.
 
@@ -187,37 +279,13 @@ class RPEWindowAttention(RPESites, WindowAttention):
         B_, N, _ = x.shape
         qkv = self.qkv(x).reshape(B_, N, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B nW, heads, N, head_dim)
-
-        attn_mask = None
-        if mask is not None:
-            num_win = mask.shape[0]
-            # windows are laid out batch-major (b * nW + w), so the per-window mask repeats per image
-            attn_mask = mask.to(q.dtype).unsqueeze(0).expand(B_ // num_win, -1, -1, -1).reshape(B_, 1, N, N)
         own_table = []
-        if self.swin_table:
+        if self.own_bias:
             # timm's table ((2M-1)^2, heads) read through its index (N, N): the same terms as
             # _get_rel_pos_bias, left factorised so that backend=triton gathers them in its tiles
             own_table = [LogitPiece("table", self.relative_position_bias_table.t(),
                                     self.relative_position_index.view(N, N))]
-
-        backend = self.rpe_config.backend
-        if backend == "auto" and not self.has_rpe_sites and not self.fused_attn:
-            backend = "eager"  # timm's unfused setting; otherwise auto matches timm's SDPA when no grad is needed
-        x = self.rpe_attend(
-            q, k, v, self.window_size,
-            attn_mask=attn_mask,
-            dropout_p=self.attn_drop.p if self.training else 0.0,
-            backend=backend,
-            extra_pieces=own_table,
-        )
-        x = x.transpose(1, 2).reshape(B_, N, -1)
-        x = self.proj(x)
-        x = self.proj_drop(x)
-        return x
-
-    def extra_repr(self) -> str:
-        rpe = "swin (timm table)" if self.swin_table else self.rpe_config.shorthand()
-        return f"dim={self.dim}, window_size={self.window_size}, num_heads={self.num_heads}, rpe={rpe!r}"
+        return self.window_attend(q, k, v, mask, own_table)
 
 
 def swin_grid_problem(side: int, patch: int, window: int, stages: int) -> str | None:
@@ -256,7 +324,71 @@ def check_swin_grid(img_size: Any, patch_size: Any, window_size: Any, stages: in
             )
 
 
-class RPESwinTransformer(SwinTransformer):
+class WindowRPEBackbone:
+    """What timm's Swin backbones gain (`RPESwinTransformer` here, ``RPESwinTransformerV2`` in `models.swin_v2`):
+    the option checks, every block's window attention replaced by ``ATTENTION.from_timm``, input-size
+    adaptation with the model's windows, the encodings' no-weight-decay names and the checkpoint filter.
+
+    A subclass lists this class before timm's backbone, sets ``ATTENTION`` (a `WindowRPESites` module),
+    ``TIMM_FILTER`` (timm's checkpoint filter) and ``FAMILY`` (the name in messages), calls
+    `_check_window_options` before timm's ``__init__`` and `_replace_window_attention` after it.
+    """
+
+    ATTENTION: type[WindowRPESites]
+    TIMM_FILTER: Any
+    FAMILY = "Swin"
+
+    def _check_window_options(self, rpe: Any, ape: str | None, peg_blocks: Any, kwargs: Mapping[str, Any]) -> None:
+        if ape not in (None, "none") or peg_blocks is not None:
+            shown = f"ape={ape!r}" if peg_blocks is None else f"peg_blocks={peg_blocks!r}"
+            raise ModelConfigError(
+                f"{shown} is not supported by {self.FAMILY}, which has no absolute position embedding; valid: ape=none"
+            )
+        window = rpe.get("window") if isinstance(rpe, dict) else None
+        if window is not None:  # each layer's table is sized by its own window: a set window would be ignored
+            raise ModelConfigError(
+                f"rpe.window={window} is not read on {self.FAMILY}: each layer sizes its relative table by its own"
+                f" window (window_size={kwargs.get('window_size', 7)}); valid: leave rpe.window unset (null)")
+        self.rpe_config: RPEConfig = resolve_rpe(self.ATTENTION.DEFAULT_RPE if rpe is None else rpe)
+
+    def _replace_window_attention(self, init: Callable[[nn.Module], None] | None) -> None:
+        """Every block's ``attn`` becomes ``ATTENTION.from_timm(attn, rpe)``, then ``init(attn)`` (timm's init of
+        the module it replaces) unless ``init`` is None."""
+        # timm pads a stage its windows do not tile (and an odd side before patch merging), so any such
+        # size is timm's model; only a side the patch size does not divide would silently lose pixels.
+        check_patch_grid(self.patch_embed.img_size, self.patch_embed.patch_size)
+        for stage in self.layers:
+            for block in stage.blocks:
+                block.attn = self.ATTENTION.from_timm(block.attn, self.rpe_config)
+                if init is not None:
+                    init(block.attn)
+
+    def adapt_input_size(self, img_size: Any, ape_rule: str | None = None) -> None:
+        """Run at ``img_size`` with the same windows (timm's ``set_input_size`` with the windows the model was
+        built with: by default timm would scale the windows with the grid, resizing Swin's table). Stages the
+        windows do not tile are padded as timm does. Swin has no absolute table, so ``ape_rule`` must be None."""
+        if ape_rule is not None:
+            raise ModelConfigError(
+                f"ape={ape_rule} adapts an absolute position table, which {self.FAMILY} does not have: its positions"
+                " are relative within each window and extend by construction; valid: leave ape unset"
+            )
+        check_patch_grid(img_size, self.patch_embed.patch_size)
+        self.set_input_size(img_size=to_2tuple(img_size), window_size=self._ref_window_sizes)
+
+    def no_weight_decay(self) -> set[str]:
+        """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
+        return set(super().no_weight_decay()) | no_weight_decay_names(self)
+
+    @classmethod
+    def filter_checkpoint(cls, state_dict: Mapping[str, Any], model: nn.Module) -> dict[str, Tensor]:
+        """timm's filter (``TIMM_FILTER``), after dropping timm's own position terms (``ATTENTION.OWN_POSITION``)
+        that the model's RPE replaces. Accepts a plain state dict or one nested under ``model`` / ``state_dict``."""
+        state_dict = state_dict.get("model", state_dict)
+        state_dict = state_dict.get("state_dict", state_dict)
+        return cls.TIMM_FILTER(_drop_replaced_terms(state_dict, model, cls.ATTENTION.OWN_POSITION), model)
+
+
+class RPESwinTransformer(WindowRPEBackbone, SwinTransformer):
     """timm ``SwinTransformer`` whose window attention carries a relative position encoding.
 
     Args:
@@ -266,58 +398,18 @@ class RPESwinTransformer(SwinTransformer):
         **kwargs: timm ``SwinTransformer`` options (``img_size``, ``window_size``, ``strict_img_size``...).
     """
 
+    ATTENTION = RPEWindowAttention
+    TIMM_FILTER = staticmethod(timm_swin.checkpoint_filter_fn)
+
     def __init__(self, *, rpe: Any = None, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any) -> None:
-        if ape not in (None, "none") or peg_blocks is not None:
-            shown = f"ape={ape!r}" if peg_blocks is None else f"peg_blocks={peg_blocks!r}"
-            raise ModelConfigError(
-                f"{shown} is not supported by Swin, which has no absolute position embedding; valid: ape=none"
-            )
-        window = rpe.get("window") if isinstance(rpe, dict) else None
-        if window is not None:  # each layer's table is sized by its own window: a set window would be ignored
-            raise ModelConfigError(
-                f"rpe.window={window} is not read on Swin: each layer sizes its relative table by its own window"
-                f" (window_size={kwargs.get('window_size', 7)}); valid: leave rpe.window unset (null)")
-        self.rpe_config: RPEConfig = resolve_rpe("swin" if rpe is None else rpe)
+        self._check_window_options(rpe, ape, peg_blocks, kwargs)
         weight_init = kwargs.get("weight_init", "")
         super().__init__(**kwargs)
-        # timm pads a stage its windows do not tile (and an odd side before patch merging), so any such
-        # size is timm's model; only a side the patch size does not divide would silently lose pixels.
-        check_patch_grid(self.patch_embed.img_size, self.patch_embed.patch_size)
-        for stage in self.layers:
-            for block in stage.blocks:
-                old = block.attn
-                block.attn = RPEWindowAttention(
-                    old.dim,
-                    num_heads=old.num_heads,
-                    head_dim=old.qkv.out_features // 3 // old.num_heads,
-                    window_size=old.window_size,
-                    qkv_bias=old.qkv.bias is not None,
-                    attn_drop=old.attn_drop.p,
-                    proj_drop=old.proj_drop.p,
-                    rpe=self.rpe_config,
-                    device=old.qkv.weight.device,
-                    dtype=old.qkv.weight.dtype,
-                )
-                if weight_init != "skip":
-                    # the same init timm gave the module it replaces (trunc-normal Linear, zero bias)
-                    named_apply(get_init_weights_vit(self.weight_init_mode, needs_reset=True), block.attn)
-
-
-    def adapt_input_size(self, img_size: Any, ape_rule: str | None = None) -> None:
-        """Run at ``img_size`` with the same windows (timm's ``set_input_size`` with the windows the model was
-        built with: by default timm would scale the windows with the grid, resizing Swin's table). Stages the
-        windows do not tile are padded as timm does. Swin has no absolute table, so ``ape_rule`` must be None."""
-        if ape_rule is not None:
-            raise ModelConfigError(
-                f"ape={ape_rule} adapts an absolute position table, which Swin does not have: its positions are"
-                " relative within each window and extend by construction; valid: leave ape unset"
-            )
-        check_patch_grid(img_size, self.patch_embed.patch_size)
-        self.set_input_size(img_size=to_2tuple(img_size), window_size=self._ref_window_sizes)
-
-    def no_weight_decay(self) -> set[str]:
-        """timm's set plus what the encodings keep out of weight decay (RoPE frequencies)."""
-        return set(super().no_weight_decay()) | no_weight_decay_names(self)
+        # the same init timm gave the module it replaces (trunc-normal Linear, zero bias)
+        self._replace_window_attention(
+            None if weight_init == "skip"
+            else partial(named_apply, get_init_weights_vit(self.weight_init_mode, needs_reset=True))
+        )
 
 
 # Architecture hyper-parameters; names follow timm's so that benchmarks can pair them.
@@ -339,17 +431,22 @@ SWIN_ARCHS: dict[str, dict[str, Any]] = {
 }
 
 
-def _drop_replaced_swin_tables(state_dict: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+def _drop_replaced_terms(state_dict: Mapping[str, Tensor], model: nn.Module, names: tuple[str, ...]
+                         ) -> dict[str, Tensor]:
+    """``state_dict`` without the entries under an attribute of ``names`` that is None in ``model`` (timm's own
+    position term where the model's RPE replaces it: ``...attn.relative_position_bias_table``,
+    ``...attn.cpb_mlp.0.weight``)."""
     out = {}
     for key, value in state_dict.items():
-        if key.endswith("relative_position_bias_table"):
-            module_name = key[: -len(".relative_position_bias_table")]
+        parts = key.split(".")
+        hit = next((i for i, part in enumerate(parts) if part in names), 0)
+        if hit > 0:
             try:
-                module = model.get_submodule(module_name)
+                module = model.get_submodule(".".join(parts[:hit]))
             except AttributeError:
                 module = None
-            if module is not None and getattr(module, "relative_position_bias_table", None) is None:
-                continue  # this model's RPE replaces Swin's table
+            if module is not None and getattr(module, parts[hit], 0) is None:
+                continue  # this model's RPE replaces timm's term
         out[key] = value
     return out
 
@@ -360,18 +457,34 @@ def checkpoint_filter_fn(state_dict: Mapping[str, Any], model: nn.Module) -> dic
 
     Accepts a plain state dict or one nested under ``model`` / ``state_dict``.
     """
-    state_dict = state_dict.get("model", state_dict)
-    state_dict = state_dict.get("state_dict", state_dict)
-    return timm_swin.checkpoint_filter_fn(_drop_replaced_swin_tables(state_dict, model), model)
+    return RPESwinTransformer.filter_checkpoint(state_dict, model)
 
 
 def load_swin_checkpoint(
-    model: RPESwinTransformer, checkpoint: str | Path | Mapping[str, Any], strict: bool = True
+    model: WindowRPEBackbone, checkpoint: str | Path | Mapping[str, Any], strict: bool = True
 ) -> Any:
-    """Load a (timm or ours) Swin checkpoint file or state dict through :func:`checkpoint_filter_fn`."""
+    """Load a (timm or ours) Swin or Swin-v2 checkpoint file or state dict through the model's
+    ``filter_checkpoint`` (:func:`checkpoint_filter_fn` for Swin)."""
     if isinstance(checkpoint, (str, Path)):
         checkpoint = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    return model.load_state_dict(checkpoint_filter_fn(checkpoint, model), strict=strict)
+    return model.load_state_dict(type(model).filter_checkpoint(checkpoint, model), strict=strict)
+
+
+def build_window_backbone(cls: type[WindowRPEBackbone], archs: Mapping[str, dict[str, Any]], name: str, rpe: Any,
+                          pretrained: bool, **kwargs: Any) -> nn.Module:
+    """Backbone ``name`` of ``archs`` as ``cls`` with ``rpe``. Names timm knows go through ``build_model_with_cfg``
+    with the class's checkpoint filter (``pretrained_cfg_overlay=dict(file=...)`` loads and resizes timm's
+    checkpoints); a micro model is built directly."""
+    if name not in archs:
+        raise ModelConfigError(f"{cls.FAMILY} model {name!r} is not one of: {', '.join(archs)}")
+    kwargs = dict(archs[name], rpe=rpe, **kwargs)
+    if "_micro_" in name:
+        if pretrained:
+            raise ModelConfigError(f"{name} has no pretrained weights; use load_swin_checkpoint")
+        return cls(**kwargs)
+    return build_model_with_cfg(
+        cls, name, pretrained, pretrained_filter_fn=cls.filter_checkpoint, **load_pretrained_files_safely(kwargs),
+    )
 
 
 def create_swin(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: Any) -> RPESwinTransformer:
@@ -381,17 +494,23 @@ def create_swin(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: 
     ``pretrained=True, pretrained_cfg_overlay=dict(file=...)`` loads (and resizes) timm/Microsoft
     checkpoints; the micro model is built directly. timm's own registry is not touched.
     """
-    if name not in SWIN_ARCHS:
-        raise ModelConfigError(f"Swin model {name!r} is not one of: {', '.join(SWIN_ARCHS)}")
-    kwargs = dict(SWIN_ARCHS[name], rpe=rpe, **kwargs)
-    if name.startswith("swin_micro"):
-        if pretrained:
-            raise ModelConfigError(f"{name} has no pretrained weights; use load_swin_checkpoint")
-        return RPESwinTransformer(**kwargs)
-    return build_model_with_cfg(
-        RPESwinTransformer, name, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
-        **load_pretrained_files_safely(kwargs),
-    )
+    return build_window_backbone(RPESwinTransformer, SWIN_ARCHS, name, rpe, pretrained, **kwargs)
+
+
+def rpe_variant_builder(cls: type[WindowRPEBackbone], variant: str, arch: dict[str, Any], module: str) -> Any:
+    """``build(rpe, pretrained, **kwargs)`` of the timm name ``variant`` (`models.timm_tags.register_rpe_variant`):
+    ``cls`` with ``arch``, timm's feature cfg; its ``__module__`` is ``module``, whose ``default_cfgs`` timm reads."""
+
+    def build(rpe: Any, pretrained: bool, **kwargs: Any) -> nn.Module:
+        out_indices = kwargs.pop("out_indices", tuple(range(len(kwargs.get("depths", arch["depths"])))))
+        return build_model_with_cfg(
+            cls, variant, pretrained, pretrained_filter_fn=cls.filter_checkpoint,
+            feature_cfg=dict(flatten_sequential=True, out_indices=out_indices),
+            **load_pretrained_files_safely(dict(arch, rpe=rpe, **kwargs)),
+        )
+
+    build.__module__ = module
+    return build
 
 
 def _register() -> None:
@@ -417,19 +536,8 @@ default_cfgs = generate_default_cfgs(
     {key: cfg for variant in RPE_VARIANTS for key, cfg in tagged_cfgs(variant, _SWIN_CFG).items()}
 )
 
-
-def _rpe_variant_builder(variant: str):
-    def build(rpe: Any, pretrained: bool, **kwargs: Any) -> RPESwinTransformer:
-        arch = SWIN_ARCHS[RPE_VARIANTS[variant]]
-        out_indices = kwargs.pop("out_indices", tuple(range(len(kwargs.get("depths", arch["depths"])))))
-        return build_model_with_cfg(
-            RPESwinTransformer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
-            feature_cfg=dict(flatten_sequential=True, out_indices=out_indices),
-            **load_pretrained_files_safely(dict(arch, rpe=rpe, **kwargs)),
-        )
-
-    return build
-
-
-for _variant in RPE_VARIANTS:
-    globals()[_variant] = register_rpe_variant(_variant, _rpe_variant_builder(_variant), "Swin-T (timm's Swin)")
+for _variant, _arch in RPE_VARIANTS.items():
+    globals()[_variant] = register_rpe_variant(
+        _variant, rpe_variant_builder(RPESwinTransformer, _variant, SWIN_ARCHS[_arch], __name__),
+        "Swin-T (timm's Swin)",
+    )

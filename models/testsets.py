@@ -40,7 +40,7 @@ from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
 from models.lifecycle.cli import group_options
 from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
 from models.lifecycle.identity import config_differences
-from models.swin import RPESwinTransformer, swin_grid_problem
+from models.swin import WindowRPEBackbone, swin_grid_problem
 from models.testset_definition import measured, result_sha256
 
 RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
@@ -308,7 +308,7 @@ def attention_entries(net: torch.nn.Module, size: tuple[int, int]) -> int:
     DeiT (global attention), heads x tokens x window area for Swin's first stage."""
     grid = [s // p for s, p in zip(size, net.patch_embed.patch_size, strict=True)]
     tokens = grid[0] * grid[1]
-    if isinstance(net, RPESwinTransformer):
+    if isinstance(net, WindowRPEBackbone):  # Swin and Swin-v2
         window = net._ref_window_sizes[0]
         return net.layers[0].blocks[0].attn.num_heads * tokens * window[0] * window[1]
     tokens += getattr(net, "num_prefix_tokens", 0)
@@ -345,7 +345,7 @@ def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None,
             raise ModelConfigError(f"ape={ape_rule} adapts an absolute position table; DETR computes its position "
                                    "encodings for each input's feature map; valid: leave ape unset")
         return {"model": type(net).__name__, "ape": None, "ape_rule": None}
-    if not isinstance(net, (RPEVisionTransformer, RPESwinTransformer)):
+    if not isinstance(net, (RPEVisionTransformer, WindowRPEBackbone)):
         raise ModelConfigError(f"testset={name} needs a DeiT or Swin backbone to resize, not {type(net).__name__}")
     is_deit = isinstance(net, RPEVisionTransformer)
     train_size = tuple(int(s) for s in net.patch_embed.img_size)

@@ -37,10 +37,14 @@ EXTRA_TAGS = [
     "deit_small_patch16_224_rpe.alibi", "deit_small_patch16_224_rpe.xl",
     "swin_tiny_patch4_window7_224_rpe.swin", "swin_tiny_patch4_window7_224_rpe.irpe_qkv",
     "swin_tiny_patch4_window7_224_rpe.rope_axial", "swin_tiny_patch4_window7_224_rpe.cpb",
+    "swinv2_tiny_window8_256_rpe.cpb", "swinv2_tiny_window8_256_rpe.irpe_qkv",
 ]
-# timm's own DeiT and Swin go through the same checks: what "behaves like timm's model" is measured against.
-TIMM_OWN = ["deit_small_patch16_224", "swin_tiny_patch4_window7_224"]
+# timm's own DeiT, Swin and Swin-v2 go through the same checks: what "behaves like timm's model" is measured against.
+TIMM_OWN = ["deit_small_patch16_224", "swin_tiny_patch4_window7_224", "swinv2_tiny_window8_256"]
 CHECKED = REGISTERED + EXTRA_TAGS + TIMM_OWN
+# One name per family for the checks that need no more (fx feature extraction, TorchScript's refusal).
+SWIN_NAMES = ["swin_tiny_patch4_window7_224_rpe", "swinv2_tiny_window8_256_rpe"]
+ONE_PER_FAMILY = [REGISTERED[0], "deit_tiny_patch16_224_rpe", *SWIN_NAMES]
 
 
 def small(name: str) -> dict:
@@ -63,7 +67,7 @@ def _seed() -> None:
 def test_every_registered_name_is_listed_by_timm() -> None:
     assert set(REFERENCE_ZOO) <= set(timm.list_models())
     assert RPE_NAMES == ["deit_base_patch16_224_rpe", "deit_small_patch16_224_rpe", "deit_tiny_patch16_224_rpe",
-                         "swin_tiny_patch4_window7_224_rpe"]
+                         "swin_tiny_patch4_window7_224_rpe", "swinv2_tiny_window8_256_rpe"]
     tagged = set(timm.list_models(f"*{RPE_SUFFIX}", include_tags=True))
     assert {f"{name}.{tag}" for name in RPE_NAMES for tag in preset_tags()} == tagged
     for name in REGISTERED:  # built for one input size, as timm's DeiT and Swin
@@ -114,7 +118,7 @@ def test_default_cfg(name: str) -> None:
     assert cfg["first_conv"] + ".weight" in state
 
 
-@pytest.mark.parametrize("name", RPE_NAMES[-1:])
+@pytest.mark.parametrize("name", SWIN_NAMES)
 def test_swin_default_cfg_pool_size(name: str) -> None:
     """timm's standard default-cfg check (Swin is 'standard' in timm): at the cfg's input size the unpooled
     features are ``pool_size``, also without head and pool (kept cheap by a thin model)."""
@@ -193,7 +197,7 @@ def test_fx_forward_and_backward(name: str) -> None:
     assert sum(p.numel() for p in traced.parameters()) == sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("name", [REGISTERED[0], *RPE_NAMES[-2:]])
+@pytest.mark.parametrize("name", ONE_PER_FAMILY)
 def test_fx_feature_extraction(name: str) -> None:
     """``features_only=True, feature_cls='fx'`` (timm's FeatureGraphNet) gives the blocks' outputs."""
     torch.manual_seed(0)
@@ -210,14 +214,14 @@ def test_fx_feature_extraction(name: str) -> None:
         torch.testing.assert_close(g, w)
 
 
-@pytest.mark.parametrize("name", [REGISTERED[0], *RPE_NAMES[-2:]])
+@pytest.mark.parametrize("name", ONE_PER_FAMILY)
 def test_torchscript_is_declared_unsupported(name: str) -> None:
     model = build(name).eval()
     with pytest.raises(TypeError, match=r"does not support TorchScript \(torch\.jit\.script\); use torch\.compile"):
         torch.jit.script(model)
 
 
-@pytest.mark.parametrize("variant", ["deit_tiny_patch16_224_rpe", "swin_tiny_patch4_window7_224_rpe"])
+@pytest.mark.parametrize("variant", ["deit_tiny_patch16_224_rpe", *SWIN_NAMES])
 def test_every_preset_tag_builds_and_trains(variant: str) -> None:
     """Each tag builds the model with its preset; forward and backward run for all of them."""
     for tag in preset_tags():
@@ -252,7 +256,8 @@ def compiled_matches_eager(model: torch.nn.Module, images: torch.Tensor, inferen
 
 @pytest.mark.parametrize(("name", "backend", "inference_first"),
                          [("deit_small_patch16_224_rpe.irpe_qk", "sdpa", True),
-                          ("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False)])
+                          ("swin_tiny_patch4_window7_224_rpe.irpe_qkv", "auto", False),
+                          ("swinv2_tiny_window8_256_rpe.cpb", "auto", False)])
 @pytest.mark.slow  # compiling a model takes 15-40 s of a CPU: make test's 5 minutes
 def test_torch_compile_fullgraph_forward_backward(name: str, backend: str, inference_first: bool) -> None:
     """One graph (fullgraph=True) for the whole model, the SDPA path included (DeiT: after a first compiled
@@ -302,7 +307,7 @@ def test_fx_of_a_dynamic_img_size_model_is_a_clear_error() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["deit_tiny_patch16_224_rpe", "swin_tiny_patch4_window7_224_rpe"])
+@pytest.mark.parametrize("variant", ["deit_tiny_patch16_224_rpe", *SWIN_NAMES])
 def test_every_preset_tag_traces_and_compiles(variant: str) -> None:
     """Every preset through torch.fx (same output as eager) and torch.compile(fullgraph=True) forward and
     backward (about 2 minutes in all on a CPU)."""
