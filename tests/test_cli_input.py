@@ -643,3 +643,22 @@ def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
     message = str(err.value)
     assert message.startswith(f"ckpt_path='{link}' is a symlink (to {best}), and a checkpoint is read at its run"
                               " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message
+
+
+def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_path: Path) -> None:
+    """Probe 3 case 101: optuna minimised val/top1 and reported the worst trial as best. The rule is the one the
+    best checkpoint's mode follows (`settings.better`)."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    from models.lifecycle.settings import SettingError, better
+
+    assert (better("val/top1"), better("val/AP"), better("val/loss")) == ("max", "max", "min")
+    sweep = tmp_path / "opt"
+    for direction, shown in (
+            ("minimize", "minimize would rank the worst trial best"),
+            ("[maximize,minimize]", "[maximize,minimize] asks for 2 objectives, train.py returns one")):
+        with pytest.raises(SettingError) as err:
+            cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", f"hydra.sweeper.direction={direction}", "debug=fast",
+                                 f"paths.log_dir={tmp_path}", f"hydra.sweep.dir={sweep}"], "train")
+        assert str(err.value) == (f"hydra.sweeper.direction={shown}: the objective is the run's result, val/top1 or"
+                                  " val/AP, where higher is better; valid: hydra.sweeper.direction=maximize")
+    assert not sweep.exists()
