@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from omegaconf import DictConfig
 
 import models.lifecycle.cli as cli
 from models import ModelConfigError, create_model
@@ -662,3 +663,43 @@ def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_pa
         assert str(err.value) == (f"hydra.sweeper.direction={shown}: the objective is the run's result, val/top1 or"
                                   " val/AP, where higher is better; valid: hydra.sweeper.direction=maximize")
     assert not sweep.exists()
+
+
+def _sweep_config(overrides: list[str]) -> DictConfig:
+    """The config a sweep launch composes (each swept key at its first value), Hydra's node included."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=cli._first_of_sweeps(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_two_jobs_of_a_sweep_never_share_a_run_dir(tmp_path: Path) -> None:
+    """Probe 3 case 145: ``data.root=/x/a_b,/x/a/b`` gave both jobs one dir (`job_dirname` writes ``_`` for ``/``),
+    and the second found the first finished. The names are kept; the grid is refused before the sweep dir. So are
+    keys left out of the names (trainer), and a subdir of the job's own settings (each job composed)."""
+    sweep = tmp_path / "sweep"
+    common = ["sweep=swin_mini", "rpe.preset=none", "seed=0", "debug=fast", f"paths.log_dir={tmp_path}"]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([*common, f"data.root={tmp_path}/d/a_b,{tmp_path}/d/a/b", f"hydra.sweep.dir={sweep}"],
+                            "train")
+    assert str(err.value).startswith(
+        f"the sweep's jobs with data.root={tmp_path}/d/a_b and with data.root={tmp_path}/d/a/b (their other overrides"
+        f" alike) would share one run dir, {sweep}/data.root=") and str(err.value).endswith(
+        "(a job's dir name keeps A-Za-z0-9._=,+- and writes _ for any other character): the second would find the"
+        " first's run and never train; valid: values whose dir names differ, or hydra.sweep.subdir='${hydra.job.num}'"
+        " (a dir per job number)"), str(err.value)
+    assert not sweep.exists()
+    trainers = [*common, "trainer=cpu,ddp_cpu"]
+    with pytest.raises(cli.CommandLineError, match=r"jobs with trainer=cpu and with trainer=ddp_cpu .*\(trainer is left"
+                                                   r" out of job dir names \(hydra\.job\.config\.override_dirname"):
+        cli._refuse_shared_job_dirs(_sweep_config(trainers), trainers, "train")
+    own = [*common, "data.root=/d/a_b,/d/a/b", "hydra.sweep.subdir='${job_dirname:${data.root}}'"]
+    with pytest.raises(cli.CommandLineError, match=r"would share one run dir, .*/_d_a_b \("):
+        cli._refuse_shared_job_dirs(_sweep_config(own), own, "train")
+    for fine in ([*common, "data.root=/d/a_b,/d/a/b", "hydra.sweep.subdir=${hydra.job.num}"], [*common, "seed=0,1"]):
+        cli._refuse_shared_job_dirs(_sweep_config(fine), fine, "train")

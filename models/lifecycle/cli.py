@@ -340,6 +340,20 @@ def expand_globs(overrides: list[str]) -> list[str]:
     return expanded
 
 
+def sweep_grid(arguments: list[str]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper launches for ``arguments`` (``key=a,b`` sweeps), in its order.
+
+    Hydra's own expansion, so the grid can never drift from what ``-m`` runs. It is private Hydra API
+    (stable within the hydra-core 1.3 pin of pyproject.toml); this is the one place that calls it (the
+    launch check below and the tables' expected jobs).
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(expand_globs(arguments))
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
+
+
 def _first_of_sweeps(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -558,6 +572,90 @@ def check_job_dir(output_dir: str | Path, sweep_dir: str | Path) -> None:
                                " that lead out")
 
 
+# What a job's subdir may read to be resolved without composing the job: its number, id and override dirname
+_JOB_FIELDS = re.compile(r"job_dirname:|hydra\.job\.(num|id|override_dirname)")
+
+
+def _job_subdirs(cfg: DictConfig, config_name: str, hydra_overrides: list[str], jobs: list[list[str]]) -> list[str]:
+    """Each job's ``hydra.sweep.subdir``, resolved as Hydra's basic launcher resolves it (job ``num`` and ``id`` are
+    its index). A subdir of the job's number, id and ``hydra.job.override_dirname`` (every config here) is resolved
+    on ``cfg`` with Hydra's own dirname function; one that reads other settings composes each job, as Hydra does."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import get_overrides_dirname  # private Hydra API (the 1.3 pin)
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict, read_write
+
+    # ${hydra:job.x} reads the HydraConfig singleton; ${hydra.job.x} reads the node set below: the same field
+    template = re.sub(r"\$\{\s*hydra:\s*job\.", "${hydra.job.", str(OmegaConf.to_container(cfg.hydra.sweep,
+                                                                                          resolve=False)["subdir"]))
+    if all(_JOB_FIELDS.fullmatch(head) for head in re.findall(r"\$\{\s*([\w.]+:?)", template)):
+        naming = cfg.hydra.job.config.override_dirname
+        parser = OverridesParser.create()
+        probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))  # a plain copy to write the job into
+        probe.hydra.sweep.subdir = template
+        subdirs = []
+        for num, job in enumerate(jobs):
+            probe.hydra.job.num = probe.hydra.job.id = num
+            probe.hydra.job.override_dirname = get_overrides_dirname(
+                parser.parse_overrides(job), list(naming.exclude_keys), naming.item_sep, naming.kv_sep)
+            subdirs.append(str(probe.hydra.sweep.subdir))
+        return subdirs
+    subdirs = []
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            for num, job in enumerate(jobs):
+                job_cfg = compose(config_name, overrides=[*hydra_overrides, *job], return_hydra_config=True)
+                with read_write(job_cfg.hydra), open_dict(job_cfg.hydra):
+                    job_cfg.hydra.job.num = job_cfg.hydra.job.id = num
+                HydraConfig.instance().set_config(job_cfg)
+                subdirs.append(str(job_cfg.hydra.sweep.subdir))
+    finally:
+        HydraConfig.instance().set_config(cfg)  # the launch's own config, which the checks after this one read
+    return subdirs
+
+
+def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: str) -> None:
+    """Every job of a grid sweep has a run dir of its own, checked before the sweep dir is made.
+
+    A sweep config names each job's dir by its overrides (`job_dirname` of ``hydra.job.override_dirname``), which
+    writes ``_`` for every character outside ``[A-Za-z0-9._=,+-]`` and leaves out the keys of
+    ``hydra.job.config.override_dirname.exclude_keys`` (trainer, logger, paths, ...): ``data.root=/a_b`` and
+    ``data.root=/a/b`` got one dir, and the second job found the first's run finished and never trained. The
+    names stay as they are (every archived run dir is named by them); a grid whose names collide is refused.
+    Optuna draws its trials as it goes: there is no grid to check.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = cfg.hydra.get("sweeper") or {}
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    params = sweeper.get("params")
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
+    # Hydra's multirun: the sweeper gets the task overrides, each job is composed with the hydra ones added
+    jobs = sweep_grid([f"{k}={v}" for k, v in params.items()] + [o.input_line for o in parsed
+                                                                   if not o.is_hydra_override()])
+    hydra_overrides = [o.input_line for o in parsed if o.is_hydra_override()]
+    first: dict[str, list[str]] = {}
+    for job, subdir in zip(jobs, _job_subdirs(cfg, config_name, hydra_overrides, jobs), strict=True):
+        other = first.setdefault(subdir, job)
+        if set(other) == set(job):
+            continue  # the same grid point twice: one run, as asked
+        one, two = [o for o in other if o not in job], [o for o in job if o not in other]
+        keys = {o.split("=", 1)[0].lstrip("+~") for o in one + two}
+        excluded = sorted(keys & {str(k) for k in cfg.hydra.job.config.override_dirname.exclude_keys})
+        why = (f"{', '.join(excluded)} {'is' if len(excluded) == 1 else 'are'} left out of job dir names"
+               " (hydra.job.config.override_dirname.exclude_keys)" if excluded else
+               "a job's dir name keeps A-Za-z0-9._=,+- and writes _ for any other character")
+        raise CommandLineError(f"the sweep's jobs with {' '.join(one)} and with {' '.join(two)} (their other overrides"
+                               f" alike) would share one run dir, {Path(str(cfg.hydra.sweep.dir)) / subdir} ({why}):"
+                               " the second would find the first's run and never train; valid: values whose dir"
+                               " names differ, or hydra.sweep.subdir='${hydra.job.num}' (a dir per job number)")
+
+
 def _refuse_run_name_in_sweep(overrides: list[str]) -> None:
     """A sweep job's run dir is ``hydra.sweep.dir/<subdir>``, so a ``run_name`` would be ignored without a word."""
     given = next((o for o in overrides if re.match(r"[+~]?run_name=", o)), None)
@@ -642,6 +740,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             data_roots = check_data_root(cfg)
             if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
+                _refuse_shared_job_dirs(cfg, overrides, config_name)
             run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
             if run_dir_given is not None and not multirun:
                 raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
