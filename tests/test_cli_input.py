@@ -646,6 +646,26 @@ def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
                               " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message
 
 
+def test_a_launcher_key_is_refused_with_the_valid_keys_before_the_sweep_dir(tmp_path: Path) -> None:
+    """Probe 3 cases 113, 114: Hydra's "use +hydra.launcher.n_jobs=2", then, following it, a TypeError inside the
+    multirun (exit 1) and an empty sweep dir. Both spellings, and a key added to another of Hydra's nodes."""
+    sweep = tmp_path / "sweep"
+    expected = ("hydra.launcher.n_jobs is not a config key; valid keys of hydra.launcher: _target_; Hydra's basic"
+                " launcher runs the jobs one after another, hydra/launcher=slurm on SLURM"
+                " (hydra.launcher.array_parallelism=<n>) runs them in parallel")
+    for key in ("hydra.launcher.n_jobs=2", "+hydra.launcher.n_jobs=2"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(cli.normalize_overrides(["-m", "seed=0", key, "debug=fast", f"hydra.sweep.dir={sweep}",
+                                                         f"paths.log_dir={tmp_path}"]), "train")
+        assert str(err.value) == expected, str(err.value)
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(cli.normalize_overrides(["+hydra.job.foo=1", "debug=fast", f"paths.log_dir={tmp_path}"]),
+                            "train")
+    assert str(err.value) == ("hydra.job.foo is not a config key; valid keys of hydra.job: chdir, config, config_name,"
+                              " env_copy, env_set, id, name, num, override_dirname")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_path: Path) -> None:
     """Probe 3 case 101: optuna minimised val/top1 and reported the worst trial as best. The rule is the one the
     best checkpoint's mode follows (`settings.better`)."""

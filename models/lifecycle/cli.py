@@ -719,8 +719,10 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
         _refuse_foreign_hydra_settings(cfg, overrides)
+        _refuse_added_hydra_keys(cfg, overrides)
         if sweeping:
             _refuse_unusable_launcher(cfg)
+            _refuse_plugins_that_cannot_start(cfg)
         if cfg.hydra.get("output_subdir") is not None:
             raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
                                    " files are written by the job, inside its own run dir; valid: leave it out")
@@ -807,6 +809,47 @@ def _refuse_unusable_launcher(cfg: DictConfig) -> None:
     raise CommandLineError(f"hydra/launcher={choice} submits the sweep's jobs to {scheduler}, which this machine"
                            f" lacks ({', '.join(commands)} not on PATH); valid here: hydra/launcher="
                            f"{' or '.join(usable)} (or run the sweep on a {scheduler} login node)")
+
+
+def _refuse_added_hydra_keys(cfg: DictConfig, overrides: list[str]) -> None:
+    """A key ``+`` adds to one of Hydra's own nodes (dataclasses: ``hydra.job``, ``hydra.run``, ...) is one no
+    Hydra code reads (``+hydra.job.foo=1``): refused naming the node's fields. A mapping node (``hydra.job.env_set``)
+    takes any key; the sweeper and launcher are checked by making them (`_refuse_plugins_that_cannot_start`)."""
+    import dataclasses
+
+    for arg in overrides:
+        added = re.match(r"\++(hydra(?:\.[\w-]+)*)\.([\w-]+)=", arg)
+        if added is None or added.group(1).startswith(("hydra.launcher", "hydra.sweeper")):
+            continue
+        node = OmegaConf.select(cfg, added.group(1))
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+        if fields is not None and added.group(2) not in fields:
+            raise CommandLineError(_unknown_key_line(f"{added.group(1)}.{added.group(2)}", fields))
+
+
+def _refuse_plugins_that_cannot_start(cfg: DictConfig) -> None:
+    """The sweep's sweeper and launcher, made here as Hydra's multirun makes them: an argument the plugin does not
+    take (``+hydra.launcher.n_jobs=2`` on the basic launcher) was Hydra's four-line TypeError inside the multirun,
+    exit 1, after the sweep dir was made. `Plugins._instantiate` is private Hydra API (the hydra-core 1.3 pin)."""
+    from hydra.core.plugins import Plugins
+
+    for kind in ("sweeper", "launcher"):
+        node = cfg.hydra.get(kind)
+        if node is None:
+            continue
+        try:
+            Plugins.instance()._instantiate(node)
+        except Exception as err:  # whatever the plugin's constructor raises: one line naming the setting
+            cause = root_cause(err)
+            unexpected = re.search(r"unexpected keyword argument '([^']+)'", str(cause))
+            if unexpected:
+                name = unexpected.group(1)
+                raise CommandLineError(_unknown_key_line(f"hydra.{kind}.{name}", [str(k) for k in node if k != name],
+                                                         str(node.get("_target_", "")))) from None
+            choice = cfg.hydra.runtime.choices.get(f"hydra/{kind}")
+            raise CommandLineError(f"hydra/{kind}={choice} cannot be started: {one_line(cause).splitlines()[0]};"
+                                   f" valid: its settings as documented (hydra.{kind}.*), or leave them out") from None
 
 
 def _launcher_target(path: Path) -> str:
@@ -971,6 +1014,25 @@ def _setting_that_reads(inside: str, overrides: list[str]) -> str:
     return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
 
 
+# Launchers that run a sweep's jobs side by side, and the setting that says how many at once
+_PARALLEL_KEYS = {"SlurmLauncher": "array_parallelism"}
+
+
+def _unknown_key_line(full_key: str, valid: list[str], target: str = "") -> str:
+    """``full_key`` is not a key of its node: the node's valid keys (never a ``+key`` hint: an added key is refused
+    too unless something reads it). On Hydra's basic launcher (``target``), the launchers that run jobs in
+    parallel."""
+    where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
+    line = f"{full_key} is not a config key; valid keys of {where}: {', '.join(sorted(valid))}"
+    if where == "hydra.launcher" and target.endswith("BasicLauncher"):
+        targets = {p.stem: _launcher_target(p) for p in sorted((CONFIG_DIR / "hydra" / "launcher").glob("*.yaml"))}
+        parallel = [f"hydra/launcher={stem}{f' on {_SCHEDULER_COMMANDS[t][0]}' if t in _SCHEDULER_COMMANDS else ''}"
+                    f" (hydra.launcher.{_PARALLEL_KEYS[t]}=<n>)" for stem, t in targets.items() if t in _PARALLEL_KEYS]
+        line += "; Hydra's basic launcher runs the jobs one after another" + (
+            f", {' or '.join(parallel)} runs them in parallel" if parallel else "")
+    return line
+
+
 def _missing_env_line(message: str, overrides: list[str]) -> str | None:
     """An ``${oc.env:NAME}`` without a default whose variable is not set: OmegaConf names neither the key that
     reads it nor the fix (its text is a KeyError's), so name both."""
@@ -1007,7 +1069,9 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
                 f" or set {key}=<value>")
     full_key = getattr(cause, "full_key", None)
     parent = getattr(cause, "parent_node", None)
-    if full_key and isinstance(parent, DictConfig) and "not in struct" in str(cause):
+    # "not in struct" on a config of files; "Key 'k' not in 'JobConf'" on one of Hydra's own (dataclass) nodes
+    unknown = "not in struct" in str(cause) or re.match(r"Key '[^']*' not in '\w+'", str(cause))
+    if full_key and isinstance(parent, DictConfig) and unknown:
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
         valid = ", ".join(sorted(str(k) for k in parent.keys()))
         if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
@@ -1019,9 +1083,7 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
         if not valid:  # the node is null (e.g. data.train_transform on data without one): it has no keys yet
             return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys; set"
                     f" the whole node ({where}={{...}}), or add the key with +{full_key}=...")
-        # no "+key=" hint: an added key is refused too unless something reads it (settings._check_root_keys,
-        # the constructor checks), so the valid keys are the whole answer
-        return f"{full_key} is not a config key; valid keys of {where}: {valid}"
+        return _unknown_key_line(full_key, valid.split(", ") if valid else [], str(parent.get("_target_", "")))
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 
 
