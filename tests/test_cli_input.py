@@ -431,8 +431,8 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
         cli.check_overrides(["debug=fast", "data.train_transform.scale=[1.2,0.8]", f"paths.log_dir={tmp_path}"],
                             "train")
     assert str(err.value) == ("data.train_transform.scale is not a config key: data.train_transform is null or empty"
-                              " in this config, so it has no keys; set the whole node (data.train_transform={...}),"
-                              " or add the key with +data.train_transform.scale=...")
+                              " in this config, so it has no keys; valid: +data.train_transform.scale=[1.2,0.8] (+"
+                              " adds the key)")
     deep = "/".join(["a" * 200] * 23)
     with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
         cli.check_run_location(deep, tmp_path)
@@ -646,6 +646,40 @@ def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
                               " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message
 
 
+def test_a_key_the_groups_choice_lacks_names_the_setting_and_the_choices_that_fit(tmp_path: Path) -> None:
+    """Probe 3 case 8: a classification model on detection data said "a config value reads ${data.img_size}"; the
+    reader is found in the composed config, and the data and model choices that fit are named."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["data=shapes_coco", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value) == (
+        "model.net.img_size reads ${data.img_size}, which data=shapes_coco does not set: model=deit_micro does not fit"
+        " data=shapes_coco; valid: data=digits, imagenet, relational, relational_corner, relational_distance,"
+        " relational_left, relational_longrange with model=deit_micro or model=detr_r50, detr_small with"
+        " data=shapes_coco"), str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("logger=null", "logger=null is not a choice of config group logger (it takes one of its options); valid:"
+                    " logger=csv, tensorboard, wandb, or ~logger to leave the group out (no logger; the run's numbers"
+                    " still go to metrics.json)"),
+    ("rpe=null", "rpe=null is not a choice of config group rpe (it takes one of its options); valid: rpe=alibi,"),
+    ("debug=null", "debug=null is not a choice of config group debug (it takes one of its options); valid:"
+                   " debug=fast, or leave it out (no debug is the default)"),
+    ("hydra/launcher=null", "hydra/launcher=null is not a choice of config group hydra/launcher (it takes one of its"
+                            " options); valid: hydra/launcher=slurm, or leave it out for Hydra's default"),
+], ids=["removable", "with_default", "null_default", "hydra_group"])
+def test_a_null_group_choice_names_the_group_and_its_choices(override: str, expected: str, tmp_path: Path) -> None:
+    """Probe 3 case 34: ``logger=null`` was Hydra's "Config group override must be a string or a list. Got
+    NoneType"."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([override, "debug=fast" if override != "debug=null" else "seed=0",
+                             f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+    if override == "rpe=null":
+        assert str(err.value).endswith(", xl, or leave it out for the default (rpe=irpe_k)")
+
+
 def test_a_launcher_key_is_refused_with_the_valid_keys_before_the_sweep_dir(tmp_path: Path) -> None:
     """Probe 3 cases 113, 114: Hydra's "use +hydra.launcher.n_jobs=2", then, following it, a TypeError inside the
     multirun (exit 1) and an empty sweep dir. Both spellings, and a key added to another of Hydra's nodes."""
@@ -664,6 +698,27 @@ def test_a_launcher_key_is_refused_with_the_valid_keys_before_the_sweep_dir(tmp_
     assert str(err.value) == ("hydra.job.foo is not a config key; valid keys of hydra.job: chdir, config, config_name,"
                               " env_copy, env_set, id, name, num, override_dirname")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_whole_mapping_for_an_empty_node_gets_the_spelling_that_works(tmp_path: Path) -> None:
+    """Probe 3 case 136: ``hydra.job.env_set={OMP_NUM_THREADS:2}`` was told to set the whole node, which it did;
+    Hydra sets a mapping into an empty node key by key, so the line gives the ``+`` spelling, which works."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["hydra.job.env_set={OMP_NUM_THREADS:2}", "debug=fast", f"paths.log_dir={tmp_path}"],
+                            "train")
+    assert str(err.value) == (
+        "hydra.job.env_set={OMP_NUM_THREADS:2} cannot set hydra.job.env_set.OMP_NUM_THREADS: hydra.job.env_set is an"
+        " empty mapping in this config, and Hydra sets a mapping given for it key by key, only the keys it has; valid:"
+        " +hydra.job.env_set={OMP_NUM_THREADS:2} (+ adds the keys)"), str(err.value)
+    hint = str(err.value).rsplit("valid: ", 1)[1].split(" ")[0]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=cli.normalize_overrides([hint]), return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    assert cfg.hydra.job.env_set == {"OMP_NUM_THREADS": "2"}
 
 
 def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_path: Path) -> None:

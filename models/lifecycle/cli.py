@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import unicodedata
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,19 @@ USAGE = {"train": "python train.py {choice}",
          "eval": "python eval.py ckpt_path=runs/<run>/checkpoints/best.ckpt {choice}"}
 
 
-def root_groups(config_name: str) -> list[str]:
-    """The config groups in ``configs/<config_name>.yaml``'s defaults list (Hydra's own groups aside)."""
+def root_defaults(config_name: str) -> dict[str, Any]:
+    """``{group: default option}`` of ``configs/<config_name>.yaml``'s defaults list (None: no option unless
+    given; ``override`` dropped from Hydra's own groups)."""
     import yaml
 
     defaults = (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).get("defaults") or []
-    keys = (str(key) for item in defaults if isinstance(item, dict) for key in item)
-    return sorted(k for k in keys if not k.startswith(("override ", "hydra")))
+    return {str(key).removeprefix("override ").strip(): value for item in defaults if isinstance(item, dict)
+            for key, value in item.items()}
+
+
+def root_groups(config_name: str) -> list[str]:
+    """The config groups in ``configs/<config_name>.yaml``'s defaults list (Hydra's own groups aside)."""
+    return sorted(k for k in root_defaults(config_name) if not k.startswith("hydra"))
 
 
 def _refuse_other_scripts_group(group: str, arg: str, config_name: str) -> None:
@@ -707,6 +714,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
     overrides = [arg for arg in argv if arg not in MODE_FLAGS]
     pins: dict[str, str] = {}
+    cfg: DictConfig | None = None
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
@@ -759,7 +767,11 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
                 pins = _pin_output_dir(cfg, overrides, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
-        raise CommandLineError(override_error(err, overrides)) from None
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
+    except ValueError as err:
+        if GROUP_NOT_A_STRING not in str(err):
+            raise  # the checks' own one-line errors
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
         GlobalHydra.instance().clear()
     return pins
@@ -966,6 +978,7 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     from models.lifecycle.settings import check_settings
 
     GlobalHydra.instance().clear()
+    cfg: DictConfig | None = None
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
@@ -980,7 +993,11 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         # every script's --set goes through here: the same one line as train.py's command line (unknown key
         # with the valid keys, bad syntax, a missing environment variable), never OmegaConf's raw text
-        raise CommandLineError(override_error(err, overrides)) from None
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
+    except ValueError as err:
+        if GROUP_NOT_A_STRING not in str(err):
+            raise  # the checks' own one-line errors
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
         GlobalHydra.instance().clear()
 
@@ -1006,12 +1023,114 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     return copy
 
 
-def _setting_that_reads(inside: str, overrides: list[str]) -> str:
-    """``key=value`` of the first override holding an interpolation ``${<inside>}`` (a regex), else "a config
-    value": OmegaConf names what could not be resolved, not the setting that asked for it."""
+def _setting_that_reads(inside: str, overrides: list[str], cfg: DictConfig | None = None) -> str:
+    """``key=value`` of the first override holding an interpolation ``${<inside>}`` (a regex), else the key of
+    the first value of the composed ``cfg`` (unresolved) holding it, else "a config value": OmegaConf names what
+    could not be resolved, not the setting that asked for it."""
     reads = re.compile(r"\$\{\s*" + inside + r"\s*\}")
     given = next((o for o in overrides if reads.search(o)), None)
-    return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+    if given:
+        return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}"
+    return (_key_that_reads(OmegaConf.to_container(cfg, resolve=False), reads) if cfg is not None else None) or (
+        "a config value")
+
+
+def _key_that_reads(node: Any, reads: re.Pattern[str], prefix: str = "") -> str | None:
+    """The dotted key of the first string in ``node`` (a plain container) that ``reads`` matches."""
+    if isinstance(node, str):
+        return prefix if reads.search(node) else None
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return next((found for key, value in items
+                 if (found := _key_that_reads(value, reads, f"{prefix}.{key}" if prefix else str(key)))), None)
+
+
+@cache
+def _option_tree(group: str, option: str) -> dict[str, Any]:
+    """``configs/<group>/<option>.yaml`` with the options of its own group it extends (its defaults list) merged
+    in, in Hydra's order: what the option sets, for naming which options fit a setting."""
+    import yaml
+
+    raw = yaml.safe_load((CONFIG_DIR / group / f"{option}.yaml").read_text()) or {}
+    defaults = [d for d in raw.get("defaults") or [] if isinstance(d, str)]
+    tree: dict[str, Any] = {}
+    for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        if entry == "_self_":
+            tree = _merged(tree, {k: v for k, v in raw.items() if k != "defaults"})
+        elif (CONFIG_DIR / group / f"{entry}.yaml").is_file():
+            tree = _merged(tree, _option_tree(group, entry))
+    return tree
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
+def _missing_key_line(name: str, overrides: list[str], cfg: DictConfig | None) -> str:
+    """A ``${name}`` that is not a key of the config: the setting that reads it, and where the key belongs to a
+    config group (``data.img_size``), the group's choice that lacks it and the choices that fit, e.g. a
+    classification model (it reads ``${data.img_size}``) on detection data (``data=shapes_coco``)."""
+    reads = re.compile(r"\$\{\s*" + re.escape(name) + r"\s*\}")
+    where = _setting_that_reads(re.escape(name), overrides, cfg)
+    line = f"{where} reads ${{{name}}}, which is not a key of the config"
+    valid = "a key that exists (e.g. ${paths.log_dir}, ${seed}) or the value itself"
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") if cfg is not None else None
+    groups = root_groups(str(OmegaConf.select(cfg, "hydra.job.config_name") or "train")) if choices else []
+    group, _, inside = name.partition(".")
+    if not inside or group not in groups or not choices.get(group):
+        return f"{line}; valid: {valid}"
+    choice = choices[group]
+
+    def sets(option: str) -> bool:
+        node: Any = _option_tree(group, option)
+        for part in inside.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        return node is not _ABSENT
+
+    fits = [o for o in group_options(group) if sets(o)]
+    line = f"{where} reads ${{{name}}}, which {group}={choice} does not set"
+    reader = where.split(".", 1)[0]
+    if reader != group and reader in groups and choices.get(reader):
+        others = [o for o in group_options(reader) if not _key_that_reads(_option_tree(reader, o), reads)]
+        fit = [f"{group}={', '.join(fits)} with {reader}={choices[reader]}"] if fits else []
+        fit += [f"{reader}={', '.join(others)} with {group}={choice}"] if others else []
+        return (f"{line}: {reader}={choices[reader]} does not fit {group}={choice}; valid: {' or '.join(fit) or valid}")
+    return f"{line}; valid: {group}={', '.join(fits)} (the {group} choices that set it), or the value itself" if (
+        fits) else f"{line}; valid: {valid}"
+
+
+_ABSENT = object()  # a key an option does not set
+
+
+# Hydra's ValueError (not a HydraException) for ``group=null``
+GROUP_NOT_A_STRING = "Config group override must be a string or a list"
+# Config groups a run may leave out (``~group``): the job reads them as optional. What leaving one out means.
+REMOVABLE_GROUPS = {"logger": "no logger; the run's numbers still go to metrics.json"}
+
+
+def _null_group_line(overrides: list[str], config_name: str) -> str | None:
+    """``group=null``, which Hydra refuses as "must be a string or a list. Got NoneType": the group, its choices
+    and how to do without it (``~logger``, or leave it out for its default)."""
+    given = next((m for o in overrides if (m := re.fullmatch(r"\+*([a-z_][\w/]*)=\s*(?i:null)\s*", o))
+                  and ((CONFIG_DIR / m.group(1)).is_dir() or m.group(1).startswith("hydra/"))), None)
+    if given is None:
+        return None
+    group = given.group(1)
+    defaults = root_defaults(config_name)
+    if group in REMOVABLE_GROUPS:
+        tail = f"~{group} to leave the group out ({REMOVABLE_GROUPS[group]})"
+    elif group in defaults and defaults[group] is None:
+        tail = f"leave it out (no {group} is the default)"
+    elif group in defaults:
+        tail = f"leave it out for the default ({group}={defaults[group]})"
+    else:
+        tail = "leave it out for Hydra's default"
+    options = group_options(group) if (CONFIG_DIR / group).is_dir() else []
+    valid = f"{group}={', '.join(options)}, or {tail}" if options else tail
+    return f"{given.group(0)} is not a choice of config group {group} (it takes one of its options); valid: {valid}"
 
 
 # Launchers that run a sweep's jobs side by side, and the setting that says how many at once
@@ -1045,9 +1164,11 @@ def _missing_env_line(message: str, overrides: list[str]) -> str | None:
             f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
 
 
-def override_error(err: BaseException, overrides: list[str] | None = None) -> str:
+def override_error(err: BaseException, overrides: list[str] | None = None, cfg: DictConfig | None = None,
+                   config_name: str = "train") -> str:
     """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them.
-    ``overrides``, the command line, lets an unresolvable interpolation be traced to the key that holds it."""
+    ``overrides``, the command line, and ``cfg``, the config as composed (when it was), let an unresolvable
+    interpolation be traced to the key that holds it; ``config_name`` is the root config (its groups)."""
     cause = root_cause(err)
     env_line = _missing_env_line(str(cause), overrides or [])
     if env_line is not None:
@@ -1058,10 +1179,11 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
                 " 'run_name=\"my run\"'")
     missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
     if missing_key:  # OmegaConf names the missing key, not the setting that reads it
-        name = missing_key.group(1)
-        where = _setting_that_reads(re.escape(name), overrides or [])
-        return (f"{where} reads ${{{name}}}, which is not a key of the config; valid: a key that exists (e.g."
-                " ${paths.log_dir}, ${seed}) or the value itself")
+        return _missing_key_line(missing_key.group(1), overrides or [], cfg)
+    if GROUP_NOT_A_STRING in str(cause):  # group=null
+        null_line = _null_group_line(overrides or [], config_name)
+        if null_line is not None:
+            return null_line
     deleted = re.search(r"Could not delete from config\. '([^']+)' does not exist", str(err))
     if deleted:  # Hydra's ~key on a key whose value is null
         key = deleted.group(1)
@@ -1073,17 +1195,24 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
     unknown = "not in struct" in str(cause) or re.match(r"Key '[^']*' not in '\w+'", str(cause))
     if full_key and isinstance(parent, DictConfig) and unknown:
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
-        valid = ", ".join(sorted(str(k) for k in parent.keys()))
+        valid = sorted(str(k) for k in parent.keys())
         if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
             from models.lifecycle.settings import mixup_keys
 
             return (f"{full_key} is not a config key; model.mixup is null (no mixup); valid keys of model.mixup"
                     f" (timm.data.Mixup's arguments): {', '.join(mixup_keys())} (a new key needs"
                     " +model.mixup.<key>=..., e.g. +model.mixup.mixup_alpha=0.2)")
-        if not valid:  # the node is null (e.g. data.train_transform on data without one): it has no keys yet
-            return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys; set"
-                    f" the whole node ({where}={{...}}), or add the key with +{full_key}=...")
-        return _unknown_key_line(full_key, valid.split(", ") if valid else [], str(parent.get("_target_", "")))
+        if not valid:  # a null node (data.train_transform on data without one), which Hydra's update makes an empty
+            # mapping first, or an empty mapping (hydra.job.env_set): either takes only keys it has, and `+` adds one
+            given = next((o for o in overrides or [] if o.lstrip("+~").split("=", 1)[0] in (where, full_key)), "")
+            key, _, value = given.lstrip("+~").partition("=")
+            if key == where:  # the node given as a mapping, which Hydra merges key by key (a null node takes it whole)
+                return (f"{given} cannot set {full_key}: {where} is an empty mapping in this config, and Hydra sets a"
+                        f" mapping given for it key by key, only the keys it has; valid: +{where}={value} (+ adds the"
+                        " keys)")
+            return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys;"
+                    f" valid: +{full_key}={value or '...'} (+ adds the key)")
+        return _unknown_key_line(full_key, valid, str(parent.get("_target_", "")))
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 
 
