@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from omegaconf import DictConfig
 
 import models.lifecycle.cli as cli
 from models import ModelConfigError, create_model
@@ -430,8 +431,8 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
         cli.check_overrides(["debug=fast", "data.train_transform.scale=[1.2,0.8]", f"paths.log_dir={tmp_path}"],
                             "train")
     assert str(err.value) == ("data.train_transform.scale is not a config key: data.train_transform is null or empty"
-                              " in this config, so it has no keys; set the whole node (data.train_transform={...}),"
-                              " or add the key with +data.train_transform.scale=...")
+                              " in this config, so it has no keys; valid: +data.train_transform.scale=[1.2,0.8] (+"
+                              " adds the key)")
     deep = "/".join(["a" * 200] * 23)
     with pytest.raises(cli.CommandLineError, match="^run_name makes a run dir path of 46.. bytes under paths.log_dir"):
         cli.check_run_location(deep, tmp_path)
@@ -643,3 +644,137 @@ def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
     message = str(err.value)
     assert message.startswith(f"ckpt_path='{link}' is a symlink (to {best}), and a checkpoint is read at its run"
                               " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message
+
+
+def test_a_key_the_groups_choice_lacks_names_the_setting_and_the_choices_that_fit(tmp_path: Path) -> None:
+    """Probe 3 case 8: a classification model on detection data said "a config value reads ${data.img_size}"; the
+    reader is found in the composed config, and the data and model choices that fit are named."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["data=shapes_coco", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value) == (
+        "model.net.img_size reads ${data.img_size}, which data=shapes_coco does not set: model=deit_micro does not fit"
+        " data=shapes_coco; valid: data=digits, imagenet, relational, relational_corner, relational_distance,"
+        " relational_left, relational_longrange with model=deit_micro or model=detr_r50, detr_small with"
+        " data=shapes_coco"), str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("logger=null", "logger=null is not a choice of config group logger (it takes one of its options); valid:"
+                    " logger=csv, tensorboard, wandb, or ~logger to leave the group out (no logger; the run's numbers"
+                    " still go to metrics.json)"),
+    ("rpe=null", "rpe=null is not a choice of config group rpe (it takes one of its options); valid: rpe=alibi,"),
+    ("debug=null", "debug=null is not a choice of config group debug (it takes one of its options); valid:"
+                   " debug=fast, or leave it out (no debug is the default)"),
+    ("hydra/launcher=null", "hydra/launcher=null is not a choice of config group hydra/launcher (it takes one of its"
+                            " options); valid: hydra/launcher=slurm, or leave it out for Hydra's default"),
+], ids=["removable", "with_default", "null_default", "hydra_group"])
+def test_a_null_group_choice_names_the_group_and_its_choices(override: str, expected: str, tmp_path: Path) -> None:
+    """Probe 3 case 34: ``logger=null`` was Hydra's "Config group override must be a string or a list. Got
+    NoneType"."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([override, "debug=fast" if override != "debug=null" else "seed=0",
+                             f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+    if override == "rpe=null":
+        assert str(err.value).endswith(", xl, or leave it out for the default (rpe=irpe_k)")
+
+
+def test_a_launcher_key_is_refused_with_the_valid_keys_before_the_sweep_dir(tmp_path: Path) -> None:
+    """Probe 3 cases 113, 114: Hydra's "use +hydra.launcher.n_jobs=2", then, following it, a TypeError inside the
+    multirun (exit 1) and an empty sweep dir. Both spellings, and a key added to another of Hydra's nodes."""
+    sweep = tmp_path / "sweep"
+    expected = ("hydra.launcher.n_jobs is not a config key; valid keys of hydra.launcher: _target_; Hydra's basic"
+                " launcher runs the jobs one after another, hydra/launcher=slurm on SLURM"
+                " (hydra.launcher.array_parallelism=<n>) runs them in parallel")
+    for key in ("hydra.launcher.n_jobs=2", "+hydra.launcher.n_jobs=2"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(cli.normalize_overrides(["-m", "seed=0", key, "debug=fast", f"hydra.sweep.dir={sweep}",
+                                                         f"paths.log_dir={tmp_path}"]), "train")
+        assert str(err.value) == expected, str(err.value)
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(cli.normalize_overrides(["+hydra.job.foo=1", "debug=fast", f"paths.log_dir={tmp_path}"]),
+                            "train")
+    assert str(err.value) == ("hydra.job.foo is not a config key; valid keys of hydra.job: chdir, config, config_name,"
+                              " env_copy, env_set, id, name, num, override_dirname")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_whole_mapping_for_an_empty_node_gets_the_spelling_that_works(tmp_path: Path) -> None:
+    """Probe 3 case 136: ``hydra.job.env_set={OMP_NUM_THREADS:2}`` was told to set the whole node, which it did;
+    Hydra sets a mapping into an empty node key by key, so the line gives the ``+`` spelling, which works."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["hydra.job.env_set={OMP_NUM_THREADS:2}", "debug=fast", f"paths.log_dir={tmp_path}"],
+                            "train")
+    assert str(err.value) == (
+        "hydra.job.env_set={OMP_NUM_THREADS:2} cannot set hydra.job.env_set.OMP_NUM_THREADS: hydra.job.env_set is an"
+        " empty mapping in this config, and Hydra sets a mapping given for it key by key, only the keys it has; valid:"
+        " +hydra.job.env_set={OMP_NUM_THREADS:2} (+ adds the keys)"), str(err.value)
+    hint = str(err.value).rsplit("valid: ", 1)[1].split(" ")[0]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=cli.normalize_overrides([hint]), return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    assert cfg.hydra.job.env_set == {"OMP_NUM_THREADS": "2"}
+
+
+def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_path: Path) -> None:
+    """Probe 3 case 101: optuna minimised val/top1 and reported the worst trial as best. The rule is the one the
+    best checkpoint's mode follows (`settings.better`)."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    from models.lifecycle.settings import SettingError, better
+
+    assert (better("val/top1"), better("val/AP"), better("val/loss")) == ("max", "max", "min")
+    sweep = tmp_path / "opt"
+    for direction, shown in (
+            ("minimize", "minimize would rank the worst trial best"),
+            ("[maximize,minimize]", "[maximize,minimize] asks for 2 objectives, train.py returns one")):
+        with pytest.raises(SettingError) as err:
+            cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", f"hydra.sweeper.direction={direction}", "debug=fast",
+                                 f"paths.log_dir={tmp_path}", f"hydra.sweep.dir={sweep}"], "train")
+        assert str(err.value) == (f"hydra.sweeper.direction={shown}: the objective is the run's result, val/top1 or"
+                                  " val/AP, where higher is better; valid: hydra.sweeper.direction=maximize")
+    assert not sweep.exists()
+
+
+def _sweep_config(overrides: list[str]) -> DictConfig:
+    """The config a sweep launch composes (each swept key at its first value), Hydra's node included."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=cli._first_of_sweeps(overrides), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def test_two_jobs_of_a_sweep_never_share_a_run_dir(tmp_path: Path) -> None:
+    """Probe 3 case 145: ``data.root=/x/a_b,/x/a/b`` gave both jobs one dir (`job_dirname` writes ``_`` for ``/``),
+    and the second found the first finished. The names are kept; the grid is refused before the sweep dir. So are
+    keys left out of the names (trainer), and a subdir of the job's own settings (each job composed)."""
+    sweep = tmp_path / "sweep"
+    common = ["sweep=swin_mini", "rpe.preset=none", "seed=0", "debug=fast", f"paths.log_dir={tmp_path}"]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([*common, f"data.root={tmp_path}/d/a_b,{tmp_path}/d/a/b", f"hydra.sweep.dir={sweep}"],
+                            "train")
+    assert str(err.value).startswith(
+        f"the sweep's jobs with data.root={tmp_path}/d/a_b and with data.root={tmp_path}/d/a/b (their other overrides"
+        f" alike) would share one run dir, {sweep}/data.root=") and str(err.value).endswith(
+        "(a job's dir name keeps A-Za-z0-9._=,+- and writes _ for any other character): the second would find the"
+        " first's run and never train; valid: values whose dir names differ, or hydra.sweep.subdir='${hydra.job.num}'"
+        " (a dir per job number)"), str(err.value)
+    assert not sweep.exists()
+    trainers = [*common, "trainer=cpu,ddp_cpu"]
+    with pytest.raises(cli.CommandLineError, match=r"jobs with trainer=cpu and with trainer=ddp_cpu .*\(trainer is left"
+                                                   r" out of job dir names \(hydra\.job\.config\.override_dirname"):
+        cli._refuse_shared_job_dirs(_sweep_config(trainers), trainers, "train")
+    own = [*common, "data.root=/d/a_b,/d/a/b", "hydra.sweep.subdir='${job_dirname:${data.root}}'"]
+    with pytest.raises(cli.CommandLineError, match=r"would share one run dir, .*/_d_a_b \("):
+        cli._refuse_shared_job_dirs(_sweep_config(own), own, "train")
+    for fine in ([*common, "data.root=/d/a_b,/d/a/b", "hydra.sweep.subdir=${hydra.job.num}"], [*common, "seed=0,1"]):
+        cli._refuse_shared_job_dirs(_sweep_config(fine), fine, "train")

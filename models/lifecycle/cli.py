@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import unicodedata
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,19 @@ USAGE = {"train": "python train.py {choice}",
          "eval": "python eval.py ckpt_path=runs/<run>/checkpoints/best.ckpt {choice}"}
 
 
-def root_groups(config_name: str) -> list[str]:
-    """The config groups in ``configs/<config_name>.yaml``'s defaults list (Hydra's own groups aside)."""
+def root_defaults(config_name: str) -> dict[str, Any]:
+    """``{group: default option}`` of ``configs/<config_name>.yaml``'s defaults list (None: no option unless
+    given; ``override`` dropped from Hydra's own groups)."""
     import yaml
 
     defaults = (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).get("defaults") or []
-    keys = (str(key) for item in defaults if isinstance(item, dict) for key in item)
-    return sorted(k for k in keys if not k.startswith(("override ", "hydra")))
+    return {str(key).removeprefix("override ").strip(): value for item in defaults if isinstance(item, dict)
+            for key, value in item.items()}
+
+
+def root_groups(config_name: str) -> list[str]:
+    """The config groups in ``configs/<config_name>.yaml``'s defaults list (Hydra's own groups aside)."""
+    return sorted(k for k in root_defaults(config_name) if not k.startswith("hydra"))
 
 
 def _refuse_other_scripts_group(group: str, arg: str, config_name: str) -> None:
@@ -340,6 +347,20 @@ def expand_globs(overrides: list[str]) -> list[str]:
     return expanded
 
 
+def sweep_grid(arguments: list[str]) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper launches for ``arguments`` (``key=a,b`` sweeps), in its order.
+
+    Hydra's own expansion, so the grid can never drift from what ``-m`` runs. It is private Hydra API
+    (stable within the hydra-core 1.3 pin of pyproject.toml); this is the one place that calls it (the
+    launch check below and the tables' expected jobs).
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(expand_globs(arguments))
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
+
+
 def _first_of_sweeps(overrides: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -558,6 +579,90 @@ def check_job_dir(output_dir: str | Path, sweep_dir: str | Path) -> None:
                                " that lead out")
 
 
+# What a job's subdir may read to be resolved without composing the job: its number, id and override dirname
+_JOB_FIELDS = re.compile(r"job_dirname:|hydra\.job\.(num|id|override_dirname)")
+
+
+def _job_subdirs(cfg: DictConfig, config_name: str, hydra_overrides: list[str], jobs: list[list[str]]) -> list[str]:
+    """Each job's ``hydra.sweep.subdir``, resolved as Hydra's basic launcher resolves it (job ``num`` and ``id`` are
+    its index). A subdir of the job's number, id and ``hydra.job.override_dirname`` (every config here) is resolved
+    on ``cfg`` with Hydra's own dirname function; one that reads other settings composes each job, as Hydra does."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import get_overrides_dirname  # private Hydra API (the 1.3 pin)
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import open_dict, read_write
+
+    # ${hydra:job.x} reads the HydraConfig singleton; ${hydra.job.x} reads the node set below: the same field
+    template = re.sub(r"\$\{\s*hydra:\s*job\.", "${hydra.job.", str(OmegaConf.to_container(cfg.hydra.sweep,
+                                                                                          resolve=False)["subdir"]))
+    if all(_JOB_FIELDS.fullmatch(head) for head in re.findall(r"\$\{\s*([\w.]+:?)", template)):
+        naming = cfg.hydra.job.config.override_dirname
+        parser = OverridesParser.create()
+        probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))  # a plain copy to write the job into
+        probe.hydra.sweep.subdir = template
+        subdirs = []
+        for num, job in enumerate(jobs):
+            probe.hydra.job.num = probe.hydra.job.id = num
+            probe.hydra.job.override_dirname = get_overrides_dirname(
+                parser.parse_overrides(job), list(naming.exclude_keys), naming.item_sep, naming.kv_sep)
+            subdirs.append(str(probe.hydra.sweep.subdir))
+        return subdirs
+    subdirs = []
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            for num, job in enumerate(jobs):
+                job_cfg = compose(config_name, overrides=[*hydra_overrides, *job], return_hydra_config=True)
+                with read_write(job_cfg.hydra), open_dict(job_cfg.hydra):
+                    job_cfg.hydra.job.num = job_cfg.hydra.job.id = num
+                HydraConfig.instance().set_config(job_cfg)
+                subdirs.append(str(job_cfg.hydra.sweep.subdir))
+    finally:
+        HydraConfig.instance().set_config(cfg)  # the launch's own config, which the checks after this one read
+    return subdirs
+
+
+def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: str) -> None:
+    """Every job of a grid sweep has a run dir of its own, checked before the sweep dir is made.
+
+    A sweep config names each job's dir by its overrides (`job_dirname` of ``hydra.job.override_dirname``), which
+    writes ``_`` for every character outside ``[A-Za-z0-9._=,+-]`` and leaves out the keys of
+    ``hydra.job.config.override_dirname.exclude_keys`` (trainer, logger, paths, ...): ``data.root=/a_b`` and
+    ``data.root=/a/b`` got one dir, and the second job found the first's run finished and never trained. The
+    names stay as they are (every archived run dir is named by them); a grid whose names collide is refused.
+    Optuna draws its trials as it goes: there is no grid to check.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = cfg.hydra.get("sweeper") or {}
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    params = sweeper.get("params")
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
+    # Hydra's multirun: the sweeper gets the task overrides, each job is composed with the hydra ones added
+    jobs = sweep_grid([f"{k}={v}" for k, v in params.items()] + [o.input_line for o in parsed
+                                                                   if not o.is_hydra_override()])
+    hydra_overrides = [o.input_line for o in parsed if o.is_hydra_override()]
+    first: dict[str, list[str]] = {}
+    for job, subdir in zip(jobs, _job_subdirs(cfg, config_name, hydra_overrides, jobs), strict=True):
+        other = first.setdefault(subdir, job)
+        if set(other) == set(job):
+            continue  # the same grid point twice: one run, as asked
+        one, two = [o for o in other if o not in job], [o for o in job if o not in other]
+        keys = {o.split("=", 1)[0].lstrip("+~") for o in one + two}
+        excluded = sorted(keys & {str(k) for k in cfg.hydra.job.config.override_dirname.exclude_keys})
+        why = (f"{', '.join(excluded)} {'is' if len(excluded) == 1 else 'are'} left out of job dir names"
+               " (hydra.job.config.override_dirname.exclude_keys)" if excluded else
+               "a job's dir name keeps A-Za-z0-9._=,+- and writes _ for any other character")
+        raise CommandLineError(f"the sweep's jobs with {' '.join(one)} and with {' '.join(two)} (their other overrides"
+                               f" alike) would share one run dir, {Path(str(cfg.hydra.sweep.dir)) / subdir} ({why}):"
+                               " the second would find the first's run and never train; valid: values whose dir"
+                               " names differ, or hydra.sweep.subdir='${hydra.job.num}' (a dir per job number)")
+
+
 def _refuse_run_name_in_sweep(overrides: list[str]) -> None:
     """A sweep job's run dir is ``hydra.sweep.dir/<subdir>``, so a ``run_name`` would be ignored without a word."""
     given = next((o for o in overrides if re.match(r"[+~]?run_name=", o)), None)
@@ -609,6 +714,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
     overrides = [arg for arg in argv if arg not in MODE_FLAGS]
     pins: dict[str, str] = {}
+    cfg: DictConfig | None = None
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
@@ -621,8 +727,10 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             _refuse_sweeps_without_multirun(overrides)
         check_settings(cfg)
         _refuse_foreign_hydra_settings(cfg, overrides)
+        _refuse_added_hydra_keys(cfg, overrides)
         if sweeping:
             _refuse_unusable_launcher(cfg)
+            _refuse_plugins_that_cannot_start(cfg)
         if cfg.hydra.get("output_subdir") is not None:
             raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
                                    " files are written by the job, inside its own run dir; valid: leave it out")
@@ -642,6 +750,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             data_roots = check_data_root(cfg)
             if sweeping:
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
+                _refuse_shared_job_dirs(cfg, overrides, config_name)
             run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
             if run_dir_given is not None and not multirun:
                 raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
@@ -658,7 +767,11 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
                 pins = _pin_output_dir(cfg, overrides, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
-        raise CommandLineError(override_error(err, overrides)) from None
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
+    except ValueError as err:
+        if GROUP_NOT_A_STRING not in str(err):
+            raise  # the checks' own one-line errors
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
         GlobalHydra.instance().clear()
     return pins
@@ -708,6 +821,47 @@ def _refuse_unusable_launcher(cfg: DictConfig) -> None:
     raise CommandLineError(f"hydra/launcher={choice} submits the sweep's jobs to {scheduler}, which this machine"
                            f" lacks ({', '.join(commands)} not on PATH); valid here: hydra/launcher="
                            f"{' or '.join(usable)} (or run the sweep on a {scheduler} login node)")
+
+
+def _refuse_added_hydra_keys(cfg: DictConfig, overrides: list[str]) -> None:
+    """A key ``+`` adds to one of Hydra's own nodes (dataclasses: ``hydra.job``, ``hydra.run``, ...) is one no
+    Hydra code reads (``+hydra.job.foo=1``): refused naming the node's fields. A mapping node (``hydra.job.env_set``)
+    takes any key; the sweeper and launcher are checked by making them (`_refuse_plugins_that_cannot_start`)."""
+    import dataclasses
+
+    for arg in overrides:
+        added = re.match(r"\++(hydra(?:\.[\w-]+)*)\.([\w-]+)=", arg)
+        if added is None or added.group(1).startswith(("hydra.launcher", "hydra.sweeper")):
+            continue
+        node = OmegaConf.select(cfg, added.group(1))
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+        if fields is not None and added.group(2) not in fields:
+            raise CommandLineError(_unknown_key_line(f"{added.group(1)}.{added.group(2)}", fields))
+
+
+def _refuse_plugins_that_cannot_start(cfg: DictConfig) -> None:
+    """The sweep's sweeper and launcher, made here as Hydra's multirun makes them: an argument the plugin does not
+    take (``+hydra.launcher.n_jobs=2`` on the basic launcher) was Hydra's four-line TypeError inside the multirun,
+    exit 1, after the sweep dir was made. `Plugins._instantiate` is private Hydra API (the hydra-core 1.3 pin)."""
+    from hydra.core.plugins import Plugins
+
+    for kind in ("sweeper", "launcher"):
+        node = cfg.hydra.get(kind)
+        if node is None:
+            continue
+        try:
+            Plugins.instance()._instantiate(node)
+        except Exception as err:  # whatever the plugin's constructor raises: one line naming the setting
+            cause = root_cause(err)
+            unexpected = re.search(r"unexpected keyword argument '([^']+)'", str(cause))
+            if unexpected:
+                name = unexpected.group(1)
+                raise CommandLineError(_unknown_key_line(f"hydra.{kind}.{name}", [str(k) for k in node if k != name],
+                                                         str(node.get("_target_", "")))) from None
+            choice = cfg.hydra.runtime.choices.get(f"hydra/{kind}")
+            raise CommandLineError(f"hydra/{kind}={choice} cannot be started: {one_line(cause).splitlines()[0]};"
+                                   f" valid: its settings as documented (hydra.{kind}.*), or leave them out") from None
 
 
 def _launcher_target(path: Path) -> str:
@@ -824,6 +978,7 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     from models.lifecycle.settings import check_settings
 
     GlobalHydra.instance().clear()
+    cfg: DictConfig | None = None
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
@@ -838,7 +993,11 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as err:
         # every script's --set goes through here: the same one line as train.py's command line (unknown key
         # with the valid keys, bad syntax, a missing environment variable), never OmegaConf's raw text
-        raise CommandLineError(override_error(err, overrides)) from None
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
+    except ValueError as err:
+        if GROUP_NOT_A_STRING not in str(err):
+            raise  # the checks' own one-line errors
+        raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
         GlobalHydra.instance().clear()
 
@@ -864,12 +1023,133 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     return copy
 
 
-def _setting_that_reads(inside: str, overrides: list[str]) -> str:
-    """``key=value`` of the first override holding an interpolation ``${<inside>}`` (a regex), else "a config
-    value": OmegaConf names what could not be resolved, not the setting that asked for it."""
+def _setting_that_reads(inside: str, overrides: list[str], cfg: DictConfig | None = None) -> str:
+    """``key=value`` of the first override holding an interpolation ``${<inside>}`` (a regex), else the key of
+    the first value of the composed ``cfg`` (unresolved) holding it, else "a config value": OmegaConf names what
+    could not be resolved, not the setting that asked for it."""
     reads = re.compile(r"\$\{\s*" + inside + r"\s*\}")
     given = next((o for o in overrides if reads.search(o)), None)
-    return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}" if given else "a config value"
+    if given:
+        return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}"
+    return (_key_that_reads(OmegaConf.to_container(cfg, resolve=False), reads) if cfg is not None else None) or (
+        "a config value")
+
+
+def _key_that_reads(node: Any, reads: re.Pattern[str], prefix: str = "") -> str | None:
+    """The dotted key of the first string in ``node`` (a plain container) that ``reads`` matches."""
+    if isinstance(node, str):
+        return prefix if reads.search(node) else None
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return next((found for key, value in items
+                 if (found := _key_that_reads(value, reads, f"{prefix}.{key}" if prefix else str(key)))), None)
+
+
+@cache
+def _option_tree(group: str, option: str) -> dict[str, Any]:
+    """``configs/<group>/<option>.yaml`` with the options of its own group it extends (its defaults list) merged
+    in, in Hydra's order: what the option sets, for naming which options fit a setting."""
+    import yaml
+
+    raw = yaml.safe_load((CONFIG_DIR / group / f"{option}.yaml").read_text()) or {}
+    defaults = [d for d in raw.get("defaults") or [] if isinstance(d, str)]
+    tree: dict[str, Any] = {}
+    for entry in defaults if "_self_" in defaults else [*defaults, "_self_"]:
+        if entry == "_self_":
+            tree = _merged(tree, {k: v for k, v in raw.items() if k != "defaults"})
+        elif (CONFIG_DIR / group / f"{entry}.yaml").is_file():
+            tree = _merged(tree, _option_tree(group, entry))
+    return tree
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
+
+
+def _missing_key_line(name: str, overrides: list[str], cfg: DictConfig | None) -> str:
+    """A ``${name}`` that is not a key of the config: the setting that reads it, and where the key belongs to a
+    config group (``data.img_size``), the group's choice that lacks it and the choices that fit, e.g. a
+    classification model (it reads ``${data.img_size}``) on detection data (``data=shapes_coco``)."""
+    reads = re.compile(r"\$\{\s*" + re.escape(name) + r"\s*\}")
+    where = _setting_that_reads(re.escape(name), overrides, cfg)
+    line = f"{where} reads ${{{name}}}, which is not a key of the config"
+    valid = "a key that exists (e.g. ${paths.log_dir}, ${seed}) or the value itself"
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") if cfg is not None else None
+    groups = root_groups(str(OmegaConf.select(cfg, "hydra.job.config_name") or "train")) if choices else []
+    group, _, inside = name.partition(".")
+    if not inside or group not in groups or not choices.get(group):
+        return f"{line}; valid: {valid}"
+    choice = choices[group]
+
+    def sets(option: str) -> bool:
+        node: Any = _option_tree(group, option)
+        for part in inside.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        return node is not _ABSENT
+
+    fits = [o for o in group_options(group) if sets(o)]
+    line = f"{where} reads ${{{name}}}, which {group}={choice} does not set"
+    reader = where.split(".", 1)[0]
+    if reader != group and reader in groups and choices.get(reader):
+        others = [o for o in group_options(reader) if not _key_that_reads(_option_tree(reader, o), reads)]
+        fit = [f"{group}={', '.join(fits)} with {reader}={choices[reader]}"] if fits else []
+        fit += [f"{reader}={', '.join(others)} with {group}={choice}"] if others else []
+        return (f"{line}: {reader}={choices[reader]} does not fit {group}={choice}; valid: {' or '.join(fit) or valid}")
+    return f"{line}; valid: {group}={', '.join(fits)} (the {group} choices that set it), or the value itself" if (
+        fits) else f"{line}; valid: {valid}"
+
+
+_ABSENT = object()  # a key an option does not set
+
+
+# Hydra's ValueError (not a HydraException) for ``group=null``
+GROUP_NOT_A_STRING = "Config group override must be a string or a list"
+# Config groups a run may leave out (``~group``): the job reads them as optional. What leaving one out means.
+REMOVABLE_GROUPS = {"logger": "no logger; the run's numbers still go to metrics.json"}
+
+
+def _null_group_line(overrides: list[str], config_name: str) -> str | None:
+    """``group=null``, which Hydra refuses as "must be a string or a list. Got NoneType": the group, its choices
+    and how to do without it (``~logger``, or leave it out for its default)."""
+    given = next((m for o in overrides if (m := re.fullmatch(r"\+*([a-z_][\w/]*)=\s*(?i:null)\s*", o))
+                  and ((CONFIG_DIR / m.group(1)).is_dir() or m.group(1).startswith("hydra/"))), None)
+    if given is None:
+        return None
+    group = given.group(1)
+    defaults = root_defaults(config_name)
+    if group in REMOVABLE_GROUPS:
+        tail = f"~{group} to leave the group out ({REMOVABLE_GROUPS[group]})"
+    elif group in defaults and defaults[group] is None:
+        tail = f"leave it out (no {group} is the default)"
+    elif group in defaults:
+        tail = f"leave it out for the default ({group}={defaults[group]})"
+    else:
+        tail = "leave it out for Hydra's default"
+    options = group_options(group) if (CONFIG_DIR / group).is_dir() else []
+    valid = f"{group}={', '.join(options)}, or {tail}" if options else tail
+    return f"{given.group(0)} is not a choice of config group {group} (it takes one of its options); valid: {valid}"
+
+
+# Launchers that run a sweep's jobs side by side, and the setting that says how many at once
+_PARALLEL_KEYS = {"SlurmLauncher": "array_parallelism"}
+
+
+def _unknown_key_line(full_key: str, valid: list[str], target: str = "") -> str:
+    """``full_key`` is not a key of its node: the node's valid keys (never a ``+key`` hint: an added key is refused
+    too unless something reads it). On Hydra's basic launcher (``target``), the launchers that run jobs in
+    parallel."""
+    where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
+    line = f"{full_key} is not a config key; valid keys of {where}: {', '.join(sorted(valid))}"
+    if where == "hydra.launcher" and target.endswith("BasicLauncher"):
+        targets = {p.stem: _launcher_target(p) for p in sorted((CONFIG_DIR / "hydra" / "launcher").glob("*.yaml"))}
+        parallel = [f"hydra/launcher={stem}{f' on {_SCHEDULER_COMMANDS[t][0]}' if t in _SCHEDULER_COMMANDS else ''}"
+                    f" (hydra.launcher.{_PARALLEL_KEYS[t]}=<n>)" for stem, t in targets.items() if t in _PARALLEL_KEYS]
+        line += "; Hydra's basic launcher runs the jobs one after another" + (
+            f", {' or '.join(parallel)} runs them in parallel" if parallel else "")
+    return line
 
 
 def _missing_env_line(message: str, overrides: list[str]) -> str | None:
@@ -884,9 +1164,11 @@ def _missing_env_line(message: str, overrides: list[str]) -> str | None:
             f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
 
 
-def override_error(err: BaseException, overrides: list[str] | None = None) -> str:
+def override_error(err: BaseException, overrides: list[str] | None = None, cfg: DictConfig | None = None,
+                   config_name: str = "train") -> str:
     """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them.
-    ``overrides``, the command line, lets an unresolvable interpolation be traced to the key that holds it."""
+    ``overrides``, the command line, and ``cfg``, the config as composed (when it was), let an unresolvable
+    interpolation be traced to the key that holds it; ``config_name`` is the root config (its groups)."""
     cause = root_cause(err)
     env_line = _missing_env_line(str(cause), overrides or [])
     if env_line is not None:
@@ -897,10 +1179,11 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
                 " 'run_name=\"my run\"'")
     missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
     if missing_key:  # OmegaConf names the missing key, not the setting that reads it
-        name = missing_key.group(1)
-        where = _setting_that_reads(re.escape(name), overrides or [])
-        return (f"{where} reads ${{{name}}}, which is not a key of the config; valid: a key that exists (e.g."
-                " ${paths.log_dir}, ${seed}) or the value itself")
+        return _missing_key_line(missing_key.group(1), overrides or [], cfg)
+    if GROUP_NOT_A_STRING in str(cause):  # group=null
+        null_line = _null_group_line(overrides or [], config_name)
+        if null_line is not None:
+            return null_line
     deleted = re.search(r"Could not delete from config\. '([^']+)' does not exist", str(err))
     if deleted:  # Hydra's ~key on a key whose value is null
         key = deleted.group(1)
@@ -908,21 +1191,28 @@ def override_error(err: BaseException, overrides: list[str] | None = None) -> st
                 f" or set {key}=<value>")
     full_key = getattr(cause, "full_key", None)
     parent = getattr(cause, "parent_node", None)
-    if full_key and isinstance(parent, DictConfig) and "not in struct" in str(cause):
+    # "not in struct" on a config of files; "Key 'k' not in 'JobConf'" on one of Hydra's own (dataclass) nodes
+    unknown = "not in struct" in str(cause) or re.match(r"Key '[^']*' not in '\w+'", str(cause))
+    if full_key and isinstance(parent, DictConfig) and unknown:
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
-        valid = ", ".join(sorted(str(k) for k in parent.keys()))
+        valid = sorted(str(k) for k in parent.keys())
         if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
             from models.lifecycle.settings import mixup_keys
 
             return (f"{full_key} is not a config key; model.mixup is null (no mixup); valid keys of model.mixup"
                     f" (timm.data.Mixup's arguments): {', '.join(mixup_keys())} (a new key needs"
                     " +model.mixup.<key>=..., e.g. +model.mixup.mixup_alpha=0.2)")
-        if not valid:  # the node is null (e.g. data.train_transform on data without one): it has no keys yet
-            return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys; set"
-                    f" the whole node ({where}={{...}}), or add the key with +{full_key}=...")
-        # no "+key=" hint: an added key is refused too unless something reads it (settings._check_root_keys,
-        # the constructor checks), so the valid keys are the whole answer
-        return f"{full_key} is not a config key; valid keys of {where}: {valid}"
+        if not valid:  # a null node (data.train_transform on data without one), which Hydra's update makes an empty
+            # mapping first, or an empty mapping (hydra.job.env_set): either takes only keys it has, and `+` adds one
+            given = next((o for o in overrides or [] if o.lstrip("+~").split("=", 1)[0] in (where, full_key)), "")
+            key, _, value = given.lstrip("+~").partition("=")
+            if key == where:  # the node given as a mapping, which Hydra merges key by key (a null node takes it whole)
+                return (f"{given} cannot set {full_key}: {where} is an empty mapping in this config, and Hydra sets a"
+                        f" mapping given for it key by key, only the keys it has; valid: +{where}={value} (+ adds the"
+                        " keys)")
+            return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys;"
+                    f" valid: +{full_key}={value or '...'} (+ adds the key)")
+        return _unknown_key_line(full_key, valid, str(parent.get("_target_", "")))
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
 
 

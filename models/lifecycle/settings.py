@@ -30,7 +30,7 @@ from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
 __all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
-           "check_splits", "check_strategy", "configured_world_size", "env_source", "mixup_keys", "rule_for"]
+           "check_splits", "check_strategy", "configured_world_size", "env_source", "mixup_keys", "rule_for", "better"]
 
 
 class SettingError(ValueError):
@@ -608,6 +608,7 @@ def check_settings(cfg: DictConfig) -> None:
         _check_constructor_keys(cfg, node)
     _check_root_keys(cfg)
     _check_checkpoint_callbacks(cfg)
+    _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
 
 
@@ -665,10 +666,45 @@ def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
     best = plain.get("model_checkpoint")
     if isinstance(best, dict) and isinstance(best.get("monitor"), str):
         monitor, mode = best["monitor"], best.get("mode", "min")
-        wanted = "min" if "loss" in monitor else "max" if any(k in monitor for k in ("top", "AP")) else None
+        wanted = better(monitor)
         if wanted is not None and mode != wanted:
             raise SettingError(f"callbacks.model_checkpoint.mode={mode} would keep the worst {monitor} as best.ckpt;"
                                f" valid for monitor={monitor}: mode={wanted}")
+
+
+# Which way is better for a metric, by a part of its name (the first that matches): the one home of that rule for
+# every setting that ranks by a metric (the best checkpoint's mode, the optuna sweeper's direction).
+BETTER: tuple[tuple[str, str], ...] = (("loss", "min"), ("top", "max"), ("AP", "max"))
+# The sweeper's words for a mode
+_DIRECTIONS = {"min": "minimize", "max": "maximize"}
+
+
+def better(metric: str) -> str | None:
+    """``"min"`` or ``"max"``: which way is better for ``metric`` (None: not known)."""
+    return next((mode for part, mode in BETTER if part in metric), None)
+
+
+def _check_sweeper_direction(cfg: DictConfig) -> None:
+    """A sweeper that optimises (optuna: ``hydra.sweeper.direction``) must rank trials the way the objective is
+    better: the objective is what train.py returns, the run's result (`HEADLINE_METRICS`, higher is better), so
+    ``direction=minimize`` named the worst trial best. One objective: a list of directions is refused too."""
+    from models.lifecycle.records import HEADLINE_METRICS
+
+    sweeper = OmegaConf.select(cfg, "hydra.sweeper")
+    if not isinstance(sweeper, DictConfig) or "direction" not in sweeper:
+        return
+    direction = sweeper.get("direction")
+    given = [str(d).rsplit(".", 1)[-1] for d in (direction if isinstance(direction, ListConfig) else [direction])]
+    modes = {better(m) for m in HEADLINE_METRICS}
+    if len(modes) != 1 or None in modes:
+        return  # no one way is better for every objective train.py may return
+    wanted = _DIRECTIONS[modes.pop()]
+    if given != [wanted]:
+        shown, why = (given[0], "would rank the worst trial best") if len(given) == 1 else (
+            f"[{','.join(given)}]", f"asks for {len(given)} objectives, train.py returns one")
+        raise SettingError(f"hydra.sweeper.direction={shown} {why}: the objective is the run's result,"
+                           f" {' or '.join(HEADLINE_METRICS)}, where {'higher' if wanted == 'maximize' else 'lower'}"
+                           f" is better; valid: hydra.sweeper.direction={wanted}")
 
 
 # Where a run's folder stands in for ``paths.output_dir`` while that is not known yet (the command line's check,

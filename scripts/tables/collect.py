@@ -35,6 +35,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from data.bounded_json import JsonBoundsError, read_json_bytes
+from models.lifecycle.cli import sweep_grid
 from models.lifecycle.files import (
     CHECKSUM,
     RunFileError,
@@ -795,21 +796,6 @@ def _launch_jobs(path: Path) -> list[list[str]]:
         return sweep_grid([f"{k}={v}" for k, v in params.items()] + [str(o) for o in task])
     except Exception as err:  # Hydra's parse errors have no common base class
         raise TableError(f"{path} is damaged: {str(err).splitlines()[0]}") from None
-
-
-def sweep_grid(arguments: list[str]) -> list[list[str]]:
-    """The jobs Hydra's basic sweeper launches for ``arguments`` (``key=a,b`` sweeps), in its order.
-
-    Hydra's own expansion, so the grid can never drift from what ``-m`` runs. It is private Hydra API
-    (stable within the hydra-core 1.3 pin of pyproject.toml); this is the one place that calls it.
-    """
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from models.lifecycle.cli import expand_globs
-
-    parsed = OverridesParser.create().parse_overrides(expand_globs(arguments))
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, max_batch_size=None) for job in batch]
 
 
 def _resolved_where_possible(cfg: DictConfig) -> dict[str, Any]:
