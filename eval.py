@@ -45,7 +45,7 @@ from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
 from models.lifecycle.cli import cli, report_user_error, say, user_error_types
-from models.lifecycle.files import RunFileError, describe_non_file, own_folder_problem
+from models.lifecycle.files import RunFileError, describe_non_file, own_folder_problem, plain_file_exists
 from models.lifecycle.job import build_trainer, scalar_metrics
 from models.lifecycle.records import BEST as BEST_CHECKPOINT
 
@@ -200,7 +200,7 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
     # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
     run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
-    if not run_config.is_file():
+    if not plain_file_exists(run_config):  # a FIFO or a folder there is named as such (RunFileError), not missing
         if ckpt_path.is_symlink():  # the link's own folder is no run dir: name the link, not a config path
             raise FileNotFoundError(
                 f"ckpt_path={str(ckpt_path)!r} is a symlink (to {os.readlink(ckpt_path)}), and a checkpoint is read"

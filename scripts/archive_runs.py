@@ -30,16 +30,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.files import describe_non_file  # noqa: E402
+from models.lifecycle.files import RunFileError, describe_non_file, plain_file_exists  # noqa: E402
 from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from models.lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
 from scripts.tables.collect import (  # noqa: E402
     OVERRIDES,
     TESTSETS,
+    JobNaming,
     TableError,
     check_record,
     expected_jobs,
     grid_files,
+    job_naming,
     read_config,
     read_overrides,
     read_testsets,
@@ -48,6 +50,7 @@ from scripts.tables.collect import (  # noqa: E402
 )
 
 RECORDS = (RUN_RECORD, METRICS, FAILURE)  # what a later sitting replaces, or removes where the run no longer has it
+COPIED = (CONFIG, OVERRIDES, *RECORDS, FINDINGS_SNAPSHOT)  # a run's files the archive keeps, where it has them
 ENDED = ("finished", "failed")
 
 
@@ -60,8 +63,10 @@ def _sweep_dirs(root: Path) -> list[Path]:
     return sweeps
 
 
-def _check_run(run_dir: Path) -> str:
-    """The run's state, once its records and config are known to be sound; a damaged one is a `TableError`."""
+def _check_run(run_dir: Path, naming: JobNaming | None = None) -> str:
+    """The run's state, once its records, config and overrides are known to be sound (the overrides those of
+    its config and, under ``naming``, of its dir name: `read_overrides`, as make_tables reads them) and every
+    file to be copied is a plain file or absent (`plain_file_exists`); anything else is a `TableError`."""
     status = run_status(run_dir)
     if status.state == "unreadable":
         raise TableError(f"{status.problem}; repair it or move {run_dir} away, then archive again")
@@ -69,9 +74,15 @@ def _check_run(run_dir: Path) -> str:
         return status.state
     if status.state == "failed" and not os.path.lexists(run_dir / CONFIG):
         return "failed before it saved its config.yaml"  # make_tables shows it from .hydra/config.yaml
-    check_record(run_dir, read_config(run_dir / CONFIG), status.state)
-    if read_overrides(run_dir) is None:
+    cfg = read_config(run_dir / CONFIG)
+    check_record(run_dir, cfg, status.state)
+    if read_overrides(run_dir, cfg, naming) is None:
         raise TableError(f"{run_dir / OVERRIDES} is missing; the archive needs it to match the run to its grid point")
+    try:  # a FIFO or a folder in a copied file's place is named before anything is written, never skipped
+        for name in COPIED:
+            plain_file_exists(run_dir / name)
+    except RunFileError as err:
+        raise TableError(str(err)) from None
     return status.state
 
 
@@ -137,9 +148,10 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
         atomic_write_bytes(path, payload)
 
     expected_jobs(sweep_dir)  # a damaged grid stops here, as make_tables could not list its missing runs
+    naming = job_naming(sweep_dir)
     runs, left_out = [], []
     for run_dir in run_dirs(sweep_dir):  # check every run before writing anything
-        state = _check_run(run_dir)
+        state = _check_run(run_dir, naming if run_dir.parent == sweep_dir else None)
         if state not in ENDED:
             left_out.append(f"{run_dir} ({state})")
             continue
@@ -161,8 +173,8 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
                 (out / stale).unlink()
         for stale in set(_archived_testsets(out)) - set(testsets):  # the results of an earlier run of this job
             (out / stale).unlink()
-        for name in (CONFIG, OVERRIDES, *RECORDS, FINDINGS_SNAPSHOT):
-            if (run_dir / name).is_file() and not (run_dir / name).is_symlink():
+        for name in COPIED:  # each checked by _check_run: a plain file or absent
+            if plain_file_exists(run_dir / name):
                 write(out / name, (run_dir / name).read_bytes())
         for name in testsets:  # checked plain files (`_testset_files`): a symlink was refused, never followed
             write(out / name, (run_dir / name).read_bytes())

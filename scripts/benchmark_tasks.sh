@@ -16,16 +16,42 @@
 # (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt.
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
+# PY: the project's Python (default .venv/bin/python, which `make test` or `make train` sets up).
+# Every setting and task name is checked before any dir is made or any job starts: a bad one is one line
+# naming it and the valid choices, exit 2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-LANES=${LANES:-$(nproc 2>/dev/null || echo 1)}
-[ "$LANES" -le 4 ] || LANES=4
-mkdir -p runs
-if [ -z "${TRAINER+x}" ]; then
-  TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')")
-fi
 ALL_TASKS=(shift shift_swin canvas longrange)
+usage_error() {
+  echo "error: $*" >&2
+  exit 2
+}
+tasks=("$@")
+for task in "${tasks[@]}"; do
+  case " ${ALL_TASKS[*]} all " in
+    *" $task "*) ;;
+    *) usage_error "task '$task' is not a benchmark task; valid: ${ALL_TASKS[*]} (or all)" ;;
+  esac
+done
+[ ${#tasks[@]} -gt 0 ] && [[ " ${tasks[*]} " != *" all "* ]] || tasks=("${ALL_TASKS[@]}")
+if [ -n "${LANES:-}" ]; then  # the user's count is taken as given; the default is capped at 4
+  [[ "$LANES" =~ ^[1-9][0-9]*$ ]] || usage_error "LANES='$LANES' is not a positive integer; valid: 1, 2, ..." \
+    "(the training processes that share a task's seeds; default: the CPU count, at most 4)"
+else
+  LANES=$(nproc 2>/dev/null || echo 1)
+  [ "$LANES" -le 4 ] || LANES=4
+fi
+PY=${PY:-.venv/bin/python}
+venv_hint="create the venv with 'make test' or 'make train' (either sets up .venv), or set PY=<a Python with the"
+venv_hint+=" project installed>"
+command -v -- "$PY" > /dev/null || usage_error "PY='$PY' is not an executable Python (no such file, or not executable); valid: $venv_hint"
+"$PY" -c "import torch, hydra, timm" > /dev/null 2>&1 \
+  || usage_error "PY='$PY' cannot import torch, hydra and timm (not the project's Python); valid: $venv_hint"
+if [ -z "${TRAINER+x}" ]; then
+  TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')") \
+    || usage_error "PY='$PY' could not tell whether a GPU is there; set TRAINER= (CPU) or TRAINER='trainer=gpu'"
+fi
+mkdir -p runs
 declare -A TESTSETS=(
   [shift]="relational_left relational_right relational_everywhere"
   [shift_swin]="relational_left relational_right relational_everywhere"
@@ -44,14 +70,8 @@ declare -A PLOT_ROWS=(
   [shift_swin]="none swin irpe_k irpe_qkv"
   [longrange]="clip_r2 buckets_9 buckets_49 buckets_81 buckets_121"
 )
-tasks=("$@")
-[ ${#tasks[@]} -gt 0 ] && [ "${tasks[*]}" != all ] || tasks=("${ALL_TASKS[@]}")
 status=0
-for task in "${tasks[@]}"; do
-  if [ -z "${TESTSETS[$task]+x}" ]; then
-    echo "error: task '$task' is not a benchmark task; valid: ${ALL_TASKS[*]} (or all)" >&2
-    exit 2
-  fi
+for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   sweep="${task}_mini"
   echo "=== $sweep ($(date +%H:%M:%S))"
   started=$SECONDS

@@ -40,9 +40,9 @@ from models.lifecycle.cli import compose_checked, literal, one_line, say, user_e
 from models.lifecycle.files import (  # noqa: E402
     CHECKSUM,
     RunFileError,
-    check_plain_file,
     checksum_problem,
     own_folder_problem,
+    plain_file_exists,
     read_json,
 )
 from models.lifecycle.identity import run_length  # noqa: E402
@@ -292,8 +292,7 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             problems += 1
             continue
         try:  # a damaged config.yaml is this run's problem, in one line naming it: the other runs go on
-            check_plain_file(run_dir / CONFIG)
-            if not os.path.lexists(run_dir / CONFIG):
+            if not plain_file_exists(run_dir / CONFIG):
                 raise RunFileError(f"{run_dir / CONFIG} is missing")
             run_cfg = load_run_config(run_dir / CONFIG)
             length = run_length(run_cfg)

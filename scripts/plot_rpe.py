@@ -57,7 +57,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from models.lifecycle.files import RunFileError, guarded, os_error_line  # noqa: E402
+from models.lifecycle.files import RunFileError, guarded, os_error_line, plain_file_exists  # noqa: E402
 from models.run_config import backbone  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
@@ -295,9 +295,12 @@ def save_figure(fig: Figure, path: Path) -> None:
 # ----------------------------------------------------------------------------- loading a run
 def resolve_checkpoint(run_dir: Path, ckpt: str) -> Path:
     """``best`` / ``last`` -> ``run_dir/checkpoints/<name>.ckpt``; anything else is a path."""
-    path = run_dir / "checkpoints" / f"{ckpt}.ckpt" if ckpt in ("best", "last") else Path(ckpt)
+    own = ckpt in ("best", "last")
+    path = run_dir / "checkpoints" / f"{ckpt}.ckpt" if own else Path(ckpt)
+    # the file layer tells "missing" from "there, but a FIFO or a folder" (a RunFileError naming it); a path
+    # the user gives may be a link to a checkpoint, the run's own best/last may not (it could be another run's)
+    exists = plain_file_exists(path, follow_links=not own)
     with guarded(path.parent, "read"):  # a folder this user may not read: one line naming it
-        exists = path.is_file()
         found = [] if exists else sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt"))
     if not exists:
         listing = ", ".join(found) if found else "none"
@@ -338,7 +341,7 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
     if not run_dir.is_dir():
         raise PlotError(f"run dir {run_dir} does not exist; expected a train.py run dir such as runs/<name>/")
     config = run_dir / "config.yaml"
-    if not config.is_file():
+    if not plain_file_exists(config):  # a FIFO or a folder there is named as such (RunFileError), not missing
         raise PlotError(f"run dir {run_dir} has no config.yaml; expected a train.py run dir such as runs/<name>/")
     ckpt_path = resolve_checkpoint(run_dir, ckpt)
     try:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
+import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -535,3 +538,46 @@ def test_data_root_made_with_other_settings_gets_a_note(run_dir: Path, tmp_path:
             " disk vs 64 named): these numbers are on that data\n") in capsys.readouterr().err
     eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={data_dir / 'relational_evalfaults'}"))
     assert "note: data_root" not in capsys.readouterr().err  # the same settings: no note
+
+
+def _not_a_plain_file(path: Path, kind: str) -> str:
+    """Put a FIFO or a socket at ``path`` (the file moved away); returns how the file layer names it."""
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "it is a FIFO (named pipe)"
+    server = socket.socket(socket.AF_UNIX)  # a socket's path may be only ~100 bytes long: bound by its name
+    cwd = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        server.bind(path.name)
+    finally:
+        os.chdir(cwd)
+        server.close()
+    return "it is a socket"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_fifo_or_socket_where_a_run_file_belongs_is_named_never_missing(kind: str, run_dir: Path, tmp_path: Path,
+                                                                          data_dir: Path, capsys) -> None:
+    """Probe 3, cases 128, 129: a FIFO as config.yaml was "no run config at ..." (eval.py), one as best.ckpt
+    "does not exist" beside a listing of it (plot_rpe.py). Each reader asks the file layer, which tells a missing
+    file from one that is there but not a plain file, and never opens it (a FIFO would block the reader)."""
+    run = _copy(run_dir, tmp_path / kind)
+    config, best = run / "config.yaml", run / "checkpoints" / "best.ckpt"
+    kept = config.read_bytes()
+    what = _not_a_plain_file(config, kind)
+    line = f"{config} cannot be used: {what}, where a plain file belongs; move it away"
+    signal.alarm(60)  # a reader that opened the FIFO would wait for a writer forever: fail instead
+    try:
+        assert _eval_error(run, tmp_path, data_dir, ValueError) == line
+        assert _plot_error(run, capsys, "--plots", "tables") == f"error: {line}\n"
+        config.unlink()
+        config.write_bytes(kept)
+        what = _not_a_plain_file(best, kind)
+        line = f"{best} cannot be used: {what}, where a plain file belongs; move it away"
+        assert _plot_error(run, capsys, "--plots", "tables") == f"error: {line}\n"
+        assert _eval_error(run, tmp_path, data_dir, FileNotFoundError) == (
+            f"ckpt_path='{best}' is not a checkpoint file: {what}")
+    finally:
+        signal.alarm(0)

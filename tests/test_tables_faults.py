@@ -473,3 +473,76 @@ def test_duplicate_keys_and_unsafe_tags_are_one_line(tmp_path: Path) -> None:
     path.write_text("- 1\n- 2\n")
     with pytest.raises(TableError, match="it holds a YAML list, not a config"):
         read_config(path)
+
+
+# ----------------------------------------------------------------------------- overrides that are not the run's
+NAMED = "${job_dirname:${hydra.job.override_dirname}}"  # configs/sweep/_base.yaml: job dirs named after overrides
+
+
+def _two_seed_sweep(root: Path, subdir: str | None = None) -> Path:
+    """A finished sweep of K at seeds 0 and 1 with its grid; ``subdir``: its ``hydra.sweep.subdir``."""
+    sweep = root / "where_mini"
+    for seed, top1 in ((0, 80.0), (1, 82.0)):
+        _run(sweep, f"{K},seed={seed}", K, seed, {"val/top1": top1, "val/top5": 100.0}, state="finished")
+    saved = yaml.safe_load(_grid_yaml({"seed": "0,1", "rpe.preset": "rpe-1.9-product-ctx-1-k",
+                                       "model.net.ape": "sincos"}, ["sweep=where_mini"]))
+    if subdir is not None:
+        saved["hydra"]["sweep"] = {"subdir": subdir}
+        saved["hydra"]["job"] = {"config": {"override_dirname": {"kv_sep": "=", "item_sep": ",",
+                                                                 "exclude_keys": ["sweep", "trainer"]}}}
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(saved))
+    return sweep
+
+
+@pytest.mark.parametrize(("subdir", "edit", "why"), [
+    (None, ("seed=1", "seed=0"), "seed=0, but the config has seed=1"),  # probe 3, case 100
+    (NAMED, ("seed=1", "seed=0"), "seed=0, but the config has seed=1"),
+    (None, ("model.net.ape=sincos", "model.net.ape=learned"), "model.net.ape=learned, but the config has"
+                                                               " model.net.ape='sincos'"),
+    # a group choice sets no one value; the dir name its overrides give is not the run's
+    (NAMED, ("sweep=where_mini", "sweep=where_mini\n- rpe=irpe_qkv"), "they name the job's dir"
+                                                                       f" '{K},rpe=irpe_qkv,seed=1', the run dir is"),
+])
+def test_a_run_whose_overrides_are_not_its_own_is_listed_and_never_missing(
+        tmp_path: Path, capsys, subdir: str | None, edit: tuple[str, str], why: str) -> None:
+    """A job's .hydra/overrides.yaml edited by hand: make_tables said its grid point had no run dir (while counting
+    the run), archive_runs kept the edited file. Overrides must be those of the run's config (and, where the sweep
+    names job dirs after them, of its dir name): the run is placed by its config and listed with the reason."""
+    sweep = _two_seed_sweep(tmp_path / "runs", subdir)
+    sound = make_tables.collect([sweep])
+    assert [(r.status, r.overrides_problem) for r in sound] == [("ok", "")] * 2  # the sound sweep: no false alarm
+    overrides = sweep / f"{K},seed=1" / ".hydra" / "overrides.yaml"
+    overrides.write_text(overrides.read_text().replace(*edit))
+    runs = make_tables.collect([sweep])
+    assert [r.status for r in runs] == ["ok", "ok"]  # both there, both counted: nothing missing
+    edited = runs[1]
+    assert edited.overrides is None
+    assert edited.overrides_problem.startswith(f"{overrides} is not the overrides of")
+    assert why in edited.overrides_problem
+    [table] = make_tables.build_tables(runs)
+    assert table.cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2)"
+    markdown = make_tables.to_markdown([table])
+    assert f"- `{edited.path}`: {edited.overrides_problem}" in markdown
+    assert edited.overrides_problem in make_tables.to_csv([table])
+    capsys.readouterr()
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == f"error: {edited.overrides_problem}"
+    assert not (tmp_path / "archive").exists()
+
+
+def test_a_run_without_usable_overrides_fills_the_grid_point_of_its_config(tmp_path: Path) -> None:
+    """A damaged or absent overrides.yaml: the run's config places it, so no grid point is reported missing, and
+    a grid point with no run dir still is."""
+    sweep = _two_seed_sweep(tmp_path / "runs")
+    (sweep / f"{K},seed=0" / ".hydra" / "overrides.yaml").write_text("- seed=0\n- data.num_wor\n")
+    (sweep / f"{K},seed=1" / ".hydra" / "overrides.yaml").unlink()
+    grid = yaml.safe_load((sweep / "multirun.yaml").read_text())
+    grid["hydra"]["sweeper"]["params"]["seed"] = "0,1,2"
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(grid))
+    runs = {Path(r.path).name: r for r in make_tables.collect([sweep])}
+    assert sorted((name, r.status) for name, r in runs.items()) == [
+        ("[model.net.ape=sincos,rpe.preset=rpe-1.9-product-ctx-1-k,seed=2,sweep=where_mini]", "missing"),
+        (f"{K},seed=0", "ok"), (f"{K},seed=1", "ok")]
+    assert "is damaged: Error parsing override 'data.num_wor'" in runs[f"{K},seed=0"].overrides_problem
+    assert runs[f"{K},seed=1"].overrides_problem == ""  # an older run's dir without the file: nothing wrong in it

@@ -170,6 +170,10 @@ def describe_non_file(path: Path) -> str:
         return "it is a file"
     if path.is_char_device() or path.is_block_device():
         return "it is a device"
+    if path.is_fifo():
+        return "it is a FIFO (named pipe)"
+    if path.is_socket():
+        return "it is a socket"
     return "it is not a plain file"
 
 
@@ -189,16 +193,31 @@ def own_folder_problem(folder: Path, what: str) -> str:
 
 
 def check_plain_file(path: Path) -> None:
-    """Raise `RunFileError` unless ``path`` is absent or a plain file (not a symlink, folder or device).
+    """Raise `RunFileError` unless ``path`` is absent or a plain file (not a symlink, folder, FIFO or device).
 
     A run's records are its own: a symlink could point into another run dir, and a folder or a device
     would fail only when the record is written, possibly after hours of training.
     """
+    plain_file_exists(path)
+
+
+def plain_file_exists(path: str | os.PathLike, follow_links: bool = False) -> bool:
+    """Whether a plain file is at ``path``: ``False`` only when nothing is there. Anything else there (a
+    folder, a FIFO, a socket, a device, or a symlink unless ``follow_links``, then what it leads to) is a
+    `RunFileError` in one line: there, but not a plain file. Every reader of a run file asks here, not
+    ``Path.is_file()``, which calls such a file missing. Nothing is opened: a FIFO would block the reader.
+    """
+    path = Path(path)
     with guarded(path, "read"):
-        info = os.lstat(path) if os.path.lexists(path) else None
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        raise RunFileError(f"{path} cannot be used: {describe_non_file(path)}, where a plain file belongs; "
-                           "move it away")
+        if not os.path.lexists(path):
+            return False
+        linked = follow_links and path.is_symlink() and os.path.exists(path)  # a dangling link is named as one
+        info = os.stat(path) if linked else os.lstat(path)
+    if stat.S_ISREG(info.st_mode):
+        return True
+    what = describe_non_file(Path(os.path.realpath(path)) if linked else path)
+    where = f" (it leads to {os.path.realpath(path)})" if linked else ""
+    raise RunFileError(f"{path} cannot be used{where}: {what}, where a plain file belongs; move it away")
 
 
 def read_json(path: Path, kind: type = dict) -> Any | None:

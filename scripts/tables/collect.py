@@ -42,6 +42,7 @@ from models.lifecycle.files import (
     check_plain_file,
     checksum_problem,
     own_folder_problem,
+    plain_file_exists,
     read_json,
     yaml_problem,
 )
@@ -128,6 +129,11 @@ class Run:
     # the fingerprint of data without a generator it trained on (metrics.json's data/files; None: generated
     # data, or a run of an older version): runs on other data are never pooled (`cells.split_by_config`)
     data: str | None = None
+    # its .hydra/overrides.yaml as `read_overrides` checked it, which matches it to its grid point (None: absent,
+    # or not usable), and why it is not usable (damaged, or not the overrides of its config or dir name): such a
+    # run is placed by its config (`_sweep_runs`), never by those overrides, and listed with the reason
+    overrides: tuple[str, ...] | None = None
+    overrides_problem: str = ""
 
 
 def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
@@ -463,7 +469,7 @@ def registered_fingerprints(run_dir: Path) -> frozenset[str]:
     path = run_dir / FINDINGS_SNAPSHOT
     try:
         record = read_run_record(run_dir)
-        data = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        data = path.read_bytes() if plain_file_exists(path) else None  # a FIFO there is never opened
     except (RunFileError, OSError):
         return frozenset()
     if data is None or not record or record.get("findings_sha256") != hashlib.sha256(data).hexdigest():
@@ -478,8 +484,16 @@ def registered_fingerprints(run_dir: Path) -> frozenset[str]:
         return frozenset()
 
 
-def read_overrides(run_dir: Path) -> list[str] | None:
-    """The run's ``.hydra/overrides.yaml`` (``None`` when absent); a damaged one is a one-line `TableError`."""
+def read_overrides(run_dir: Path, cfg: dict[str, Any] | None = None,
+                   naming: JobNaming | None = None) -> list[str] | None:
+    """The run's ``.hydra/overrides.yaml`` (``None`` when absent), which make_tables and archive_runs match to
+    a grid point; a damaged one is a one-line `TableError`.
+
+    So is one that is not the run's: a value it sets that the run's config ``cfg`` does not hold
+    (`override_disagreement`), or, where the run's sweep names its job dirs after their overrides (``naming``,
+    `job_naming`), overrides that give another dir name. Edited by hand or copied from another job, it would
+    match the run to another grid point and report the run's own as missing.
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     path = run_dir / OVERRIDES
@@ -489,10 +503,122 @@ def read_overrides(run_dir: Path) -> list[str] | None:
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise TableError(f"{path} is damaged: it is not a list of overrides")
     try:
-        OverridesParser.create().parse_overrides(overrides)
+        parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as err:  # Hydra's parse errors have no common base class
         raise TableError(f"{path} is damaged: {str(err).splitlines()[0]}") from None
+    why = override_disagreement(parsed, cfg) if cfg is not None else ""
+    if why:
+        raise TableError(f"{path} is not the overrides of the run's config: {why} (edited by hand, or copied from"
+                         " another run?)")
+    if naming is not None and (name := naming.dirname(parsed)) != run_dir.name:
+        raise TableError(f"{path} is not the overrides of its run dir: they name the job's dir {name!r}, the run dir"
+                         f" is {run_dir.name!r} (edited by hand, or the dir renamed?)")
     return overrides
+
+
+# A sweep whose jobs' dirs are named after their overrides (configs/sweep/_base.yaml), as its grid saves it
+NAMED_SUBDIR = re.compile(r"\$\{job_dirname:\$\{hydra[.:]job\.override_dirname\}\}")
+
+
+@dataclass(frozen=True)
+class JobNaming:
+    """How a sweep names its job dirs after their overrides: Hydra's ``hydra.job.config.override_dirname``."""
+
+    exclude_keys: tuple[str, ...] = ()
+    item_sep: str = ","
+    kv_sep: str = "="
+
+    def dirname(self, parsed: list[Any]) -> str:
+        """The dir name of the job with the parsed overrides ``parsed``, as Hydra and `job_dirname` make it."""
+        from hydra._internal.config_loader_impl import get_overrides_dirname  # the hydra-core 1.3 pin's own
+
+        from models.lifecycle.cli import job_dirname
+
+        return job_dirname(get_overrides_dirname(parsed, list(self.exclude_keys), self.item_sep, self.kv_sep))
+
+
+def job_naming(sweep_dir: Path) -> JobNaming | None:
+    """How ``sweep_dir``'s grid (``multirun.yaml``) names its job dirs after their overrides; None where it
+    names them otherwise (by number, the default) or cannot be read (the grid is then listed as unreadable)."""
+    try:
+        saved = _yaml(sweep_dir / "multirun.yaml")
+    except TableError:
+        return None
+    hydra = saved.get("hydra") if isinstance(saved, dict) else None
+    sweep = hydra.get("sweep") if isinstance(hydra, dict) else None
+    if not isinstance(sweep, dict) or not NAMED_SUBDIR.fullmatch(str(sweep.get("subdir")).strip()):
+        return None
+    settings: Any = hydra
+    for key in ("job", "config", "override_dirname"):
+        settings = settings.get(key) if isinstance(settings, dict) else None
+    settings = settings if isinstance(settings, dict) else {}
+    exclude = settings.get("exclude_keys") or []
+    item_sep, kv_sep = settings.get("item_sep", ","), settings.get("kv_sep", "=")
+    if not isinstance(exclude, list) or not isinstance(item_sep, str) or not isinstance(kv_sep, str):
+        return None  # not what Hydra writes: no dir name can be checked against it
+    return JobNaming(tuple(map(str, exclude)), item_sep, kv_sep)
+
+
+_ABSENT = object()
+
+
+def override_disagreement(parsed: list[Any], cfg: dict[str, Any]) -> str:
+    """The first of the parsed overrides ``parsed`` that the config ``cfg`` does not hold, as ``seed=0, but the
+    config has seed=1``; '' when it holds them all.
+
+    Compared are the values overrides set (``a.b=v``, ``+a.b=v``) and remove (``~a.b``). A group choice
+    (``rpe=irpe_k``: a folder of configs/) sets no one value and is not, nor is a value that interpolates
+    (``${...}``), which the config holds resolved; Hydra's own keys are not in a run's config.
+    """
+    from models.lifecycle.cli import CONFIG_DIR
+
+    for override in parsed:
+        key = override.key_or_group
+        if override.package is not None or key.split(".")[0].split("/")[0] == "hydra" or (CONFIG_DIR / key).is_dir():
+            continue
+        held = _value_at(cfg, key)
+        if override.is_delete():
+            if held is not _ABSENT:
+                return f"{override.input_line}, but the config has {key}={held!r}"
+            continue
+        if override.is_sweep_override():
+            return f"{override.input_line} sweeps {key}, which the overrides of one job never do"
+        value = override.value()
+        if "${" in str(value) or "${" in str(held):
+            continue
+        if held is _ABSENT:
+            return f"{override.input_line}, but the config has no {key}"
+        if not _same_value(value, held):
+            return f"{override.input_line}, but the config has {key}={held!r}"
+    return ""
+
+
+def _value_at(cfg: Any, key: str) -> Any:
+    """The value at the dotted ``key`` of a config read as plain data (`_ABSENT` where there is none)."""
+    node = cfg
+    for part in key.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _ABSENT
+    return node
+
+
+def _same_value(value: Any, held: Any) -> bool:
+    """Whether an override's parsed ``value`` is what the config holds: a dict is merged into the node it sets
+    (its keys must hold their values), a number compares as a number, a string node holds a number given as
+    text."""
+    if isinstance(value, dict):
+        return isinstance(held, dict) and all(k in held and _same_value(v, held[k]) for k, v in value.items())
+    if isinstance(value, list):
+        return isinstance(held, list) and len(value) == len(held) and all(map(_same_value, value, held))
+    if value is None or held is None or isinstance(value, bool) or isinstance(held, bool):
+        return value is held or (isinstance(held, str) and str(value).lower() == held.lower())
+    if isinstance(value, (int, float)) and isinstance(held, (int, float)):
+        return value == held or (math.isnan(value) and math.isnan(held))
+    return str(value) == str(held)
 
 
 # ----------------------------------------------------------------------------- results on other test sets
@@ -703,13 +829,25 @@ def _placement(path: Path, cfg: dict[str, Any]) -> tuple[dict[str, Any], str | N
         raise TableError(f"{path} is not a run config ({type(err).__name__}: {err})") from None
 
 
-def load_run(run_dir: Path) -> Run:
+def load_run(run_dir: Path, naming: JobNaming | None = None) -> Run:
     """Read one run dir: its status (from the lifecycle), metrics, error and the facts of its config.
 
     A run whose config cannot be trusted (unreadable, or not the config its run.json was written for) has
     no facts: no cell can hold it, and the table lists it apart. A sound config with a damaged record puts
-    the run, ``unreadable``, in its cell.
+    the run, ``unreadable``, in its cell. Its ``.hydra/overrides.yaml`` is checked against its config and,
+    where its sweep names job dirs after their overrides (``naming``), its dir name (`read_overrides`); one
+    that disagrees costs the run nothing but its place by those overrides (`Run.overrides_problem`).
     """
+    run, cfg = _read_run(run_dir)
+    try:  # an unreadable config: the overrides, unchecked, are all that can place the run at its grid point
+        overrides = read_overrides(run_dir, cfg, naming) if cfg is not None else read_overrides(run_dir)
+    except TableError as err:
+        return dataclasses.replace(run, overrides_problem=str(err))
+    return dataclasses.replace(run, overrides=None if overrides is None else tuple(overrides))
+
+
+def _read_run(run_dir: Path) -> tuple[Run, dict[str, Any] | None]:
+    """`load_run` but for the overrides: the run and its config (None when that cannot be read)."""
     shown = _shown(run_dir)
     status = run_status(run_dir)
     problems = [status.problem] if status.state == "unreadable" else []
@@ -720,9 +858,9 @@ def load_run(run_dir: Path) -> Run:
         if not problems:
             check_record(run_dir, cfg, status.state)
     except TableError as err:
-        return Run(shown, "unreadable", {}, {}, "; ".join([*problems, str(err)]))
+        return Run(shown, "unreadable", {}, {}, "; ".join([*problems, str(err)])), None
     if problems:
-        return Run(shown, "unreadable", facts, {}, problems[0], ablation, sweep, identity)
+        return Run(shown, "unreadable", facts, {}, problems[0], ablation, sweep, identity), cfg
     if status.state == "finished":
         values = status.metrics
         null = tuple(sorted(k for k, v in values.items()
@@ -732,7 +870,7 @@ def load_run(run_dir: Path) -> Run:
         partial = partial_run(values)  # a limited training or test (debug): a smoke run, not a result
         if partial:
             return Run(shown, "no result", facts, {}, f"{partial}; rerun without the limit", ablation, sweep,
-                       identity)
+                       identity), cfg
         # the test-set files must be this config's results: its identity hash, as eval.py writes it (and as
         # run.json records it, checked above)
         tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
@@ -740,12 +878,13 @@ def load_run(run_dir: Path) -> Run:
         env = {key: values.get(key) for key in ENV_KEYS if key in values}
         data = values.get("data/files")
         return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,
-                   testset_problems, registered_fingerprints(run_dir), env, data if isinstance(data, str) else None)
+                   testset_problems, registered_fingerprints(run_dir), env,
+                   data if isinstance(data, str) else None), cfg
     if status.state == "failed":
-        return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity)
+        return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity), cfg
     if status.state == "unfinished":
-        return Run(shown, "unfinished", facts, {}, "", ablation, sweep, identity)
-    return Run(shown, status.state, facts, {}, _not_ended(run_dir, status), ablation, sweep, identity)
+        return Run(shown, "unfinished", facts, {}, "", ablation, sweep, identity), cfg
+    return Run(shown, status.state, facts, {}, _not_ended(run_dir, status), ablation, sweep, identity), cfg
 
 
 def _normalised(overrides: Iterable[str]) -> frozenset[str]:
@@ -862,9 +1001,13 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(d for d in candidates if "checkpoints" not in d.parts)
 
 
-def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run]) -> list[Run]:
+def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], naming: JobNaming | None) -> list[Run]:
     """The grid points of ``sweep_dir`` without a run dir (``missing``), plus the unreadable runs of the sweep
-    placed by their grid point; a damaged ``multirun.yaml`` is itself listed, as its grid is unknown."""
+    placed by their grid point; a damaged ``multirun.yaml`` is itself listed, as its grid is unknown.
+
+    A run is matched to its grid point by its overrides (`read_overrides`, checked by `load_run`); one whose
+    overrides cannot be used (damaged, absent, or not the run's) fills the grid point its own config is
+    (`_grid_point_of`): a run that is there is never reported missing."""
     try:
         jobs = expected_jobs(sweep_dir)
     except TableError as err:
@@ -873,29 +1016,52 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run]) -> 
     grid = {_normalised(job) for job in jobs}
     done: Counter[frozenset[str]] = Counter()
     damaged: list[str] = []
-    extra: list[Run] = []
+    by_config: list[Path] = []
     for run_dir in found:
         if not run_dir.is_relative_to(sweep_dir):
             continue
-        try:
-            overrides = read_overrides(run_dir)
-        except TableError as err:
-            damaged.append(str(err))
-            continue
-        if overrides is None:
-            continue
-        done[_normalised(overrides)] += 1
         run = loaded[run_dir]
-        if not run.facts and _normalised(overrides) in grid:
-            loaded[run_dir] = _placed(run, overrides)
-    why = "no run dir" + (f" (or its run dir's {OVERRIDES} is damaged: {'; '.join(damaged)})" if damaged else "")
+        if run.overrides is not None:
+            done[_normalised(run.overrides)] += 1
+            if not run.facts and _normalised(run.overrides) in grid:
+                loaded[run_dir] = _placed(run, list(run.overrides))
+        elif run.facts:
+            by_config.append(run_dir)
+        elif run.overrides_problem:
+            damaged.append(run.overrides_problem)
+    left: list[list[str]] = []
     for job in jobs:
         key = _normalised(job)
         if done[key] > 0:
             done[key] -= 1
         else:
-            extra.append(_missing_run(sweep_dir, job, why))
-    return extra
+            left.append(job)
+    for run_dir in by_config:
+        job = _grid_point_of(run_dir, left, naming)
+        if job is not None:
+            left.remove(job)
+    why = "no run dir" + (f" (or its run dir's {OVERRIDES} is damaged: {'; '.join(damaged)})" if damaged else "")
+    return [_missing_run(sweep_dir, job, why) for job in left]
+
+
+def _grid_point_of(run_dir: Path, jobs: list[list[str]], naming: JobNaming | None) -> list[str] | None:
+    """The job of ``jobs`` whose overrides the run's own config holds (`override_disagreement`), the one that
+    names the run's dir first where the sweep names dirs after overrides; None when there is none."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        cfg = read_config(_config_path(run_dir, ""))
+    except TableError:
+        return None
+    parser = OverridesParser.create()
+    held = []
+    for job in jobs:
+        parsed = parser.parse_overrides(list(_normalised(job)))
+        if not override_disagreement(parsed, cfg):
+            if naming is not None and naming.dirname(parsed) == run_dir.name:
+                return job
+            held.append(job)
+    return held[0] if held else None
 
 
 def collect(paths: Iterable[str | Path]) -> list[Run]:
@@ -911,9 +1077,10 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
                              " (runs/sweeps/<name>)")
         found = [d for d in run_dirs(root) if d not in seen]
         seen.update(found)
-        loaded = {d: load_run(d) for d in found}
-        missing = [run for multirun in sorted(root.rglob("multirun.yaml"))
-                   for run in _sweep_runs(multirun.parent, found, loaded)]
+        namings = {multirun.parent: job_naming(multirun.parent) for multirun in sorted(root.rglob("multirun.yaml"))}
+        loaded = {d: load_run(d, namings.get(d.parent)) for d in found}
+        missing = [run for sweep_dir, naming in namings.items()
+                   for run in _sweep_runs(sweep_dir, found, loaded, naming)]
         runs += [loaded[d] for d in found] + missing
     if not runs:
         raise TableError(f"no runs (no config.yaml) under: {', '.join(map(str, paths))}")

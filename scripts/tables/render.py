@@ -138,6 +138,12 @@ def to_markdown(tables: list[Table], family: list[Table] | None = None) -> str:
             out.write("\nNot ok:\n\n")
             for run in failures:
                 out.write(f"- {run.status}: `{run.path}`" + (f": {run.error}" if run.error else "") + "\n")
+        misplaced = sorted((r.path, r.overrides_problem) for cell in table.cells.values() for r in cell.runs
+                           if r.overrides_problem)
+        if misplaced:  # counted or not as its status says; placed by its config, never by those overrides
+            out.write("\nRuns whose `.hydra/overrides.yaml` cannot place them at their grid point (each is in the"
+                      " cell of its own config):\n\n")
+            out.write("".join(f"- `{path}`: {why}\n" for path, why in misplaced))
         mixed = mixed_environments(table)
         if mixed:
             out.write("\nCells whose runs differ in what can change a result outside the config (torch, threads,"
@@ -217,7 +223,7 @@ def to_csv(tables: list[Table]) -> str:
             for metric, column in entries:
                 mean, std, n = cell.stats(metric) if column is None else cell.testset_stats(column, metric)
                 paper = table.paper.value(row, col, metric) if table.paper and column is None else None
-                errors = ([r.error for r in cell.runs if r.error] if column is None else
+                errors = ([e for r in cell.runs for e in (r.error, r.overrides_problem) if e] if column is None else
                           [f"{file} of {run.path}: {why}" for run, file, why in cell.testset_problems(column)])
                 writer.writerow({
                     "table": table.name, "row": row, "col": col,
