@@ -13,13 +13,15 @@ the sweep's layout (``DEST/<sweep>/<job>/``), so ``make_tables.py DEST/*`` build
 that have not ended (unfinished, interrupted, running, died) are left out, each named (the grid lists them
 as missing until they end).
 
-Every run is checked before anything is written: a damaged record or config (what ``make_tables.py`` lists
-as unreadable) stops the script with one line naming the file, as an archive must not keep a result it
-cannot place; so does a test-set result that make_tables would not count (a symlink or a file that is not
-plain, damaged, another run's or another test set's: `scripts.tables.collect.read_testset_result`). A run
-already archived under the same job name is replaced only by a run of the same identity (the same job run
-again, or extended to more epochs); a different config there stops the script with one line, as the
-archive belongs to the recipe its runs were made with (remove that sweep's archive to start it afresh).
+Every run is checked before anything is written: a damaged record or config (what ``make_tables.py`` lists as
+unreadable) stops the script with one line naming the file, as an archive must not keep a result it cannot
+place; so does a ``.hydra/overrides.yaml`` that is not the run's (a value its config does not hold, or another
+dir name than the run's: `scripts.tables.collect.read_overrides`), a file to copy that is not a plain file (a
+FIFO, a folder, a symlink), and a test-set result that make_tables would not count (a symlink or a file that
+is not plain, damaged, another run's or another test set's: `scripts.tables.collect.read_testset_result`). A
+run already archived under the same job name is replaced only by a run of the same identity (the same job run
+again, or extended to more epochs); a different config there stops the script with one line, as the archive
+belongs to the recipe its runs were made with (remove that sweep's archive to start it afresh).
 """
 from __future__ import annotations
 

@@ -4,19 +4,21 @@
     python scripts/make_tables.py runs/sweeps/*_mini --out docs/ablations_mini --readme README.md
     python scripts/make_tables.py runs/deit_small_irpe_k runs/some_run  # plain run dirs work too
 
-Every directory holding a run's resolved ``config.yaml`` (or Hydra's ``.hydra/config.yaml``) below
-the given paths is a run. Its status comes from the run lifecycle (``run_status``: ``run.json``, or
-for older runs the result files): ``ok`` (finished, with its result), ``failed`` (``failed.json``),
-``unfinished`` (no record and no result), ``interrupted``, ``running`` or ``died`` (``run.json``'s
-state: an extension to more epochs that stopped is not ok, whatever an earlier ``metrics.json`` says),
-``no result`` (a metric of its table is null or absent), ``unreadable`` (a damaged record or config,
-with the reason) or ``duplicate`` (the same cell and seed as a run that is counted: one seed counts
-once). A sweep dir's ``multirun.yaml`` gives the whole grid, so grid points without a run dir are
-listed as ``missing``. No run is dropped: a cell shows ``mean ± std (n)`` over the seeds of its ok runs
-and names every other run; a run that no cell can hold (its config is unreadable) is listed under
-"Runs not counted". A cell pools only runs of one `cell_key` (models/lifecycle/identity.py): the same
-identity but for the seed, and the same length; runs at one table position that differ in anything
-else get a row of their own, labelled with the keys that differ.
+Every directory holding a run's resolved ``config.yaml`` (or Hydra's ``.hydra/config.yaml``) below the given
+paths is a run. Its status comes from the run lifecycle (``run_status``: ``run.json``, or for older runs the
+result files): ``ok`` (finished, with its result), ``failed`` (``failed.json``), ``unfinished`` (no record and
+no result), ``interrupted``, ``running`` or ``died`` (``run.json``'s state: an extension to more epochs that
+stopped is not ok, whatever an earlier ``metrics.json`` says), ``no result`` (a metric of its table is null or
+absent), ``unreadable`` (a damaged record or config, with the reason) or ``duplicate`` (the same cell and seed
+as a run that is counted: one seed counts once). A sweep dir's ``multirun.yaml`` gives the whole grid, so grid
+points without a run dir are listed as ``missing``; a run is matched to its grid point by its
+``.hydra/overrides.yaml``, checked against its config and (where the sweep names job dirs after overrides) its
+dir name, and one whose overrides cannot be used (absent, or damaged or edited: listed with the reason) fills
+the grid point of its config instead: a run that is there is never reported missing. No run is dropped: a cell
+shows ``mean ± std (n)`` over the seeds of its ok runs and names every other run; a run that no cell can hold
+(its config is unreadable) is listed under "Runs not counted". A cell pools only runs of one `cell_key`
+(models/lifecycle/identity.py): the same identity but for the seed, and the same length; runs at one table
+position that differ in anything else get a row of their own, labelled with the keys that differ.
 
 The layout of each table (rows, columns, metric) follows the ablation named by the runs'
 ``ablation`` key (set by ``configs/sweep/*.yaml``); runs without it go to a plain ``runs`` table.
