@@ -569,6 +569,33 @@ def test_a_strategy_the_accelerator_cannot_run_is_refused_before_the_run_dir(str
     assert expected in message, message
 
 
+@pytest.mark.parametrize(("config_name", "override", "expected"), [
+    ("train", "+ckpt_path=runs/base/checkpoints/last.ckpt",
+     "ckpt_path is a setting of eval.py, not of train.py, where nothing reads it; to resume a run, run its command"
+     " again (the same run_name resumes from its checkpoints/last.ckpt); to start from weights:"
+     " model.weights=<reference-layout checkpoint> (DETR models; train.py starts DeiT and Swin models from scratch)"),
+    ("train", "+data_root=/data", "data_root is a setting of eval.py, not of train.py, where nothing reads it; the"
+                                  " data folder is data.root"),
+    ("eval", "+seed=1", "seed is a setting of train.py, not of eval.py, where nothing reads it; eval.py draws nothing"
+                        " at random"),
+    ("eval", "+run_name=x", "run_name is a setting of train.py, not of eval.py, where nothing reads it; eval.py reads"
+                            " the run from ckpt_path="),
+], ids=["train_ckpt_path", "train_data_root", "eval_seed", "eval_run_name"])
+def test_a_root_key_of_the_other_script_is_refused_naming_whose_it_is(config_name: str, override: str,
+                                                                      expected: str, tmp_path: Path) -> None:
+    """Probe case 49: train.py took eval.py's ``+ckpt_path=``, trained from scratch and make_tables labelled the row
+    ``[ckpt_path=...]``: the root keys of every root config were declared for both scripts."""
+    from models.lifecycle.settings import SettingError
+
+    logs = tmp_path / "logs"
+    given = ["run_name=r"] if config_name == "train" else ["ckpt_path=runs/base/checkpoints/best.ckpt"]
+    with pytest.raises(SettingError) as err:
+        cli.check_overrides([override, *given, f"paths.log_dir={logs}", f"paths.data_dir={tmp_path / 'data'}"],
+                            config_name)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+    assert not logs.exists()
+
+
 def test_a_data_dir_that_is_a_file_is_refused_before_the_run_dir(tmp_path: Path, monkeypatch) -> None:
     """Probe case 107: ``RPE_DATA_DIR=<a file>``, named as the variable it came from."""
     afile = tmp_path / "afile"

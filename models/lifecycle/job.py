@@ -686,7 +686,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     started = time.time()
     run_dir = job.run_dir
     if _is_smoke_run(cfg):
-        check_settings(cfg)
+        check_settings(cfg, "train")
         return _smoke_run(cfg, run_dir)
     identity = identity_config(cfg)
     identity_id = identity_hash(identity)
@@ -705,7 +705,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
                                  fields | ({"data": data} if data is not None else {})), fresh=earlier is None)
     # A sweep's later jobs reach here with values the command line's check did not see: a bad one is then
     # a failed job, recorded in its own (claimed) run dir so that the tables list it.
-    check_settings(cfg)
+    check_settings(cfg, "train")
     check_schedule(cfg)
     if earlier is not None and rank0:
         _refuse_destructive_rerun(cfg, earlier, length, run_dir)

@@ -590,11 +590,12 @@ def _check(key: str, value: Any) -> None:
         raise _fail(key, f"{key}={show(value)} must be a finite number")
 
 
-def check_settings(cfg: DictConfig) -> None:
+def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     """Raise `SettingError` (one line) at the first setting of ``cfg`` outside its valid range or type.
 
     Checks every key matched by `RULES` and refuses nan/inf anywhere else. ``data.*`` settings raise the
-    `DataSettingError` subclass (also a `data.errors.DataConfigError`).
+    `DataSettingError` subclass (also a `data.errors.DataConfigError`). ``config_name`` (``train``, ``eval``)
+    is the entry point's root config, whose root keys alone are accepted (None: any entry point's).
     """
     rows, row = cfg.get("rows"), cfg.get("row")
     if isinstance(rows, DictConfig) and row is not None and str(row) not in rows:  # a sweep of named rows
@@ -606,7 +607,7 @@ def check_settings(cfg: DictConfig) -> None:
             raise _named_by_environment(cfg, err) from None
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
-    _check_root_keys(cfg)
+    _check_root_keys(cfg, config_name)
     _check_checkpoint_callbacks(cfg)
     _check_logger_folders(cfg)
 
@@ -753,19 +754,58 @@ _PROJECT_TARGETS = ("data.", "models.", "lightning.pytorch.Trainer")
 
 
 @cache
-def declared_root_keys() -> frozenset[str]:
-    """Root keys some config declares: the root configs' own keys, every ``@package _global_`` file's
-    top-level keys (experiments, sweeps, debug) and the config groups."""
-    from models.lifecycle.cli import CONFIG_DIR
+def declared_root_keys(config_name: str | None = None) -> frozenset[str]:
+    """Root keys ``configs/<config_name>.yaml`` declares: its own keys, its config groups and the top-level keys
+    of every ``@package _global_`` file in those groups (experiments, sweeps, debug). Each entry point reads
+    only its own: eval.py's ``ckpt_path`` is nothing to train.py. ``None``: those of every entry point (a config
+    composed for no script)."""
+    from models.lifecycle.cli import CONFIG_DIR, SCRIPTS, root_groups
 
-    keys = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
-    for path in CONFIG_DIR.rglob("*.yaml"):
+    if config_name is None:
+        return frozenset().union(*(declared_root_keys(name) for name in SCRIPTS))
+    groups = root_groups(config_name)
+    keys = set(groups)
+    paths = [CONFIG_DIR / f"{config_name}.yaml", *(p for g in groups for p in sorted((CONFIG_DIR / g).rglob("*.yaml")))]
+    for path in paths:
         text = path.read_text()
         if path.parent == CONFIG_DIR or "# @package _global_" in text.split("\n", 1)[0]:
             node = OmegaConf.create(text)
             if isinstance(node, DictConfig):
                 keys.update(str(k) for k in node if k != "defaults")
     return frozenset(keys)
+
+
+# What this entry point has in place of a root key of the other one (given to the wrong script, the key would
+# be read by nothing): the refusal names whose key it is and this.
+OTHER_SCRIPTS_KEYS = {
+    "train": {
+        "ckpt_path": "to resume a run, run its command again (the same run_name resumes from its"
+                     " checkpoints/last.ckpt); to start from weights: model.weights=<reference-layout checkpoint>"
+                     " (DETR models; train.py starts DeiT and Swin models from scratch)",
+        "batch_size": "the training batch size is data.batch_size",
+        "data_root": "the data folder is data.root",
+        "throughput_batch": "train.py measures no throughput",
+        "ape": "a model's absolute position embedding is model.net.ape",
+    },
+    "eval": {
+        "seed": "eval.py draws nothing at random (the run's seed is in its config.yaml)",
+        "run_name": "eval.py reads the run from ckpt_path=runs/<run>/checkpoints/<file>.ckpt",
+        "resume": "eval.py trains nothing: it evaluates the checkpoint ckpt_path= names",
+        "test_after_fit": "eval.py trains nothing: it evaluates the checkpoint ckpt_path= names",
+    },
+}
+
+
+def _other_scripts_key(key: str, config_name: str) -> str | None:
+    """The one-line refusal of ``key``, a root key of another entry point than ``config_name``'s, or None."""
+    from models.lifecycle.cli import SCRIPTS
+
+    owner = next((name for name in SCRIPTS if name != config_name and key in declared_root_keys(name)), None)
+    if owner is None or config_name not in SCRIPTS:
+        return None
+    hint = OTHER_SCRIPTS_KEYS.get(config_name, {}).get(key)
+    return (f"{key} is a setting of {SCRIPTS[owner]}, not of {SCRIPTS[config_name]}, where nothing reads it"
+            + (f"; {hint}" if hint else ""))
 
 
 _REFERENCE = re.compile(r"\$\{\s*(?:oc\.select:\s*|oc\.env:\s*)?([A-Za-z_][A-Za-z0-9_]*)")
@@ -789,19 +829,25 @@ def _referenced_root_keys(cfg: DictConfig) -> set[str]:
     return found
 
 
-def _check_root_keys(cfg: DictConfig) -> None:
-    """A root key no config declares and no interpolation reads (``+lr=0.1`` meant as ``model.optimizer.lr``)
-    would be read by nothing: one line naming it."""
-    unknown = [str(k) for k in cfg.keys() if str(k) not in declared_root_keys() and str(k) not in SKIPPED]
+def _check_root_keys(cfg: DictConfig, config_name: str | None = None) -> None:
+    """A root key that neither ``config_name``'s root config (train, eval) declares nor an interpolation reads
+    (``+lr=0.1`` meant as ``model.optimizer.lr``, eval.py's ``+ckpt_path=`` given to train.py) would be read by
+    nothing: one line naming it, and whose key it is."""
+    declared = declared_root_keys(config_name)
+    unknown = [str(k) for k in cfg.keys() if str(k) not in declared and str(k) not in SKIPPED]
     if not unknown:
         return
     referenced = _referenced_root_keys(cfg)
     for key in unknown:
-        if key not in referenced:
-            valid = sorted(k for k in cfg.keys() if str(k) not in SKIPPED and str(k) != key)
-            raise SettingError(f"{key} is not a setting: nothing reads a root key of that name (a value for a"
-                               f" nested setting needs its full key, e.g. model.optimizer.lr); root keys:"
-                               f" {', '.join(map(str, valid))}")
+        if key in referenced:
+            continue
+        other = _other_scripts_key(key, config_name) if config_name is not None else None
+        if other is not None:
+            raise SettingError(other)
+        valid = sorted(k for k in cfg.keys() if str(k) not in SKIPPED and str(k) != key)
+        raise SettingError(f"{key} is not a setting: nothing reads a root key of that name (a value for a"
+                           f" nested setting needs its full key, e.g. model.optimizer.lr); root keys:"
+                           f" {', '.join(map(str, valid))}")
 
 
 def _check_constructor_keys(cfg: DictConfig, node: str) -> None:
