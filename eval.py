@@ -371,6 +371,7 @@ def check_testset_name_override(key: str, override: str) -> None:
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
+    from models.lifecycle.settings import decode_environment_values
     from models.lifecycle.signals import install_stop_signals
     from models.training import RunInterrupted
 
@@ -378,6 +379,7 @@ def main(cfg: DictConfig) -> None:
     notes: list[str] = []
     install_stop_signals()  # before the Trainer: Lightning then leaves SIGTERM to us
     try:
+        decode_environment_values(cfg)  # batch_size=${oc.env:...} is the number it spells, as the check took it
         if cfg.ckpt_path is not None:
             check_run_eval_overrides(list(HydraConfig.get().overrides.task))
         metrics = evaluate(cfg, written, notes)

@@ -596,6 +596,30 @@ def test_a_root_key_of_the_other_script_is_refused_naming_whose_it_is(config_nam
     assert not logs.exists()
 
 
+def test_an_environment_variable_is_the_value_it_spells(tmp_path: Path, monkeypatch) -> None:
+    """Probe case 21: ``threads=${oc.env:OMP_NUM_THREADS}`` with OMP_NUM_THREADS=1 was refused as "OMP_NUM_THREADS='1'
+    must be an integer >= 1" (oc.env gives the string '1'). Every setting of a typed rule takes the value its
+    variable spells, in the config the run records; a variable that spells none is named with what it must spell."""
+    from models.lifecycle.identity import identity_config
+    from models.lifecycle.settings import check_settings
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("RPE_TEST_LR", "2e-4")
+    from_env = ["threads=${oc.env:OMP_NUM_THREADS}", "model.optimizer.lr=${oc.env:RPE_TEST_LR}"]
+    cfg = compose_config(from_env, tmp_path / "out", tmp_path / "data")
+    check_settings(cfg, "train")
+    assert type(cfg.threads) is int and cfg.threads == 1
+    assert type(cfg.model.optimizer.lr) is float and cfg.model.optimizer.lr == 2e-4
+    typed = compose_config(["threads=1", "model.optimizer.lr=2e-4"], tmp_path / "out", tmp_path / "data")
+    assert identity_config(cfg) == identity_config(typed)  # the same run as the values typed out
+    cli.check_overrides([*from_env, f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={tmp_path / 'data'}",
+                         "run_name=r"], "train")
+    monkeypatch.setenv("RPE_TEST_LR", "fast")
+    message = _refused_before_the_run_dir([*from_env, f"paths.data_dir={tmp_path / 'data'}"], tmp_path / "refused")
+    assert message == ("environment variable RPE_TEST_LR='fast' must spell a number > 0; model.optimizer.lr reads it:"
+                       " set RPE_TEST_LR to a valid value, or unset it for the config's default"), message
+
+
 def test_a_data_dir_that_is_a_file_is_refused_before_the_run_dir(tmp_path: Path, monkeypatch) -> None:
     """Probe case 107: ``RPE_DATA_DIR=<a file>``, named as the variable it came from."""
     afile = tmp_path / "afile"

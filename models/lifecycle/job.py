@@ -680,11 +680,12 @@ def _claim_data(run_dir: Path, earlier: dict[str, Any] | None, data: dict[str, A
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
-    from models.lifecycle.settings import check_schedule, check_settings, schedule_notes
+    from models.lifecycle.settings import check_schedule, check_settings, decode_environment_values, schedule_notes
     from models.training import ResumeCheckpoint
 
     started = time.time()
     run_dir = job.run_dir
+    decode_environment_values(cfg)  # threads=${oc.env:...} is the number it spells, in the identity too
     if _is_smoke_run(cfg):
         check_settings(cfg, "train")
         return _smoke_run(cfg, run_dir)

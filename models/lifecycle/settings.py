@@ -30,7 +30,8 @@ from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
 __all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
-           "check_splits", "check_strategy", "configured_world_size", "env_source", "mixup_keys", "rule_for"]
+           "check_splits", "check_strategy", "configured_world_size", "decode_environment_values", "env_source",
+           "mixup_keys", "rule_for"]
 
 
 class SettingError(ValueError):
@@ -553,8 +554,65 @@ def env_source(cfg: DictConfig, key: str) -> str | None:
         raw = parent._get_node(leaf)._value()
     except (OmegaConfBaseException, AttributeError):
         return None
-    found = re.fullmatch(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*(,.*)?\}", str(raw), re.DOTALL)
+    return _set_variable(raw)
+
+
+_ENV_VALUE = re.compile(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*(,.*)?\}", re.DOTALL)
+
+
+def _set_variable(raw: Any) -> str | None:
+    """NAME of a raw config value ``${oc.env:NAME[,default]}`` whose variable is set, else None."""
+    found = _ENV_VALUE.fullmatch(str(raw)) if isinstance(raw, str) else None
     return found.group(1) if found and found.group(1) in os.environ else None
+
+
+def _environment_keys(cfg: DictConfig) -> Iterator[str]:
+    """The dotted keys of ``cfg`` (Hydra's node aside) whose value is a set environment variable (`env_source`)."""
+    def walk(node: Any, prefix: str) -> Iterator[str]:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict) and not (not prefix and path in SKIPPED):
+                yield from walk(value, path)
+            elif _set_variable(value) is not None:
+                yield path
+
+    yield from walk(OmegaConf.to_container(cfg, resolve=False), "")
+
+
+def _spelled(text: str) -> tuple[bool, Any]:
+    """``(True, value)``: what ``text`` spells as a command-line value, as Hydra reads ``key=<text>`` (``'1'`` is
+    1, ``'1e-3'`` 0.001, ``'true'`` True, ``'null'`` None); ``(False, None)`` where it is no value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return True, OverridesParser.create().parse_override(f"key={text}").value()
+    except (HydraException, ValueError):
+        return False, None
+
+
+def decode_environment_values(cfg: DictConfig) -> None:
+    """Each setting whose value is an environment variable (``${oc.env:NAME}``, which OmegaConf gives as a
+    string) becomes the value the variable's text spells where its rule takes that value and not the string:
+    ``threads=${oc.env:OMP_NUM_THREADS}`` with ``OMP_NUM_THREADS=1`` is ``threads=1``, as on the command line.
+    Done in place, before a run's identity is taken, so the run records, hashes and uses the value. A text
+    that spells no valid value stays, for `check_settings` to refuse naming the variable."""
+    from omegaconf import open_dict, read_write
+
+    for key in list(_environment_keys(cfg)):
+        rule = rule_for(key)
+        parent_key, _, leaf = key.rpartition(".")
+        try:
+            parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
+            value = parent[leaf] if isinstance(parent, DictConfig) else None
+        except OmegaConfBaseException:  # a variable that cannot be resolved here: named by its own check
+            continue
+        if rule is None or not isinstance(value, str) or rule.accepts(value):
+            continue
+        spelled, decoded = _spelled(value)
+        if spelled and not isinstance(decoded, str) and rule.accepts(decoded):
+            with read_write(parent), open_dict(parent):
+                parent[leaf] = decoded
 
 
 def _non_finite(value: Any) -> bool:
@@ -590,6 +648,12 @@ def _check(key: str, value: Any) -> None:
         raise _fail(key, f"{key}={show(value)} must be a finite number")
 
 
+def _typed(rule: Rule) -> bool:
+    """Whether ``rule`` takes a value that is not a string (a number, a flag, null, a list or a mapping)."""
+    return any(not isinstance(form, (Text, Label)) and not (isinstance(form, OneOf) and all(
+        isinstance(v, str) for v in form.values)) for form in rule.forms)
+
+
 def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     """Raise `SettingError` (one line) at the first setting of ``cfg`` outside its valid range or type.
 
@@ -600,6 +664,7 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     rows, row = cfg.get("rows"), cfg.get("row")
     if isinstance(rows, DictConfig) and row is not None and str(row) not in rows:  # a sweep of named rows
         raise SettingError(f"row={row} is not a row of sweep {cfg.get('sweep_name')}; valid: {', '.join(rows)}")
+    decode_environment_values(cfg)
     for key, value in _children(cfg, ""):
         try:
             _check(key, value)
@@ -613,14 +678,19 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
 
 
 def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
-    """``err`` naming the environment variable its value came from (`env_source`), where it came from one."""
+    """``err`` naming the environment variable its value came from (`env_source`), where it came from one; for
+    a setting of a number, flag or null, what the variable's text must spell (`decode_environment_values`)."""
     key = getattr(err, "key", None)
     name = env_source(cfg, key) if key else None
     message = str(err)
     if name is None or not message.startswith(f"{key}="):
         return err
-    renamed = type(err)(f"environment variable {name}={message[len(key) + 1:]}; {key} reads it: set {name} to a"
-                        " valid value, or unset it for the config's default")
+    rule, problem = rule_for(key), message[len(key) + 1:]
+    if rule is not None and _typed(rule) and isinstance(OmegaConf.select(cfg, key, default=None), str):
+        forms = rule.describe()
+        problem = f"{os.environ[name]!r} must spell {'a number ' if forms[:1] in '<>' else ''}{forms}"
+    renamed = type(err)(f"environment variable {name}={problem}; {key} reads it: set {name} to a valid value, or"
+                        " unset it for the config's default")
     renamed.key = key
     return renamed
 
