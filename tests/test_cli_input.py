@@ -5,9 +5,12 @@ size the patch or window grid does not divide) as one line naming the values."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -567,6 +570,55 @@ def test_a_strategy_the_accelerator_cannot_run_is_refused_before_the_run_dir(str
     message = _refused_before_the_run_dir(["trainer=cpu", f"trainer.strategy={strategy}",
                                            f"paths.data_dir={tmp_path / 'data'}"], tmp_path)
     assert expected in message, message
+
+
+@pytest.mark.parametrize("backend", ["flex", "triton"])
+def test_a_backend_the_accelerator_cannot_run_is_refused_before_the_run_dir(backend: str, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """Probe cases 107, 106: flex on the CPU was a NotImplementedError traceback at the first training step and
+    triton's line came at its first forward, each after a failed run dir; `rpe.config.BACKEND_DEVICES` says where
+    each backend runs, and the build before the run dir checks the model's backends against the accelerator."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    message = _refused_before_the_run_dir(["trainer=cpu", f"rpe.backend={backend}",
+                                           f"paths.data_dir={tmp_path / 'data'}"], tmp_path)
+    why = {"flex": "torch's FlexAttention trains on cuda only (it has no backward pass on CPU or MPS)",
+           "triton": "the fused Triton kernel trains on cuda only (on CPU only under TRITON_INTERPRET=1)"}[backend]
+    if backend == "triton" and importlib.util.find_spec("triton") is None:
+        why = "the triton package is not installed (pip install triton)"
+    assert message == (f"rpe.backend={backend} cannot train on trainer.accelerator=cpu: {why}; valid backends to"
+                       " train on cpu: auto, sdpa, eager, naive"), message
+    assert not (tmp_path / "data").exists()
+
+
+def test_eval_refuses_a_backend_a_device_it_runs_the_model_on_cannot_run(monkeypatch) -> None:
+    """Probe cases 106, 107 for eval.py: the test runs on the Trainer's device, then the MACs and throughput on the
+    CPU. Flex runs forward on the CPU (no backward is needed); triton on neither the CPU nor a TPU."""
+    from omegaconf import OmegaConf
+
+    import eval as eval_script
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    data = SimpleNamespace(img_size=32)  # a fixed input size: eval.py counts MACs and throughput on the CPU
+
+    def model(backend: str) -> Any:
+        return create_model("deit_micro_patch4_32", rpe={"preset": "irpe_k", "backend": backend}, num_classes=8)
+
+    def trainer(accelerator: str) -> Any:
+        return OmegaConf.create({"trainer": {"accelerator": accelerator}})
+
+    eval_script.check_backends(trainer("cpu"), data, model("flex"))
+    with pytest.raises(ValueError) as err:
+        eval_script.check_backends(trainer("tpu"), data, model("flex"))
+    assert str(err.value).startswith("rpe.backend=flex cannot evaluate on trainer.accelerator=tpu: torch's"
+                                     " FlexAttention runs on cuda, cpu, mps only; valid backends to evaluate on"
+                                     " tpu: auto, sdpa, eager, naive"), str(err.value)
+    with pytest.raises(ValueError) as err:
+        eval_script.check_backends(trainer("cpu"), data, model("triton"))
+    assert str(err.value).startswith("rpe.backend=triton cannot evaluate on trainer.accelerator=cpu: "), str(err.value)
+    with pytest.raises(ValueError) as err:  # the test on a GPU would pass, the MACs after it would not
+        eval_script.check_backends(trainer("cuda"), data, model("triton"))
+    assert str(err.value).startswith("rpe.backend=triton cannot evaluate on the CPU, where eval.py counts MACs"
+                                     " and measures throughput after the test: "), str(err.value)
 
 
 @pytest.mark.parametrize(("config_name", "override", "expected"), [

@@ -29,9 +29,9 @@ from data.errors import DataConfigError
 from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
-__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
-           "check_splits", "check_strategy", "configured_world_size", "decode_environment_values", "env_source",
-           "mixup_keys", "rule_for"]
+__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_backend_devices", "check_settings",
+           "check_schedule", "check_devices", "check_splits", "check_strategy", "configured_world_size",
+           "decode_environment_values", "env_source", "mixup_keys", "rule_for", "run_device"]
 
 
 class SettingError(ValueError):
@@ -1183,6 +1183,43 @@ def check_strategy(cfg: DictConfig) -> None:
         if importlib.util.find_spec("deepspeed") is None:
             raise SettingError(f"trainer.strategy={strategy} needs the deepspeed package, which is not installed;"
                                " valid here: trainer.strategy=auto or ddp (or pip install deepspeed)")
+
+
+# Lightning's accelerators that name one kind of device (auto and gpu depend on the machine)
+_DEVICE_KINDS = ("cpu", "cuda", "mps", "tpu")
+
+
+def run_device(cfg: DictConfig) -> str | None:
+    """The kind of device (`_DEVICE_KINDS`) the run's Trainer puts the model on; None where this machine cannot
+    tell (``auto`` or ``gpu`` in a job that a launcher runs elsewhere, or a GPU this machine lacks)."""
+    accelerator = _get(cfg.get("trainer") or {}, "accelerator", "auto")
+    if accelerator in _DEVICE_KINDS:
+        return str(accelerator)
+    if not isinstance(accelerator, str) or not _runs_here(cfg):
+        return None
+    here = _accelerator_here(accelerator)
+    return here if here in _DEVICE_KINDS else None
+
+
+def check_backend_devices(cfg: DictConfig, model: Any, training: bool, device: str | None = None,
+                          where: str | None = None) -> None:
+    """Refuse an attention backend of ``model`` (``rpe.backend``) that the device it runs on cannot run, to train
+    (``training``) or to evaluate, by `rpe.config.BACKEND_DEVICES` (``flex`` or ``triton`` on the CPU), in one line
+    naming the backend, the accelerator and the backends that run there. Without a build nothing says so
+    before the first forward, after the run dir is made. ``device`` and ``where`` (how it is chosen): a device
+    other than the run's Trainer's (eval.py measures on the CPU)."""
+    from rpe.attention import attention_backends
+    from rpe.config import check_backend_device
+
+    if device is None:
+        device = run_device(cfg)
+        accelerator = _get(cfg.get("trainer") or {}, "accelerator", "auto")
+        here = "" if accelerator == device else f" (on this machine: {device})"
+        where = f"trainer.accelerator={accelerator}{here}"
+    if device is None:
+        return
+    for backend in sorted(attention_backends(model)):
+        check_backend_device(backend, device, training, where)
 
 
 def configured_world_size(cfg: DictConfig) -> int | None:
