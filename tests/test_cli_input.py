@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import re
 from pathlib import Path
@@ -180,6 +181,7 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
     """Probes 26/34: ``data.img_size=64`` on a root generated at 32 px was refused only after a failed run dir
     was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
     from data.generation import MARKER_NAME, describe_generator, resolve_generator
+    from data.relational import class_names
     from models.lifecycle.cli import CommandLineError, check_overrides
 
     root = tmp_path / "data"
@@ -188,10 +190,11 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
             "img_size": 32, "patch_size": 4, "seed": 0, "min_object_size": 5, "max_object_size": 7,
             "boundary_margin_deg": 5.0, "noise_max": 32}  # configs/data/relational.yaml's generator at 32 px
     (root / MARKER_NAME).write_text(json.dumps({"generator": describe_generator(resolve_generator(spec))}))
-    for split, images in (("train", 64), ("val", 1)):  # split folders holding a batch: checked before the run dir
-        (root / split / "0_E").mkdir(parents=True)
+    # split and class folders holding a batch: checked before the run dir
+    for (split, images), name in itertools.product((("train", 8), ("val", 1)), class_names()):
+        (root / split / name).mkdir(parents=True)
         for i in range(images):
-            (root / split / "0_E" / f"{i}.png").touch()
+            (root / split / name / f"{i}.png").touch()
     logs = tmp_path / "logs"
     args = [f"data.root={root}", f"paths.log_dir={logs}", "run_name=mismatch"]
     check_overrides(args, "train")  # the same settings pass (the run dir is made: the check prepares it)
@@ -670,6 +673,45 @@ def test_an_environment_variable_is_the_value_it_spells(tmp_path: Path, monkeypa
     message = _refused_before_the_run_dir([*from_env, f"paths.data_dir={tmp_path / 'data'}"], tmp_path / "refused")
     assert message == ("environment variable RPE_TEST_LR='fast' must spell a number > 0; model.optimizer.lr reads it:"
                        " set RPE_TEST_LR to a valid value, or unset it for the config's default"), message
+
+
+def _hand_root(folder: Path, change: str) -> Path:
+    """Hand data of 8 classes (2 images each per split), changed as a probe's root was."""
+    import shutil
+
+    from data import make_fake_imagefolder
+
+    root = make_fake_imagefolder(folder, num_classes=8, per_class=2, img_size=32)
+    for split in ("train", "val"):
+        if change == "hidden":  # Jupyter's folder, holding a copy of an image
+            (root / split / ".ipynb_checkpoints").mkdir()
+            shutil.copy(root / split / "class_000" / "0000.png", root / split / ".ipynb_checkpoints" / "a.png")
+        elif change == "empty":
+            (root / split / "8_EMPTY").mkdir()
+    if change == "val_only":
+        shutil.copytree(root / "val" / "class_000", root / "val" / "class_999")
+    return root
+
+
+@pytest.mark.parametrize(("change", "args", "expected"), [
+    ("hidden", [], None),
+    ("empty", [], "/train is not a usable ImageFolder split (class folders without images: 8_EMPTY); expected"),
+    ("val_only", [], "the class folders of train/ (8) and val/ (9) differ (only in val/: class_999); they must match"),
+    ("none", ["data.num_classes=9"], "data.num_classes=9 but data.root="),
+])
+def test_hand_class_folders_are_checked_before_the_run_dir(change: str, args: list[str], expected: str | None,
+                                                           tmp_path: Path) -> None:
+    """Probe cases 60, 61: a hidden .ipynb_checkpoints/ counted as a 9th class (and the hint invited
+    data.num_classes=9); an empty class folder was refused only in setup, after a failed run dir."""
+    root = _hand_root(tmp_path / "hand", change)
+    given = ["data.generator=null", f"data.root={root}", "data.batch_size=4", f"paths.data_dir={tmp_path / 'd'}",
+             *args]
+    if expected is None:
+        cli.check_overrides([*given, f"paths.log_dir={tmp_path / 'logs'}", "run_name=r"], "train")
+        assert (tmp_path / "logs" / "r").is_dir()  # data.num_classes=8: the hidden folder is no class
+        return
+    message = _refused_before_the_run_dir(given, tmp_path)
+    assert expected in message, message
 
 
 def test_a_data_dir_that_is_a_file_is_refused_before_the_run_dir(tmp_path: Path, monkeypatch) -> None:

@@ -111,8 +111,8 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
 def check_buildable(cfg: DictConfig) -> None:
     """Build the data module and the model of ``cfg`` on the meta device (no weights allocated, no image read)
     and run the checks that need them: a bad model, RPE or monitor setting, an attention backend the run's
-    device cannot train with, and for data already on disk a missing split folder or a batch larger than the
-    training split, are then refused before a run dir exists.
+    device cannot train with, and for data already on disk a missing split folder, empty or mismatched class
+    folders or a batch larger than the training split, are then refused before a run dir exists.
     An error that is not a setting's (a layer that cannot be built on the meta device) is left to the job, which
     builds the model for real."""
     try:
@@ -129,7 +129,7 @@ def check_buildable(cfg: DictConfig) -> None:
     from models.lifecycle.settings import check_backend_devices, configured_world_size
 
     check_backend_devices(cfg, model, training=True)  # flex or triton on the CPU: at the first step otherwise
-    if hasattr(datamodule, "check_on_disk"):  # data already there: its split folders, a batch per device
+    if hasattr(datamodule, "check_on_disk"):  # data already there: split and class folders, a batch per device
         try:
             datamodule.check_on_disk(configured_world_size(cfg))
         except OSError:  # an unreadable folder: the data module names it when it reads the data
