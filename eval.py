@@ -130,6 +130,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         detach_generator(datamodule)  # never generate data, whatever the experiment's data config says
         require_finite_weights(model, f"model.weights={weights}")
         require_existing_data(datamodule, "the eval config", "data.root=<folder>")
+    check_backends(cfg, datamodule, model)
     trainer = build_trainer(cfg.trainer)
     counter = ImageCounter()  # a test-set result records the images it read; other numbers say if partial
     trainer.callbacks.append(counter)
@@ -164,6 +165,18 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         if notes is not None:
             notes.append(why)
     return metrics
+
+
+def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
+    """Refuse, before the test, a model whose attention backend (the run's ``rpe.backend``) cannot run forward on
+    a device eval.py runs it on: the Trainer's for the test, and the CPU (where Lightning returns the model
+    after the test) for the MACs and throughput of fixed-size input (`check_backend_devices`)."""
+    from models.lifecycle.settings import check_backend_devices
+
+    check_backend_devices(cfg, model, training=False)
+    if hasattr(datamodule, "img_size"):
+        check_backend_devices(cfg, model, training=False, device="cpu",
+                              where="the CPU, where eval.py counts MACs and measures throughput after the test")
 
 
 def not_a_result(run_dir: Path) -> str:
@@ -371,6 +384,7 @@ def check_testset_name_override(key: str, override: str) -> None:
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
+    from models.lifecycle.settings import decode_environment_values
     from models.lifecycle.signals import install_stop_signals
     from models.training import RunInterrupted
 
@@ -378,6 +392,7 @@ def main(cfg: DictConfig) -> None:
     notes: list[str] = []
     install_stop_signals()  # before the Trainer: Lightning then leaves SIGTERM to us
     try:
+        decode_environment_values(cfg)  # batch_size=${oc.env:...} is the number it spells, as the check took it
         if cfg.ckpt_path is not None:
             check_run_eval_overrides(list(HydraConfig.get().overrides.task))
         metrics = evaluate(cfg, written, notes)

@@ -18,7 +18,7 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from data.errors import DataConfigError, load_rgb_image
-from data.generation import Generator, _plain, ensure_generated, read_marker, resolve_generator
+from data.generation import Generator, _plain, class_folders, ensure_generated, read_marker, resolve_generator
 from data.memory import decoded
 
 LAYOUT_HINT = (
@@ -80,8 +80,32 @@ def class_folder_difference(train: Sequence[str], val: Sequence[str], train_spli
 
 
 def _count_class_dirs(split_dir: Path) -> int:
-    """Number of class folders, counted exactly like torchvision's ImageFolder.find_classes."""
-    return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
+    """Number of class folders (`class_folders`: the dataset's classes)."""
+    return len(class_folders(split_dir))
+
+
+def empty_classes_reason(empty: Sequence[str]) -> str:
+    """Why a split with the class folders ``empty`` (no image in them) is not usable, in one phrase."""
+    return "class folders without images: " + ", ".join(empty[:5]) + (
+        f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+
+
+def _holds_image(folder: str, seen: set[str] | None = None) -> bool:
+    """Whether ``folder`` or a folder under it (links followed, each real folder once) holds a file named as an
+    image: by name, as `CheckedImageFolder` finds a class's samples, reading no more of the folder than it needs."""
+    seen = set() if seen is None else seen
+    real = os.path.realpath(folder)
+    if real in seen:
+        return False
+    seen.add(real)
+    below = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                below.append(entry.path)
+            elif has_file_allowed_extension(entry.name, IMG_EXTENSIONS):
+                return True
+    return any(_holds_image(path, seen) for path in below)
 
 
 def count_images(split_dir: Path, enough: int) -> int:
@@ -89,10 +113,8 @@ def count_images(split_dir: Path, enough: int) -> int:
     are found: a cheap lower bound of the split's length, for checks made before a run starts. Each real
     folder is counted once (a folder reached twice through links is refused when the split is read)."""
     count, seen = 0, set()
-    for entry in sorted(os.scandir(split_dir), key=lambda e: e.name):
-        if not entry.is_dir():
-            continue
-        for folder, dirs, names in os.walk(entry.path, followlinks=True):
+    for name in class_folders(split_dir):
+        for folder, dirs, names in os.walk(os.path.join(split_dir, name), followlinks=True):
             real = os.path.realpath(folder)
             if real in seen:
                 dirs[:] = []
@@ -208,9 +230,15 @@ def _refuse_image_in_two_classes(links: list[tuple[str, str, str]], seen: dict[s
 
 
 class CheckedImageFolder(ImageFolder):
-    """torchvision's ImageFolder with the same samples in the same order, whose folder walk refuses symlink
-    loops, folders reached twice, entries that are no regular files and images in two classes (see
-    `_walk_class_folder`, `_refuse_image_in_two_classes`)."""
+    """torchvision's ImageFolder with the same samples in the same order, but for hidden folders, which are no
+    classes (`class_folders`), and whose folder walk refuses symlink loops, folders reached twice, entries that
+    are no regular files and images in two classes (see `_walk_class_folder`, `_refuse_image_in_two_classes`)."""
+
+    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+        classes = class_folders(directory)  # torchvision's own would make .ipynb_checkpoints a class
+        if not classes:
+            raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+        return classes, {name: index for index, name in enumerate(classes)}
 
     @staticmethod
     def make_dataset(
@@ -251,8 +279,7 @@ class CheckedImageFolder(ImageFolder):
             samples.extend(found)
         _refuse_image_in_two_classes(linked, seen, directory, is_valid_file)
         if empty and not allow_empty:
-            shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-            raise FileNotFoundError(f"class folders without images: {shown}")
+            raise FileNotFoundError(empty_classes_reason(empty))
         return samples
 
 
@@ -539,17 +566,26 @@ class ImageFolderDataModule(L.LightningDataModule):
         return split_dir
 
     def check_on_disk(self, world_size: int | None) -> None:
-        """Before a run dir is made: the checks of `prepare_data` and `train_dataloader` that need no image
-        opened, on data already on disk (data still to be generated is checked when it is made). The split
-        folders must exist, and the training split must hold a batch per device (``world_size``, None where
-        the machine decides: then one, which refuses only what no device count would allow)."""
+        """Before a run dir is made: the checks of `prepare_data`, `setup` and `train_dataloader` that need no
+        image opened, on data already on disk (data still to be generated is checked when it is made). The split
+        folders must exist, each class folder must hold an image (by name), the class folders must pass
+        `_check_classes`, and the training split must hold a batch per device (``world_size``, None where the
+        machine decides: then one, which refuses only what no device count would allow)."""
         try:
             if not self.root.is_dir() or (self.generator is not None and read_marker(self.root) is None):
                 return
         except DataConfigError:  # a damaged marker: named by prepare_data, after the destination checks
             return
+        classes = {}
         for split in (self.train_split, self.val_split):
-            self._check_split_dir(split)
+            split_dir = self._check_split_dir(split)
+            classes[split] = class_folders(split_dir)
+            if not classes[split]:
+                raise self._unusable(split_dir, "it has no class folders, so data.root holds no images")
+            empty = [name for name in classes[split] if not _holds_image(str(split_dir / name))]
+            if empty:
+                raise self._unusable(split_dir, empty_classes_reason(empty))
+        self._check_classes(classes[self.train_split], classes[self.val_split])
         world = world_size or 1
         if self.repeated_aug and world > 1:
             world = 1  # RepeatAugSampler's length is not the split's: left to the loader
@@ -564,6 +600,9 @@ class ImageFolderDataModule(L.LightningDataModule):
                 f"{self.root / self.train_split}; with drop_last=True there would be no training batch"
             )
 
+    def _unusable(self, split_dir: Path, reason: str) -> DataConfigError:
+        return DataConfigError(f"{split_dir} is not a usable ImageFolder split ({reason}); {self._layout_hint()}")
+
     def _image_folder(self, split: str, transform: Callable) -> ImageFolder:
         split_dir = self._check_split_dir(split)
         try:
@@ -572,9 +611,7 @@ class ImageFolderDataModule(L.LightningDataModule):
             reason = str(err).splitlines()[0].rstrip(".")
             if reason.startswith("Couldn't find any class folder"):
                 reason = "it has no class folders, so data.root holds no images"
-            raise DataConfigError(
-                f"{split_dir} is not a usable ImageFolder split ({reason}); {self._layout_hint()}"
-            ) from None
+            raise self._unusable(split_dir, reason) from None
 
     def setup(self, stage: str | None = None) -> None:
         """Build the ImageFolders: train+val for stage 'fit' (or None), val only for validate/test/predict."""
@@ -585,18 +622,22 @@ class ImageFolderDataModule(L.LightningDataModule):
             self.train_set = decoded(train_set) if self.train_transform_kwargs is None else train_set
         if self.val_set is None:
             self.val_set = decoded(self._image_folder(self.val_split, self.build_eval_transform()))
-        reference = self.train_set if self.train_set is not None else self.val_set
-        if self.train_set is not None and self.val_set.classes != self.train_set.classes:
-            # ImageFolder indexes classes by sorted folder name: differing class sets silently shift labels.
-            difference = class_folder_difference(
-                self.train_set.classes, self.val_set.classes, self.train_split, self.val_split
-            )
+        self.num_classes = self._check_classes(
+            None if self.train_set is None else self.train_set.classes, self.val_set.classes)
+
+    def _check_classes(self, train: Sequence[str] | None, val: Sequence[str]) -> int:
+        """The class folders of the splits (``train`` None: only val is read) against each other and the
+        settings: the same names in both (ImageFolder indexes classes by sorted folder name, so differing sets
+        silently shift labels), at least 2, and as many as ``data.num_classes`` (or the run's head) says.
+        Returns their count. Made by `setup` on the datasets and, before a run dir, by `check_on_disk`."""
+        if train is not None and list(val) != list(train):
+            difference = class_folder_difference(train, val, self.train_split, self.val_split)
             raise DataConfigError(
                 f"data.root={self.root}: the class folders of {self.train_split}/ "
-                f"({len(self.train_set.classes)}) and {self.val_split}/ ({len(self.val_set.classes)}) differ "
+                f"({len(train)}) and {self.val_split}/ ({len(val)}) differ "
                 f"({difference}); they must match, as labels are indexed by sorted folder name"
             )
-        found = len(reference.classes)
+        found = len(train if train is not None else val)
         if found < 2:  # one class: nothing to classify (and accuracy would read 100 %)
             raise DataConfigError(f"data.root={self.root} has {found} class folder: a classification task needs at"
                                   " least 2 (one folder per class under each split)")
@@ -612,7 +653,7 @@ class ImageFolderDataModule(L.LightningDataModule):
                 f"data.num_classes={configured} but data.root={self.root} has {found} class folders; set "
                 f"data.num_classes={found} (or null to count them)"
             )
-        self.num_classes = found
+        return found
 
     # ------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:

@@ -201,6 +201,15 @@ def read_marker(root: str | Path) -> dict[str, Any] | None:
     return data
 
 
+def class_folders(split_dir: str | Path) -> list[str]:
+    """The classes of an ImageFolder split: its folders (symlinks followed, as torchvision's ``find_classes``),
+    sorted by name, but never a hidden one (``.ipynb_checkpoints``, ``.git``): those are a tool's, not a class.
+    The one listing of class folders: the data module's dataset, counts and checks made before a run, and the
+    generated data's content scan all read it. ``OSError`` is the caller's."""
+    with os.scandir(split_dir) as entries:
+        return sorted(entry.name for entry in entries if not entry.name.startswith(".") and entry.is_dir())
+
+
 def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple[dict[str, dict[str, int]], str]:
     """``({split folder: {class folder: number of images}}, digest)`` of an ImageFolder tree, what the marker
     records: the digest is the sha256 over every image's path (relative to ``root``) and the sha256 of its
@@ -220,11 +229,10 @@ def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple
         if not split.is_dir() or (wanted is not None and split.name not in wanted):
             continue
         classes = summary[split.name] = {}
-        for cls in sorted(os.scandir(split.path), key=lambda e: e.name):
-            if not cls.is_dir():
-                continue
+        for cls in class_folders(split.path):
             count = 0
-            for folder, dirs, names in os.walk(cls.path, onerror=_raise):  # a folder it cannot list is named
+            # a folder it cannot list is named
+            for folder, dirs, names in os.walk(os.path.join(split.path, cls), onerror=_raise):
                 dirs.sort()
                 where = Path(folder).relative_to(root)
                 for name in dirs:
@@ -241,7 +249,7 @@ def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple
                             raise OSError(errno.EINVAL, "not a regular file: a FIFO, socket or device", path)
                         digest.update(os.fsencode(f"{where / name}\0") + hashlib.sha256(image.read()).digest())
                     count += 1
-            classes[cls.name] = count
+            classes[cls] = count
     return summary, digest.hexdigest()
 
 

@@ -52,9 +52,9 @@ from timm.layers import register_notrace_module
 from torch import Tensor, nn
 
 from .base import Description, LogitPiece, PositionEncoding, materialize_pieces
-from .config import BACKENDS, RPEConfig, build_rpe, resolve_rpe
+from .config import BACKENDS, RPEConfig, build_rpe, check_backend_device, resolve_rpe
 
-__all__ = ["rpe_attention", "RPEAttention", "RPESites", "split_grid"]
+__all__ = ["attention_backends", "rpe_attention", "RPEAttention", "RPESites", "split_grid"]
 
 
 def split_grid(n: int, grid_size: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -114,6 +114,9 @@ def _flex(
         else:
             prepared.append(("dense", piece.values.expand(B, H, n, n), None, False))
     mask = None if attn_mask is None else attn_mask.expand(B, H, n, n)
+    # torch's own refusal (no backward on CPU) is a NotImplementedError that names neither setting nor fix
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    check_backend_device("flex", q.device.type, training, f"{q.device.type} tensors")
 
     def score_mod(score, b, h, q_idx, kv_idx):
         for kind, values, ids, transposed in prepared:
@@ -391,6 +394,18 @@ class RPESites:
     def describe_rpe(self, h: int, w: int) -> list[Description]:
         """`PositionEncoding.describe` of every slot on an ``h x w`` grid."""
         return [module.describe(h, w) for module in self.rpe_modules]
+
+
+def attention_backends(model: nn.Module) -> set[str]:
+    """The backends (``rpe.backend``) the attention layers of ``model`` (`RPESites` with an encoding config:
+    DeiT's, Swin's, DETR's) ask `rpe_attention` for."""
+    found = set()
+    for layer in model.modules():
+        if isinstance(layer, RPESites):
+            config = getattr(layer, "rpe_config", None) or getattr(layer, "rpe_cfg", None)  # DETR: rpe_cfg
+            if isinstance(config, RPEConfig):
+                found.add(config.backend)
+    return found
 
 
 @register_notrace_module  # torch.fx keeps it as one call: its Python dispatch needs concrete shapes

@@ -24,6 +24,9 @@ that is not None is set by the user and must be a field the method reads.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +40,10 @@ __all__ = [
     "MODES",
     "INDEXES",
     "BACKENDS",
+    "BACKEND_DEVICES",
+    "backend_devices",
+    "backends_on",
+    "check_backend_device",
     "RPEConfig",
     "RPEConfigError",
     "PRESETS",
@@ -48,6 +55,30 @@ __all__ = [
 MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
 BACKENDS: tuple[str, ...] = ("auto", "sdpa", "eager", "flex", "naive", "triton")
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendDevices:
+    """The device kinds a backend trains on (forward and backward) and evaluates on (forward only); ``kernel``
+    names what runs, ``note`` (``train_note`` for training) says more on where it runs."""
+
+    train: tuple[str, ...]
+    evaluate: tuple[str, ...]
+    kernel: str
+    note: str = ""
+    train_note: str = ""
+
+
+# Where each backend runs, by the kind of device of its tensors (Lightning's accelerators: cpu, cuda, mps,
+# tpu). A backend not named runs on every device torch does (plain torch operations). torch's FlexAttention
+# computes forwards on CPU and MPS in eager mode but has no backward pass there (NotImplementedError at the
+# first training step); the fused Triton kernel is CUDA only (on CPU under Triton's interpreter, for tests).
+# The run's checks (`models.lifecycle.settings.check_backend_devices`) and `rpe_attention` both read it.
+BACKEND_DEVICES: dict[str, BackendDevices] = {
+    "flex": BackendDevices(("cuda",), ("cuda", "cpu", "mps"), "torch's FlexAttention",
+                           train_note="it has no backward pass on CPU or MPS"),
+    "triton": BackendDevices(("cuda",), ("cuda",), "the fused Triton kernel", "on CPU only under TRITON_INTERPRET=1"),
+}
 SITES: str = "qkv"
 # A product table has (4 ratio + 1)^2 buckets: at ratio 100 already 160801; far above, building it fails.
 MAX_RATIO: float = 100.0
@@ -55,6 +86,52 @@ MAX_RATIO: float = 100.0
 
 class RPEConfigError(ValueError):
     """A relative-position-encoding setting is invalid; the message is one line naming it."""
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton's CPU interpreter is asked for (``TRITON_INTERPRET=1``): the Triton kernel then runs on CPU."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def _triton_missing() -> bool:
+    return importlib.util.find_spec("triton") is None
+
+
+def backend_devices(backend: str, training: bool) -> tuple[str, ...] | None:
+    """The device kinds ``backend`` runs on to train (``training``) or to evaluate; None: every device."""
+    if backend not in BACKEND_DEVICES:
+        return None
+    if backend == "triton" and _triton_missing():
+        return ()
+    rule = BACKEND_DEVICES[backend]
+    devices = rule.train if training else rule.evaluate
+    if backend == "triton" and triton_interpreted():
+        devices = (*devices, "cpu")
+    return devices
+
+
+def backends_on(device: str, training: bool) -> tuple[str, ...]:
+    """The backends that run on ``device`` to train (``training``) or to evaluate, in `BACKENDS` order."""
+    runs = {b: backend_devices(b, training) for b in BACKENDS}
+    return tuple(b for b, devices in runs.items() if devices is None or device in devices)
+
+
+def check_backend_device(backend: str, device: str, training: bool, where: str | None = None) -> None:
+    """Refuse, in one line naming the backend, the device and the backends that run there, ``backend`` on
+    ``device`` (``cuda``, ``cpu``, ``mps``, ``tpu``) when `BACKEND_DEVICES` says it cannot train (``training``)
+    or evaluate there; ``where`` says how the device was chosen (``trainer.accelerator=cpu``)."""
+    devices = backend_devices(backend, training)
+    if devices is None or device in devices:
+        return
+    task = "train" if training else "evaluate"
+    rule = BACKEND_DEVICES[backend]
+    note = rule.train_note if training and rule.train_note else rule.note
+    note = f" ({note})" if note else ""
+    why = ("the triton package is not installed (pip install triton)" if not devices else
+           f"{rule.kernel} {'trains' if training else 'runs'} on {', '.join(devices)} only{note}")
+    raise RPEConfigError(f"rpe.backend={backend} cannot {task} on {where or device}: {why}; valid backends to"
+                         f" {task} on {device}: {', '.join(backends_on(device, training))}")
 
 
 def _choices_error(name: str, value: Any, choices: tuple[str, ...]) -> RPEConfigError:

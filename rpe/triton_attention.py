@@ -24,12 +24,11 @@ Triton still import `rpe`. On CPU tensors the kernels run only under Triton's in
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor
 
 from .base import LogitPiece
+from .config import triton_interpreted
 
 try:
     import triton
@@ -51,7 +50,7 @@ ONEHOT_LIMIT = BLOCK_M * BLOCK_N * 16
 # With 4 warps ptxas (sm_90a, d = 64) spills up to ~400 bytes in the one-hot kernels, with 8 almost none.
 NUM_WARPS = 8
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+INTERPRETED = triton_interpreted()  # read once: Triton reads it when it is first imported
 
 
 def triton_available() -> bool:

@@ -5,9 +5,13 @@ size the patch or window grid does not divide) as one line naming the values."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import itertools
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from omegaconf import DictConfig
@@ -178,6 +182,7 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
     """Probes 26/34: ``data.img_size=64`` on a root generated at 32 px was refused only after a failed run dir
     was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
     from data.generation import MARKER_NAME, describe_generator, resolve_generator
+    from data.relational import class_names
     from models.lifecycle.cli import CommandLineError, check_overrides
 
     root = tmp_path / "data"
@@ -186,10 +191,11 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
             "img_size": 32, "patch_size": 4, "seed": 0, "min_object_size": 5, "max_object_size": 7,
             "boundary_margin_deg": 5.0, "noise_max": 32}  # configs/data/relational.yaml's generator at 32 px
     (root / MARKER_NAME).write_text(json.dumps({"generator": describe_generator(resolve_generator(spec))}))
-    for split, images in (("train", 64), ("val", 1)):  # split folders holding a batch: checked before the run dir
-        (root / split / "0_E").mkdir(parents=True)
+    # split and class folders holding a batch: checked before the run dir
+    for (split, images), name in itertools.product((("train", 8), ("val", 1)), class_names()):
+        (root / split / name).mkdir(parents=True)
         for i in range(images):
-            (root / split / "0_E" / f"{i}.png").touch()
+            (root / split / name / f"{i}.png").touch()
     logs = tmp_path / "logs"
     args = [f"data.root={root}", f"paths.log_dir={logs}", "run_name=mismatch"]
     check_overrides(args, "train")  # the same settings pass (the run dir is made: the check prepares it)
@@ -567,6 +573,145 @@ def test_a_strategy_the_accelerator_cannot_run_is_refused_before_the_run_dir(str
     """Probe case 48: Lightning's own text came only when the Trainer was built, after the run dir."""
     message = _refused_before_the_run_dir(["trainer=cpu", f"trainer.strategy={strategy}",
                                            f"paths.data_dir={tmp_path / 'data'}"], tmp_path)
+    assert expected in message, message
+
+
+@pytest.mark.parametrize("backend", ["flex", "triton"])
+def test_a_backend_the_accelerator_cannot_run_is_refused_before_the_run_dir(backend: str, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    """Probe cases 107, 106: flex on the CPU was a NotImplementedError traceback at the first training step and
+    triton's line came at its first forward, each after a failed run dir; `rpe.config.BACKEND_DEVICES` says where
+    each backend runs, and the build before the run dir checks the model's backends against the accelerator."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    message = _refused_before_the_run_dir(["trainer=cpu", f"rpe.backend={backend}",
+                                           f"paths.data_dir={tmp_path / 'data'}"], tmp_path)
+    why = {"flex": "torch's FlexAttention trains on cuda only (it has no backward pass on CPU or MPS)",
+           "triton": "the fused Triton kernel trains on cuda only (on CPU only under TRITON_INTERPRET=1)"}[backend]
+    if backend == "triton" and importlib.util.find_spec("triton") is None:
+        why = "the triton package is not installed (pip install triton)"
+    assert message == (f"rpe.backend={backend} cannot train on trainer.accelerator=cpu: {why}; valid backends to"
+                       " train on cpu: auto, sdpa, eager, naive"), message
+    assert not (tmp_path / "data").exists()
+
+
+def test_eval_refuses_a_backend_a_device_it_runs_the_model_on_cannot_run(monkeypatch) -> None:
+    """Probe cases 106, 107 for eval.py: the test runs on the Trainer's device, then the MACs and throughput on the
+    CPU. Flex runs forward on the CPU (no backward is needed); triton on neither the CPU nor a TPU."""
+    from omegaconf import OmegaConf
+
+    import eval as eval_script
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    data = SimpleNamespace(img_size=32)  # a fixed input size: eval.py counts MACs and throughput on the CPU
+
+    def model(backend: str) -> Any:
+        return create_model("deit_micro_patch4_32", rpe={"preset": "irpe_k", "backend": backend}, num_classes=8)
+
+    def trainer(accelerator: str) -> Any:
+        return OmegaConf.create({"trainer": {"accelerator": accelerator}})
+
+    eval_script.check_backends(trainer("cpu"), data, model("flex"))
+    with pytest.raises(ValueError) as err:
+        eval_script.check_backends(trainer("tpu"), data, model("flex"))
+    assert str(err.value).startswith("rpe.backend=flex cannot evaluate on trainer.accelerator=tpu: torch's"
+                                     " FlexAttention runs on cuda, cpu, mps only; valid backends to evaluate on"
+                                     " tpu: auto, sdpa, eager, naive"), str(err.value)
+    with pytest.raises(ValueError) as err:
+        eval_script.check_backends(trainer("cpu"), data, model("triton"))
+    assert str(err.value).startswith("rpe.backend=triton cannot evaluate on trainer.accelerator=cpu: "), str(err.value)
+    with pytest.raises(ValueError) as err:  # the test on a GPU would pass, the MACs after it would not
+        eval_script.check_backends(trainer("cuda"), data, model("triton"))
+    assert str(err.value).startswith("rpe.backend=triton cannot evaluate on the CPU, where eval.py counts MACs"
+                                     " and measures throughput after the test: "), str(err.value)
+
+
+@pytest.mark.parametrize(("config_name", "override", "expected"), [
+    ("train", "+ckpt_path=runs/base/checkpoints/last.ckpt",
+     "ckpt_path is a setting of eval.py, not of train.py, where nothing reads it; to resume a run, run its command"
+     " again (the same run_name resumes from its checkpoints/last.ckpt); to start from weights:"
+     " model.weights=<reference-layout checkpoint> (DETR models; train.py starts DeiT and Swin models from scratch)"),
+    ("train", "+data_root=/data", "data_root is a setting of eval.py, not of train.py, where nothing reads it; the"
+                                  " data folder is data.root"),
+    ("eval", "+seed=1", "seed is a setting of train.py, not of eval.py, where nothing reads it; eval.py draws nothing"
+                        " at random"),
+    ("eval", "+run_name=x", "run_name is a setting of train.py, not of eval.py, where nothing reads it; eval.py reads"
+                            " the run from ckpt_path="),
+], ids=["train_ckpt_path", "train_data_root", "eval_seed", "eval_run_name"])
+def test_a_root_key_of_the_other_script_is_refused_naming_whose_it_is(config_name: str, override: str,
+                                                                      expected: str, tmp_path: Path) -> None:
+    """Probe case 49: train.py took eval.py's ``+ckpt_path=``, trained from scratch and make_tables labelled the row
+    ``[ckpt_path=...]``: the root keys of every root config were declared for both scripts."""
+    from models.lifecycle.settings import SettingError
+
+    logs = tmp_path / "logs"
+    given = ["run_name=r"] if config_name == "train" else ["ckpt_path=runs/base/checkpoints/best.ckpt"]
+    with pytest.raises(SettingError) as err:
+        cli.check_overrides([override, *given, f"paths.log_dir={logs}", f"paths.data_dir={tmp_path / 'data'}"],
+                            config_name)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value), str(err.value)
+    assert not logs.exists()
+
+
+def test_an_environment_variable_is_the_value_it_spells(tmp_path: Path, monkeypatch) -> None:
+    """Probe case 21: ``threads=${oc.env:OMP_NUM_THREADS}`` with OMP_NUM_THREADS=1 was refused as "OMP_NUM_THREADS='1'
+    must be an integer >= 1" (oc.env gives the string '1'). Every setting of a typed rule takes the value its
+    variable spells, in the config the run records; a variable that spells none is named with what it must spell."""
+    from models.lifecycle.identity import identity_config
+    from models.lifecycle.settings import check_settings
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("RPE_TEST_LR", "2e-4")
+    from_env = ["threads=${oc.env:OMP_NUM_THREADS}", "model.optimizer.lr=${oc.env:RPE_TEST_LR}"]
+    cfg = compose_config(from_env, tmp_path / "out", tmp_path / "data")
+    check_settings(cfg, "train")
+    assert type(cfg.threads) is int and cfg.threads == 1
+    assert type(cfg.model.optimizer.lr) is float and cfg.model.optimizer.lr == 2e-4
+    typed = compose_config(["threads=1", "model.optimizer.lr=2e-4"], tmp_path / "out", tmp_path / "data")
+    assert identity_config(cfg) == identity_config(typed)  # the same run as the values typed out
+    cli.check_overrides([*from_env, f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={tmp_path / 'data'}",
+                         "run_name=r"], "train")
+    monkeypatch.setenv("RPE_TEST_LR", "fast")
+    message = _refused_before_the_run_dir([*from_env, f"paths.data_dir={tmp_path / 'data'}"], tmp_path / "refused")
+    assert message == ("environment variable RPE_TEST_LR='fast' must spell a number > 0; model.optimizer.lr reads it:"
+                       " set RPE_TEST_LR to a valid value, or unset it for the config's default"), message
+
+
+def _hand_root(folder: Path, change: str) -> Path:
+    """Hand data of 8 classes (2 images each per split), changed as a probe's root was."""
+    import shutil
+
+    from data import make_fake_imagefolder
+
+    root = make_fake_imagefolder(folder, num_classes=8, per_class=2, img_size=32)
+    for split in ("train", "val"):
+        if change == "hidden":  # Jupyter's folder, holding a copy of an image
+            (root / split / ".ipynb_checkpoints").mkdir()
+            shutil.copy(root / split / "class_000" / "0000.png", root / split / ".ipynb_checkpoints" / "a.png")
+        elif change == "empty":
+            (root / split / "8_EMPTY").mkdir()
+    if change == "val_only":
+        shutil.copytree(root / "val" / "class_000", root / "val" / "class_999")
+    return root
+
+
+@pytest.mark.parametrize(("change", "args", "expected"), [
+    ("hidden", [], None),
+    ("empty", [], "/train is not a usable ImageFolder split (class folders without images: 8_EMPTY); expected"),
+    ("val_only", [], "the class folders of train/ (8) and val/ (9) differ (only in val/: class_999); they must match"),
+    ("none", ["data.num_classes=9"], "data.num_classes=9 but data.root="),
+])
+def test_hand_class_folders_are_checked_before_the_run_dir(change: str, args: list[str], expected: str | None,
+                                                           tmp_path: Path) -> None:
+    """Probe cases 60, 61: a hidden .ipynb_checkpoints/ counted as a 9th class (and the hint invited
+    data.num_classes=9); an empty class folder was refused only in setup, after a failed run dir."""
+    root = _hand_root(tmp_path / "hand", change)
+    given = ["data.generator=null", f"data.root={root}", "data.batch_size=4", f"paths.data_dir={tmp_path / 'd'}",
+             *args]
+    if expected is None:
+        cli.check_overrides([*given, f"paths.log_dir={tmp_path / 'logs'}", "run_name=r"], "train")
+        assert (tmp_path / "logs" / "r").is_dir()  # data.num_classes=8: the hidden folder is no class
+        return
+    message = _refused_before_the_run_dir(given, tmp_path)
     assert expected in message, message
 
 

@@ -176,6 +176,57 @@ def test_num_classes_counted_from_existing_root(tmp_path: Path) -> None:
     assert dm.num_classes == 5
 
 
+def test_hidden_folders_are_never_classes(tmp_path: Path) -> None:
+    """Probe case 60: ``.ipynb_checkpoints/`` in train/ and val/ was a class (torchvision's find_classes lists
+    every folder). Every reader of class folders lists them through `data.generation.class_folders`."""
+    import shutil
+
+    from data.datamodule import count_images
+    from data.generation import scan_content
+
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=3, per_class=2, img_size=16)
+    for split in ("train", "val"):
+        for hidden in (".ipynb_checkpoints", ".git"):
+            (root / split / hidden).mkdir()
+            shutil.copy(root / split / "class_000" / "0000.png", root / split / hidden / "a.png")
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
+    assert dm.num_classes == 3  # counted before the data is read
+    dm.check_on_disk(1)
+    dm.setup("fit")
+    names = ["class_000", "class_001", "class_002"]
+    assert dm.train_set.classes == names and dm.val_set.classes == names and dm.num_classes == 3
+    assert len(dm.train_set) == len(dm.val_set) == 6
+    assert count_images(root / "train", 100) == 6
+    assert sorted(scan_content(root)[0]["train"]) == names
+
+
+def test_class_folders_are_checked_on_disk_before_any_image_is_read(tmp_path: Path) -> None:
+    """Probe case 61: an empty class folder, class names that differ between the splits and a class count other
+    than data.num_classes are refused by ``check_on_disk`` (before the run dir), as ``setup`` refuses them."""
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=3, per_class=2, img_size=16)
+
+    def refusals(**overrides) -> list[str]:
+        found = []
+        for check in ("check_on_disk", "setup"):
+            dm = ImageFolderDataModule(**{**dict(root=str(root), img_size=16, batch_size=2, num_workers=0,
+                                                 num_classes=3), **overrides})
+            with pytest.raises(DataConfigError) as info:
+                dm.check_on_disk(1) if check == "check_on_disk" else dm.setup("fit")
+            found.append(str(info.value))
+        return found
+
+    on_disk, in_setup = refusals(num_classes=4)
+    assert on_disk == in_setup and "data.num_classes=4 but data.root=" in on_disk
+    (root / "val" / "class_003").mkdir()
+    (root / "val" / "class_000" / "0000.png").rename(root / "val" / "class_003" / "0000.png")
+    on_disk, in_setup = refusals()
+    assert on_disk == in_setup and "differ (only in val/: class_003)" in on_disk, on_disk
+    (root / "train" / "class_003" / "sub").mkdir(parents=True)  # a folder of folders without an image
+    on_disk, in_setup = refusals()
+    assert on_disk == in_setup and on_disk.startswith(
+        f"{root / 'train'} is not a usable ImageFolder split (class folders without images: class_003)"), on_disk
+
+
 def test_persistent_workers(tmp_path: Path) -> None:
     root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=4, img_size=16)
     dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=1, eval_crop_pct=1.0)

@@ -522,3 +522,20 @@ def test_clear_errors():
         with pytest.raises(ValueError) as info:
             call()
         assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_flex_on_cpu_evaluates_but_refuses_to_train_in_one_line():
+    """Probe case 107: torch's own refusal of a CPU backward was a NotImplementedError traceback; the rule is
+    `rpe.config.BACKEND_DEVICES`', which the run's pre-run check reads too."""
+    q = torch.randn(1, 2, 10, 8)
+    _, rpe_k, _ = build_rpe("irpe_k", 8, 2)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()" on CPU
+        forward = rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), backend="flex")
+    torch.testing.assert_close(forward, rpe_attention(q, q, q, rpe_k=rpe_k, grid_size=(3, 3), backend="eager"))
+    trained = q.clone().requires_grad_()
+    with pytest.raises(ValueError) as info:
+        rpe_attention(trained, trained, trained, rpe_k=rpe_k, grid_size=(3, 3), backend="flex")
+    assert str(info.value) == (
+        "rpe.backend=flex cannot train on cpu tensors: torch's FlexAttention trains on cuda only (it has no backward"
+        " pass on CPU or MPS); valid backends to train on cpu: auto, sdpa, eager, naive")

@@ -516,7 +516,7 @@ def _check_swept_values(config_name: str, overrides: list[str]) -> None:
             cfg = compose(config_name, overrides=line, return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
         try:
-            check_settings(cfg)
+            check_settings(cfg, config_name)
             if config_name == "train":
                 check_schedule(cfg)
                 check_buildable(cfg)
@@ -725,7 +725,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
         sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
-        check_settings(cfg)
+        check_settings(cfg, config_name)
         _refuse_foreign_hydra_settings(cfg, overrides)
         _refuse_added_hydra_keys(cfg, overrides)
         if sweeping:
@@ -983,7 +983,7 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
-        check_settings(cfg)
+        check_settings(cfg, config_name)
         for node in ("paths", "testset", "data"):  # where a --set ${oc.env:...} goes: refused now, naming its key,
             if isinstance(cfg.get(node), DictConfig):  # not when the data are made
                 OmegaConf.to_container(cfg[node], resolve=True)

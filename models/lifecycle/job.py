@@ -110,8 +110,9 @@ def build_data_and_model(cfg: DictConfig) -> tuple[L.LightningDataModule, L.Ligh
 
 def check_buildable(cfg: DictConfig) -> None:
     """Build the data module and the model of ``cfg`` on the meta device (no weights allocated, no image read)
-    and run the checks that need them: a bad model, RPE or monitor setting, and for data already on disk a
-    missing split folder or a batch larger than the training split, are then refused before a run dir exists.
+    and run the checks that need them: a bad model, RPE or monitor setting, an attention backend the run's
+    device cannot train with, and for data already on disk a missing split folder, empty or mismatched class
+    folders or a batch larger than the training split, are then refused before a run dir exists.
     An error that is not a setting's (a layer that cannot be built on the meta device) is left to the job, which
     builds the model for real."""
     try:
@@ -125,9 +126,10 @@ def check_buildable(cfg: DictConfig) -> None:
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
     check_monitored_metrics(cfg.get("callbacks"), model)
-    if hasattr(datamodule, "check_on_disk"):  # data already there: its split folders, a batch per device
-        from models.lifecycle.settings import configured_world_size
+    from models.lifecycle.settings import check_backend_devices, configured_world_size
 
+    check_backend_devices(cfg, model, training=True)  # flex or triton on the CPU: at the first step otherwise
+    if hasattr(datamodule, "check_on_disk"):  # data already there: split and class folders, a batch per device
         try:
             datamodule.check_on_disk(configured_world_size(cfg))
         except OSError:  # an unreadable folder: the data module names it when it reads the data
@@ -680,13 +682,14 @@ def _claim_data(run_dir: Path, earlier: dict[str, Any] | None, data: dict[str, A
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
-    from models.lifecycle.settings import check_schedule, check_settings, schedule_notes
+    from models.lifecycle.settings import check_schedule, check_settings, decode_environment_values, schedule_notes
     from models.training import ResumeCheckpoint
 
     started = time.time()
     run_dir = job.run_dir
+    decode_environment_values(cfg)  # threads=${oc.env:...} is the number it spells, in the identity too
     if _is_smoke_run(cfg):
-        check_settings(cfg)
+        check_settings(cfg, "train")
         return _smoke_run(cfg, run_dir)
     identity = identity_config(cfg)
     identity_id = identity_hash(identity)
@@ -705,7 +708,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
                                  fields | ({"data": data} if data is not None else {})), fresh=earlier is None)
     # A sweep's later jobs reach here with values the command line's check did not see: a bad one is then
     # a failed job, recorded in its own (claimed) run dir so that the tables list it.
-    check_settings(cfg)
+    check_settings(cfg, "train")
     check_schedule(cfg)
     if earlier is not None and rank0:
         _refuse_destructive_rerun(cfg, earlier, length, run_dir)

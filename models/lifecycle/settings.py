@@ -29,8 +29,9 @@ from data.errors import DataConfigError
 from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
-__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "check_settings", "check_schedule", "check_devices",
-           "check_splits", "check_strategy", "configured_world_size", "env_source", "mixup_keys", "rule_for", "better"]
+__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "better", "check_backend_devices", "check_settings",
+           "check_schedule", "check_devices", "check_splits", "check_strategy", "configured_world_size",
+           "decode_environment_values", "env_source", "mixup_keys", "rule_for", "run_device"]
 
 
 class SettingError(ValueError):
@@ -553,8 +554,65 @@ def env_source(cfg: DictConfig, key: str) -> str | None:
         raw = parent._get_node(leaf)._value()
     except (OmegaConfBaseException, AttributeError):
         return None
-    found = re.fullmatch(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*(,.*)?\}", str(raw), re.DOTALL)
+    return _set_variable(raw)
+
+
+_ENV_VALUE = re.compile(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*(,.*)?\}", re.DOTALL)
+
+
+def _set_variable(raw: Any) -> str | None:
+    """NAME of a raw config value ``${oc.env:NAME[,default]}`` whose variable is set, else None."""
+    found = _ENV_VALUE.fullmatch(str(raw)) if isinstance(raw, str) else None
     return found.group(1) if found and found.group(1) in os.environ else None
+
+
+def _environment_keys(cfg: DictConfig) -> Iterator[str]:
+    """The dotted keys of ``cfg`` (Hydra's node aside) whose value is a set environment variable (`env_source`)."""
+    def walk(node: Any, prefix: str) -> Iterator[str]:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict) and not (not prefix and path in SKIPPED):
+                yield from walk(value, path)
+            elif _set_variable(value) is not None:
+                yield path
+
+    yield from walk(OmegaConf.to_container(cfg, resolve=False), "")
+
+
+def _spelled(text: str) -> tuple[bool, Any]:
+    """``(True, value)``: what ``text`` spells as a command-line value, as Hydra reads ``key=<text>`` (``'1'`` is
+    1, ``'1e-3'`` 0.001, ``'true'`` True, ``'null'`` None); ``(False, None)`` where it is no value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return True, OverridesParser.create().parse_override(f"key={text}").value()
+    except (HydraException, ValueError):
+        return False, None
+
+
+def decode_environment_values(cfg: DictConfig) -> None:
+    """Each setting whose value is an environment variable (``${oc.env:NAME}``, which OmegaConf gives as a
+    string) becomes the value the variable's text spells where its rule takes that value and not the string:
+    ``threads=${oc.env:OMP_NUM_THREADS}`` with ``OMP_NUM_THREADS=1`` is ``threads=1``, as on the command line.
+    Done in place, before a run's identity is taken, so the run records, hashes and uses the value. A text
+    that spells no valid value stays, for `check_settings` to refuse naming the variable."""
+    from omegaconf import open_dict, read_write
+
+    for key in list(_environment_keys(cfg)):
+        rule = rule_for(key)
+        parent_key, _, leaf = key.rpartition(".")
+        try:
+            parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
+            value = parent[leaf] if isinstance(parent, DictConfig) else None
+        except OmegaConfBaseException:  # a variable that cannot be resolved here: named by its own check
+            continue
+        if rule is None or not isinstance(value, str) or rule.accepts(value):
+            continue
+        spelled, decoded = _spelled(value)
+        if spelled and not isinstance(decoded, str) and rule.accepts(decoded):
+            with read_write(parent), open_dict(parent):
+                parent[leaf] = decoded
 
 
 def _non_finite(value: Any) -> bool:
@@ -590,15 +648,23 @@ def _check(key: str, value: Any) -> None:
         raise _fail(key, f"{key}={show(value)} must be a finite number")
 
 
-def check_settings(cfg: DictConfig) -> None:
+def _typed(rule: Rule) -> bool:
+    """Whether ``rule`` takes a value that is not a string (a number, a flag, null, a list or a mapping)."""
+    return any(not isinstance(form, (Text, Label)) and not (isinstance(form, OneOf) and all(
+        isinstance(v, str) for v in form.values)) for form in rule.forms)
+
+
+def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     """Raise `SettingError` (one line) at the first setting of ``cfg`` outside its valid range or type.
 
     Checks every key matched by `RULES` and refuses nan/inf anywhere else. ``data.*`` settings raise the
-    `DataSettingError` subclass (also a `data.errors.DataConfigError`).
+    `DataSettingError` subclass (also a `data.errors.DataConfigError`). ``config_name`` (``train``, ``eval``)
+    is the entry point's root config, whose root keys alone are accepted (None: any entry point's).
     """
     rows, row = cfg.get("rows"), cfg.get("row")
     if isinstance(rows, DictConfig) and row is not None and str(row) not in rows:  # a sweep of named rows
         raise SettingError(f"row={row} is not a row of sweep {cfg.get('sweep_name')}; valid: {', '.join(rows)}")
+    decode_environment_values(cfg)
     for key, value in _children(cfg, ""):
         try:
             _check(key, value)
@@ -606,21 +672,26 @@ def check_settings(cfg: DictConfig) -> None:
             raise _named_by_environment(cfg, err) from None
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
-    _check_root_keys(cfg)
+    _check_root_keys(cfg, config_name)
     _check_checkpoint_callbacks(cfg)
     _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
 
 
 def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
-    """``err`` naming the environment variable its value came from (`env_source`), where it came from one."""
+    """``err`` naming the environment variable its value came from (`env_source`), where it came from one; for
+    a setting of a number, flag or null, what the variable's text must spell (`decode_environment_values`)."""
     key = getattr(err, "key", None)
     name = env_source(cfg, key) if key else None
     message = str(err)
     if name is None or not message.startswith(f"{key}="):
         return err
-    renamed = type(err)(f"environment variable {name}={message[len(key) + 1:]}; {key} reads it: set {name} to a"
-                        " valid value, or unset it for the config's default")
+    rule, problem = rule_for(key), message[len(key) + 1:]
+    if rule is not None and _typed(rule) and isinstance(OmegaConf.select(cfg, key, default=None), str):
+        forms = rule.describe()
+        problem = f"{os.environ[name]!r} must spell {'a number ' if forms[:1] in '<>' else ''}{forms}"
+    renamed = type(err)(f"environment variable {name}={problem}; {key} reads it: set {name} to a valid value, or"
+                        " unset it for the config's default")
     renamed.key = key
     return renamed
 
@@ -789,19 +860,58 @@ _PROJECT_TARGETS = ("data.", "models.", "lightning.pytorch.Trainer")
 
 
 @cache
-def declared_root_keys() -> frozenset[str]:
-    """Root keys some config declares: the root configs' own keys, every ``@package _global_`` file's
-    top-level keys (experiments, sweeps, debug) and the config groups."""
-    from models.lifecycle.cli import CONFIG_DIR
+def declared_root_keys(config_name: str | None = None) -> frozenset[str]:
+    """Root keys ``configs/<config_name>.yaml`` declares: its own keys, its config groups and the top-level keys
+    of every ``@package _global_`` file in those groups (experiments, sweeps, debug). Each entry point reads
+    only its own: eval.py's ``ckpt_path`` is nothing to train.py. ``None``: those of every entry point (a config
+    composed for no script)."""
+    from models.lifecycle.cli import CONFIG_DIR, SCRIPTS, root_groups
 
-    keys = {p.name for p in CONFIG_DIR.iterdir() if p.is_dir()}
-    for path in CONFIG_DIR.rglob("*.yaml"):
+    if config_name is None:
+        return frozenset().union(*(declared_root_keys(name) for name in SCRIPTS))
+    groups = root_groups(config_name)
+    keys = set(groups)
+    paths = [CONFIG_DIR / f"{config_name}.yaml", *(p for g in groups for p in sorted((CONFIG_DIR / g).rglob("*.yaml")))]
+    for path in paths:
         text = path.read_text()
         if path.parent == CONFIG_DIR or "# @package _global_" in text.split("\n", 1)[0]:
             node = OmegaConf.create(text)
             if isinstance(node, DictConfig):
                 keys.update(str(k) for k in node if k != "defaults")
     return frozenset(keys)
+
+
+# What this entry point has in place of a root key of the other one (given to the wrong script, the key would
+# be read by nothing): the refusal names whose key it is and this.
+OTHER_SCRIPTS_KEYS = {
+    "train": {
+        "ckpt_path": "to resume a run, run its command again (the same run_name resumes from its"
+                     " checkpoints/last.ckpt); to start from weights: model.weights=<reference-layout checkpoint>"
+                     " (DETR models; train.py starts DeiT and Swin models from scratch)",
+        "batch_size": "the training batch size is data.batch_size",
+        "data_root": "the data folder is data.root",
+        "throughput_batch": "train.py measures no throughput",
+        "ape": "a model's absolute position embedding is model.net.ape",
+    },
+    "eval": {
+        "seed": "eval.py draws nothing at random (the run's seed is in its config.yaml)",
+        "run_name": "eval.py reads the run from ckpt_path=runs/<run>/checkpoints/<file>.ckpt",
+        "resume": "eval.py trains nothing: it evaluates the checkpoint ckpt_path= names",
+        "test_after_fit": "eval.py trains nothing: it evaluates the checkpoint ckpt_path= names",
+    },
+}
+
+
+def _other_scripts_key(key: str, config_name: str) -> str | None:
+    """The one-line refusal of ``key``, a root key of another entry point than ``config_name``'s, or None."""
+    from models.lifecycle.cli import SCRIPTS
+
+    owner = next((name for name in SCRIPTS if name != config_name and key in declared_root_keys(name)), None)
+    if owner is None or config_name not in SCRIPTS:
+        return None
+    hint = OTHER_SCRIPTS_KEYS.get(config_name, {}).get(key)
+    return (f"{key} is a setting of {SCRIPTS[owner]}, not of {SCRIPTS[config_name]}, where nothing reads it"
+            + (f"; {hint}" if hint else ""))
 
 
 _REFERENCE = re.compile(r"\$\{\s*(?:oc\.select:\s*|oc\.env:\s*)?([A-Za-z_][A-Za-z0-9_]*)")
@@ -825,19 +935,25 @@ def _referenced_root_keys(cfg: DictConfig) -> set[str]:
     return found
 
 
-def _check_root_keys(cfg: DictConfig) -> None:
-    """A root key no config declares and no interpolation reads (``+lr=0.1`` meant as ``model.optimizer.lr``)
-    would be read by nothing: one line naming it."""
-    unknown = [str(k) for k in cfg.keys() if str(k) not in declared_root_keys() and str(k) not in SKIPPED]
+def _check_root_keys(cfg: DictConfig, config_name: str | None = None) -> None:
+    """A root key that neither ``config_name``'s root config (train, eval) declares nor an interpolation reads
+    (``+lr=0.1`` meant as ``model.optimizer.lr``, eval.py's ``+ckpt_path=`` given to train.py) would be read by
+    nothing: one line naming it, and whose key it is."""
+    declared = declared_root_keys(config_name)
+    unknown = [str(k) for k in cfg.keys() if str(k) not in declared and str(k) not in SKIPPED]
     if not unknown:
         return
     referenced = _referenced_root_keys(cfg)
     for key in unknown:
-        if key not in referenced:
-            valid = sorted(k for k in cfg.keys() if str(k) not in SKIPPED and str(k) != key)
-            raise SettingError(f"{key} is not a setting: nothing reads a root key of that name (a value for a"
-                               f" nested setting needs its full key, e.g. model.optimizer.lr); root keys:"
-                               f" {', '.join(map(str, valid))}")
+        if key in referenced:
+            continue
+        other = _other_scripts_key(key, config_name) if config_name is not None else None
+        if other is not None:
+            raise SettingError(other)
+        valid = sorted(k for k in cfg.keys() if str(k) not in SKIPPED and str(k) != key)
+        raise SettingError(f"{key} is not a setting: nothing reads a root key of that name (a value for a"
+                           f" nested setting needs its full key, e.g. model.optimizer.lr); root keys:"
+                           f" {', '.join(map(str, valid))}")
 
 
 def _check_constructor_keys(cfg: DictConfig, node: str) -> None:
@@ -1103,6 +1219,43 @@ def check_strategy(cfg: DictConfig) -> None:
         if importlib.util.find_spec("deepspeed") is None:
             raise SettingError(f"trainer.strategy={strategy} needs the deepspeed package, which is not installed;"
                                " valid here: trainer.strategy=auto or ddp (or pip install deepspeed)")
+
+
+# Lightning's accelerators that name one kind of device (auto and gpu depend on the machine)
+_DEVICE_KINDS = ("cpu", "cuda", "mps", "tpu")
+
+
+def run_device(cfg: DictConfig) -> str | None:
+    """The kind of device (`_DEVICE_KINDS`) the run's Trainer puts the model on; None where this machine cannot
+    tell (``auto`` or ``gpu`` in a job that a launcher runs elsewhere, or a GPU this machine lacks)."""
+    accelerator = _get(cfg.get("trainer") or {}, "accelerator", "auto")
+    if accelerator in _DEVICE_KINDS:
+        return str(accelerator)
+    if not isinstance(accelerator, str) or not _runs_here(cfg):
+        return None
+    here = _accelerator_here(accelerator)
+    return here if here in _DEVICE_KINDS else None
+
+
+def check_backend_devices(cfg: DictConfig, model: Any, training: bool, device: str | None = None,
+                          where: str | None = None) -> None:
+    """Refuse an attention backend of ``model`` (``rpe.backend``) that the device it runs on cannot run, to train
+    (``training``) or to evaluate, by `rpe.config.BACKEND_DEVICES` (``flex`` or ``triton`` on the CPU), in one line
+    naming the backend, the accelerator and the backends that run there. Without a build nothing says so
+    before the first forward, after the run dir is made. ``device`` and ``where`` (how it is chosen): a device
+    other than the run's Trainer's (eval.py measures on the CPU)."""
+    from rpe.attention import attention_backends
+    from rpe.config import check_backend_device
+
+    if device is None:
+        device = run_device(cfg)
+        accelerator = _get(cfg.get("trainer") or {}, "accelerator", "auto")
+        here = "" if accelerator == device else f" (on this machine: {device})"
+        where = f"trainer.accelerator={accelerator}{here}"
+    if device is None:
+        return
+    for backend in sorted(attention_backends(model)):
+        check_backend_device(backend, device, training, where)
 
 
 def configured_world_size(cfg: DictConfig) -> int | None:
