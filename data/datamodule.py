@@ -285,11 +285,53 @@ def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
 EVALUATION_SEED = 0  # the same order for every run, so two runs' limited evaluations see the same images
 
 
-def evaluation_order(datamodule: L.LightningDataModule, dataset: Any) -> DistributedSampler:
-    """A shuffle fixed by `EVALUATION_SEED` (not the run's seed), sharded over ranks as Lightning's own
-    evaluation sampler would be."""
+def check_evaluation_world(images: int, world_size: int, split: str) -> None:
+    """A one-line `DataConfigError` when ``split`` (``images`` long) has fewer images than the ``world_size``
+    processes that evaluate it: a rank without an image would skip the evaluation loop while the others wait
+    for it in the epoch-end sync of the metrics, forever."""
+    if images < world_size:
+        raise DataConfigError(f"{split} has {images} image{'s' if images != 1 else ''}, fewer than the {world_size}"
+                              " devices that would evaluate it (each device reads a share of at least one image);"
+                              f" valid: trainer.devices={max(1, images)} or fewer, or a split of {world_size} images"
+                              " or more")
+
+
+class EvaluationSampler(DistributedSampler):
+    """The order an evaluation reads a split in: every image exactly once over all ranks.
+
+    Rank ``r`` of ``w`` reads positions ``r, r + w, ...`` of one order (a shuffle fixed by ``seed`` and the
+    epoch, or file order), with no padding: the shards differ by at most one image, where torch's
+    ``DistributedSampler`` repeats images to make them even, and those repeats were counted in every metric
+    and in the images a test read. Uneven shards are safe in evaluation: the metrics sync once, at the end of
+    the epoch (torchmetrics' ``compute``, ``self.log`` epoch values), never per step; `check_evaluation_world`
+    makes sure that every rank has an image. A ``DistributedSampler``, so Lightning never wraps it in its own
+    padding one. Training keeps its padding samplers (an even step count per rank is what DDP's gradient
+    all-reduce needs).
+    """
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, shuffle: bool = True,
+                 seed: int = EVALUATION_SEED, split: str = "the evaluated split") -> None:
+        check_evaluation_world(len(dataset), num_replicas, split)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.total_size = len(dataset)
+        self.num_samples = len(range(rank, self.total_size, num_replicas))
+
+    def __iter__(self):
+        if self.shuffle:  # the permutation torch's DistributedSampler draws: one process reads what it read
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.total_size, generator=generator).tolist()
+        else:
+            order = list(range(self.total_size))
+        return iter(order[self.rank::self.num_replicas])
+
+
+def evaluation_order(datamodule: L.LightningDataModule, dataset: Any, shuffle: bool = True,
+                     split: str = "the evaluated split") -> EvaluationSampler:
+    """The `EvaluationSampler` of ``dataset`` for the attached trainer's ranks: a shuffle fixed by
+    `EVALUATION_SEED` (not the run's seed), or file order (``shuffle=False``)."""
     world_size, rank = trainer_world(datamodule)
-    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=EVALUATION_SEED)
+    return EvaluationSampler(dataset, world_size, rank, shuffle=shuffle, split=split)
 
 
 class ResumableSampler(DistributedSampler):
@@ -541,8 +583,9 @@ class ImageFolderDataModule(L.LightningDataModule):
     def check_on_disk(self, world_size: int | None) -> None:
         """Before a run dir is made: the checks of `prepare_data` and `train_dataloader` that need no image
         opened, on data already on disk (data still to be generated is checked when it is made). The split
-        folders must exist, and the training split must hold a batch per device (``world_size``, None where
-        the machine decides: then one, which refuses only what no device count would allow)."""
+        folders must exist, the training split must hold a batch per device (``world_size``, None where
+        the machine decides: then one, which refuses only what no device count would allow), and the val
+        split an image per device."""
         try:
             if not self.root.is_dir() or (self.generator is not None and read_marker(self.root) is None):
                 return
@@ -556,6 +599,9 @@ class ImageFolderDataModule(L.LightningDataModule):
         train_dir = self.root / self.train_split
         count = count_images(train_dir, self.batch_size * world)
         self._check_batch_fits(count // world)
+        if world_size is not None:  # every device evaluates a share of the val split (`EvaluationSampler`)
+            val_dir = self.root / self.val_split
+            check_evaluation_world(count_images(val_dir, world_size), world_size, str(val_dir))
 
     def _check_batch_fits(self, per_rank: int) -> None:
         if per_rank < self.batch_size:
@@ -633,7 +679,8 @@ class ImageFolderDataModule(L.LightningDataModule):
         the first classes only. A full pass gives the same accuracy in any order."""
         if self.val_set is None:
             self.setup("validate")
-        return make_loader(self, self.val_set, train=False, sampler=evaluation_order(self, self.val_set))
+        sampler = evaluation_order(self, self.val_set, split=f"{self.root / self.val_split}")
+        return make_loader(self, self.val_set, train=False, sampler=sampler)
 
     def test_dataloader(self) -> DataLoader:
         """The val split (ImageNet-style setups have no labelled test split)."""
