@@ -41,7 +41,7 @@ from models.lifecycle.cli import group_options
 from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
 from models.lifecycle.identity import config_differences
 from models.swin import RPESwinTransformer, swin_grid_problem
-from models.testset_definition import measured, result_sha256
+from models.testset_definition import measured, over_read, result_sha256
 
 RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
@@ -444,10 +444,10 @@ def check_test_precision(trainer: Any, name: str) -> None:
 def partial_test_note(read: int, total: int | None, trainer: Any) -> str:
     """Why the numbers of a test that read ``read`` of the split's ``total`` images are not a result, or ''
     (eval.py without a test set prints them with this note; a test set's result is never written)."""
+    if total is not None and read > total:
+        return over_read(read, total, "the split")
     setting = partial_test_setting(trainer)
-    # more than the split: a distributed sampler's padding (the whole split was read); no length: only a
-    # setting can say
-    if (total is not None and read >= total) or (total is None and setting is None):
+    if (total is not None and read == total) or (total is None and setting is None):  # no length: only a setting
         return ""
     return (f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
             f"{f' ({setting})' if setting else ''}: numbers of a part of the split")
@@ -487,7 +487,10 @@ def split_images(loaders: Any) -> int | None:
 
 
 def check_read_whole(read: int, total: int | None, name: str) -> None:
-    """After the test: refuse (one line, nothing written) a result that did not read the whole set."""
+    """After the test: refuse (one line, nothing written) a result that did not read the whole set exactly once."""
+    if total is not None and read > total:
+        raise TestsetError(f"{over_read(read, total, f'testset={name}')}; nothing was written (an error in the"
+                           " evaluation, not in its settings: please report it)")
     if total is None or read != total:
         raise TestsetError(f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
                            f" of testset={name}; a partial test is no result, so nothing was written (valid: test"
