@@ -65,23 +65,59 @@ def check_choice(setting: str, value: Any, choices: Sequence[str]) -> None:
         raise DataConfigError(f"{setting}={value!r} is not one of: {', '.join(choices)}")
 
 
+def shown_names(names: Sequence[str]) -> str:
+    """``a, b, c`` (at most 10 names, then how many more)."""
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return ", ".join(names[:10]) + more
+
+
 def class_folder_difference(train: Sequence[str], val: Sequence[str], train_split: str, val_split: str) -> str:
     """``only in train/: a, b; only in val/: d`` (at most 10 names per side)."""
-
-    def shown(names: list[str]) -> str:
-        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-        return ", ".join(names[:10]) + more
-
     only_train = sorted(set(train) - set(val))
     only_val = sorted(set(val) - set(train))
-    parts = [f"only in {train_split}/: {shown(only_train)}"] if only_train else []
-    parts += [f"only in {val_split}/: {shown(only_val)}"] if only_val else []
+    parts = [f"only in {train_split}/: {shown_names(only_train)}"] if only_train else []
+    parts += [f"only in {val_split}/: {shown_names(only_val)}"] if only_val else []
     return "; ".join(parts)
 
 
 def _count_class_dirs(split_dir: Path) -> int:
     """Number of class folders, counted exactly like torchvision's ImageFolder.find_classes."""
-    return sum(1 for entry in os.scandir(split_dir) if entry.is_dir())
+    return len(class_folders(split_dir))
+
+
+def class_folders(split_dir: Path) -> list[str]:
+    """The class names of a split in label order: its folders, sorted as torchvision's ImageFolder.find_classes
+    sorts them (label ``i`` is the ``i``-th); nothing is opened. ``OSError`` is the caller's."""
+    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+
+
+CLASSES_STATE = "classes"  # the datamodule state in a checkpoint (`ImageFolderDataModule.state_dict`)
+
+
+def recorded_classes(checkpoint: Mapping[str, Any]) -> list[str] | None:
+    """The class names, in label order, that a checkpoint's model was trained on
+    (`ImageFolderDataModule.state_dict`, which Lightning saves under the data module's class name); None where
+    it records none (a checkpoint saved before they were recorded, or of COCO data)."""
+    state = checkpoint.get(ImageFolderDataModule.__qualname__)
+    names = state.get(CLASSES_STATE) if isinstance(state, Mapping) else None
+    if isinstance(names, list) and names and all(isinstance(name, str) for name in names):
+        return names
+    return None
+
+
+def class_names_difference(model: Sequence[str], data: Sequence[str]) -> str:
+    """How the class names ``data`` (in label order) differ from those a run's ``model`` was trained on, or ''
+    where they are the same list: the first label they name differently, then the names only one side has."""
+    if list(model) == list(data):
+        return ""
+    common = min(len(model), len(data))
+    label = next((i for i in range(common) if model[i] != data[i]), common)
+    parts = [f"label {label} is {model[label]} for the model and {data[label]} here" if label < common
+             else f"{len(model)} classes for the model, {len(data)} here"]
+    only_model, only_data = sorted(set(model) - set(data)), sorted(set(data) - set(model))
+    parts += [f"only the model has {shown_names(only_model)}"] if only_model else []
+    parts += [f"only here: {shown_names(only_data)}"] if only_data else []
+    return "; ".join(parts)
 
 
 def count_images(split_dir: Path, enough: int) -> int:
@@ -659,6 +695,16 @@ class ImageFolderDataModule(L.LightningDataModule):
                 f"data.num_classes={found} (or null to count them)"
             )
         self.num_classes = found
+
+    def state_dict(self) -> dict[str, Any]:
+        """What every checkpoint of a run records of its data (Lightning saves it beside the weights): the class
+        names its labels index (`recorded_classes`), so that an evaluation on other data can tell whether
+        label ``i`` means the same class there. Empty before the splits are read."""
+        reference = self.train_set if self.train_set is not None else self.val_set
+        return {CLASSES_STATE: list(reference.classes)} if reference is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore: the classes are read from the data again (a resumed run checks its files)."""
 
     # ------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:

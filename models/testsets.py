@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.errors import DataConfigError
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
-from models.lifecycle.cli import group_options
+from models.lifecycle.cli import group_options, say
 from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
 from models.lifecycle.identity import config_differences
 from models.swin import RPESwinTransformer, swin_grid_problem
@@ -380,13 +381,22 @@ def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None,
     return record
 
 
-def check_classes(datamodule: Any, module: Any, name: str) -> None:
-    """The test set must have as many classes as the run's head (labels index the same outputs)."""
+def check_classes(datamodule: Any, module: Any, name: str, run_classes: list[str] | None = None,
+                  own: bool = True) -> None:
+    """The test set must have the run's classes: as many as the run's head, and (`check_run_classes`) the
+    names the run's model was trained on, in the same label order (labels index the same outputs).
+    ``run_classes``: the run's (`run_class_names`), None where unknown; ``own``: the test set has data of its
+    own (a note where the run's classes are unknown), not the run's."""
+    from models.run_config import check_run_classes
+
     datamodule.setup("test")
     head = module.hparams.get("num_classes")
     if head is not None and int(datamodule.num_classes) != int(head):
         raise TestsetError(f"testset={name} has {datamodule.num_classes} classes at {datamodule.root}, this run's "
                            f"model has {head}; a test set must have the run's classes")
+    note = check_run_classes(datamodule, run_classes, f"testset={name}", other=own, error=TestsetError)
+    if note:
+        say(f"note: {note}", stream=sys.stderr)
 
 
 def result_name(name: str, ape_rule: str | None) -> str:

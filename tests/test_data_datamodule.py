@@ -280,6 +280,12 @@ def test_drives_a_lightning_fit(tmp_path: Path) -> None:
     )
     trainer.fit(LinearProbe(dm.num_classes), datamodule=dm)
     assert trainer.global_step == 4 and "val_loss" in trainer.callback_metrics and len(CALLS) == 1
+    # every checkpoint records the class names its labels index (what eval.py compares other data with)
+    from data.datamodule import recorded_classes
+
+    trainer.save_checkpoint(tmp_path / "saved.ckpt", weights_only=True)
+    saved = torch.load(tmp_path / "saved.ckpt", weights_only=True)
+    assert recorded_classes(saved) == ["0_E", "1_NE", "2_N", "3_NW", "4_W", "5_SW", "6_S", "7_SE"]
 
 
 class _SigtermDisposition(torch.utils.data.Dataset):
