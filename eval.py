@@ -29,6 +29,11 @@ generated data (checked against its marker), never at other data.
 
 Without a test set, numbers of a test that read a part of the split (``trainer.limit_test_batches``) are
 printed with a "not a result" note, as those of a run that has not finished or of a smoke run.
+
+Labels index sorted class folder names, so the data a run is evaluated on (``data_root=``, a test set's,
+or its own data changed since) must have the class names the run's model was trained on, in the same order
+(every checkpoint records them): other names are refused in one line (`models.run_config.check_run_classes`);
+other images under the run's class names are what ``data_root=`` is for.
 """
 
 from __future__ import annotations
@@ -252,19 +257,27 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     (checked to fit the model and to be finite) and the run's data (checked to be on disk; never generated)."""
     from models.run_config import (
         build_data_and_model,
+        check_run_classes,
         load_run_weights,
         require_existing_data,
+        run_class_names,
     )
 
     ckpt_path, run_config, run_cfg, checkpoint = _load_run(cfg)  # checked before eval's batch size changes it
     if cfg.batch_size is not None:
         run_cfg.data.batch_size = cfg.batch_size
-    datamodule, model = build_data_and_model(run_cfg, data_root=cfg.get("data_root"))
+    data_root = cfg.get("data_root")
+    datamodule, model = build_data_and_model(run_cfg, data_root=data_root)
     load_run_weights(model, checkpoint, ckpt_path, run_config)
-    source = "the data_root= override" if cfg.get("data_root") is not None else str(run_config)
+    source = "the data_root= override" if data_root is not None else str(run_config)
     require_existing_data(datamodule, source, "data_root=<folder>")
-    if getattr(datamodule, "data_root_note", ""):
-        say(f"note: {datamodule.data_root_note}", stream=sys.stderr)
+    # other data (or the run's own, changed since) must name the run's classes in its labels' order
+    what = f"data_root={data_root}" if data_root is not None else f"data.root of {run_config}"
+    classes_note = check_run_classes(datamodule, run_class_names(checkpoint, run_cfg, run_config.parent), what,
+                                     other=data_root is not None)
+    for note in (getattr(datamodule, "data_root_note", ""), classes_note):
+        if note:
+            say(f"note: {note}", stream=sys.stderr)
     return datamodule, model
 
 
@@ -278,6 +291,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from models.run_config import (
         build_data_and_model,
         load_run_weights,
+        run_class_names,
     )
     from models.testset_definition import DATA_DIGEST_KEY, DATA_GENERATOR_KEY, HASH_KEY, testset_sha256
     from models.testsets import (
@@ -312,7 +326,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     # to be the definition's, or the run's); not where it lies (data.root differs between machines)
     marker = read_marker(Path(datamodule.root).expanduser()) if own or data_digest is not None else None
     sha256 = testset_sha256(testset, marker.get("generator") if own and marker else None)
-    check_classes(datamodule, model, testset["name"])
+    check_classes(datamodule, model, testset["name"], run_class_names(checkpoint, run_cfg, run_config.parent), own)
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from models.lifecycle.identity import identity_config, identity_hash, run_length
 

@@ -35,7 +35,7 @@ from torchvision.datasets import CocoDetection
 from torchvision.ops import box_convert
 from torchvision.transforms import v2
 
-from data.datamodule import make_loader, trainer_world
+from data.datamodule import evaluation_order, make_loader, trainer_world
 from data.errors import DataConfigError, load_rgb_image
 from data.generation import generation_lock, new_temp_dir, remove_stale_temp_dirs, sweep_stale_temp_dirs
 
@@ -709,9 +709,13 @@ class CocoDataModule(L.LightningDataModule):
         return self.val_set.label_to_cat
 
     def _loader(self, dataset: CocoDetectionDataset, train: bool) -> DataLoader:
-        # Shard explicitly (a DistributedSampler, which Lightning leaves as it is), so evaluation order is known.
+        # Shard explicitly (a DistributedSampler, which Lightning leaves as it is), so evaluation order is known;
+        # evaluation in file order, every image once (`evaluation_order`: no padding repeats).
         world, rank = trainer_world(self)
-        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=train) if world > 1 else None
+        if not train:
+            sampler = evaluation_order(self, dataset, shuffle=False, split=str(dataset.ann_file))
+        else:
+            sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True) if world > 1 else None
         return make_loader(self, dataset, train, sampler=sampler, collate_fn=collate_detection)
 
     def train_dataloader(self) -> DataLoader:

@@ -65,17 +65,18 @@ def check_choice(setting: str, value: Any, choices: Sequence[str]) -> None:
         raise DataConfigError(f"{setting}={value!r} is not one of: {', '.join(choices)}")
 
 
+def shown_names(names: Sequence[str]) -> str:
+    """``a, b, c`` (at most 10 names, then how many more)."""
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return ", ".join(names[:10]) + more
+
+
 def class_folder_difference(train: Sequence[str], val: Sequence[str], train_split: str, val_split: str) -> str:
     """``only in train/: a, b; only in val/: d`` (at most 10 names per side)."""
-
-    def shown(names: list[str]) -> str:
-        more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-        return ", ".join(names[:10]) + more
-
     only_train = sorted(set(train) - set(val))
     only_val = sorted(set(val) - set(train))
-    parts = [f"only in {train_split}/: {shown(only_train)}"] if only_train else []
-    parts += [f"only in {val_split}/: {shown(only_val)}"] if only_val else []
+    parts = [f"only in {train_split}/: {shown_names(only_train)}"] if only_train else []
+    parts += [f"only in {val_split}/: {shown_names(only_val)}"] if only_val else []
     return "; ".join(parts)
 
 
@@ -106,6 +107,35 @@ def _holds_image(folder: str, seen: set[str] | None = None) -> bool:
             elif has_file_allowed_extension(entry.name, IMG_EXTENSIONS):
                 return True
     return any(_holds_image(path, seen) for path in below)
+
+
+CLASSES_STATE = "classes"  # the datamodule state in a checkpoint (`ImageFolderDataModule.state_dict`)
+
+
+def recorded_classes(checkpoint: Mapping[str, Any]) -> list[str] | None:
+    """The class names, in label order, that a checkpoint's model was trained on
+    (`ImageFolderDataModule.state_dict`, which Lightning saves under the data module's class name); None where
+    it records none (a checkpoint saved before they were recorded, or of COCO data)."""
+    state = checkpoint.get(ImageFolderDataModule.__qualname__)
+    names = state.get(CLASSES_STATE) if isinstance(state, Mapping) else None
+    if isinstance(names, list) and names and all(isinstance(name, str) for name in names):
+        return names
+    return None
+
+
+def class_names_difference(model: Sequence[str], data: Sequence[str]) -> str:
+    """How the class names ``data`` (in label order) differ from those a run's ``model`` was trained on, or ''
+    where they are the same list: the first label they name differently, then the names only one side has."""
+    if list(model) == list(data):
+        return ""
+    common = min(len(model), len(data))
+    label = next((i for i in range(common) if model[i] != data[i]), common)
+    parts = [f"label {label} is {model[label]} for the model and {data[label]} here" if label < common
+             else f"{len(model)} classes for the model, {len(data)} here"]
+    only_model, only_data = sorted(set(model) - set(data)), sorted(set(data) - set(model))
+    parts += [f"only the model has {shown_names(only_model)}"] if only_model else []
+    parts += [f"only here: {shown_names(only_data)}"] if only_data else []
+    return "; ".join(parts)
 
 
 def count_images(split_dir: Path, enough: int) -> int:
@@ -312,11 +342,53 @@ def trainer_world(datamodule: L.LightningDataModule) -> tuple[int, int]:
 EVALUATION_SEED = 0  # the same order for every run, so two runs' limited evaluations see the same images
 
 
-def evaluation_order(datamodule: L.LightningDataModule, dataset: Any) -> DistributedSampler:
-    """A shuffle fixed by `EVALUATION_SEED` (not the run's seed), sharded over ranks as Lightning's own
-    evaluation sampler would be."""
+def check_evaluation_world(images: int, world_size: int, split: str) -> None:
+    """A one-line `DataConfigError` when ``split`` (``images`` long) has fewer images than the ``world_size``
+    processes that evaluate it: a rank without an image would skip the evaluation loop while the others wait
+    for it in the epoch-end sync of the metrics, forever."""
+    if images < world_size:
+        raise DataConfigError(f"{split} has {images} image{'s' if images != 1 else ''}, fewer than the {world_size}"
+                              " devices that would evaluate it (each device reads a share of at least one image);"
+                              f" valid: trainer.devices={max(1, images)} or fewer, or a split of {world_size} images"
+                              " or more")
+
+
+class EvaluationSampler(DistributedSampler):
+    """The order an evaluation reads a split in: every image exactly once over all ranks.
+
+    Rank ``r`` of ``w`` reads positions ``r, r + w, ...`` of one order (a shuffle fixed by ``seed`` and the
+    epoch, or file order), with no padding: the shards differ by at most one image, where torch's
+    ``DistributedSampler`` repeats images to make them even, and those repeats were counted in every metric
+    and in the images a test read. Uneven shards are safe in evaluation: the metrics sync once, at the end of
+    the epoch (torchmetrics' ``compute``, ``self.log`` epoch values), never per step; `check_evaluation_world`
+    makes sure that every rank has an image. A ``DistributedSampler``, so Lightning never wraps it in its own
+    padding one. Training keeps its padding samplers (an even step count per rank is what DDP's gradient
+    all-reduce needs).
+    """
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, shuffle: bool = True,
+                 seed: int = EVALUATION_SEED, split: str = "the evaluated split") -> None:
+        check_evaluation_world(len(dataset), num_replicas, split)
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.total_size = len(dataset)
+        self.num_samples = len(range(rank, self.total_size, num_replicas))
+
+    def __iter__(self):
+        if self.shuffle:  # the permutation torch's DistributedSampler draws: one process reads what it read
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.total_size, generator=generator).tolist()
+        else:
+            order = list(range(self.total_size))
+        return iter(order[self.rank::self.num_replicas])
+
+
+def evaluation_order(datamodule: L.LightningDataModule, dataset: Any, shuffle: bool = True,
+                     split: str = "the evaluated split") -> EvaluationSampler:
+    """The `EvaluationSampler` of ``dataset`` for the attached trainer's ranks: a shuffle fixed by
+    `EVALUATION_SEED` (not the run's seed), or file order (``shuffle=False``)."""
     world_size, rank = trainer_world(datamodule)
-    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=EVALUATION_SEED)
+    return EvaluationSampler(dataset, world_size, rank, shuffle=shuffle, split=split)
 
 
 class ResumableSampler(DistributedSampler):
@@ -569,8 +641,9 @@ class ImageFolderDataModule(L.LightningDataModule):
         """Before a run dir is made: the checks of `prepare_data`, `setup` and `train_dataloader` that need no
         image opened, on data already on disk (data still to be generated is checked when it is made). The split
         folders must exist, each class folder must hold an image (by name), the class folders must pass
-        `_check_classes`, and the training split must hold a batch per device (``world_size``, None where the
-        machine decides: then one, which refuses only what no device count would allow)."""
+        `_check_classes`, the training split must hold a batch per device (``world_size``, None where the
+        machine decides: then one, which refuses only what no device count would allow), and the val split an
+        image per device."""
         try:
             if not self.root.is_dir() or (self.generator is not None and read_marker(self.root) is None):
                 return
@@ -592,6 +665,9 @@ class ImageFolderDataModule(L.LightningDataModule):
         train_dir = self.root / self.train_split
         count = count_images(train_dir, self.batch_size * world)
         self._check_batch_fits(count // world)
+        if world_size is not None:  # every device evaluates a share of the val split (`EvaluationSampler`)
+            val_dir = self.root / self.val_split
+            check_evaluation_world(count_images(val_dir, world_size), world_size, str(val_dir))
 
     def _check_batch_fits(self, per_rank: int) -> None:
         if per_rank < self.batch_size:
@@ -655,6 +731,16 @@ class ImageFolderDataModule(L.LightningDataModule):
             )
         return found
 
+    def state_dict(self) -> dict[str, Any]:
+        """What every checkpoint of a run records of its data (Lightning saves it beside the weights): the class
+        names its labels index (`recorded_classes`), so that an evaluation on other data can tell whether
+        label ``i`` means the same class there. Empty before the splits are read."""
+        reference = self.train_set if self.train_set is not None else self.val_set
+        return {CLASSES_STATE: list(reference.classes)} if reference is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore: the classes are read from the data again (a resumed run checks its files)."""
+
     # ------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:
@@ -674,7 +760,8 @@ class ImageFolderDataModule(L.LightningDataModule):
         the first classes only. A full pass gives the same accuracy in any order."""
         if self.val_set is None:
             self.setup("validate")
-        return make_loader(self, self.val_set, train=False, sampler=evaluation_order(self, self.val_set))
+        sampler = evaluation_order(self, self.val_set, split=f"{self.root / self.val_split}")
+        return make_loader(self, self.val_set, train=False, sampler=sampler)
 
     def test_dataloader(self) -> DataLoader:
         """The val split (ImageNet-style setups have no labelled test split)."""

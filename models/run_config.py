@@ -193,6 +193,72 @@ def _other_data_note(generator: Any, root: Path) -> str:
             " on that data" if diff else "")
 
 
+def run_class_names(checkpoint: Mapping[str, Any], run_cfg: DictConfig, run_dir: Path) -> list[str] | None:
+    """The class names, in label order, the run's model was trained on: those its checkpoint records
+    (`data.datamodule.recorded_classes`), else (a checkpoint saved before they were recorded) the class folders
+    of the run's own ``data.root`` while it still holds the run's data (generated: a marker of the run's
+    generator settings; hand data: the files fingerprint its ``run.json`` recorded); None where neither tells."""
+    from data.datamodule import class_folders, recorded_classes
+    from data.generation import read_marker
+    from models.lifecycle.files import RunFileError
+    from models.lifecycle.identity import data_record
+    from models.lifecycle.records import read_run_record
+    from models.testset_definition import configured_generator
+
+    recorded = recorded_classes(checkpoint)
+    if recorded is not None:
+        return recorded
+    data = OmegaConf.to_container(run_cfg.data, resolve=False) if "data" in set(run_cfg.keys()) else {}
+    if DATA_MODULES.get(str(data.get("_target_")), ("", ""))[1] != "ImageFolderDataModule" or not data.get("root"):
+        return None  # COCO: categories from annotation files, not class folders
+    root = Path(str(data["root"])).expanduser()
+    try:
+        if data.get("generator") is not None:
+            expected, marker = configured_generator({"data": data}), read_marker(root)
+            if expected is None or marker is None or _generator_differences(marker.get("generator"), expected):
+                return None
+        else:
+            then, now = (read_run_record(run_dir) or {}).get("data"), data_record(data)
+            if not isinstance(then, dict) or now is None or then.get("files") != now["files"]:
+                return None
+        return class_folders(root / str(data.get("train_split", "train")))
+    except (OSError, ValueError, RunFileError):  # unreadable: the run's classes are not known
+        return None
+
+
+def check_run_classes(datamodule: Any, run_classes: list[str] | None, what: str, other: bool,
+                      error: type[Exception] = RunDataError) -> str:
+    """Refuse, in one ``error`` line before anything is evaluated, data ``datamodule`` reads (``what`` names
+    where it came from) whose class names in label order (its val split's folders, sorted as ImageFolder
+    assigns labels) are not ``run_classes``, those of the run's model: each image would be scored against
+    another class, and no number would be meaningful. Other files under the same class names are fine. Where
+    the run's classes are unknown (`run_class_names` None), returns a note for ``other`` data (not the run's
+    own), else ''. COCO data (no class folders) is left to its category check."""
+    from data.datamodule import class_folders, class_names_difference, shown_names
+
+    split = getattr(datamodule, "val_split", None)
+    if not isinstance(split, str):
+        return ""
+    split_dir = Path(datamodule.root).expanduser() / split
+    try:
+        data_classes = class_folders(split_dir)
+    except OSError:  # the data module names an unreadable split when it reads it
+        return ""
+    if run_classes is None:
+        return (f"the run's class names are not in its checkpoint (saved before they were recorded), nor shown by its"
+                f" data.root (gone, or changed since): the class folders of {split_dir} ({shown_names(data_classes)})"
+                " are taken to be the run's classes in that order" if other else "")
+    if len(data_classes) != len(run_classes):
+        return ""  # another class count: refused by the data module's count check, which names both counts
+    difference = class_names_difference(run_classes, data_classes)
+    if difference:
+        raise error(f"{what}: the class folders of {split_dir} are not the classes the run's model was trained on"
+                    f" ({difference}); labels index the sorted folder names, so each image would be scored against"
+                    f" another class (nothing was evaluated); valid: data whose class folders are the run's:"
+                    f" {shown_names(run_classes)}")
+    return ""
+
+
 def detach_generator(datamodule: Any) -> Any:
     """Take the generator off a built datamodule so that its ``prepare_data`` can never write data (it then
     only checks the layout); the generator is kept as ``datamodule.run_generator`` for

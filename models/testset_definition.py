@@ -54,6 +54,15 @@ def measured(testset: Mapping[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps({"name": testset.get("name"), "data": data}, default=str))
 
 
+def over_read(read: int, total: int, what: str) -> str:
+    """Why a test that counted ``read`` images of ``what`` (``total`` images, fewer) is no result: images were
+    evaluated more than once (a sampler that repeats images to even out ranks), so every number weighs them
+    twice. An error in the counting: never a whole test, nor a partial one."""
+    extra = read - total
+    return (f"the test counted {read} images of {what}, which has {total}: {extra} image{'s' if extra != 1 else ''}"
+            " counted more than once, so its numbers are not of its images")
+
+
 def configured_generator(testset: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the completion marker of the test set's own generated data records of its generator
     (``{"target", "kwargs"}``, as `data.generation.describe_generator` writes it), or None: the test set

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.errors import DataConfigError
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
-from models.lifecycle.cli import group_options
+from models.lifecycle.cli import group_options, say
 from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
 from models.lifecycle.identity import config_differences
 from models.swin import WindowRPEBackbone, swin_grid_problem
-from models.testset_definition import measured, result_sha256
+from models.testset_definition import measured, over_read, result_sha256
 
 RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
@@ -380,13 +381,22 @@ def adapt_model(module: Any, size: tuple[int, int] | None, ape_rule: str | None,
     return record
 
 
-def check_classes(datamodule: Any, module: Any, name: str) -> None:
-    """The test set must have as many classes as the run's head (labels index the same outputs)."""
+def check_classes(datamodule: Any, module: Any, name: str, run_classes: list[str] | None = None,
+                  own: bool = True) -> None:
+    """The test set must have the run's classes: as many as the run's head, and (`check_run_classes`) the
+    names the run's model was trained on, in the same label order (labels index the same outputs).
+    ``run_classes``: the run's (`run_class_names`), None where unknown; ``own``: the test set has data of its
+    own (a note where the run's classes are unknown), not the run's."""
+    from models.run_config import check_run_classes
+
     datamodule.setup("test")
     head = module.hparams.get("num_classes")
     if head is not None and int(datamodule.num_classes) != int(head):
         raise TestsetError(f"testset={name} has {datamodule.num_classes} classes at {datamodule.root}, this run's "
                            f"model has {head}; a test set must have the run's classes")
+    note = check_run_classes(datamodule, run_classes, f"testset={name}", other=own, error=TestsetError)
+    if note:
+        say(f"note: {note}", stream=sys.stderr)
 
 
 def result_name(name: str, ape_rule: str | None) -> str:
@@ -444,10 +454,10 @@ def check_test_precision(trainer: Any, name: str) -> None:
 def partial_test_note(read: int, total: int | None, trainer: Any) -> str:
     """Why the numbers of a test that read ``read`` of the split's ``total`` images are not a result, or ''
     (eval.py without a test set prints them with this note; a test set's result is never written)."""
+    if total is not None and read > total:
+        return over_read(read, total, "the split")
     setting = partial_test_setting(trainer)
-    # more than the split: a distributed sampler's padding (the whole split was read); no length: only a
-    # setting can say
-    if (total is not None and read >= total) or (total is None and setting is None):
+    if (total is not None and read == total) or (total is None and setting is None):  # no length: only a setting
         return ""
     return (f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
             f"{f' ({setting})' if setting else ''}: numbers of a part of the split")
@@ -487,7 +497,10 @@ def split_images(loaders: Any) -> int | None:
 
 
 def check_read_whole(read: int, total: int | None, name: str) -> None:
-    """After the test: refuse (one line, nothing written) a result that did not read the whole set."""
+    """After the test: refuse (one line, nothing written) a result that did not read the whole set exactly once."""
+    if total is not None and read > total:
+        raise TestsetError(f"{over_read(read, total, f'testset={name}')}; nothing was written (an error in the"
+                           " evaluation, not in its settings: please report it)")
     if total is None or read != total:
         raise TestsetError(f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
                            f" of testset={name}; a partial test is no result, so nothing was written (valid: test"

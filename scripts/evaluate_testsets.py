@@ -151,7 +151,10 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         if record.get("length") not in (None, length):
             stale = f" (replacing the result of its earlier length {record.get('length')})"  # the run was extended
         elif not whole:
-            stale = f" (replacing a partial result: {record.get(READ_KEY)} of {record.get(TOTAL_KEY)} images)"
+            read, total = record.get(READ_KEY), record.get(TOTAL_KEY)
+            over = isinstance(read, int) and isinstance(total, int) and read > total  # duplicates, not a part
+            stale = f" (replacing a {'result that counted images twice' if over else 'partial result'}: {read} of" \
+                    f" {total} images)"
         elif other:
             stale = f" (replacing a result that is not counted: {other})"
         else:

@@ -331,6 +331,12 @@ def test_drives_a_lightning_fit(tmp_path: Path) -> None:
     )
     trainer.fit(LinearProbe(dm.num_classes), datamodule=dm)
     assert trainer.global_step == 4 and "val_loss" in trainer.callback_metrics and len(CALLS) == 1
+    # every checkpoint records the class names its labels index (what eval.py compares other data with)
+    from data.datamodule import recorded_classes
+
+    trainer.save_checkpoint(tmp_path / "saved.ckpt", weights_only=True)
+    saved = torch.load(tmp_path / "saved.ckpt", weights_only=True)
+    assert recorded_classes(saved) == ["0_E", "1_NE", "2_N", "3_NW", "4_W", "5_SW", "6_S", "7_SE"]
 
 
 class _SigtermDisposition(torch.utils.data.Dataset):
@@ -353,3 +359,58 @@ def test_loader_workers_leave_stop_signals_to_the_main_process() -> None:
     [in_worker] = list(make_loader(owner, _SigtermDisposition(), train=False))
     assert in_worker.tolist() == [True, True]
     assert not _SigtermDisposition()[0]  # the main process keeps its own handler
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_evaluation_reads_every_image_exactly_once_on_any_number_of_ranks(shuffle: bool) -> None:
+    """An evaluated split is sharded without padding: over ranks 1-3 and odd sizes every index appears once
+    (torch's DistributedSampler repeated images to even the shards out, and those repeats were counted: 4/34
+    for 4/33), each rank's ``len`` is what it yields, and one process reads the order it always read."""
+    from data.datamodule import EVALUATION_SEED, EvaluationSampler
+
+    for world in (1, 2, 3):
+        for size in (*range(world, 12), 33):
+            shards = [list(EvaluationSampler(range(size), world, rank, shuffle=shuffle)) for rank in range(world)]
+            read = [i for shard in shards for i in shard]
+            assert sorted(read) == list(range(size)), (world, size)  # each image once: none repeated, none lost
+            assert [len(EvaluationSampler(range(size), world, rank, shuffle=shuffle)) for rank in range(world)] == [
+                len(shard) for shard in shards]
+            assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    one = EvaluationSampler(range(33), 1, 0, shuffle=shuffle)
+    one.set_epoch(2)  # Lightning sets the epoch of evaluation samplers too
+    torch_order = DistributedSampler(range(33), num_replicas=1, rank=0, shuffle=shuffle, seed=EVALUATION_SEED)
+    torch_order.set_epoch(2)
+    assert list(one) == list(torch_order)
+
+
+def test_a_split_with_fewer_images_than_devices_is_one_line_before_the_run(tmp_path: Path) -> None:
+    """A rank without an image would skip the evaluation while the others wait for it at the epoch-end sync:
+    refused before a run dir (check_on_disk), and by the sampler for data that was made later."""
+    from data.datamodule import EvaluationSampler
+
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=4, img_size=16, splits=("train",))
+    make_fake_imagefolder(root, num_classes=2, per_class=1, img_size=16, splits=("val",))  # 2 val images
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0)
+    dm.check_on_disk(2)
+    with pytest.raises(DataConfigError) as err:
+        dm.check_on_disk(3)
+    assert str(err.value) == (f"{root / 'val'} has 2 images, fewer than the 3 devices that would evaluate it (each"
+                              " device reads a share of at least one image); valid: trainer.devices=2 or fewer, or"
+                              " a split of 3 images or more")
+    with pytest.raises(DataConfigError, match="has 2 images, fewer than the 3 devices"):
+        EvaluationSampler(range(2), 3, 0)
+
+
+def test_the_val_loader_shards_an_odd_split_over_ranks_without_repeats(tmp_path: Path) -> None:
+    from data.datamodule import EvaluationSampler
+
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=3, per_class=3, img_size=16)  # 9 val images
+    read = []
+    for rank in range(2):
+        dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=4, num_workers=0)
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        dm.setup("validate")
+        loader = dm.val_dataloader()
+        assert isinstance(loader.sampler, EvaluationSampler) and not loader.drop_last  # Lightning leaves it as is
+        read += [int(label) for _, labels in loader for label in labels]
+    assert sorted(read) == [0, 0, 0, 1, 1, 1, 2, 2, 2]  # 9 images, not 10

@@ -147,7 +147,9 @@ def test_loaders_shard_across_ranks(shapes_root: Path) -> None:
     """Under DDP each rank's val loader reads its own, ordered share of the images; together all of them."""
     from types import SimpleNamespace
 
-    from torch.utils.data import DistributedSampler, SequentialSampler
+    from torch.utils.data import DistributedSampler
+
+    from data.datamodule import EvaluationSampler
 
     def datamodule(world_size: int, rank: int) -> CocoDataModule:
         dm = CocoDataModule(root=str(shapes_root), batch_size=2, num_workers=0, train_scales=[48], max_size=64,
@@ -157,12 +159,13 @@ def test_loaders_shard_across_ranks(shapes_root: Path) -> None:
         return dm
 
     single = datamodule(1, 0)
-    assert isinstance(single.val_dataloader().sampler, SequentialSampler)
+    assert list(single.val_dataloader().sampler) == list(range(6))  # one process: file order
     assert single.train_dataloader().drop_last
     shards = []
     for rank in (0, 1):
         val = datamodule(2, rank).val_dataloader()
-        assert isinstance(val.sampler, DistributedSampler) and not val.sampler.shuffle and not val.drop_last
+        # every image once (no padding repeats), and a DistributedSampler, which Lightning leaves as it is
+        assert isinstance(val.sampler, EvaluationSampler) and not val.sampler.shuffle and not val.drop_last
         assert val.sampler.rank == rank and val.sampler.num_replicas == 2
         shards.append(list(val.sampler))
     assert shards == [[0, 2, 4], [1, 3, 5]]  # 6 val images, interleaved, in order

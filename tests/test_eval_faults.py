@@ -581,3 +581,78 @@ def test_a_fifo_or_socket_where_a_run_file_belongs_is_named_never_missing(kind: 
             f"ckpt_path='{best}' is not a checkpoint file: {what}")
     finally:
         signal.alarm(0)
+
+
+# ------------------------------------------------------------- other data must name the run's classes in order
+RELATIONAL = ["0_E", "1_NE", "2_N", "3_NW", "4_W", "5_SW", "6_S", "7_SE"]
+# the relational classes under other names, sorted in reverse: label 0 is south-east (7_SE) here, east elsewhere
+FAST_EVAL = "throughput_batch=2"  # the speed measurement is not what these tests are about
+REVERSED = {name: f"{chr(ord('A') + 7 - i)}_{name.split('_')[1]}" for i, name in enumerate(RELATIONAL)}
+
+
+def _hand_copy(data_dir: Path, folder: Path, names: dict[str, str] | None = None, drop: int = 0) -> Path:
+    """The generated relational images as hand data (no marker) at ``folder``, each class folder renamed by
+    ``names``, the first ``drop`` images of each class left out (other files under the same classes)."""
+    shutil.copytree(data_dir / "relational_evalfaults", folder, ignore=shutil.ignore_patterns(MARKER_NAME))
+    for split in ("train", "val"):
+        for old, new in (names or {}).items():
+            (folder / split / old).rename(folder / split / new)
+        for class_dir in (folder / split).iterdir():
+            for image in sorted(class_dir.iterdir())[:drop]:
+                image.unlink()
+    return folder
+
+
+def _hand_run(run_dir: Path, tmp_path: Path, root: Path, record: bool = True) -> Path:
+    """A copy of the run trained on the hand data at ``root``; its checkpoint records the class names as
+    train.py's now does (``record``), or none, as one saved before they were recorded."""
+    def edit(cfg: dict) -> None:
+        cfg["data"]["root"], cfg["data"]["generator"] = str(root), None
+
+    run = _copy(run_dir, tmp_path, edit)
+    best = run / "checkpoints" / "best.ckpt"
+    if record:
+        saved = torch.load(best, weights_only=True)
+        classes = sorted(p.name for p in (root / "train").iterdir())
+        torch.save({**saved, "ImageFolderDataModule": {"classes": classes}}, best)
+    return run
+
+
+def test_other_data_whose_class_folders_are_not_the_runs_is_refused(run_dir: Path, tmp_path: Path,
+                                                                    data_dir: Path, capsys) -> None:
+    """Probe case 76: a run trained on hand data whose class 0 is A_SE, evaluated at ``data_root=`` on data
+    whose class 0 is 0_E, scored each image against another class and printed the numbers without a note."""
+    import eval as eval_script
+
+    hand = _hand_copy(data_dir, tmp_path / "hand", REVERSED)
+    run = _hand_run(run_dir, tmp_path, hand)
+    generated = data_dir / "relational_evalfaults"
+    with pytest.raises(RunDataError) as err:
+        eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={generated}", FAST_EVAL))
+    assert str(err.value) == (
+        f"data_root={generated}: the class folders of {generated / 'val'} are not the classes the run's model was"
+        " trained on (label 0 is A_SE for the model and 0_E here; only the model has A_SE, B_S, C_SW, D_W, E_NW,"
+        " F_N, G_NE, H_E; only here: 0_E, 1_NE, 2_N, 3_NW, 4_W, 5_SW, 6_S, 7_SE); labels index the sorted folder"
+        " names, so each image would be scored against another class (nothing was evaluated); valid: data whose"
+        " class folders are the run's: A_SE, B_S, C_SW, D_W, E_NW, F_N, G_NE, H_E")
+    # other files under the run's class names: what data_root= is for, evaluated without a note
+    fewer = _hand_copy(data_dir, tmp_path / "fewer", REVERSED, drop=1)
+    eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, f"data_root={fewer}", FAST_EVAL))
+    assert "class folders" not in capsys.readouterr().err
+
+
+def test_a_generated_run_on_hand_data_of_other_class_names_is_refused_or_noted(run_dir: Path, tmp_path: Path,
+                                                                               data_dir: Path, capsys) -> None:
+    """A checkpoint saved before the classes were recorded: the run's own data.root, while it still holds the
+    run's data, names them; where nothing does, the numbers come with a note, never silently."""
+    import eval as eval_script
+
+    hand = _hand_copy(data_dir, tmp_path / "hand", REVERSED)
+    with pytest.raises(RunDataError, match=r"label 0 is 0_E for the model and A_SE here"):
+        eval_script.evaluate(_eval_cfg(_copy(run_dir, tmp_path), tmp_path, data_dir, f"data_root={hand}", FAST_EVAL))
+    moved = _copy(run_dir, tmp_path / "moved", _absent_root(tmp_path))  # its data.root is gone: classes unknown
+    metrics = eval_script.evaluate(_eval_cfg(moved, tmp_path, data_dir, f"data_root={hand}", FAST_EVAL))
+    assert "val/top1" in metrics
+    assert (f"note: the run's class names are not in its checkpoint (saved before they were recorded), nor shown"
+            f" by its data.root (gone, or changed since): the class folders of {hand / 'val'} (A_SE, B_S, C_SW, D_W,"
+            " E_NW, F_N, G_NE, H_E) are taken to be the run's classes in that order\n") in capsys.readouterr().err

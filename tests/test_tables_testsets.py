@@ -452,6 +452,9 @@ def _older_definition() -> dict[str, object]:
     ("partial test", {"images_read": 8},
      "it is a partial test: it read 8 of the test set's 2000 images (a trainer batch limit): evaluate it again on"
      " the whole set (scripts/evaluate_testsets.py)"),
+    ("images counted twice", {"images_read": 2001},  # never whole, nor partial: an error in the counting
+     "the test counted 2001 images of the test set, which has 2000: 1 image counted more than once, so its numbers"
+     " are not of its images: evaluate it again (scripts/evaluate_testsets.py)"),
     ("older definition", _older_definition(),
      f"it is of another definition of '{RIGHT}' than configs/testset/{RIGHT}.yaml (result -> yaml:"
      " data.generator.num_val: 5000 -> 2000)"),

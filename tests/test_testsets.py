@@ -753,3 +753,41 @@ def test_a_test_set_result_is_of_the_best_checkpoint_only(tmp_path: Path) -> Non
                          config_name="eval")
     with pytest.raises(ValueError, match=r"a test-set result is of the run's result, its best.ckpt; valid: "):
         eval_script.evaluate(cfg)
+
+
+def test_a_test_that_counted_more_images_than_its_set_is_an_error_never_a_whole_test() -> None:
+    """Probe cases 39-41: a padding sampler's repeats made 10 of 9; that was taken as whole (no note) or
+    called a partial test. It is an error in the counting: never a result, and said so."""
+    from models.testsets import check_read_whole, partial_test_note
+
+    whole = {"limit_test_batches": None}
+    assert partial_test_note(9, 9, whole) == ""
+    assert partial_test_note(10, 9, whole) == ("the test counted 10 images of the split, which has 9: 1 image counted"
+                                               " more than once, so its numbers are not of its images")
+    assert partial_test_note(8, 9, whole) == "the test read 8 of 9 images: numbers of a part of the split"
+    check_read_whole(9, 9, "relational_everywhere")
+    with pytest.raises(TestsetError) as err:
+        check_read_whole(11, 9, "relational_everywhere")
+    assert str(err.value) == ("the test counted 11 images of testset=relational_everywhere, which has 9: 2 images"
+                              " counted more than once, so its numbers are not of its images; nothing was written"
+                              " (an error in the evaluation, not in its settings: please report it)")
+
+
+def test_a_test_set_must_name_the_runs_classes_in_the_runs_order(tmp_path: Path) -> None:
+    """A test set's labels index the run's outputs: generated relational classes (0_E first) for a run trained on
+    hand data whose class 0 is A_SE would score each image against another class."""
+    from data import ImageFolderDataModule
+    from data.relational import generate_relational_shapes
+    from models.testsets import check_classes
+
+    root = tmp_path / "rel"
+    generate_relational_shapes(str(root), num_train=8, num_val=64)
+    datamodule = ImageFolderDataModule(root=str(root), img_size=32, batch_size=8, num_workers=0)
+    module = SimpleNamespace(hparams={"num_classes": 8})
+    names = ["0_E", "1_NE", "2_N", "3_NW", "4_W", "5_SW", "6_S", "7_SE"]
+    check_classes(datamodule, module, "relational_right", names)
+    hand = [f"{chr(ord('A') + 7 - i)}_{name.split('_')[1]}" for i, name in enumerate(names)][::-1]
+    with pytest.raises(TestsetError, match=r"^testset=relational_right: the class folders of .* are not the classes"
+                                           r" the run's model was trained on \(label 0 is A_SE for the model and 0_E"
+                                           r" here;"):
+        check_classes(datamodule, module, "relational_right", sorted(hand))

@@ -190,6 +190,40 @@ def test_ddp_cpu_cli_run(tmp_path: Path, data_dir: Path) -> None:
     assert "re-testing" in again.stdout + again.stderr
 
 
+@pytest.mark.slow  # train.py and eval.py with two gloo processes each
+def test_a_ddp_evaluation_reads_each_image_of_an_odd_split_once(tmp_path: Path, data_dir: Path) -> None:
+    """Probe cases 39-41: a padding sampler read 34 images of a 33-image val split over two ranks, so metrics.json
+    held 4/34 as a complete result and a test set read "10 of 9". Now every evaluation over ranks gives the
+    one-process numbers of the split, and a test set records each image read once."""
+    import eval as eval_script
+
+    run_dir = tmp_path / "ddp2"
+    best = run_dir / "checkpoints" / "best.ckpt"
+    result = run_cli("train.py", [
+        "trainer=ddp_cpu", *FAST, f"data.root={tmp_path / 'rel33'}", "data.generator.num_train=64",
+        "data.generator.num_val=33", "data.num_workers=0", "data.batch_size=16", "trainer.limit_val_batches=null",
+        "trainer.limit_test_batches=null", f"paths.log_dir={tmp_path}", "run_name=ddp2", f"paths.data_dir={data_dir}",
+    ])
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _metrics(run_dir)
+    one_process = eval_script.evaluate(compose_config([f"ckpt_path={best}"], tmp_path / "eval", data_dir,
+                                                      config_name="eval"))
+    assert metrics["test_complete"] is True
+    assert metrics["val/top1"] == pytest.approx(one_process["val/top1"], abs=1e-4)
+    assert metrics["val/top5"] == pytest.approx(one_process["val/top5"], abs=1e-4)
+    correct = metrics["val/top1"] * 33 / 100
+    assert correct == pytest.approx(round(correct), abs=1e-3)  # a count of the 33 images (4/34 is not)
+
+    testset = run_cli("eval.py", [f"ckpt_path={best}", "testset=val_at_48", "trainer=ddp_cpu", "throughput_batch=2",
+                                  f"paths.data_dir={data_dir}"])
+    assert testset.returncode == 0, testset.stderr[-3000:]
+    record = json.loads((run_dir / "testsets" / "val_at_48@interpolate.json").read_text())
+    assert record["images_read"] == record["images_total"] == 33
+    single = eval_script.evaluate(compose_config([f"ckpt_path={best}", "testset=val_at_48", "throughput_batch=2"],
+                                                 tmp_path / "eval", data_dir, config_name="eval"))
+    assert record["metrics"]["val/top1"] == pytest.approx(single["val/top1"], abs=1e-4)
+
+
 @pytest.mark.slow  # train.py with two gloo processes
 def test_a_failed_ddp_worker_is_a_failed_run(tmp_path: Path, data_dir: Path) -> None:
     """A worker that fails ends the run as a failed job, in one line and a record that says so; never as a

@@ -84,7 +84,8 @@ def evaluate_coco(
 def gather_detections(local: dict[int, list[dict]]) -> dict[int, list[dict]]:
     """Merge every DDP rank's ``{image_id: COCO results}`` (identity without DDP).
 
-    Keyed by image, so the repeats a DistributedSampler pads the last batch with count once.
+    Keyed by image, so an image read twice (a padding DistributedSampler; evaluation reads each once,
+    `data.datamodule.EvaluationSampler`) would still count once.
     Every rank receives the same merged dict, so every rank can evaluate identically.
     """
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):

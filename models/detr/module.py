@@ -168,7 +168,7 @@ class DetectionModule(L.LightningModule):
         ids = [int(t["image_id"]) for t in targets]
         label_to_cat = self._label_to_cat()
         for image_id, det in zip(ids, detections, strict=True):
-            # Keyed by image: a DistributedSampler pads with repeated images, counted once here.
+            # Keyed by image: an image read twice would count once here (see `gather_detections`).
             self._results[image_id] = to_coco_results([det], [image_id], label_to_cat)
 
     def _label_to_cat(self) -> list[int]:

@@ -75,6 +75,7 @@ from models.testset_definition import (
     load_definition,
     measured,
     measured_problem,
+    over_read,
     result_sha256,
     testset_sha256,
 )
@@ -737,6 +738,8 @@ def _check_provenance(value: dict[str, Any], name: str) -> None:
         raise TableError(f"it is of another definition of {name!r} than configs/testset/{name}.yaml (result -> yaml:"
                          f" {differences}): evaluate it again (scripts/evaluate_testsets.py), or remove it")
     read, total = value.get(READ_KEY), value.get(TOTAL_KEY)
+    if isinstance(read, int) and isinstance(total, int) and read > total:  # never a whole test, nor a partial one
+        raise TableError(f"{over_read(read, total, 'the test set')}: evaluate it again (scripts/evaluate_testsets.py)")
     if read != total:
         raise TableError(f"it is a partial test: it read {read} of the test set's {total} images (a trainer batch"
                          " limit): evaluate it again on the whole set (scripts/evaluate_testsets.py)")
