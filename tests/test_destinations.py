@@ -5,6 +5,7 @@ data root, or through a link that leads out of their folder."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,20 @@ def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: 
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 2
     assert "is a symlink" in capsys.readouterr().err
     assert not any((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_run_whose_record_is_not_a_plain_file_is_still_a_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 3 (cases 128, 129, same class): a FIFO as run.json made ``is_file()`` false, so its run dir was taken
+    for a place to write the tables into; a record is there whatever it is, and is never opened here."""
+    from scripts import make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    os.mkfifo(damaged / "run.json")
+    assert make_tables.main([str(sweep), "--out", str(damaged / "t")]) == 2
+    assert f"is the run dir {damaged}, whose files are that run's" in capsys.readouterr().err
+    assert sorted(p.name for p in damaged.iterdir()) == ["run.json"]
 
 
 def test_readme_inside_a_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

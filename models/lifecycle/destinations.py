@@ -30,12 +30,16 @@ class DestinationError(ValueError):
 
 
 def is_run_dir(folder: Path) -> bool:
-    """A run's dir: it has a run record, or a config beside a checkpoints folder (runs older than records)."""
-    return (folder / RUN_RECORD).is_file() or ((folder / CONFIG).is_file() and (folder / CHECKPOINTS).is_dir())
+    """A run's dir: it has a run record, or a config beside a checkpoints folder (runs older than records).
+    A record counts whatever stands there (a FIFO, a folder, a link): a damaged run is still a run, never a
+    place to write into."""
+    return os.path.lexists(folder / RUN_RECORD) or (os.path.lexists(folder / CONFIG)
+                                                   and (folder / CHECKPOINTS).is_dir())
 
 
 def is_data_root(folder: Path) -> bool:
-    return (folder / DATA_MARKER).is_file()
+    """A data root: it has a completion marker (of whatever kind, as a run's record above)."""
+    return os.path.lexists(folder / DATA_MARKER)
 
 
 def real(path: str | os.PathLike) -> Path:
