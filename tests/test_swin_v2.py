@@ -18,11 +18,7 @@ from models.swin import load_swin_checkpoint
 from models.swin_v2 import RPESwinTransformerV2, RPEWindowAttentionV2
 from rpe import PRESETS
 from tests.helpers import SMALL_RELATIONAL, compose_config, fit_only, run_cli
-from tests.test_swin import _piecewise
-
-# img 32, patch 4: stage 1 is 8x8 tokens in 4x4 windows (the odd blocks shifted by 2), stage 2 is 4x4.
-SMALL = dict(img_size=32, patch_size=4, window_size=4, embed_dim=32, depths=(2, 2), num_heads=(2, 4),
-             num_classes=5)
+from tests.test_swin import SMALL, _piecewise  # the same small Swin: 8x8 then 4x4 tokens in 4x4 windows
 
 
 @pytest.fixture(autouse=True)
