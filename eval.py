@@ -50,7 +50,7 @@ from omegaconf import DictConfig
 from torch.utils.flop_counter import FlopCounterMode
 
 from models.lifecycle.cli import cli, report_user_error, say, user_error_types
-from models.lifecycle.files import RunFileError, describe_non_file, own_folder_problem, plain_file_exists
+from models.lifecycle.files import RunFileError, describe_non_file, entry_exists, own_folder_problem, plain_file_exists
 from models.lifecycle.job import build_trainer, scalar_metrics
 from models.lifecycle.records import BEST as BEST_CHECKPOINT
 
@@ -212,7 +212,7 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
     if not ckpt_path.is_file():
-        if os.path.lexists(ckpt_path):
+        if entry_exists(ckpt_path):
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file:"
                                     f" {describe_non_file(ckpt_path)}")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import os
 import re
 import warnings
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data.errors import DataConfigError
 from models.deit import ModelConfigError
-from models.lifecycle.files import describe_non_file
+from models.lifecycle.files import describe_non_file, entry_exists
 
 # Each allowed target is imported from its own module when used; no name from the file is ever imported.
 DATA_MODULES: dict[str, tuple[str, str]] = {
@@ -448,7 +447,7 @@ def read_checkpoint_file(
     """``torch.load(path, weights_only=True)`` allowing exactly the classes in ``safe_globals``; anything
     unreadable (missing, truncated, random bytes, a pickle needing other code) is one ``error`` line."""
     if not Path(path).is_file():
-        if os.path.lexists(path):
+        if entry_exists(path):
             raise error(f"checkpoint {path} is not a checkpoint file: {describe_non_file(Path(path))}")
         raise error(f"checkpoint {path} does not exist")
     try:

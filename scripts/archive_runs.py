@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.files import RunFileError, describe_non_file, plain_file_exists  # noqa: E402
+from models.lifecycle.files import RunFileError, describe_non_file, entry_exists, plain_file_exists  # noqa: E402
 from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from models.lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
 from scripts.tables.collect import (  # noqa: E402
@@ -74,7 +74,7 @@ def _check_run(run_dir: Path, naming: JobNaming | None = None) -> str:
         raise TableError(f"{status.problem}; repair it or move {run_dir} away, then archive again")
     if status.state not in ENDED:
         return status.state
-    if status.state == "failed" and not os.path.lexists(run_dir / CONFIG):
+    if status.state == "failed" and not entry_exists(run_dir / CONFIG):
         return "failed before it saved its config.yaml"  # make_tables shows it from .hydra/config.yaml
     cfg = read_config(run_dir / CONFIG)
     check_record(run_dir, cfg, status.state)
@@ -104,7 +104,7 @@ def _testset_files(run_dir: Path, state: str, out: Path) -> list[str]:
         raise TableError(f"{run_dir / file} is not a result make_tables counts: {why}; repair it or move it away, "
                          "then archive again")
     archived = out / TESTSETS
-    if os.path.lexists(archived) and (archived.is_symlink() or not archived.is_dir()):
+    if entry_exists(archived) and (archived.is_symlink() or not archived.is_dir()):
         raise TableError(f"{archived} cannot hold the archived test-set results: {describe_non_file(archived)}; "
                          "move it away")
     return [f"{TESTSETS}/{name}.json" for name in sorted(testsets)]
@@ -158,7 +158,7 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
             left_out.append(f"{run_dir} ({state})")
             continue
         archived = target / run_dir.relative_to(sweep_dir) / CONFIG
-        if os.path.lexists(archived) and identity_config(read_config(archived)) != identity_config(
+        if entry_exists(archived) and identity_config(read_config(archived)) != identity_config(
                 read_config(run_dir / CONFIG)):
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,6 +40,7 @@ from models.lifecycle.files import (  # noqa: E402
     CHECKSUM,
     RunFileError,
     checksum_problem,
+    entry_exists,
     own_folder_problem,
     plain_file_exists,
     read_json,
@@ -53,7 +53,7 @@ from models.run_config import load_run_config  # noqa: E402
 def _is_run_dir(path: Path) -> bool:
     """A run dir holds a ``config.yaml`` or a ``checkpoints`` folder: one whose config is damaged (missing, a
     folder, a link) is still a run, to be reported, never skipped without a word."""
-    return os.path.lexists(path / CONFIG) or (path / CHECKPOINTS).is_dir()
+    return entry_exists(path / CONFIG) or (path / CHECKPOINTS).is_dir()
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:

@@ -143,6 +143,31 @@ def test_a_run_whose_record_is_not_a_plain_file_is_still_a_run(tmp_path: Path, c
     assert sorted(p.name for p in damaged.iterdir()) == ["run.json"]
 
 
+def test_a_folder_that_cannot_be_looked_into_is_never_taken_for_empty(tmp_path: Path) -> None:
+    """``os.path.lexists`` calls anything behind an unreadable folder absent: a run dir in a mode-000 folder
+    passed for none, a checkpoint in one for missing. The lifecycle's presence checks raise instead."""
+    from models.lifecycle.destinations import is_run_dir
+    from models.lifecycle.files import RunFileError, entry_exists, plain_file_exists
+    from tests.helpers import file_modes_hold
+
+    locked = _finished_run(tmp_path / "locked")
+    (locked / "best.ckpt").write_bytes(b"x")
+    assert entry_exists(locked / "run.json") and not entry_exists(locked / "none")
+    assert not entry_exists(locked / "run.json" / "below")  # a file where a folder would be: nothing there
+    locked.chmod(0)
+    try:
+        with file_modes_hold():
+            assert not os.path.lexists(locked / "run.json")  # what the checks must not rely on
+            with pytest.raises(PermissionError):
+                entry_exists(locked / "run.json")
+            with pytest.raises(PermissionError):
+                is_run_dir(locked)
+            with pytest.raises(RunFileError, match="best.ckpt: permission denied"):
+                plain_file_exists(locked / "best.ckpt")
+    finally:
+        locked.chmod(0o755)
+
+
 def test_readme_inside_a_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from scripts import make_tables
 

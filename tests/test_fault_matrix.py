@@ -122,6 +122,8 @@ def expected_outcome(command: str, file: str, damage: str) -> str:
             return "retest"
         if damage == "mode 000" and file == "run.lock":
             return "refuse"  # the lock it must take before it reads or writes anything, and may not open
+        if damage == "mode 000" and file == "checkpoints":
+            return "refuse"  # it cannot see which checkpoints are there: unreadable is never taken for absent
         return "continue"
     if command in ("eval", "plot_rpe"):  # they read config.yaml and best.ckpt, and write nothing but plots
         if file in ("config.yaml", "checkpoints/best.ckpt", "checkpoints") and not storage:

@@ -183,16 +183,19 @@ def test_an_unreadable_checkpoints_folder_is_one_line(unnamed_run: tuple[Path, l
     env = {**os.environ, **ENV}
     env.pop("HYDRA_FULL_ERROR", None)
     try:
+        # train.py cannot tell whether the folder holds another run; plot_rpe.py cannot look at its checkpoint
         commands = {
-            "train": [sys.executable, str(root / "train.py"), *[a for a in args if not a.startswith("paths.log_dir=")],
-                      f"paths.log_dir={tmp_path / 'runs'}", "run_name=locked"],
-            "plot": [sys.executable, str(root / "scripts" / "plot_rpe.py"), str(copy), "--out", str(tmp_path / "p")],
+            copy / "checkpoints": [sys.executable, str(root / "train.py"),
+                                   *[a for a in args if not a.startswith("paths.log_dir=")],
+                                   f"paths.log_dir={tmp_path / 'runs'}", "run_name=locked"],
+            copy / "checkpoints" / "best.ckpt": [sys.executable, str(root / "scripts" / "plot_rpe.py"), str(copy),
+                                                 "--out", str(tmp_path / "p")],
         }
-        for command in commands.values():
+        for unreadable, command in commands.items():
             result = subprocess.run([*prefix, *command], cwd=root, env=env, capture_output=True, text=True,
                                     timeout=300)
             assert result.returncode == 2, result.stderr[-3000:]
-            assert _error_line(result.stderr) == (f"error: cannot read {copy / 'checkpoints'}: permission denied"
+            assert _error_line(result.stderr) == (f"error: cannot read {unreadable}: permission denied"
                                                   " (read-only storage, or a file or folder of the path this user"
                                                   " may not use)")
     finally:

@@ -266,9 +266,9 @@ def saved_sweep_task(saved: Path, sweep_dir: Path) -> list[Any] | None:
     import yaml
 
     from data.bounded_json import JsonBoundsError, read_json_bytes
-    from models.lifecycle.files import describe_non_file, yaml_problem
+    from models.lifecycle.files import describe_non_file, entry_exists, yaml_problem
 
-    if not os.path.lexists(saved):
+    if not entry_exists(saved):
         return None
     problem = ""
     if saved.is_symlink() or not saved.is_file():

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from models.lifecycle.files import entry_exists
 from models.lifecycle.records import CHECKPOINTS, CONFIG, RUN_RECORD
 
 # The completion marker data/generation.py writes at the top of a generated data root (and of a test set's).
@@ -33,13 +34,13 @@ def is_run_dir(folder: Path) -> bool:
     """A run's dir: it has a run record, or a config beside a checkpoints folder (runs older than records).
     A record counts whatever stands there (a FIFO, a folder, a link): a damaged run is still a run, never a
     place to write into."""
-    return os.path.lexists(folder / RUN_RECORD) or (os.path.lexists(folder / CONFIG)
+    return entry_exists(folder / RUN_RECORD) or (entry_exists(folder / CONFIG)
                                                    and (folder / CHECKPOINTS).is_dir())
 
 
 def is_data_root(folder: Path) -> bool:
     """A data root: it has a completion marker (of whatever kind, as a run's record above)."""
-    return os.path.lexists(folder / DATA_MARKER)
+    return entry_exists(folder / DATA_MARKER)
 
 
 def real(path: str | os.PathLike) -> Path:

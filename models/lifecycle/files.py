@@ -177,11 +177,22 @@ def describe_non_file(path: Path) -> str:
     return "it is not a plain file"
 
 
+def entry_exists(path: str | os.PathLike) -> bool:
+    """Whether anything (a file, folder, link, dangling link, FIFO) stands at ``path``. ``False`` only when
+    nothing is there; a path that cannot be looked at (a folder of it this user may not read) raises the
+    ``OSError``, where ``os.path.lexists`` would call it absent and a run dir behind it would pass for none."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
 def own_folder_problem(folder: Path, what: str) -> str:
     """Why ``folder`` cannot be a run's own folder of ``what`` (``test-set results``), without its path; ''
     when it is absent or a real folder. A symlink is to be replaced by a real folder, never followed or
     cleared: what it leads to may be another run's folder."""
-    if not os.path.lexists(folder):
+    if not entry_exists(folder):
         return ""
     if folder.is_symlink():
         return (f"it is a symlink (to {os.readlink(folder)}), where the run's own folder of {what} belongs; replace"
@@ -209,7 +220,7 @@ def plain_file_exists(path: str | os.PathLike, follow_links: bool = False) -> bo
     """
     path = Path(path)
     with guarded(path, "read"):
-        if not os.path.lexists(path):
+        if not entry_exists(path):
             return False
         linked = follow_links and path.is_symlink() and os.path.exists(path)  # a dangling link is named as one
         info = os.stat(path) if linked else os.lstat(path)

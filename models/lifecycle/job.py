@@ -38,6 +38,7 @@ from models.lifecycle.files import (
     RunFileError,
     atomic_write_bytes,
     atomic_write_json,
+    entry_exists,
     guarded,
     remove_stale_temp_files,
     with_checksum,
@@ -726,7 +727,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         elif stored is not None and _claims_limits_it_has_not(stored, cfg):
             stored, problem = None, (f"{run_dir / METRICS} says the run trained or tested on part of its splits,"
                                      " which its config does not limit")
-        elif stored is not None and os.path.lexists(run_dir / FAILURE):
+        elif stored is not None and entry_exists(run_dir / FAILURE):
             # the job removes failed.json before it runs again, so one beside a finished record was put there
             # later: the records disagree, and re-testing settles which is true
             stored, problem = None, (f"{run_dir / FAILURE} says the run failed, while {run_dir / RUN_RECORD} says"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -41,6 +40,7 @@ from models.lifecycle.files import (
     RunFileError,
     check_plain_file,
     checksum_problem,
+    entry_exists,
     own_folder_problem,
     plain_file_exists,
     read_json,
@@ -391,7 +391,7 @@ def read_config(path: Path) -> dict[str, Any]:
     import yaml
     from omegaconf.errors import OmegaConfBaseException
 
-    if not os.path.lexists(path):
+    if not entry_exists(path):
         raise TableError(f"{path} is missing")
     text = _text(path)
     try:
@@ -498,7 +498,7 @@ def read_overrides(run_dir: Path, cfg: dict[str, Any] | None = None,
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     path = run_dir / OVERRIDES
-    if not os.path.lexists(path):
+    if not entry_exists(path):
         return None
     overrides = _yaml(path)
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
@@ -777,7 +777,7 @@ def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = 
     the run's own, not a symlink into another run dir.
     """
     folder = run_dir / TESTSETS
-    if not os.path.lexists(folder):
+    if not entry_exists(folder):
         return {}, {}, ()
     problem = own_folder_problem(folder, "test-set results")
     if problem:
@@ -817,7 +817,7 @@ def _not_ended(run_dir: Path, status: RunStatus) -> str:
 def _config_path(run_dir: Path, state: str) -> Path:
     """The resolved ``config.yaml``; Hydra's ``.hydra/config.yaml`` only for a run without a result (a job
     that failed or stopped before it wrote its config), as a result must be placed by the config it ran."""
-    if os.path.lexists(run_dir / CONFIG) or state == "finished":
+    if entry_exists(run_dir / CONFIG) or state == "finished":
         return run_dir / CONFIG
     return run_dir / HYDRA_DIR / CONFIG
 
