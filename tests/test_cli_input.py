@@ -103,6 +103,19 @@ def test_group_choices_hide_internal_bases() -> None:
     cli.check_group_choices(["rpe=irpe_k,none", "experiment=deit_tiny_baseline"])  # real options pass
 
 
+def test_hydra_groups_take_the_options_hydra_and_its_plugins_bring() -> None:
+    """``hydra/launcher=basic`` is Hydra's own option (no file under configs/): it passes, as does a plugin's
+    (``submitit_local``, ``optuna``); an unknown one is refused naming them all, ours (``slurm``) too."""
+    cli.check_group_choices(["hydra/launcher=basic", "hydra/sweeper=optuna", "hydra/job_logging=disabled"], "train")
+    cli.check_group_choices(["hydra/launcher=submitit_local,slurm"], "train")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_group_choices(["hydra/launcher=bogus"], "train")
+    assert str(err.value) == ("hydra/launcher='bogus' is not a config option; valid: basic, slurm, submitit_local,"
+                              " submitit_slurm")
+    with pytest.raises(cli.CommandLineError, match="valid: default, disabled, none, stdout"):
+        cli.check_group_choices(["hydra/job_logging=bogus"], "train")
+
+
 @pytest.mark.slow  # a train.py process that builds DETR and the data first
 def test_detr_on_classification_data_is_one_line(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("train.py", [

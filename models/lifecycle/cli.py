@@ -48,8 +48,31 @@ OmegaConf.register_new_resolver("job_dirname", job_dirname, replace=True)
 
 def group_options(group: str, bases: bool = False) -> list[str]:
     """The options a user may pick: ``_``-prefixed files (``rpe/_base``) are shared bases, not choices (with
-    ``bases``: every file of the group, as Hydra itself lists them)."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if bases or not p.stem.startswith("_"))
+    ``bases``: every file of the group, as Hydra itself lists them). Hydra's own groups (``hydra/launcher``)
+    also hold the options Hydra and its plugins bring (``basic``, ``submitit_slurm``, ``optuna``)."""
+    names = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")}
+    if group.startswith("hydra/"):
+        names |= set(_hydra_group_options(group))
+    return sorted(n for n in names if bases or not n.startswith("_"))
+
+
+def is_config_group(group: str) -> bool:
+    """Whether ``group`` (``rpe``, ``hydra/launcher``) is a config group a ``group=option`` override picks from."""
+    return (CONFIG_DIR / group).is_dir() or (group.startswith("hydra/") and bool(_hydra_group_options(group)))
+
+
+@cache
+def _hydra_group_options(group: str) -> tuple[str, ...]:
+    """The options of one of Hydra's own groups as Hydra lists them: its built-in configs, the plugins' (from
+    their ConfigStore entries) and ours under ``configs/hydra``."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.object_type import ObjectType
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers the plugins' configs
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONFIG_DIR)))
+    return tuple(loader.get_group_options(group, ObjectType.CONFIG))
 
 
 # The entry point of each root config, and how a group choice is given to it
@@ -95,7 +118,7 @@ def check_group_choices(argv: list[str], config_name: str | None = None) -> None
         if not match or arg.startswith("hydra."):
             continue
         group, value = match.groups()
-        if not (CONFIG_DIR / group).is_dir():
+        if not is_config_group(group):
             continue
         if config_name in SCRIPTS:
             _refuse_other_scripts_group(group, arg, config_name)
@@ -1128,7 +1151,7 @@ def _null_group_line(overrides: list[str], config_name: str) -> str | None:
         tail = f"leave it out for the default ({group}={defaults[group]})"
     else:
         tail = "leave it out for Hydra's default"
-    options = group_options(group) if (CONFIG_DIR / group).is_dir() else []
+    options = group_options(group) if is_config_group(group) else []
     valid = f"{group}={', '.join(options)}, or {tail}" if options else tail
     return f"{given.group(0)} is not a choice of config group {group} (it takes one of its options); valid: {valid}"
 
