@@ -150,7 +150,9 @@ def count_images(split_dir: Path, enough: int) -> int:
                 dirs[:] = []
                 continue
             seen.add(real)
-            count += sum(1 for name in names if has_file_allowed_extension(name, IMG_EXTENSIONS))
+            dirs[:] = [d for d in dirs if not d.startswith(".")]  # hidden entries are no images (_walk_class_folder)
+            count += sum(1 for name in names
+                         if not name.startswith(".") and has_file_allowed_extension(name, IMG_EXTENSIONS))
             if count >= enough:
                 return count
     return count
@@ -179,9 +181,13 @@ def _not_regular(path: str) -> str | None:
 
 def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], dangling: list[str] | None = None,
                        links: list[tuple[str, str]] | None = None) -> list[tuple[str, list[str]]]:
-    """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: exactly what
-    torchvision's ImageFolder walks (``sorted(os.walk(class_dir, followlinks=True))``), but refusing what
-    would make that walk go wrong.
+    """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: what
+    torchvision's ImageFolder walks (``sorted(os.walk(class_dir, followlinks=True))``) less hidden entries,
+    and refusing what would make that walk go wrong.
+
+    Hidden files and folders (``.ipynb_checkpoints/``, macOS's ``._x.png`` resource forks) are never images
+    of the class: a notebook's checkpoint copy would count an image twice, a resource fork fails to decode
+    only when a batch draws it.
 
     A symlinked folder that leads back to a folder containing it (a loop) would have os.walk repeat its
     images until the path gets too long; one that leads to a folder already walked in this split
@@ -213,6 +219,8 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
             raise DataConfigError(f"folder {path} cannot be listed ({err.strerror or err})") from None
         files = []
         for entry in entries:
+            if entry.name.startswith("."):
+                continue
             try:
                 is_dir = entry.is_dir()  # follows symlinks, as os.walk(followlinks=True) does
             except OSError:
@@ -260,9 +268,10 @@ def _refuse_image_in_two_classes(links: list[tuple[str, str, str]], seen: dict[s
 
 
 class CheckedImageFolder(ImageFolder):
-    """torchvision's ImageFolder with the same samples in the same order, but for hidden folders, which are no
-    classes (`class_folders`), and whose folder walk refuses symlink loops, folders reached twice, entries that
-    are no regular files and images in two classes (see `_walk_class_folder`, `_refuse_image_in_two_classes`)."""
+    """torchvision's ImageFolder with the same samples in the same order, but for hidden files and folders, which
+    are no classes (`class_folders`) and no images (`_walk_class_folder`), and whose folder walk refuses symlink
+    loops, folders reached twice, entries that are no regular files and images in two classes (see
+    `_walk_class_folder`, `_refuse_image_in_two_classes`)."""
 
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         classes = class_folders(directory)  # torchvision's own would make .ipynb_checkpoints a class

@@ -178,7 +178,8 @@ def test_num_classes_counted_from_existing_root(tmp_path: Path) -> None:
 
 def test_hidden_folders_are_never_classes(tmp_path: Path) -> None:
     """Probe case 60: ``.ipynb_checkpoints/`` in train/ and val/ was a class (torchvision's find_classes lists
-    every folder). Every reader of class folders lists them through `data.generation.class_folders`."""
+    every folder). Every reader of class folders lists them through `data.generation.class_folders`; hidden
+    entries inside a class folder are no images of it."""
     import shutil
 
     from data.datamodule import count_images
@@ -189,6 +190,11 @@ def test_hidden_folders_are_never_classes(tmp_path: Path) -> None:
         for hidden in (".ipynb_checkpoints", ".git"):
             (root / split / hidden).mkdir()
             shutil.copy(root / split / "class_000" / "0000.png", root / split / hidden / "a.png")
+        # inside a class folder: a notebook's checkpoint copy and a macOS resource fork are no images either
+        notebook = root / split / "class_001" / ".ipynb_checkpoints"
+        notebook.mkdir()
+        shutil.copy(root / split / "class_000" / "0000.png", notebook / "b.png")
+        (root / split / "class_002" / "._0000.png").write_bytes(b"\x00\x05\x16\x07")
     dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
     assert dm.num_classes == 3  # counted before the data is read
     dm.check_on_disk(1)
