@@ -17,23 +17,18 @@
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
 # PY: the project's Python (default .venv/bin/python, which `make test` or `make train` sets up).
-# Every setting and task name is checked before any dir is made or any job starts: a bad one is one line
-# naming it and the valid choices, exit 2.
+# TRAINER: train.py overrides for every job, words of key=value (default: trainer=gpu in float32 where torch sees
+# a GPU, else none: the CPU); e.g. TRAINER= for the CPU on a GPU machine.
+# Every setting and task name (scripts/script_checks.sh) is checked before any dir is made or any job starts: a bad
+# one is one line naming it and the valid choices, exit 2. A task named twice runs once.
+# A task whose sweep had failed jobs is neither evaluated nor archived (exit 1; run it again to finish them); the
+# tables are rebuilt when some task was archived.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_TASKS=(shift shift_swin canvas longrange)
-usage_error() {
-  echo "error: $*" >&2
-  exit 2
-}
-tasks=("$@")
-for task in "${tasks[@]}"; do
-  case " ${ALL_TASKS[*]} all " in
-    *" $task "*) ;;
-    *) usage_error "task '$task' is not a benchmark task; valid: ${ALL_TASKS[*]} (or all)" ;;
-  esac
-done
-[ ${#tasks[@]} -gt 0 ] && [[ " ${tasks[*]} " != *" all "* ]] || tasks=("${ALL_TASKS[@]}")
+# shellcheck source=scripts/script_checks.sh
+. scripts/script_checks.sh
+check_names task "a benchmark task" all "shift shift_swin canvas longrange" "$@"
+tasks=("${names[@]}")
 if [ -n "${LANES:-}" ]; then  # the user's count is taken as given; the default is capped at 4
   [[ "$LANES" =~ ^[1-9][0-9]*$ ]] || usage_error "LANES='$LANES' is not a positive integer; valid: 1, 2, ..." \
     "(the training processes that share a task's seeds; default: the CPU count, at most 4)"
@@ -42,15 +37,8 @@ else
   [ "$LANES" -le 4 ] || LANES=4
 fi
 PY=${PY:-.venv/bin/python}
-venv_hint="create the venv with 'make test' or 'make train' (either sets up .venv), or set PY=<a Python with the"
-venv_hint+=" project installed>"
-command -v -- "$PY" > /dev/null || usage_error "PY='$PY' is not an executable Python (no such file, or not executable); valid: $venv_hint"
-"$PY" -c "import torch, hydra, timm" > /dev/null 2>&1 \
-  || usage_error "PY='$PY' cannot import torch, hydra and timm (not the project's Python); valid: $venv_hint"
-if [ -z "${TRAINER+x}" ]; then
-  TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')") \
-    || usage_error "PY='$PY' could not tell whether a GPU is there; set TRAINER= (CPU) or TRAINER='trainer=gpu'"
-fi
+check_python
+check_trainer
 mkdir -p runs
 declare -A TESTSETS=(
   [shift]="relational_left relational_right relational_everywhere"
@@ -71,6 +59,7 @@ declare -A PLOT_ROWS=(
   [longrange]="clip_r2 buckets_9 buckets_49 buckets_81 buckets_121"
 )
 status=0
+archived=0
 for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   sweep="${task}_mini"
   echo "=== $sweep ($(date +%H:%M:%S))"
@@ -82,8 +71,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   pids=()
   for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
     mine=$(for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do printf '%s,' "${all_seeds[$i]}"; done)
-    # shellcheck disable=SC2086  # TRAINER holds words
-    "$PY" train.py "sweep=$sweep" "seed=${mine%,}" $TRAINER > "runs/$sweep.lane$lane.log" 2>&1 &
+    "$PY" train.py "sweep=$sweep" "seed=${mine%,}" "${trainer[@]}" > "runs/$sweep.lane$lane.log" 2>&1 &
     pids+=($!)
     echo "lane $lane: seeds ${mine%,} (log runs/$sweep.lane$lane.log)"
     # Hydra writes the launch's grid (multirun.yaml) before it prints "Launching"; the next lane keeps it
@@ -92,12 +80,17 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
       sleep 0.5
     done
   done
+  failed=0
   for pid in "${pids[@]}"; do
-    wait "$pid" || { echo "sweep $sweep had failed jobs (see its lane logs)"; status=1; }
+    wait "$pid" || failed=1
   done
   trained=$SECONDS
   echo "$sweep: training took $(( (trained - started) / 60 )) min $(( (trained - started) % 60 )) s"
-  if [ -d "runs/sweeps/$sweep" ]; then
+  if [ $failed -eq 1 ]; then
+    echo "sweep $sweep had failed jobs (see its lane logs): not evaluated or archived; run it again to finish them"
+    status=1
+  elif [ -d "runs/sweeps/$sweep" ]; then
+    archived=1
     # the evaluations in the same lanes, one thread each: two processes of two threads on two cores spend
     # more time waiting on each other than computing
     pids=()
@@ -132,6 +125,10 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
 done
 # the task tables, their plots and the README's findings, from the committed archives: every task's
 # findings are one Holm family, so each table is judged together with the others
+if [ $archived -eq 0 ]; then
+  echo "no task was archived: the tables, plots and README findings are left as they are"
+  exit $status
+fi
 mapfile -t ablations < <(ls -d docs/ablations_mini_runs/*_mini)
 mapfile -t benchmarks < <(ls -d docs/benchmark_runs/*_mini)
 for archive in "${benchmarks[@]}"; do

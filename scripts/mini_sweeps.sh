@@ -15,19 +15,23 @@
 # tables: docs/ablations_mini.{md,csv,tex}; README: the findings table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# TRAINER: train.py overrides for every job, words of key=value (default: as below). Every setting and sweep name
+# (scripts/script_checks.sh) is checked before any job starts: a bad one is one line naming it and the valid
+# choices, exit 2. A sweep named twice runs once.
+# shellcheck source=scripts/script_checks.sh
+. scripts/script_checks.sh
+check_names sweep "a mini sweep" "" "where method_mode shared_head index buckets compare swin cost detr" "$@"
+sweeps=("${names[@]}")
 PY=${PY:-.venv/bin/python}
+check_python
 # On a machine with a GPU the jobs run there, in float32 like on a CPU (the micro models are tiny). The
 # trainer is not part of a job's dir name, so a sweep started on one device is finished on the same kind:
 # a job dir holding a run on the other device stops that job with one line.
-if [ -z "${TRAINER+x}" ]; then
-  TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')")
-fi
-sweeps=("$@")
-[ ${#sweeps[@]} -gt 0 ] || sweeps=(where method_mode shared_head index buckets compare swin cost detr)
+check_trainer
 status=0
 for sweep in "${sweeps[@]}"; do
   echo "=== sweep=${sweep}_mini ($(date +%H:%M:%S))"
-  "$PY" train.py "sweep=${sweep}_mini" $TRAINER || { echo "sweep ${sweep}_mini had failed jobs (see above)"; status=1; }
+  "$PY" train.py "sweep=${sweep}_mini" "${trainer[@]}" || { echo "sweep ${sweep}_mini had failed jobs (see above)"; status=1; }
   if [ -d "runs/sweeps/${sweep}_mini" ]; then
     "$PY" scripts/archive_runs.py "runs/sweeps/${sweep}_mini" --to docs/ablations_mini_runs || status=1
   fi
