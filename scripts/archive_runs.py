@@ -32,7 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.files import RunFileError, describe_non_file, entry_exists, plain_file_exists  # noqa: E402
+from models.lifecycle.files import (  # noqa: E402
+    RunFileError,
+    describe_non_file,
+    entries_named,
+    entry_exists,
+    plain_file_exists,
+)
 from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from models.lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
 from scripts.tables.collect import (  # noqa: E402
@@ -59,7 +65,7 @@ ENDED = ("finished", "failed")
 def _sweep_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         raise TableError(f"{str(root)!r} is not a directory; give sweep dirs (runs/sweeps/<name>)")
-    sweeps = sorted(p.parent for p in root.rglob("multirun.yaml"))
+    sweeps = sorted(p.parent for p in entries_named(root, "multirun.yaml"))
     if not sweeps:
         raise TableError(f"{str(root)!r} holds no sweep (no multirun.yaml below it)")
     return sweeps

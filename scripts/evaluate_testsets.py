@@ -44,6 +44,7 @@ from models.lifecycle.files import (  # noqa: E402
     own_folder_problem,
     plain_file_exists,
     read_json,
+    unreadable_folder,
 )
 from models.lifecycle.identity import run_length  # noqa: E402
 from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
@@ -52,8 +53,19 @@ from models.run_config import load_run_config  # noqa: E402
 
 def _is_run_dir(path: Path) -> bool:
     """A run dir holds a ``config.yaml`` or a ``checkpoints`` folder: one whose config is damaged (missing, a
-    folder, a link) is still a run, to be reported, never skipped without a word."""
-    return entry_exists(path / CONFIG) or (path / CHECKPOINTS).is_dir()
+    folder, a link) is still a run, to be reported, never skipped without a word; so is a folder that cannot be
+    looked into (`unreadable_folder`, one line), as make_tables and archive_runs report it (`entries_named`)."""
+    try:
+        return entry_exists(path / CONFIG) or (path / CHECKPOINTS).is_dir()
+    except OSError as err:
+        raise unreadable_folder(path, err) from err
+
+
+def _listed(path: Path) -> list[Path]:
+    try:
+        return list(path.iterdir())
+    except OSError as err:
+        raise unreadable_folder(path, err) from err
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
@@ -65,7 +77,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a run or sweep dir")
         found = [path] if _is_run_dir(path) else sorted(
-            p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p))
+            p for p in _listed(path) if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p))
         if not found:
             raise FileNotFoundError(f"{path} holds no run (no config.yaml or checkpoints/ in it or in its"
                                     " sub-folders); valid: a train.py run dir or a sweep dir of them")

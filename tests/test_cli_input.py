@@ -407,6 +407,21 @@ def test_a_job_dir_that_resolves_out_of_its_sweep_dir_is_refused(tmp_path: Path)
             cli.check_job_dir(job_dir, sweep)
 
 
+def test_a_sweep_subdir_naming_the_sweep_dir_itself_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """hydra.sweep.subdir=. (or ./.) makes every job's run dir the sweep dir: refused by the command-line check, before
+    Hydra makes the sweep dir and its multirun.yaml (probe 4, case 64: the job refused it only after both)."""
+    for subdir in (".", "./.", "./"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli._check_sweep_subdir(subdir)
+        assert str(err.value).startswith(f"hydra.sweep.subdir={subdir!r} names no folder inside the sweep dir: every"
+                                         " job's run dir would be the sweep dir itself; valid: a relative path")
+    with pytest.raises(cli.CommandLineError, match=r"^hydra\.sweep\.subdir='\.' names no folder inside the sweep dir"):
+        cli.check_overrides(["-m", "seed=0", "debug=fast", "hydra.sweep.subdir=.", f"hydra.sweep.dir={tmp_path / 'sw'}",
+                             f"paths.log_dir={tmp_path}"], "train")
+    assert not (tmp_path / "sw").exists()
+    cli._check_sweep_subdir("a/.")  # a folder inside it
+
+
 @pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
     """An empty sweep, a job dir outside its sweep dir, and a run dir path longer than the file system takes."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -546,3 +547,42 @@ def test_a_run_without_usable_overrides_fills_the_grid_point_of_its_config(tmp_p
         (f"{K},seed=0", "ok"), (f"{K},seed=1", "ok")]
     assert "is damaged: Error parsing override 'data.num_wor'" in runs[f"{K},seed=0"].overrides_problem
     assert runs[f"{K},seed=1"].overrides_problem == ""  # an older run's dir without the file: nothing wrong in it
+
+
+# ----------------------------------------------------------------------------- folders that cannot be looked into
+def test_a_folder_that_cannot_be_looked_into_is_one_line_never_a_run_left_out(tmp_path: Path, capsys) -> None:
+    """Probe 4, cases 71, 72: Path.rglob skips a folder it may not read without a word, so make_tables built the
+    table of the readable seed only ("1 ok") and, on a root holding only such a folder, said "no runs". The run
+    discovery of make_tables, archive_runs and evaluate_testsets (`entries_named`) names the folder instead."""
+    from models.lifecycle.files import RunFileError, entries_named
+    from tests.helpers import file_modes_hold
+
+    sweep = _two_seed_sweep(tmp_path / "runs")
+    assert entries_named(sweep, "config.yaml", ".hydra/config.yaml") == sorted(
+        {*sweep.rglob("config.yaml")})  # a readable tree: what rglob finds
+    locked = sweep / f"{K},seed=1"
+    alone = tmp_path / "runs_u" / "locked"
+    alone.mkdir(parents=True)
+    line = "a folder that cannot be looked into (permission denied), so the runs in it, if any, cannot be listed;" \
+           " make it readable (chmod u+rx) or move it away"
+    for folder in (locked, alone):
+        folder.chmod(0)
+    try:
+        with file_modes_hold():
+            with pytest.raises(RunFileError) as err:
+                entries_named(sweep, "config.yaml")
+            assert str(err.value) == f"{locked}: {line}"
+            for root, folder in ((sweep, locked), (alone.parent, alone)):
+                capsys.readouterr()
+                assert make_tables.main([str(root), "--out", str(tmp_path / "t")]) == 2
+                assert capsys.readouterr().err.strip().splitlines() == [f"error: {folder}: {line}"]
+                assert not (tmp_path / "t.md").exists()
+            assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 2
+            assert capsys.readouterr().err.strip().splitlines() == [f"error: {locked}: {line}"]
+            assert not (tmp_path / "archive").exists()
+            from scripts import evaluate_testsets
+            with pytest.raises(RunFileError, match=f"^{re.escape(str(locked))}: a folder that cannot be looked"):
+                evaluate_testsets.find_runs([sweep])
+    finally:
+        for folder in (locked, alone):
+            folder.chmod(0o755)

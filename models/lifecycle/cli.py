@@ -586,11 +586,15 @@ def _check_sweep_subdir(subdir: Any) -> None:
     skeleton, interpolations = _interpolations(text)
     parts = Path(skeleton).parts
     unsafe = next((i for i in interpolations if not SAFE_SUBDIR_INTERPOLATIONS.fullmatch(i.strip())), None)
+    valid = (" valid: a relative path without '..', interpolating only ${hydra.job.num}, ${hydra.job.id} or"
+             " ${job_dirname:...} (the default: the job's number)")
+    if text.strip() and not parts:  # '.', './.', 'a/..' is refused below: the job's dir would be the sweep dir
+        raise CommandLineError(f"hydra.sweep.subdir={text!r} names no folder inside the sweep dir: every job's run dir"
+                               f" would be the sweep dir itself;{valid}")
     if not text.strip() or Path(skeleton).is_absolute() or ".." in parts or unsafe is not None:
         why = f"${{{unsafe}}} may resolve to any path" if unsafe is not None else "it"
         raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir ({why});"
-                               " valid: a relative path without '..', interpolating only ${hydra.job.num},"
-                               " ${hydra.job.id} or ${job_dirname:...} (the default: the job's number)")
+                               f"{valid}")
 
 
 def check_job_dir(output_dir: str | Path, sweep_dir: str | Path) -> None:

@@ -188,6 +188,42 @@ def entry_exists(path: str | os.PathLike) -> bool:
     return True
 
 
+def unreadable_folder(folder: str | os.PathLike, err: OSError) -> RunFileError:
+    """The one line for ``folder``, which run discovery may not look into (``err``, from listing it or from
+    looking at an entry in it): never taken for a folder without runs."""
+    why = "permission denied" if err.errno in (errno.EACCES, errno.EPERM) else _reason(err)
+    return RunFileError(f"{folder}: a folder that cannot be looked into ({why}), so the runs in it, if any, cannot"
+                        " be listed; make it readable (chmod u+rx) or move it away")
+
+
+def entries_named(root: str | os.PathLike, *names: str) -> list[Path]:
+    """Every entry below ``root`` (``root``'s own included) whose name is one of ``names``, or, for a name like
+    ``.hydra/config.yaml``, whose last parts are those, sorted: what ``Path.rglob`` finds (links to folders not
+    followed). Where ``rglob`` skips a folder it may not look into without a word, so that the runs in it pass for
+    none, this raises a `RunFileError` naming the folder: the run discovery of make_tables, archive_runs and
+    evaluate_testsets goes through here."""
+    found: list[Path] = []
+
+    def refuse(err: OSError) -> None:
+        if isinstance(err, (FileNotFoundError, NotADirectoryError)):  # gone while walked, or not a folder: none
+            return
+        raise unreadable_folder(err.filename, err) from err
+
+    for folder, dirs, files in os.walk(root, onerror=refuse):
+        here = Path(folder)
+        for name in names:
+            first = Path(name).parts[0]
+            if first != name:  # e.g. .hydra/config.yaml: looked up where its first folder is (a link to one too)
+                try:
+                    if first in dirs and entry_exists(here / name):
+                        found.append(here / name)
+                except OSError as err:
+                    raise unreadable_folder(here / first, err) from err
+            elif name in files or name in dirs:
+                found.append(here / name)
+    return sorted(set(found))
+
+
 def own_folder_problem(folder: Path, what: str) -> str:
     """Why ``folder`` cannot be a run's own folder of ``what`` (``test-set results``), without its path; ''
     when it is absent or a real folder. A symlink is to be replaced by a real folder, never followed or

@@ -40,6 +40,7 @@ from models.lifecycle.files import (
     RunFileError,
     check_plain_file,
     checksum_problem,
+    entries_named,
     entry_exists,
     own_folder_problem,
     plain_file_exists,
@@ -999,8 +1000,9 @@ def _placed(run: Run, overrides: list[str]) -> Run:
 
 def run_dirs(root: Path) -> list[Path]:
     """The run dirs under ``root``: dirs with a ``config.yaml`` or ``.hydra/config.yaml``, outside checkpoints."""
-    candidates = {p.parent for p in root.rglob(CONFIG) if p.parent.name != HYDRA_DIR}
-    candidates |= {p.parent.parent for p in root.rglob(f"{HYDRA_DIR}/{CONFIG}")}
+    found = entries_named(root, CONFIG, f"{HYDRA_DIR}/{CONFIG}")  # an unreadable folder: one line, never skipped
+    candidates = {p.parent for p in found if p.parent.name != HYDRA_DIR}
+    candidates |= {p.parent.parent for p in found if p.parent.name == HYDRA_DIR}
     return sorted(d for d in candidates if "checkpoints" not in d.parts)
 
 
@@ -1080,7 +1082,7 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
                              " (runs/sweeps/<name>)")
         found = [d for d in run_dirs(root) if d not in seen]
         seen.update(found)
-        namings = {multirun.parent: job_naming(multirun.parent) for multirun in sorted(root.rglob("multirun.yaml"))}
+        namings = {multirun.parent: job_naming(multirun.parent) for multirun in entries_named(root, "multirun.yaml")}
         loaded = {d: load_run(d, namings.get(d.parent)) for d in found}
         missing = [run for sweep_dir, naming in namings.items()
                    for run in _sweep_runs(sweep_dir, found, loaded, naming)]
