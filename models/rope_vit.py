@@ -52,9 +52,12 @@ from rpe import RPEConfig
 
 __all__ = [
     "RoPEViTCheckpointError",
+    "check_key_sets",
     "from_rope_vit_checkpoint",
+    "grid_indices",
     "load_rope_vit_state",
     "load_rope_vit_weights",
+    "read_state_file",
     "rope_vit_architecture",
     "rope_vit_name",
     "rope_vit_state_dict",
@@ -177,10 +180,14 @@ def to_rope_vit_checkpoint(model: RPEVisionTransformer, path: str | Path) -> Pat
     return path
 
 
-def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """``(state dict, hints)`` of a RoPE-ViT checkpoint, read with ``weights_only=True``. ``hints``: the file's
-    ``arch`` dict merged over what DeiT's ``args`` say (``model``, ``input_size``)."""
-    checkpoint = read_checkpoint_file(path, safe_globals=[argparse.Namespace], error=RoPEViTCheckpointError)
+def read_state_file(
+    path: str | Path, expected: str = "a RoPE-ViT DeiT checkpoint",
+    error: type[RunConfigError] = RoPEViTCheckpointError, safe_globals: tuple[Any, ...] = (argparse.Namespace,),
+) -> tuple[Any, dict[str, Tensor]]:
+    """``(checkpoint, state dict)`` of a ``{"model": state_dict, ...}`` file (or a bare state dict), read with
+    ``weights_only=True``; a DDP ``module.`` prefix is dropped. Anything else is one ``error`` line naming what the
+    file holds and ``expected``."""
+    checkpoint = read_checkpoint_file(path, safe_globals=list(safe_globals), error=error)
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
         state = checkpoint["model"]
     elif isinstance(checkpoint, dict) and checkpoint and all(isinstance(v, Tensor) for v in checkpoint.values()):
@@ -188,12 +195,16 @@ def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, 
     else:
         held = f"keys {', '.join(map(str, list(checkpoint)[:6]))}" if isinstance(checkpoint, dict) else (
             f"a {type(checkpoint).__name__}")
-        raise RoPEViTCheckpointError(
-            f"checkpoint {path} holds no 'model' state dict ({held}); expected a RoPE-ViT DeiT checkpoint"
-        )
+        raise error(f"checkpoint {path} holds no 'model' state dict ({held}); expected {expected}")
     if not all(isinstance(v, Tensor) for v in state.values()):
-        raise RoPEViTCheckpointError(f"checkpoint {path}: its 'model' entry holds values other than tensors")
-    state = {str(k).removeprefix("module."): v for k, v in state.items()}  # saved from a DDP wrapper
+        raise error(f"checkpoint {path}: its 'model' entry holds values other than tensors")
+    return checkpoint, {str(k).removeprefix("module."): v for k, v in state.items()}  # saved from a DDP wrapper
+
+
+def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """``(state dict, hints)`` of a RoPE-ViT checkpoint, read with ``weights_only=True``. ``hints``: the file's
+    ``arch`` dict merged over what DeiT's ``args`` say (``model``, ``input_size``)."""
+    checkpoint, state = read_state_file(path)
     hints: dict[str, Any] = {}
     args = checkpoint.get("args") if "model" in checkpoint else None
     if isinstance(args, argparse.Namespace):
@@ -349,6 +360,17 @@ def _listed(keys: list[str]) -> str:
     return f"{shown}, ... ({len(keys)} in all)" if len(keys) > 6 else shown
 
 
+def check_key_sets(state: dict[str, Tensor], expected: set[str], path: str | Path, what: str,
+                   error: type[RunConfigError] = RoPEViTCheckpointError) -> None:
+    """One ``error`` line listing the keys of ``expected`` that ``state`` lacks and those it has beyond them."""
+    missing = sorted(expected - set(state))
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        parts = [f"missing keys {_listed(missing)}"] if missing else []
+        parts += [f"unexpected keys {_listed(unexpected)}"] if unexpected else []
+        raise error(f"checkpoint {path} does not fit {what}: {'; '.join(parts)}")
+
+
 def load_rope_vit_weights(
     model: RPEVisionTransformer, state: dict[str, Tensor], path: str | Path, describe: str = ""
 ) -> None:
@@ -362,12 +384,7 @@ def load_rope_vit_weights(
     expected = {ref for ref in names.values() if ref is not None}
     if not axial:
         expected |= set(MIXED_KEYS)
-    missing = sorted(expected - set(state))
-    unexpected = sorted(set(state) - expected)
-    if missing or unexpected:
-        parts = [f"missing keys {_listed(missing)}"] if missing else []
-        parts += [f"unexpected keys {_listed(unexpected)}"] if unexpected else []
-        raise RoPEViTCheckpointError(f"checkpoint {path} does not fit {what}: {'; '.join(parts)}")
+    check_key_sets(state, expected, path, what)
     mapped: dict[str, Tensor] = {}
     freqs = None
     if not axial:
