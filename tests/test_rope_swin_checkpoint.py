@@ -421,3 +421,24 @@ def test_files_are_read_with_weights_only(tmp_path: Path, monkeypatch: pytest.Mo
         from_rope_swin_checkpoint(save(tmp_path, state, "hostile.pth", config=RunsCode()))
     assert "weights_only=True refuses" in _one_line(err)
     assert not marker.exists()
+
+
+def test_export_never_lands_in_a_run_dir_or_a_data_root(tmp_path: Path) -> None:
+    """As every output of the project: an export over a run's checkpoint or into a data root is one line and writes
+    nothing; elsewhere it is written."""
+    run = tmp_path / "runs" / "d2"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text('{"state": "finished"}')
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"the run's weights")
+    data = tmp_path / "data" / "rel_small"
+    (data / "train" / "a").mkdir(parents=True)
+    (data / ".complete.json").write_text("{}")
+    model = our_model("rope_mixed")
+    for path, where in ((run / "checkpoints" / "best.ckpt", f"is inside the run dir {run}"),
+                        (data / "export.pth", f"is inside the data root {data}")):
+        with pytest.raises(RoPESwinCheckpointError, match=f"to_rope_swin_checkpoint path='{path}' {where}") as err:
+            to_rope_swin_checkpoint(model, path)
+        _one_line(err)
+    assert (run / "checkpoints" / "best.ckpt").read_bytes() == b"the run's weights"
+    assert not (data / "export.pth").exists()
+    assert to_rope_swin_checkpoint(model, tmp_path / "exports" / "m.pth").is_file()
