@@ -2,7 +2,8 @@
 ``deit_{tiny,small,base}_patch16_224_rpe`` / ``swin_tiny_patch4_window7_224_rpe`` / ``swinv2_tiny_window8_256_rpe``
 with any RPE preset as tag.
 
-``from_rope_vit_checkpoint`` / ``to_rope_vit_checkpoint`` (RoPE-ViT DeiT files, `models.rope_vit`) are imported on
+``from_rope_vit_checkpoint`` / ``to_rope_vit_checkpoint`` (RoPE-ViT DeiT files, `models.rope_vit`) and
+``from_rope_swin_checkpoint`` / ``to_rope_swin_checkpoint`` (RoPE-ViT Swin files, `models.rope_swin`) are imported on
 first use: their checkpoint reading pulls in the data package, which ``import models`` does not need."""
 
 from typing import Any
@@ -13,16 +14,20 @@ from models.swin import RPESwinTransformer, create_swin  # noqa: F401  (register
 from models.swin_v2 import RPESwinTransformerV2, create_swin_v2  # noqa: F401  (registers the Swin-v2 builders)
 
 _ROPE_VIT = ("RoPEViTCheckpointError", "from_rope_vit_checkpoint", "to_rope_vit_checkpoint")
+_ROPE_SWIN = ("RoPESwinCheckpointError", "from_rope_swin_checkpoint", "to_rope_swin_checkpoint")
 
 __all__ = [
     "REFERENCE_ZOO",
     "ModelConfigError",
     "RPEVisionTransformer",
+    "RoPESwinCheckpointError",
     "RoPEViTCheckpointError",
     "create_model",
+    "from_rope_swin_checkpoint",
     "from_rope_vit_checkpoint",
     "model_names",
     "register_builder",
+    "to_rope_swin_checkpoint",
     "to_rope_vit_checkpoint",
 ]
 
@@ -32,4 +37,8 @@ def __getattr__(name: str) -> Any:
         from models import rope_vit
 
         return getattr(rope_vit, name)
+    if name in _ROPE_SWIN:
+        from models import rope_swin
+
+        return getattr(rope_swin, name)
     raise AttributeError(f"module 'models' has no attribute {name!r}")

@@ -26,11 +26,15 @@ What the tensors cannot tell is read from the file's ``arch`` dict (written by `
 DeiT's ``args`` (``args.model``, a RoPE-ViT zoo name; ``args.input_size``), else from RoPE-ViT's released shapes:
 ``num_heads`` (width/depth 384/12, 768/12, 1024/24 have 6, 12, 16 heads; other shapes need ``num_heads=``), the
 image size (``freqs_t_x``/``freqs_t_y``, else the file's word, else a square ``pos_embed``, else RoPE-ViT's default
-224) and the axial theta (100). A plain DeiT-III file without ``args`` has exactly the tensors of RoPE-Axial + APE
+224) and the axial theta (100). Every hint is checked where it is read: ``num_heads`` a positive int, ``theta`` a
+positive finite number, the image size an int (a square) or a pair, each side a multiple of the patch; ``None`` is
+"not said". A plain DeiT-III file without ``args`` has exactly the tensors of RoPE-Axial + APE
 and would be read as one; with ``args.model`` naming another model it is refused.
 
 Files are read with ``weights_only=True`` (``argparse.Namespace`` allowed for DeiT's ``args``); every problem is one
-`RoPEViTCheckpointError` line (a `RunConfigError`, hence a ``ValueError``).
+`RoPEViTCheckpointError` line (a `RunConfigError`, hence a ``ValueError``): a bad hint or override, a NaN/inf tensor
+(named), an ``ape=`` that contradicts the file, an export path inside a run dir or a data root
+(`models.lifecycle.destinations`).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import numbers
 import re
 from pathlib import Path
 from typing import Any
@@ -46,15 +51,19 @@ import torch
 from torch import Tensor
 
 from models.deit import RPEVisionTransformer
+from models.lifecycle.destinations import DestinationError, check_destination
 from models.lifecycle.files import atomic_write_bytes
-from models.run_config import RunConfigError, read_checkpoint_file
+from models.run_config import RunConfigError, first_non_finite, read_checkpoint_file
 from rpe import RPEConfig
 
 __all__ = [
     "RoPEViTCheckpointError",
+    "check_key_sets",
     "from_rope_vit_checkpoint",
+    "grid_indices",
     "load_rope_vit_state",
     "load_rope_vit_weights",
+    "read_state_file",
     "rope_vit_architecture",
     "rope_vit_name",
     "rope_vit_state_dict",
@@ -80,6 +89,36 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"blocks\.(\d+)\.ls2\.gamma", r"blocks.\1.gamma_2"),
 )
 OUR_FREQS = re.compile(r"blocks\.(\d+)\.attn\.rpe_k\.rope\.freqs")
+# What a size hint or override may be: the form every one is checked against (`_checked_hint`).
+HINT_FORMS = {
+    "num_heads": "a positive integer",
+    "theta": "a positive finite number",
+    "img_size": "a positive integer (a square image) or a pair of them (H, W)",
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _checked_hint(key: str, value: Any, where: str, patch: tuple[int, int] | None = None) -> Any:
+    """``value`` of the hint or override ``key`` (``num_heads``, ``theta``, ``img_size``) in its one valid form: an
+    int, a float, an ``(H, W)`` tuple (an int is a square; with ``patch``, each side a multiple of it). Anything
+    else is one `RoPEViTCheckpointError` line ``{where}={value!r} must be ...``."""
+    if key == "num_heads" and _is_int(value) and value > 0:
+        return int(value)
+    if key == "theta" and isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+            math.isfinite(value) and value > 0):
+        return float(value)
+    form = HINT_FORMS[key]
+    if key == "img_size":
+        pair = (value, value) if _is_int(value) else tuple(value) if isinstance(value, (list, tuple)) else ()
+        if len(pair) == 2 and all(_is_int(side) and side > 0 for side in pair):
+            size = (int(pair[0]), int(pair[1]))
+            if patch is None or (size[0] % patch[0] == 0 and size[1] % patch[1] == 0):
+                return size
+            form = f"a positive multiple of the patch size {patch[0]}x{patch[1]} per side (one int or a pair (H, W))"
+    raise RoPEViTCheckpointError(f"{where}={value!r} must be {form}")
 
 
 def rope_vit_name(name: str) -> str | None:
@@ -166,21 +205,30 @@ def rope_vit_arch(model: RPEVisionTransformer) -> dict[str, Any]:
 
 def to_rope_vit_checkpoint(model: RPEVisionTransformer, path: str | Path) -> Path:
     """Write ``{"model": RoPE-ViT state dict, "arch": {num_heads, img_size, theta}}`` to ``path`` atomically.
+    A ``path`` inside a run's dir or a data root is refused in one line (`models.lifecycle.destinations`).
 
     RoPE-ViT's ``rope_vit_models`` of the same shape loads ``["model"]`` with ``strict=True`` (its mixed models
     keep ``freqs_t_x`` / ``freqs_t_y``, which are written too); `from_rope_vit_checkpoint` reads ``arch`` back.
     """
     path = Path(path)
+    try:  # an export is a destination like any other: never over a run's files or into a dataset
+        check_destination(path, "to_rope_vit_checkpoint path")
+    except DestinationError as err:
+        raise RoPEViTCheckpointError(str(err)) from None
     buffer = io.BytesIO()
     torch.save({"model": rope_vit_state_dict(model), "arch": rope_vit_arch(model)}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
     return path
 
 
-def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """``(state dict, hints)`` of a RoPE-ViT checkpoint, read with ``weights_only=True``. ``hints``: the file's
-    ``arch`` dict merged over what DeiT's ``args`` say (``model``, ``input_size``)."""
-    checkpoint = read_checkpoint_file(path, safe_globals=[argparse.Namespace], error=RoPEViTCheckpointError)
+def read_state_file(
+    path: str | Path, expected: str = "a RoPE-ViT DeiT checkpoint",
+    error: type[RunConfigError] = RoPEViTCheckpointError, safe_globals: tuple[Any, ...] = (argparse.Namespace,),
+) -> tuple[Any, dict[str, Tensor]]:
+    """``(checkpoint, state dict)`` of a ``{"model": state_dict, ...}`` file (or a bare state dict), read with
+    ``weights_only=True``; a DDP ``module.`` prefix is dropped. Anything else is one ``error`` line naming what the
+    file holds and ``expected``."""
+    checkpoint = read_checkpoint_file(path, safe_globals=list(safe_globals), error=error)
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
         state = checkpoint["model"]
     elif isinstance(checkpoint, dict) and checkpoint and all(isinstance(v, Tensor) for v in checkpoint.values()):
@@ -188,24 +236,41 @@ def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, 
     else:
         held = f"keys {', '.join(map(str, list(checkpoint)[:6]))}" if isinstance(checkpoint, dict) else (
             f"a {type(checkpoint).__name__}")
-        raise RoPEViTCheckpointError(
-            f"checkpoint {path} holds no 'model' state dict ({held}); expected a RoPE-ViT DeiT checkpoint"
-        )
+        raise error(f"checkpoint {path} holds no 'model' state dict ({held}); expected {expected}")
     if not all(isinstance(v, Tensor) for v in state.values()):
-        raise RoPEViTCheckpointError(f"checkpoint {path}: its 'model' entry holds values other than tensors")
-    state = {str(k).removeprefix("module."): v for k, v in state.items()}  # saved from a DDP wrapper
+        raise error(f"checkpoint {path}: its 'model' entry holds values other than tensors")
+    return checkpoint, {str(k).removeprefix("module."): v for k, v in state.items()}  # saved from a DDP wrapper
+
+
+def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """``(state dict, hints)`` of a RoPE-ViT checkpoint, read with ``weights_only=True``. ``hints``: the file's
+    ``arch`` dict merged over what DeiT's ``args`` say (``model``, ``input_size``)."""
+    checkpoint, state = read_state_file(path)
+    proj = state.get("patch_embed.proj.weight")
+    patch = (int(proj.shape[-2]), int(proj.shape[-1])) if proj is not None and proj.dim() == 4 else None
     hints: dict[str, Any] = {}
     args = checkpoint.get("args") if "model" in checkpoint else None
     if isinstance(args, argparse.Namespace):
         args = vars(args)
-    if isinstance(args, dict):
-        if isinstance(args.get("model"), str):
+    if isinstance(args, dict):  # every hint is checked where it is read (None: not said)
+        if args.get("model") is not None:
+            if not isinstance(args["model"], str):
+                raise RoPEViTCheckpointError(
+                    f"checkpoint {path}: args.model={args['model']!r} must be a model name (a str, e.g."
+                    " 'rope_axial_deit_small_patch16_LS')"
+                )
             hints["model"] = args["model"]
-        if isinstance(args.get("input_size"), int):
-            hints["img_size"] = [args["input_size"]] * 2
+        if args.get("input_size") is not None:
+            hints["img_size"] = _checked_hint("img_size", args["input_size"], f"checkpoint {path}: args.input_size",
+                                             patch)
     arch = checkpoint.get("arch") if "model" in checkpoint else None
-    if isinstance(arch, dict):
-        hints.update({k: arch[k] for k in ("num_heads", "img_size", "theta") if k in arch})
+    if arch is not None and not isinstance(arch, dict):
+        raise RoPEViTCheckpointError(
+            f"checkpoint {path}: 'arch' is a {type(arch).__name__}; it must be a dict of num_heads, img_size, theta"
+        )
+    for key in ("num_heads", "img_size", "theta"):
+        if arch is not None and arch.get(key) is not None:
+            hints[key] = _checked_hint(key, arch[key], f"checkpoint {path}: arch.{key}", patch)
     return state, hints
 
 
@@ -236,7 +301,7 @@ def _grid(state: dict[str, Tensor], hints: dict[str, Any], patch: tuple[int, int
           img_size: Any) -> tuple[int, int]:
     """The image size: ``img_size`` given, else from ``freqs_t_x/y``, the file's hints, ``pos_embed`` (square), 224."""
     if img_size is not None:
-        return (int(img_size), int(img_size)) if isinstance(img_size, (int, float)) else tuple(map(int, img_size))
+        return _checked_hint("img_size", img_size, f"checkpoint {path}: the override img_size", patch)
     if "freqs_t_x" in state and "freqs_t_y" in state:
         t_x, t_y = state["freqs_t_x"], state["freqs_t_y"]
         if t_x.dim() != 1 or t_x.shape != t_y.shape or t_x.numel() == 0:
@@ -251,9 +316,8 @@ def _grid(state: dict[str, Tensor], hints: dict[str, Any], patch: tuple[int, int
                 f"checkpoint {path}: freqs_t_x / freqs_t_y are not the column / row indices of a row-major grid"
             )
         return h * patch[0], w * patch[1]
-    if "img_size" in hints:
-        size = hints["img_size"]
-        return (int(size[0]), int(size[1]))
+    if hints.get("img_size") is not None:
+        return _checked_hint("img_size", hints["img_size"], f"checkpoint {path}: img_size (from the file)", patch)
     if "pos_embed" in state:
         n = state["pos_embed"].shape[-2]
         side = math.isqrt(n)
@@ -270,7 +334,9 @@ def rope_vit_architecture(
     state: dict[str, Tensor], hints: dict[str, Any], path: str | Path, **overrides: Any
 ) -> dict[str, Any]:
     """`RPEVisionTransformer` keyword arguments for a RoPE-ViT state dict (module docstring: what comes from
-    where). ``overrides``: ``num_heads``, ``img_size``, ``theta`` and any backbone option, which win."""
+    where). ``overrides``: ``num_heads``, ``img_size``, ``theta`` and any backbone option, which win; one that is not
+    None is given (``0`` is refused, never replaced by the file's value), in the hints' forms; ``ape`` may only say
+    what the file holds (``learned`` with ``pos_embed``, else ``none``)."""
     _refuse_foreign(state, path)
     mixed = "freqs" in state
     method = "rope_mixed" if mixed else "rope_axial"
@@ -294,7 +360,12 @@ def rope_vit_architecture(
     depth = _layer_count(state)
     proj = state["patch_embed.proj.weight"]
     patch = (proj.shape[-2], proj.shape[-1])
-    heads = overrides.pop("num_heads", None) or hints.get("num_heads")
+    given = {key: overrides.pop(key, None) for key in ("num_heads", "theta")}
+    for key, value in given.items():  # an override is given when it is not None (0 is given, and refused)
+        given[key] = None if value is None else _checked_hint(key, value, f"checkpoint {path}: the override {key}")
+    said = {key: _checked_hint(key, hints[key], f"checkpoint {path}: {key} (from the file)")
+            for key in ("num_heads", "theta") if hints.get(key) is not None}
+    heads = given["num_heads"] if given["num_heads"] is not None else said.get("num_heads")
     if heads is None and zoo is not None:
         heads = ZOO_SIZE_HEADS[zoo.group(3)]
     if heads is None:
@@ -310,13 +381,21 @@ def rope_vit_architecture(
             f"checkpoint {path}: width {dim} with num_heads={heads} gives head dim {dim / heads:g}; 2-D RoPE needs"
             " a head dim divisible by 4"
         )
-    theta = overrides.pop("theta", None) or hints.get("theta") or DEFAULT_THETA[method]
+    theta = next((t for t in (given["theta"], said.get("theta")) if t is not None), DEFAULT_THETA[method])
+    file_ape = "learned" if ape else "none"
+    asked_ape = overrides.pop("ape", None)
+    if asked_ape is not None and asked_ape != file_ape:
+        held = "a learned position table (pos_embed)" if ape else "no position table (no pos_embed)"
+        raise RoPEViTCheckpointError(
+            f"checkpoint {path}: the override ape={asked_ape!r} contradicts the file, which holds {held}; valid:"
+            f" ape={file_ape!r} or leave ape out"
+        )
     img_size = _grid(state, hints, patch, path, overrides.pop("img_size", None))
     if "blocks.0.mlp.fc1.weight" not in state:
         raise RoPEViTCheckpointError(f"checkpoint {path} has no 'blocks.0.mlp.fc1.weight'; expected a RoPE-ViT DeiT")
     kwargs: dict[str, Any] = {
         "rpe": RPEConfig(method=method, theta=float(theta)),
-        "ape": "learned" if ape else "none",
+        "ape": file_ape,
         "img_size": img_size,
         "patch_size": patch,
         "in_chans": proj.shape[1],
@@ -349,6 +428,17 @@ def _listed(keys: list[str]) -> str:
     return f"{shown}, ... ({len(keys)} in all)" if len(keys) > 6 else shown
 
 
+def check_key_sets(state: dict[str, Tensor], expected: set[str], path: str | Path, what: str,
+                   error: type[RunConfigError] = RoPEViTCheckpointError) -> None:
+    """One ``error`` line listing the keys of ``expected`` that ``state`` lacks and those it has beyond them."""
+    missing = sorted(expected - set(state))
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        parts = [f"missing keys {_listed(missing)}"] if missing else []
+        parts += [f"unexpected keys {_listed(unexpected)}"] if unexpected else []
+        raise error(f"checkpoint {path} does not fit {what}: {'; '.join(parts)}")
+
+
 def load_rope_vit_weights(
     model: RPEVisionTransformer, state: dict[str, Tensor], path: str | Path, describe: str = ""
 ) -> None:
@@ -362,12 +452,14 @@ def load_rope_vit_weights(
     expected = {ref for ref in names.values() if ref is not None}
     if not axial:
         expected |= set(MIXED_KEYS)
-    missing = sorted(expected - set(state))
-    unexpected = sorted(set(state) - expected)
-    if missing or unexpected:
-        parts = [f"missing keys {_listed(missing)}"] if missing else []
-        parts += [f"unexpected keys {_listed(unexpected)}"] if unexpected else []
-        raise RoPEViTCheckpointError(f"checkpoint {path} does not fit {what}: {'; '.join(parts)}")
+    check_key_sets(state, expected, path, what)
+    found = first_non_finite(state)
+    if found is not None:
+        key, bad, total = found
+        raise RoPEViTCheckpointError(
+            f"checkpoint {path} holds non-finite weights: {key} has {bad} NaN/inf of {total} values; a model with"
+            " them gives NaN/inf outputs (use a checkpoint saved before the run diverged)"
+        )
     mapped: dict[str, Tensor] = {}
     freqs = None
     if not axial:

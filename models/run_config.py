@@ -361,9 +361,13 @@ def state_dict_mismatch(expected: Mapping[str, Any], given: Mapping[str, Any]) -
     return "; ".join(parts)
 
 
-def first_non_finite(module: torch.nn.Module) -> tuple[str, int, int] | None:
-    """``(name, non-finite count, size)`` of the first parameter or buffer holding a NaN or inf, or None."""
-    tensors = [*module.named_parameters(), *module.named_buffers()]
+def first_non_finite(module: torch.nn.Module | Mapping[str, torch.Tensor]) -> tuple[str, int, int] | None:
+    """``(name, non-finite count, size)`` of the first parameter or buffer holding a NaN or inf, or None.
+    ``module`` may also be a state dict (its tensors in its order), checked before anything is loaded."""
+    if isinstance(module, torch.nn.Module):
+        tensors = [*module.named_parameters(), *module.named_buffers()]
+    else:
+        tensors = list(module.items())
     for name, tensor in tensors:
         if tensor.is_floating_point() or tensor.is_complex():
             bad = int((~torch.isfinite(tensor.detach())).sum())

@@ -301,20 +301,24 @@ def own_init_parameters(root: nn.Module) -> set[int]:
 
 
 # Parameters of timm's own modules that carry position, by name: the absolute table (`pos_embed`) and the
-# relative bias table that Swin's windowed attention keeps when its own bias is the encoding (rpe=swin).
+# relative bias table that Swin's windowed attention keeps when its own bias is the encoding (rpe=swin);
+# and by the submodule that holds them: Swin-v2's continuous position bias MLP (rpe=cpb on Swin-v2).
 TIMM_POSITION_TABLES = ("pos_embed", "relative_position_bias_table")
+TIMM_POSITION_MODULES = ("cpb_mlp",)
 
 
 def position_parameters(root: nn.Module) -> list[nn.Parameter]:
     """The trainable parameters under ``root`` that carry position: every parameter of an encoding module
     (bucket tables, RPE embeddings, RoPE frequencies, the CPB MLP, PEG convolutions) and the position tables
-    that timm's own modules hold (`TIMM_POSITION_TABLES`: the APE, Swin's bias table). The optimizer can give
+    that timm's own modules hold (`TIMM_POSITION_TABLES`: the APE, Swin's bias table; `TIMM_POSITION_MODULES`:
+    Swin-v2's CPB MLP). The optimizer can give
     them a learning budget of their own (``pos_lr_scale`` in `models.classification`)."""
     seen: dict[int, nn.Parameter] = {}
     for module in root.modules():
         if isinstance(module, PositionEncoding):
             seen.update((id(p), p) for p in module.parameters())
     for name, p in root.named_parameters():
-        if name.split(".")[-1] in TIMM_POSITION_TABLES:
+        *owners, leaf = name.split(".")
+        if leaf in TIMM_POSITION_TABLES or any(owner in TIMM_POSITION_MODULES for owner in owners):
             seen[id(p)] = p
     return [p for p in seen.values() if p.requires_grad]

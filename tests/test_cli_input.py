@@ -840,7 +840,8 @@ def test_a_key_the_groups_choice_lacks_names_the_setting_and_the_choices_that_fi
     ("debug=null", "debug=null is not a choice of config group debug (it takes one of its options); valid:"
                    " debug=fast, or leave it out (no debug is the default)"),
     ("hydra/launcher=null", "hydra/launcher=null is not a choice of config group hydra/launcher (it takes one of its"
-                            " options); valid: hydra/launcher=slurm, or leave it out for Hydra's default"),
+                            " options); valid: hydra/launcher=basic, slurm, submitit_local, submitit_slurm, or leave"
+                            " it out for Hydra's default"),
 ], ids=["removable", "with_default", "null_default", "hydra_group"])
 def test_a_null_group_choice_names_the_group_and_its_choices(override: str, expected: str, tmp_path: Path) -> None:
     """Probe 3 case 34: ``logger=null`` was Hydra's "Config group override must be a string or a list. Got

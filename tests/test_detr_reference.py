@@ -457,3 +457,23 @@ def test_reference_weights_with_category_id_classes_are_not_trained_on(tmp_path:
     })
     _, rebuilt = build_data_and_model(cfg)
     assert rebuilt.model.num_classes == 3 and rebuilt.hparams.get("weights") is None
+
+
+def test_export_never_lands_in_a_run_dir_or_a_data_root(tmp_path: Path) -> None:
+    """Probe 4 (cases 45, 46, read for this exporter): a reference export is a destination like any other: never
+    over a run's files, never inside a data root; one line, nothing written."""
+    run = tmp_path / "runs" / "d2"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text('{"state": "finished"}')
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"the run's weights")
+    data = tmp_path / "coco"
+    data.mkdir()
+    (data / ".complete.json").write_text("{}")
+    model = small_detr()
+    for path, where in ((run / "checkpoints" / "best.ckpt", f"is inside the run dir {run}"),
+                        (data / "ref.pth", f"is inside the data root {data}")):
+        with pytest.raises(ReferenceCheckpointError, match=f"to_reference_checkpoint path='{path}' {where}") as err:
+            to_reference_checkpoint(model, path)
+        _one_line(err)
+    assert (run / "checkpoints" / "best.ckpt").read_bytes() == b"the run's weights"
+    assert not (data / "ref.pth").exists()

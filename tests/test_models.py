@@ -140,6 +140,8 @@ def test_unknown_model_name_is_a_clear_error() -> None:
     ("swin_micro_patch4_window4_32", "irpe_k", 4),  # the iRPE tables that replace it
     ("swin_micro_patch4_window4_32", "none", 0),
     ("deit_micro_patch4_32", "irpe_k", 4 + 1),  # the key tables of 4 blocks and timm's pos_embed
+    ("swinv2_micro_window4_32", "cpb", 4 * 3),  # timm's CPB MLP in each of 4 blocks: 2 weights, 1 bias
+    ("swinv2_micro_window4_32", "irpe_k", 4),  # the iRPE tables that replace it
 ])
 def test_every_position_table_gets_the_position_budget(name: str, rpe: str, tables: int) -> None:
     """The position group holds every parameter that carries position, whichever module owns it: Swin's own
@@ -150,7 +152,7 @@ def test_every_position_table_gets_the_position_budget(name: str, rpe: str, tabl
     position = {id(p) for p in position_parameters(net)}
     names = [n for n, p in net.named_parameters() if id(p) in position]
     assert len(names) == tables, names
-    carrying = ("relative_position_bias_table", "lookup_table", "pos_embed")
+    carrying = ("relative_position_bias_table", "lookup_table", "pos_embed", "cpb_mlp")
     assert all(any(word in n for word in carrying) for n in names), names
     assert not [n for n, p in net.named_parameters() if id(p) not in position and any(w in n for w in carrying)]
 

@@ -362,3 +362,134 @@ def test_files_are_read_with_weights_only(tmp_path: Path, monkeypatch: pytest.Mo
         from_rope_vit_checkpoint(hostile, num_heads=HEADS)
     assert "weights_only=True refuses" in _one_line(err)
     assert not marker.exists()
+
+
+def _axial_ape_file(tmp_path: Path, name: str = "f.pth", state: dict | None = None, **arch) -> Path:
+    """Probe 4's file ``f``: an axial + APE file whose ``arch`` says 2 heads, 16 px, theta 100 unless ``arch``
+    changes it."""
+    said = {"num_heads": HEADS, "img_size": [IMG, IMG], "theta": 100.0, **arch}
+    return save(tmp_path, hand_state(False, True) if state is None else state, name, arch=said)
+
+
+@pytest.mark.parametrize(("arch", "match"), [
+    ({"num_heads": "2"}, r"arch\.num_heads='2' must be a positive integer"),
+    ({"num_heads": 0}, r"arch\.num_heads=0 must be a positive integer"),
+    ({"num_heads": 2.0}, r"arch\.num_heads=2\.0 must be a positive integer"),
+    ({"num_heads": True}, r"arch\.num_heads=True must be a positive integer"),
+    ({"theta": "abc"}, r"arch\.theta='abc' must be a positive finite number"),
+    ({"theta": 0}, r"arch\.theta=0 must be a positive finite number"),
+    ({"theta": float("nan")}, r"arch\.theta=nan must be a positive finite number"),
+    ({"img_size": "16"}, r"arch\.img_size='16' must be a positive integer \(a square image\) or a pair of them"),
+    ({"img_size": [16]}, r"arch\.img_size=\[16\] must be a positive integer"),
+    ({"img_size": [16, 0]}, r"arch\.img_size=\[16, 0\] must be a positive integer"),
+    ({"img_size": 20}, r"arch\.img_size=20 must be a positive multiple of the patch size 8x8 per side"),
+])
+def test_bad_file_hints_are_one_line_naming_file_key_and_value(arch, match, tmp_path: Path) -> None:
+    """Probe 4 cases 28-30, 34, 35: a hint of the wrong type or range in the file's ``arch`` is one line naming the
+    file, the key, the value and what is valid (not a TypeError / ZeroDivisionError, nor silently the default)."""
+    path = _axial_ape_file(tmp_path, **arch)
+    with pytest.raises(RoPEViTCheckpointError, match=match) as err:
+        from_rope_vit_checkpoint(path)
+    assert _one_line(err).startswith(f"checkpoint {path}: arch.")
+
+
+def test_file_hints_in_their_valid_forms(tmp_path: Path) -> None:
+    """An int ``img_size`` is a square (as ``args.input_size`` and the override); None is "not said"; an integer
+    theta is a number."""
+    model = from_rope_vit_checkpoint(_axial_ape_file(tmp_path, img_size=IMG, theta=50))
+    assert model.patch_embed.img_size == (IMG, IMG) and model.blocks[0].attn.rpe_k.theta == 50.0
+    model = from_rope_vit_checkpoint(_axial_ape_file(tmp_path, "none.pth", theta=None))
+    assert model.blocks[0].attn.rpe_k.theta == 100.0  # RoPE-ViT's axial default
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    ({"args": argparse.Namespace(input_size="16")}, r"args\.input_size='16' must be a positive integer"),
+    ({"args": argparse.Namespace(input_size=12)}, r"args\.input_size=12 must be a positive multiple of the patch"),
+    ({"args": argparse.Namespace(model=5)}, r"args\.model=5 must be a model name"),
+    ({"arch": [2, 16]}, r"'arch' is a list; it must be a dict of num_heads, img_size, theta"),
+])
+def test_bad_deit_args_and_arch_are_one_line(extra, match, tmp_path: Path) -> None:
+    path = save(tmp_path, hand_state(False, True), **extra)
+    with pytest.raises(RoPEViTCheckpointError, match=match) as err:
+        from_rope_vit_checkpoint(path, num_heads=HEADS)
+    assert str(path) in _one_line(err)
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"num_heads": 0}, r"the override num_heads=0 must be a positive integer"),
+    ({"num_heads": "2"}, r"the override num_heads='2' must be a positive integer"),
+    ({"theta": 0}, r"the override theta=0 must be a positive finite number"),
+    ({"theta": -1.0}, r"the override theta=-1\.0 must be a positive finite number"),
+    ({"theta": float("inf")}, r"the override theta=inf must be a positive finite number"),
+    ({"img_size": "16"}, r"the override img_size='16' must be a positive integer \(a square image\) or a pair"),
+    ({"img_size": (16,)}, r"the override img_size=\(16,\) must be a positive integer"),
+    ({"img_size": 0}, r"the override img_size=0 must be a positive integer"),
+    ({"img_size": 16.0}, r"the override img_size=16\.0 must be a positive integer"),
+    ({"img_size": (16, 20)}, r"the override img_size=\(16, 20\) must be a positive multiple of the patch size 8x8"),
+    ({"img_size": 4}, r"the override img_size=4 must be a positive multiple of the patch size 8x8"),
+])
+def test_bad_overrides_are_one_line_not_replaced(overrides, match, tmp_path: Path) -> None:
+    """Probe 4 cases 31, 32, 38, 39, 52: an override is given when it is not None; 0 is refused (not replaced by the
+    file's value), and ``img_size`` has one form (an int or a pair, multiples of the patch)."""
+    path = _axial_ape_file(tmp_path)
+    with pytest.raises(RoPEViTCheckpointError, match=match) as err:
+        from_rope_vit_checkpoint(path, **overrides)
+    assert _one_line(err).startswith(f"checkpoint {path}: the override ")
+
+
+def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+    model = from_rope_vit_checkpoint(_axial_ape_file(tmp_path), theta=7, img_size=(IMG, IMG), ape="learned")
+    assert model.blocks[0].attn.rpe_k.theta == 7.0 and model.patch_embed.img_size == (IMG, IMG)
+
+
+@pytest.mark.parametrize(("ape_file", "ape", "held"), [
+    (True, "sincos", r"a learned position table \(pos_embed\); valid: ape='learned'"),
+    (True, "none", r"a learned position table \(pos_embed\); valid: ape='learned'"),
+    (False, "sincos", r"no position table \(no pos_embed\); valid: ape='none'"),
+    (False, "learned", r"no position table \(no pos_embed\); valid: ape='none'"),
+])
+def test_ape_override_that_contradicts_the_file_is_refused(ape_file, ape, held, tmp_path: Path) -> None:
+    """Probe 4 case 55: ape='sincos' on a learned-APE file loaded the learned table into a model labelled sincos."""
+    path = save(tmp_path, hand_state(False, ape_file))
+    with pytest.raises(RoPEViTCheckpointError, match=f"the override ape='{ape}' contradicts the file, which holds"
+                                                     f" {held}") as err:
+        from_rope_vit_checkpoint(path, num_heads=HEADS, ape=ape)
+    _one_line(err)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_first(bad, tmp_path: Path) -> None:
+    """Probe 4 case 41: a NaN/inf weight loaded without a word (eval.py and plot_rpe.py refuse them)."""
+    state = hand_state(True, True)
+    state["head.weight"][1, 2] = bad
+    state["blocks.1.gamma_2"][0] = bad
+    path = save(tmp_path, state)
+    with pytest.raises(RoPEViTCheckpointError, match=r"holds non-finite weights: blocks\.1\.gamma_2 has 1 NaN/inf of"
+                                                     f" {DIM} values") as err:
+        from_rope_vit_checkpoint(path, num_heads=HEADS)
+    _one_line(err)
+
+
+def _finished_run(folder: Path) -> Path:
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "run.json").write_text('{"state": "finished"}')
+    (folder / "checkpoints" / "best.ckpt").write_bytes(b"the run's weights")
+    return folder
+
+
+def test_export_never_lands_in_a_run_dir_or_a_data_root(tmp_path: Path) -> None:
+    """Probe 4 cases 45, 46: the export replaced a run's best.ckpt and wrote into a data root; now one line, nothing
+    written (the project's destination rule)."""
+    run = _finished_run(tmp_path / "runs" / "d2")
+    data = tmp_path / "data" / "rel_small"
+    (data / "train" / "a").mkdir(parents=True)
+    (data / ".complete.json").write_text("{}")
+    model = our_model("rope_axial", True)
+    for path, where in ((run / "checkpoints" / "best.ckpt", f"is inside the run dir {run}"),
+                        (data / "export.pth", f"is inside the data root {data}")):
+        with pytest.raises(RoPEViTCheckpointError, match=f"to_rope_vit_checkpoint path='{path}' {where}") as err:
+            to_rope_vit_checkpoint(model, path)
+        _one_line(err)
+    assert (run / "checkpoints" / "best.ckpt").read_bytes() == b"the run's weights"
+    assert not (data / "export.pth").exists()
+    assert to_rope_vit_checkpoint(model, tmp_path / "exports" / "m.pth").is_file()  # elsewhere: written

@@ -24,7 +24,7 @@ from scripts import make_tables
 from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
-BENCHMARK_SWEEPS = {"shift_mini": 28, "canvas_mini": 12, "shift_swin_mini": 4, "longrange_mini": 5}
+BENCHMARK_SWEEPS = {"shift_mini": 29, "canvas_mini": 12, "shift_swin_mini": 4, "longrange_mini": 5}
 # every benchmark task trains seeds 0-11: the 28 registered findings need 11 or more (findings.seeds_needed)
 BENCHMARK_SEEDS = 12
 # A paper table at a size only a GPU runs in its budget (scripts/gpu_checks.sh table6): rows x seeds.
@@ -166,14 +166,14 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
 
 
 def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the_references() -> None:
-    """sweep=shift_mini: 28 rows x seeds 0-11; every row a valid encoding; the recipe is the benchmark one
+    """sweep=shift_mini: 29 rows x seeds 0-11; every row a valid encoding; the recipe is the benchmark one
     with the objects in the left half; only the reference rows have an absolute encoding."""
     grid = _grid("shift_mini")
     rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
-    assert len(grid) == BENCHMARK_SWEEPS["shift_mini"] * BENCHMARK_SEEDS and rows[:28] * BENCHMARK_SEEDS == rows
+    assert len(grid) == BENCHMARK_SWEEPS["shift_mini"] * BENCHMARK_SEEDS and rows[:29] * BENCHMARK_SEEDS == rows
     experiment = _compose(["experiment=benchmark_mini", "data.root=/x"])
     seen = {}
-    for job in grid[:28]:  # seed 0: one job per row
+    for job in grid[:29]:  # seed 0: one job per row
         cfg = _compose(["sweep=shift_mini", "data.root=/x", *job])
         rpe = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True))
         seen[cfg.row] = (cfg.model.net.ape, cfg.model.net.peg_blocks, rpe)
@@ -186,7 +186,7 @@ def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the
     assert set(seen) == set(_compose(["sweep=shift_mini", "data.root=/x"]).rows)  # no row left out of the grid
     references = {row for row, (ape, _, _) in seen.items() if ape != "none"}
     assert references == {"ape_learned", "ape_sincos", "cpvt", "sincos_product_ctx"} and seen["cpvt"][1] == [0, 1, 2, 3]
-    assert (seen["irpe_v"][2].on, seen["irpe_kv"][2].on) == ("v", "kv")
+    assert (seen["irpe_v"][2].on, seen["irpe_kv"][2].on) == ("v", "kv") and seen["decomposed"][2].method == "decomposed"
     assert seen["product_bias_unshared"][2].shared_head is False and seen["product_bias_unshared"][2].mode == "bias"
     assert seen["euc_bias"][2] != seen["euc_ctx"][2] and seen["euc_bias"][2].mode == "bias"
     assert seen["product_ctx_unshared"][2].shared_head is False and seen["product_ctx"][2].shared_head is True
@@ -201,10 +201,11 @@ def test_the_canvas_task_trains_the_distance_label_at_32_px_without_an_ape_but_t
     rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
     assert len(grid) == BENCHMARK_SWEEPS["canvas_mini"] * BENCHMARK_SEEDS and rows[:12] * BENCHMARK_SEEDS == rows
     experiment = _compose(["experiment=benchmark_mini", "data.root=/x"])
-    shift_rows = _compose(["sweep=shift_mini", "data.root=/x"]).rows
+    shift_rows = OmegaConf.to_container(_compose(["sweep=shift_mini", "data.root=/x"]).rows)
+    assert shift_rows.pop("decomposed") == {"rpe": "decomposed"}  # the one row only the shift task defines
     for job in grid[:12]:
         cfg = _compose(["sweep=canvas_mini", *job])
-        assert cfg.rows == shift_rows and cfg.model.net.class_token is False  # the same rows as the shift task
+        assert cfg.rows == shift_rows and cfg.model.net.class_token is False  # the shared rows of the shift task
         assert cfg.data.generator.label == "distance" and cfg.data.num_classes == 4
         assert cfg.data.generator.get("region") is None and cfg.data.img_size == 32
         assert cfg.trainer == experiment.trainer

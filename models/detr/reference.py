@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from models.lifecycle.destinations import DestinationError, check_destination
 from models.lifecycle.files import atomic_write_bytes
 from models.run_config import RunConfigError, read_checkpoint_file
 
@@ -158,9 +159,14 @@ def to_reference_checkpoint(model: DETR, path: str | Path, label_to_cat: list[in
     The reference's own ``main.py --resume <path> --eval`` loads it (with the matching architecture
     flags, e.g. ``--enc_rpe2d``, which ``args`` records). Its COCO evaluation reads a label as a category
     id: pass the data's ``label_to_cat`` to lay the class rows out that way (`reference_state_dict`);
-    without it they are written as they are.
+    without it they are written as they are. A ``path`` inside a run's dir or a data root is refused in one
+    `ReferenceCheckpointError` line (`models.lifecycle.destinations`).
     """
     path = Path(path)
+    try:  # an export is a destination like any other: never over a run's files or into a dataset
+        check_destination(path, "to_reference_checkpoint path")
+    except DestinationError as err:
+        raise ReferenceCheckpointError(str(err)) from None
     buffer = io.BytesIO()
     torch.save({"model": reference_state_dict(model, label_to_cat), "args": reference_args(model)}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
