@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from models.lifecycle.destinations import is_run_dir  # noqa: E402
 from models.lifecycle.files import (  # noqa: E402
     RunFileError,
     describe_non_file,
@@ -65,7 +66,7 @@ ENDED = ("finished", "failed")
 def _sweep_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         raise TableError(f"{str(root)!r} is not a directory; give sweep dirs (runs/sweeps/<name>)")
-    sweeps = sorted(p.parent for p in entries_named(root, "multirun.yaml"))
+    sweeps = sorted(p.parent for p in entries_named(root, "multirun.yaml", leaf=is_run_dir))
     if not sweeps:
         raise TableError(f"{str(root)!r} holds no sweep (no multirun.yaml below it)")
     return sweeps

@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             from models.lifecycle.destinations import check_destination
 
-            check_destination(Path(args.out).parent, "--out")  # never into a run dir or a data root
+            # never into a run dir or a data root: OUT.md and the others are written into OUT's folder
+            check_destination(Path(args.out).parent, "--out", given=args.out)
             for path in write_outputs(tables, Path(args.out), family):
                 print(f"wrote {path}")
         else:

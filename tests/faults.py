@@ -62,6 +62,19 @@ class StopAfter(L.Callback):
             trainer.should_stop = True
 
 
+class SignalOnRank(L.Callback):
+    """Ends the process of global rank ``rank`` by SIGTERM with the default action after training step ``step``:
+    a worker that a stop signal to the process group ends before its handlers are installed."""
+
+    def __init__(self, rank: int = 1, step: int = 1) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class RaiseOnRank(L.Callback):
     """Raises ``RuntimeError`` in the process of global rank ``rank`` after training step ``step``: a DDP
     worker that fails while its parent goes on."""

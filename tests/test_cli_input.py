@@ -914,6 +914,66 @@ def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_pa
     assert not sweep.exists()
 
 
+def test_the_optuna_storage_is_a_destination_and_is_opened_before_the_sweep(tmp_path: Path) -> None:
+    """Probe 4 case 70: ``hydra.sweeper.storage=sqlite:///<a finished run>/optuna.db`` wrote the study's database
+    into that run, then failed inside the multirun with a traceback. The storage is a destination like any
+    other, and one that cannot be opened is one line before anything is made."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    import optuna
+
+    run = tmp_path / "runs" / "base1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"state": "finished"}')
+    sweep = tmp_path / "sw"
+
+    def refused(storage: str) -> str:
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=1", "debug=fast",
+                                 f"hydra.sweeper.storage={storage}", f"paths.log_dir={tmp_path / 'runs'}",
+                                 f"hydra.sweep.dir={sweep}"], "train")
+        assert "\n" not in str(err.value) and not sweep.exists()
+        return str(err.value)
+
+    inside = f"sqlite:///{run / 'optuna.db'}"
+    assert refused(inside).startswith(f"hydra.sweeper.storage={inside!r} is inside the run dir {run},")
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]
+    assert "is not a database URL" in refused("not-a-url")
+    elsewhere = tmp_path / "studies" / "s.db"
+    elsewhere.parent.mkdir()
+    try:  # whether this optuna can keep a study in an SQLite file (2.10 cannot with SQLAlchemy 2)
+        optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'probe.db'}")
+    except Exception:
+        message = refused(f"sqlite:///{elsewhere}")
+        assert "cannot be opened: " in message and f"(optuna {optuna.__version__} with SQLAlchemy" in message
+        assert message.endswith("valid: leave it out (the study then lives in memory for the sweep; each trial's"
+                                " result is in its run dir)")
+        assert not elsewhere.exists()  # tried on a temporary file, never made where it was asked for
+    else:
+        cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=1", "debug=fast",
+                             f"hydra.sweeper.storage=sqlite:///{elsewhere}", f"paths.log_dir={tmp_path / 'runs'}",
+                             f"hydra.sweep.dir={sweep}"], "train")
+
+
+def test_a_dotted_optuna_param_names_the_spelling_that_sets_it(tmp_path: Path) -> None:
+    """Probe 4 case 74: ``hydra.sweeper.params.rpe.method=choice(bogus)`` was refused by a line listing
+    ``rpe.method`` as a valid key of hydra.sweeper.params, the very key typed. The keys hold dots, so the line
+    now gives the spelling that works, and that spelling's value is checked in turn."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    sweep = tmp_path / "sw"
+    base = ["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=1", "debug=fast", f"paths.log_dir={tmp_path}",
+            f"hydra.sweep.dir={sweep}"]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([*base, "hydra.sweeper.params.rpe.method=choice(bogus)"], "train")
+    assert str(err.value) == (
+        "hydra.sweeper.params.rpe.method cannot be set by a dotted path: the key 'rpe.method' of"
+        " hydra.sweeper.params holds dots, which Hydra reads as further levels; valid: 'rpe.method=choice(bogus)'"
+        " (the optuna sweeper takes a swept key given on the command line over its params entry)")
+    with pytest.raises(ValueError) as err:  # the spelling given: its value is checked
+        cli.check_overrides([*base, "rpe.method=choice(bogus)"], "train")
+    assert "bogus" in str(err.value) and "product" in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not sweep.exists()
+
+
 def _sweep_config(overrides: list[str]) -> DictConfig:
     """The config a sweep launch composes (each swept key at its first value), Hydra's node included."""
     from hydra import compose, initialize_config_dir

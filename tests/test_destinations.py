@@ -120,6 +120,11 @@ def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: 
     run = sweep / "seed=0"  # a run dir: its config beside its checkpoints
     assert make_tables.main([str(sweep), "--out", str(run / "tables" / "t")]) == 2
     assert f"is inside the run dir {run}" in capsys.readouterr().err and not (run / "tables").exists()
+    # probe 4 case 68: the line quotes the --out typed, not the folder it writes into
+    data = _data_root(tmp_path / "data")
+    assert make_tables.main([str(sweep), "--out", str(data / "tab")]) == 2
+    assert f"--out='{data / 'tab'}' is inside the data root {data}," in capsys.readouterr().err
+    assert sorted(p.name for p in data.iterdir()) == [".complete.json", "train"]
 
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "arch").mkdir()
@@ -139,7 +144,8 @@ def test_a_run_whose_record_is_not_a_plain_file_is_still_a_run(tmp_path: Path, c
     damaged.mkdir()
     os.mkfifo(damaged / "run.json")
     assert make_tables.main([str(sweep), "--out", str(damaged / "t")]) == 2
-    assert f"is the run dir {damaged}, whose files are that run's" in capsys.readouterr().err
+    message = capsys.readouterr().err
+    assert f"--out='{damaged / 't'}' is inside the run dir {damaged}, whose files are that run's" in message
     assert sorted(p.name for p in damaged.iterdir()) == ["run.json"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import lightning as L
@@ -238,6 +239,23 @@ def test_a_failed_ddp_worker_is_a_failed_run(tmp_path: Path, data_dir: Path) -> 
     failure = json.loads((tmp_path / "ddp" / "failed.json").read_text())
     assert record["state"] == "failed" and failure["status"] == "failed", result.stderr[-3000:]
     assert [line for line in result.stderr.splitlines() if line.startswith("error: ")], result.stderr[-3000:]
+
+
+@pytest.mark.slow  # train.py with two gloo processes
+def test_a_ddp_worker_ended_by_a_stop_signal_is_an_interrupted_run(tmp_path: Path, data_dir: Path) -> None:
+    """Probe 4 case 27: SIGTERM to the process group can end a worker still importing (no handlers yet) before
+    the parent sees the signal; the run is then interrupted (exit 143, rerun to resume), never a failed one."""
+    result = run_cli("train.py", [
+        "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
+        f"paths.log_dir={tmp_path}", "run_name=ddp", f"paths.data_dir={data_dir}",
+        "+callbacks.stop._target_=tests.faults.SignalOnRank",
+    ])
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    record = json.loads((tmp_path / "ddp" / "run.json").read_text())
+    assert record["state"] == "interrupted" and record["signal"] == "SIGTERM", record
+    assert not (tmp_path / "ddp" / "failed.json").exists()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and "interrupted" in errors[-1] and "SIGTERM" in errors[-1], result.stderr[-3000:]
 
 
 @pytest.mark.slow  # a two-job train.py sweep

@@ -776,6 +776,7 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             check_buildable(cfg)
             data_roots = check_data_root(cfg)
             if sweeping:
+                _check_sweeper_storage(cfg, data_roots)
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
                 _refuse_shared_job_dirs(cfg, overrides, config_name)
             run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
@@ -889,6 +890,53 @@ def _refuse_plugins_that_cannot_start(cfg: DictConfig) -> None:
             choice = cfg.hydra.runtime.choices.get(f"hydra/{kind}")
             raise CommandLineError(f"hydra/{kind}={choice} cannot be started: {one_line(cause).splitlines()[0]};"
                                    f" valid: its settings as documented (hydra.{kind}.*), or leave them out") from None
+
+
+def _check_sweeper_storage(cfg: DictConfig, data_roots: tuple[Any, ...]) -> None:
+    """The optuna sweeper's ``storage`` (a database URL) is where the study is written: an SQLite file is a
+    destination like any other (never inside a run dir or a data root), and a storage optuna cannot open is
+    one line before anything is made, not a traceback from inside the multirun after the file was made. A
+    file still to be made is tried as a temporary file of the same kind, so a refused command leaves none."""
+    sweeper = cfg.hydra.get("sweeper") or {}
+    storage = sweeper.get("storage") if hasattr(sweeper, "get") else None
+    if storage is None:
+        return
+    key = "hydra.sweeper.storage"
+    in_memory = "leave it out (the study then lives in memory for the sweep; each trial's result is in its run dir)"
+    if not isinstance(storage, str) or not storage.strip():
+        raise CommandLineError(f"{key}={storage!r} is not a database URL; valid: sqlite:///<file outside every run"
+                               f" dir>, or {in_memory}")
+    import tempfile
+
+    import optuna
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(storage)
+    except ArgumentError:
+        raise CommandLineError(f"{key}={storage!r} is not a database URL; valid: sqlite:///<file outside every run"
+                               f" dir>, or {in_memory}") from None
+    database = url.database if url.get_backend_name() == "sqlite" else None
+    with tempfile.TemporaryDirectory(prefix="rpe-storage-check-") as scratch:
+        tried = storage
+        if database and database != ":memory:":
+            from models.lifecycle.destinations import DestinationError, check_destination
+
+            try:
+                target = check_destination(database, key, data_roots=data_roots, given=storage)
+            except DestinationError as err:
+                raise CommandLineError(str(err)) from None
+            if not os.path.lexists(target):
+                tried = str(url.set(database=str(Path(scratch) / "study.db")))
+        try:
+            optuna.storages.RDBStorage(tried)
+        except Exception as err:  # the database's or the pinned optuna's answer: one line naming the setting
+            raise CommandLineError(
+                f"{key}={storage!r} cannot be opened: {type(err).__name__} {one_line(err)}".rstrip()
+                + f" (optuna {optuna.__version__} with SQLAlchemy {sqlalchemy.__version__}); valid: {in_memory}"
+            ) from None
 
 
 def _launcher_target(path: Path) -> str:
@@ -1239,8 +1287,27 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
                         " keys)")
             return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys;"
                     f" valid: +{full_key}={value or '...'} (+ adds the key)")
+        dotted = _dotted_key_line(where, valid, overrides or [])
+        if dotted is not None:
+            return dotted
         return _unknown_key_line(full_key, valid, str(parent.get("_target_", "")))
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
+
+
+def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str | None:
+    """A mapping whose keys hold dots (the optuna sweeper's ``params``: ``rpe.method``) cannot be reached by a
+    dotted override path, which Hydra splits at every dot: name the spelling that sets the key instead."""
+    for given in overrides:
+        key, _, value = given.lstrip("+~").partition("=")
+        rest = key[len(where) + 1:] if key.startswith(f"{where}.") else ""
+        if rest not in valid or "." not in rest:
+            continue
+        spelling = (f"'{rest}={value}' (the optuna sweeper takes a swept key given on the command line over its"
+                    " params entry)" if where == "hydra.sweeper.params"
+                    else f"'{where}={{{rest}: {value}}}' (Hydra merges a mapping given for {where} key by key)")
+        return (f"{key} cannot be set by a dotted path: the key {rest!r} of {where} holds dots, which Hydra reads"
+                f" as further levels; valid: {spelling}")
+    return None
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:

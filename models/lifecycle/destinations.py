@@ -53,26 +53,30 @@ def _first(folders: Iterable[Path], test) -> Path | None:
 
 
 def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
-                      data_roots: Iterable[str | os.PathLike | None] = ()) -> Path:
+                      data_roots: Iterable[str | os.PathLike | None] = (),
+                      given: str | os.PathLike | None = None) -> Path:
     """Refuse ``path`` (named ``what`` in the message, e.g. ``paths.log_dir/run_name``) as a place to write.
 
     ``run_dir``: ``path`` is a run's own dir, which may itself be a run dir (a rerun); any other destination
     may not be one. ``data_root``: ``path`` is a data root, which may itself hold a marker. ``data_roots``:
-    the data roots of the config at hand, which nothing else may be written into. Returns the real path.
+    the data roots of the config at hand, which nothing else may be written into. ``given``: the value the user
+    typed, quoted in the message, where ``path`` is derived from it (the folder an output prefix writes into).
+    Returns the real path.
     """
     target = real(path)
+    typed = os.fspath(path if given is None else given)
     inside_run = _first(target.parents if run_dir else (target, *target.parents), is_run_dir)
     if inside_run is not None:
-        where = "is the run dir" if inside_run == target else "is inside the run dir"
-        raise DestinationError(f"{what}={os.fspath(path)!r} {where} {inside_run}, whose files are that run's;"
+        where = "is the run dir" if inside_run == target and given is None else "is inside the run dir"
+        raise DestinationError(f"{what}={typed!r} {where} {inside_run}, whose files are that run's;"
                                " valid: a folder outside every run dir")
     inside_data = _first(target.parents if data_root else (target, *target.parents), is_data_root)
     if inside_data is None and not data_root:
         roots = [real(r) for r in data_roots if r is not None and str(r).strip()]
         inside_data = _first((target, *target.parents), lambda p: p in roots)
     if inside_data is not None:
-        where = "is the data root" if inside_data == target else "is inside the data root"
-        raise DestinationError(f"{what}={os.fspath(path)!r} {where} {inside_data}, where a new folder would become"
+        where = "is the data root" if inside_data == target and given is None else "is inside the data root"
+        raise DestinationError(f"{what}={typed!r} {where} {inside_data}, where a new folder would become"
                                " part of the dataset; valid: a folder outside every data root")
     return target
 

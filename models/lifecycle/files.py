@@ -16,7 +16,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -196,12 +196,15 @@ def unreadable_folder(folder: str | os.PathLike, err: OSError) -> RunFileError:
                         " be listed; make it readable (chmod u+rx) or move it away")
 
 
-def entries_named(root: str | os.PathLike, *names: str) -> list[Path]:
+def entries_named(root: str | os.PathLike, *names: str,
+                  leaf: Callable[[Path], bool] | None = None) -> list[Path]:
     """Every entry below ``root`` (``root``'s own included) whose name is one of ``names``, or, for a name like
     ``.hydra/config.yaml``, whose last parts are those, sorted: what ``Path.rglob`` finds (links to folders not
     followed). Where ``rglob`` skips a folder it may not look into without a word, so that the runs in it pass for
     none, this raises a `RunFileError` naming the folder: the run discovery of make_tables, archive_runs and
-    evaluate_testsets goes through here."""
+    evaluate_testsets goes through here. A folder for which ``leaf`` is true has its own entries looked up but is
+    not descended into: a run dir, since runs never nest, so that a run's unreadable ``checkpoints/`` is that
+    run's business (its reader reports it), not a reason to stop the discovery of every run."""
     found: list[Path] = []
 
     def refuse(err: OSError) -> None:
@@ -221,6 +224,8 @@ def entries_named(root: str | os.PathLike, *names: str) -> list[Path]:
                     raise unreadable_folder(here / first, err) from err
             elif name in files or name in dirs:
                 found.append(here / name)
+        if leaf is not None and leaf(here):
+            dirs.clear()  # os.walk goes top-down: an emptied list is not descended into
     return sorted(set(found))
 
 

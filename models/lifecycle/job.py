@@ -75,7 +75,13 @@ from models.lifecycle.records import (
     read_run_record,
     release_lock,
 )
-from models.lifecycle.signals import StopSignals, chain_previous_handler, install_stop_signals, restore_stop_signals
+from models.lifecycle.signals import (
+    STOP_SIGNALS,
+    StopSignals,
+    chain_previous_handler,
+    install_stop_signals,
+    restore_stop_signals,
+)
 from models.training import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 
 
@@ -279,6 +285,14 @@ def _watch_workers(job: Job, workers: list) -> None:
                 worker.send_signal(self._termination_signal)
             rank, code = next(((i + 1, w.returncode) for i, w in enumerate(self._child_processes) if w.returncode),
                               (0, None))
+            # A stop signal to the process group (SLURM, timeout, Ctrl-C) can end a worker that has not yet
+            # installed its handlers (still importing) before this process sees it: a stop, not a failure.
+            signum = StopSignals.received or _stop_signal_of(code)
+            if signum is not None:
+                with contextlib.suppress(Exception):  # best effort, as below
+                    job.save_state("interrupted", signal=signal.Signals(signum).name)
+                say(_interruption_line(job.run_dir, signum), stream=sys.stderr)
+                os._exit(128 + signum)
             err = WorkerFailed(rank, code)
             with contextlib.suppress(Exception):  # best effort: the process ends whatever the storage says
                 job.record_failure(err)
@@ -945,13 +959,24 @@ def finish_wandb(exit_code: int) -> None:
         wandb.finish(exit_code=exit_code)
 
 
-def _report_interruption(run_dir: Path, signum: int) -> None:
-    """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell."""
+def _stop_signal_of(returncode: int | None) -> int | None:
+    """The stop signal (or SIGINT) that ended a child process with ``returncode`` (``-signum``), else None."""
+    if returncode is None or returncode >= 0:
+        return None
+    return -returncode if -returncode in (*STOP_SIGNALS, int(signal.SIGINT)) else None
+
+
+def _interruption_line(run_dir: Path, signum: int) -> str:
     name = signal.Signals(signum).name
     where = f"sweep interrupted during job {run_dir}" if _is_multirun() else f"run interrupted ({run_dir})"
     saved = (f"{CHECKPOINTS}/{LAST} holds its state" if (run_dir / CHECKPOINTS / LAST).is_file()
              else "no checkpoint yet")
-    say(f"error: {where} by {name}; {saved}, rerun the same command to resume", stream=sys.stderr)
+    return f"error: {where} by {name}; {saved}, rerun the same command to resume"
+
+
+def _report_interruption(run_dir: Path, signum: int) -> None:
+    """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell."""
+    say(_interruption_line(run_dir, signum), stream=sys.stderr)
     if FAILED_JOBS:
         say(f"error: {len(FAILED_JOBS)} sweep job(s) failed:", *(f"  {j}" for j in FAILED_JOBS), stream=sys.stderr)
     chain_previous_handler(signum)

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.bounded_json import JsonBoundsError, read_json_bytes
 from models.lifecycle.cli import sweep_grid
+from models.lifecycle.destinations import is_run_dir
 from models.lifecycle.files import (
     CHECKSUM,
     RunFileError,
@@ -1000,7 +1001,7 @@ def _placed(run: Run, overrides: list[str]) -> Run:
 
 def run_dirs(root: Path) -> list[Path]:
     """The run dirs under ``root``: dirs with a ``config.yaml`` or ``.hydra/config.yaml``, outside checkpoints."""
-    found = entries_named(root, CONFIG, f"{HYDRA_DIR}/{CONFIG}")  # an unreadable folder: one line, never skipped
+    found = entries_named(root, CONFIG, f"{HYDRA_DIR}/{CONFIG}", leaf=is_run_dir)  # unreadable: one line, never skipped
     candidates = {p.parent for p in found if p.parent.name != HYDRA_DIR}
     candidates |= {p.parent.parent for p in found if p.parent.name == HYDRA_DIR}
     return sorted(d for d in candidates if "checkpoints" not in d.parts)
@@ -1082,7 +1083,8 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
                              " (runs/sweeps/<name>)")
         found = [d for d in run_dirs(root) if d not in seen]
         seen.update(found)
-        namings = {multirun.parent: job_naming(multirun.parent) for multirun in entries_named(root, "multirun.yaml")}
+        multiruns = entries_named(root, "multirun.yaml", leaf=is_run_dir)
+        namings = {multirun.parent: job_naming(multirun.parent) for multirun in multiruns}
         loaded = {d: load_run(d, namings.get(d.parent)) for d in found}
         missing = [run for sweep_dir, naming in namings.items()
                    for run in _sweep_runs(sweep_dir, found, loaded, naming)]

@@ -5,9 +5,10 @@ predicts to have the sign ``sign``. Per seed that every cell of the contrast has
 contrast of that seed's runs (paired differences: seed effects shared by the cells cancel). Over the
 ``n`` seeds: mean ``m``, standard deviation ``s``, standard error ``se = s / sqrt(n)``; the 95 %
 confidence interval is ``m ± t(0.975, n - 1) * se`` (Student's t quantile, ``n - 1`` degrees of
-freedom), and the two-sided p value of ``m = 0`` is ``2 * P(T(n - 1) >= |m| / se)``.
+freedom), and the t test's two-sided p value of ``m = 0`` is ``2 * P(T(n - 1) >= |m| / se)``. The verdict reads
+the exact sign-flip p instead (`sign_flip_p`: no normality assumed, exact at the few seeds a benchmark has).
 
-The findings judged together are one family: Holm's step-down correction (`holm`) adjusts their p values,
+The findings judged together are one family: Holm's step-down correction (`holm`) adjusts their exact p values,
 and a finding is significant when its adjusted p is at most `ALPHA`. The verdict, in this order:
 
 * ``not run``: a cell of the contrast has no run, or no seed has all of them.
