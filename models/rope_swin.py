@@ -47,7 +47,16 @@ from torch import Tensor
 
 from models.lifecycle.destinations import DestinationError, check_destination
 from models.lifecycle.files import atomic_write_bytes
-from models.rope_vit import RoPEViTCheckpointError, check_key_sets, grid_indices, read_state_file, swap_axis_halves
+from models.rope_vit import (
+    RoPEViTCheckpointError,
+    _checked_hint,
+    _is_int,
+    check_key_sets,
+    grid_indices,
+    read_state_file,
+    swap_axis_halves,
+)
+from models.run_config import first_non_finite
 from models.swin import RPESwinTransformer, swin_grid_problem
 from rpe import RPEConfig
 
@@ -195,8 +204,28 @@ def load_rope_swin_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str,
     """``(state dict, hints)`` of a RoPE-ViT Swin file, read with ``weights_only=True``; ``hints``: its ``arch``."""
     checkpoint, state = read_state_file(path, EXPECTED, RoPESwinCheckpointError, safe_globals=())
     arch = checkpoint.get("arch") if "model" in checkpoint else None
-    hints = {k: arch[k] for k in ("img_size", "theta") if k in arch} if isinstance(arch, dict) else {}
+    if arch is not None and not isinstance(arch, dict):
+        raise RoPESwinCheckpointError(
+            f"checkpoint {path}: 'arch' is a {type(arch).__name__}; it must be a dict of img_size, window_size, theta"
+        )
+    proj = state.get("patch_embed.proj.weight")
+    patch = (int(proj.shape[-2]), int(proj.shape[-1])) if proj is not None and proj.dim() == 4 else None
+    hints = {key: _swin_hint(key, arch[key], f"checkpoint {path}: arch.{key}", patch)
+             for key in ("img_size", "theta") if arch is not None and arch.get(key) is not None}
     return state, hints
+
+
+def _swin_hint(key: str, value: Any, where: str, patch: tuple[int, int] | None = None) -> Any:
+    """`rope_vit._checked_hint` (one valid form per hint or override), as this loader's error; ``window_size``: a
+    positive int."""
+    if key == "window_size":
+        if _is_int(value) and value > 0:
+            return int(value)
+        raise RoPESwinCheckpointError(f"{where}={value!r} must be a positive integer (the window side in patches)")
+    try:
+        return _checked_hint(key, value, where, patch)
+    except RoPEViTCheckpointError as err:
+        raise RoPESwinCheckpointError(str(err)) from None
 
 
 def _refuse_foreign(state: dict[str, Tensor], path: str | Path) -> None:
@@ -264,7 +293,7 @@ def _read_theta(freqs: dict[str, Tensor]) -> float | None:
 def _axial_theta(freqs: dict[str, Tensor], hint: Any) -> float | None:
     """Theta if every attention's ``rope_freqs`` is RoPE-ViT's fixed axial formula for it, else None (mixed)."""
     theta = _read_theta(freqs)
-    use = theta if theta is not None else float(hint or DEFAULT_THETA["rope_axial"])
+    use = theta if theta is not None else float(hint if hint is not None else DEFAULT_THETA["rope_axial"])
     for value in freqs.values():
         want = axial_frequencies(use, value.shape[-1] * 2, value.shape[1])
         if not torch.allclose(value.float(), want, rtol=1e-5, atol=1e-7):
@@ -303,6 +332,11 @@ def rope_swin_architecture(
     """`RPESwinTransformer` keyword arguments for a RoPE-ViT Swin state dict (module docstring: what comes from
     where). ``overrides``: ``img_size``, ``window_size``, ``theta`` and any backbone option, which win."""
     _refuse_foreign(state, path)
+    proj = state["patch_embed.proj.weight"]
+    patch_hw = (int(proj.shape[-2]), int(proj.shape[-1])) if proj.dim() == 4 else None
+    for key in ("theta", "img_size", "window_size"):  # 0 is a value to refuse, never "not given"
+        if overrides.get(key) is not None:
+            overrides[key] = _swin_hint(key, overrides[key], f"checkpoint {path}: the override {key}", patch_hw)
     depths = _depths(state)
     if 0 in depths:
         raise RoPESwinCheckpointError(
@@ -330,9 +364,11 @@ def rope_swin_architecture(
                 heads.append(value.shape[1])
                 windows.append(_window_side(state, prefix, path))
             freqs[prefix] = value
-    theta = _axial_theta(freqs, overrides.get("theta") or hints.get("theta"))
+    given = overrides.pop("theta", None)
+    hint = given if given is not None else hints.get("theta")
+    theta = _axial_theta(freqs, hint)
     method = "rope_mixed" if theta is None else "rope_axial"
-    theta = overrides.pop("theta", None) or theta or hints.get("theta") or DEFAULT_THETA[method]
+    theta = next(t for t in (given, theta, hints.get("theta"), DEFAULT_THETA[method]) if t is not None)
     img_size = overrides.pop("img_size", None)
     if img_size is None:
         grid = _image_grid(state, depths, windows, path)
@@ -411,6 +447,13 @@ def load_rope_swin_weights(
         if block.shift_size[0]:
             expected.add(f"{name}.attn_mask")
     check_key_sets(state, expected, path, what, RoPESwinCheckpointError)
+    found = first_non_finite(state)
+    if found is not None:
+        key, bad, total = found
+        raise RoPESwinCheckpointError(
+            f"checkpoint {path} holds non-finite weights: {key} has {bad} NaN/inf of {total} values; a model with"
+            " them gives NaN/inf outputs (use a checkpoint saved before the run diverged)"
+        )
     _check_buffers(model, state, path, what)
     heads = {name: block.attn.num_heads for name, block in _blocks(model)}
     mapped: dict[str, Tensor] = {}

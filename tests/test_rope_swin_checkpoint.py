@@ -396,6 +396,46 @@ def test_bad_files_fail_in_one_line(tmp_path: Path) -> None:
                                                             depth=1, num_heads=2), tmp_path / "x.pth")
 
 
+def test_hints_overrides_and_weights_are_checked_as_the_deit_loader_checks_them(tmp_path: Path) -> None:
+    """Probe 5 (read from the code): the Swin loader took ``theta=0`` for "not given" (the file's value replaced
+    it), indexed a text ``img_size`` ('32' as (3, 2)), divided by a window of 0, and loaded NaN weights. Every
+    override and hint now has the one valid form of `models.rope_vit` (0 refused, never replaced), and a
+    non-finite tensor is refused naming it."""
+    axial, mixed = save(tmp_path, hand_state(False), "axial.pth"), save(tmp_path, hand_state(True), "mixed.pth")
+    cases = [
+        (axial, {"theta": 0}, "the override theta=0 must be a positive finite number"),
+        (mixed, {"theta": 0.0}, "the override theta=0.0 must be a positive finite number"),
+        (mixed, {"theta": "abc"}, "the override theta='abc' must be a positive finite number"),
+        (axial, {"theta": float("nan")}, "the override theta=nan must be a positive finite number"),
+        (mixed, {"theta": True}, "the override theta=True must be a positive finite number"),
+        (mixed, {"img_size": "32"}, "the override img_size='32' must be a positive integer"),
+        (mixed, {"img_size": (32,)}, r"the override img_size=\(32,\) must be a positive integer"),
+        (mixed, {"img_size": 0}, "the override img_size=0 must be a positive integer"),
+        (mixed, {"img_size": 30}, "the override img_size=30 must be a positive multiple of the patch size 4x4"),
+        (mixed, {"window_size": 0}, "the override window_size=0 must be a positive integer"),
+        (mixed, {"window_size": "4"}, "the override window_size='4' must be a positive integer"),
+    ]
+    for path, overrides, match in cases:
+        with pytest.raises(RoPESwinCheckpointError, match=match) as err:
+            from_rope_swin_checkpoint(path, **overrides)
+        assert str(path) in _one_line(err)
+    for number, (arch, match) in enumerate(((5, "'arch' is a int; it must be a dict"),
+                                            ({"theta": 0}, r"arch.theta=0 must be a positive finite number"),
+                                            ({"img_size": "32"}, r"arch.img_size='32' must be a positive integer"))):
+        path = save(tmp_path, hand_state(True), f"hint{number}.pth", arch=arch)
+        with pytest.raises(RoPESwinCheckpointError, match=match) as err:
+            from_rope_swin_checkpoint(path)
+        _one_line(err)
+    for key, value in (("head.weight", float("nan")), ("layers.1.blocks.0.attn.qkv.weight", float("inf"))):
+        state = hand_state(True)
+        state[key].view(-1)[0] = value
+        with pytest.raises(RoPESwinCheckpointError, match=f"holds non-finite weights: {key} has 1 NaN/inf of") as err:
+            from_rope_swin_checkpoint(save(tmp_path, state, "nonfinite.pth"))
+        _one_line(err)
+    # the valid forms still load: an explicit theta equal to the file's, a pair for the image size
+    assert from_rope_swin_checkpoint(axial, theta=50, img_size=(IMG, IMG)).layers[0].blocks[0].attn.rpe_k.theta == 50
+
+
 def test_files_are_read_with_weights_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only tensors and plain containers load; a pickle that would run code (or Microsoft's yacs ``config``, any
     class) is refused in one line without running."""

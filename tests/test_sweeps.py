@@ -452,16 +452,20 @@ def test_rerunning_a_sweep_resumes_each_job_from_its_own_checkpoint(tmp_path: Pa
 
 @pytest.mark.slow  # ~40-60 s: four gloo processes; `make slow` runs it
 def test_ddp_inside_each_job_of_a_multirun(tmp_path: Path, data_dir: Path) -> None:
-    # Each job launches its own 2-process group; the second job must not inherit the first one's.
+    # Each job launches its own 2-process group; the second job must not inherit the first one's. The jobs are
+    # named by their overrides, as the sweep configs name them (..., rpe=none, seed=0, ...): a `=` and a `,` in the
+    # run dir, which the workers' command line once took for override syntax.
     sweep_dir = tmp_path / "sweep"
     result = run_cli("train.py", [
-        "-m", "rpe=none,irpe_k", "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, f"hydra.sweep.dir={sweep_dir}",
-        f"paths.data_dir={data_dir}",
+        "-m", "rpe=none,irpe_k", "seed=0", "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, f"hydra.sweep.dir={sweep_dir}",
+        "hydra.sweep.subdir=${job_dirname:${hydra.job.override_dirname}}", f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    for job in (0, 1):
-        metrics = json.loads((sweep_dir / str(job) / "metrics.json").read_text())
-        assert metrics["global_step"] == 2 and metrics["run_dir"] == str(sweep_dir / str(job))
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and all("=" in p.name and "," in p.name for p in jobs), jobs
+    for job_dir in jobs:
+        metrics = json.loads((job_dir / "metrics.json").read_text())
+        assert metrics["global_step"] == 2 and metrics["run_dir"] == str(job_dir)
 
 
 @pytest.mark.slow  # a sweep of two DDP jobs

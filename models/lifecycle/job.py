@@ -232,6 +232,10 @@ def print_config_tree(cfg: DictConfig) -> None:
 
 # Set by a parent run for its DDP workers: "1" when the run is finished and only its test runs again.
 DDP_WORKER_RETEST = "RPE_DDP_WORKER_RETEST"
+# Set by a parent run for its DDP workers: the run dir, read by the workers' hydra.run.dir. A sweep job's dir name
+# holds `=` and `,` (row=a,seed=0), which an override's value would take for syntax (a sweep list); an environment
+# value is never parsed.
+DDP_WORKER_RUN_DIR = "RPE_DDP_WORKER_RUN_DIR"
 
 
 def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: bool) -> None:
@@ -253,11 +257,13 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
     atomic_write_bytes(job.worker_config / f"{CONFIG}", OmegaConf.to_yaml(cfg, resolve=True).encode())
     os.environ[DDP_WORKER_CONFIG] = folder  # copied into each worker's environment by Lightning's launcher
     os.environ[DDP_WORKER_RETEST] = "1" if retest else "0"  # the workers must not fit while this process tests
+    os.environ[DDP_WORKER_RUN_DIR] = str(job.run_dir)
 
     def command(local_rank: int) -> tuple[list[str], str]:
         cmd = [
             sys.executable, str(script), "--config-path", folder, "--config-name", Path(CONFIG).stem,
-            f"hydra.run.dir={job.run_dir}", "hydra.output_subdir=null", f"hydra.job.name=ddp_rank{local_rank}",
+            f"hydra.run.dir=${{oc.env:{DDP_WORKER_RUN_DIR}}}", "hydra.output_subdir=null",
+            f"hydra.job.name=ddp_rank{local_rank}",
         ]
         return cmd, os.getcwd()
 
