@@ -53,6 +53,7 @@ from models.lifecycle.cli import cli, report_user_error, say, user_error_types
 from models.lifecycle.files import RunFileError, describe_non_file, entry_exists, own_folder_problem, plain_file_exists
 from models.lifecycle.job import build_trainer, scalar_metrics
 from models.lifecycle.records import BEST as BEST_CHECKPOINT
+from models.lifecycle.records import run_status
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -150,7 +151,13 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
         metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
-    if result is not None:
+    run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent if cfg.ckpt_path is not None else None
+    not_the_runs = not_a_result(run_dir) if run_dir is not None else ""
+    if result is not None and not_the_runs and run_status(run_dir).state != "finished":
+        # A result records the run's identity and length, which a resumed run keeps while its best.ckpt changes:
+        # one written now would later pass for the finished run's. Its numbers are shown, never recorded.
+        not_the_runs += f"; nothing written to {result['path'].parent} (a test-set result is of a finished run)"
+    elif result is not None:
         from models.testset_definition import PRECISION_KEY, READ_KEY, TOTAL_KEY
         from models.testsets import check_read_whole, write_result
 
@@ -162,9 +169,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
                             TOTAL_KEY: total, "metrics": metrics})
         if written is not None:
             written.append(path)
-    reasons = [partial_test_note(counter.images, total, cfg.trainer)]
-    if cfg.ckpt_path is not None:
-        reasons.append(not_a_result(Path(os.path.abspath(cfg.ckpt_path)).parent.parent))
+    reasons = [partial_test_note(counter.images, total, cfg.trainer), not_the_runs]
     for why in filter(None, reasons):  # a legitimate look at a checkpoint, but not a result of the run: say so
         say(f"note: not a result: {why}", stream=sys.stderr)
         if notes is not None:
@@ -187,7 +192,7 @@ def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
 def not_a_result(run_dir: Path) -> str:
     """Why numbers of ``run_dir``'s checkpoints are not a result of the run (it has not finished, or it is
     a smoke run that trained or tested on part of its splits), or ''."""
-    from models.lifecycle.records import partial_run, run_status
+    from models.lifecycle.records import partial_run
 
     status = run_status(run_dir)
     if status.state != "finished":

@@ -424,6 +424,22 @@ def test_a_run_that_has_not_finished_is_evaluated_with_a_note(run_dir: Path, tmp
     assert "not a result" not in capsys.readouterr().err
 
 
+def test_a_run_that_has_not_finished_gets_no_test_set_result(run_dir: Path, tmp_path: Path, data_dir: Path,
+                                                              capsys) -> None:
+    """Probe 5 (read from the code): a test-set result written for an interrupted run carried the run's identity and
+    length, which the resumed run keeps while its best.ckpt changes, so evaluate_testsets kept it and make_tables
+    counted it as the finished run's. The numbers are shown with the note; nothing is recorded."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)  # no run record: the run never ended
+    metrics = eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, "testset=val_at_48", "throughput_batch=2"))
+    assert "val/top1" in metrics
+    assert not any((run / "testsets").glob("*.json"))
+    err = capsys.readouterr().err
+    assert f"note: not a result: {run} has not finished (unfinished)" in err, err
+    assert f"nothing written to {run / 'testsets'} (a test-set result is of a finished run)" in err, err
+
+
 def test_a_test_of_part_of_the_split_is_printed_with_a_not_a_result_note(run_dir: Path, tmp_path: Path,
                                                                         data_dir: Path, capsys) -> None:
     """Probe 2026-12-05 case 118: ``trainer.limit_test_batches=1 batch_size=8`` printed val/top1 of 8 of the

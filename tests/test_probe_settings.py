@@ -457,6 +457,26 @@ def test_a_resolved_run_config_keeps_its_checkpoint_dir() -> None:
         _check_checkpoint_callbacks(config("/r/other/checkpoints"))
 
 
+def test_a_further_checkpoint_callback_writes_only_into_its_own_run() -> None:
+    """Probe 5 (read from the code): ``+callbacks.dump._target_=...ModelCheckpoint +callbacks.dump.dirpath=<another
+    run>/checkpoints`` passed, as only the run's own two checkpoint callbacks were checked, and could replace that
+    run's best.ckpt. Every callback's ``dirpath`` lies inside the run's dir."""
+    from models.lifecycle.settings import SettingError, _check_checkpoint_callbacks
+
+    def config(dirpath: str) -> DictConfig:
+        return OmegaConf.create({"paths": {"output_dir": "/r/run"}, "callbacks": {"dump": {
+            "_target_": "lightning.pytorch.callbacks.ModelCheckpoint", "dirpath": dirpath, "filename": "best"}}})
+
+    _check_checkpoint_callbacks(config("${paths.output_dir}/dump"))
+    _check_checkpoint_callbacks(config("/r/run/extra/checkpoints"))
+    for outside in ("/r/other/checkpoints", "/r/run/../other", "/r"):
+        with pytest.raises(SettingError) as err:
+            _check_checkpoint_callbacks(config(outside))
+        assert str(err.value) == (f"callbacks.dump.dirpath={outside} lies outside the run's dir (/r/run): a callback"
+                                  " writes only into its own run's dir; valid: a folder inside it, e.g."
+                                  " callbacks.dump.dirpath=${paths.output_dir}/dump")
+
+
 @pytest.mark.parametrize("key", ["paths.log_dir", "paths.data_dir"])
 @pytest.mark.parametrize("value", ["", "  ", "~/runs", "~"])
 def test_an_empty_folder_setting_is_refused(default: DictConfig, key: str, value: str) -> None:

@@ -717,6 +717,28 @@ def _is_run_checkpoint_dir(cfg: DictConfig, name: str) -> bool:
     return Path(str(dirpath)) == Path(str(output_dir)) / "checkpoints"
 
 
+def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
+    """``callbacks.<name>.dirpath`` lies inside the run's own dir (``paths.output_dir``): a callback's files,
+    like the run's, never land in another run's dir or anywhere else."""
+    from pathlib import Path
+
+    given = OmegaConf.select(cfg, f"callbacks.{name}", throw_on_resolution_failure=False)
+    text = OmegaConf.to_container(given, resolve=False).get("dirpath") if isinstance(given, DictConfig) else None
+    try:
+        dirpath = OmegaConf.select(cfg, f"callbacks.{name}.dirpath", throw_on_resolution_failure=True)
+        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return  # the run dir is not known here (a sweep job's): the job checks its own config again
+    if dirpath is None or output_dir is None:
+        return
+    run_dir = Path(os.path.abspath(str(output_dir)))
+    target = Path(os.path.abspath(str(dirpath)))
+    if target != run_dir and run_dir not in target.parents:
+        raise SettingError(f"callbacks.{name}.dirpath={text} lies outside the run's dir ({run_dir}): a callback"
+                           " writes only into its own run's dir; valid: a folder inside it, e.g."
+                           f" callbacks.{name}.dirpath=${{paths.output_dir}}/{name}")
+
+
 def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
     callbacks = cfg.get("callbacks")
     if not isinstance(callbacks, DictConfig):
@@ -734,6 +756,10 @@ def _check_checkpoint_callbacks(cfg: DictConfig) -> None:
         if node.get("filename", filename) != filename:
             raise SettingError(f"callbacks.{name}.filename={node.get('filename')} is not a setting: the run, eval.py"
                                f" and the tables read checkpoints/{filename}.ckpt; valid: {filename}")
+    for name, node in plain.items():  # any further callback that writes files (a ModelCheckpoint of one's own)
+        if name in _CHECKPOINT_FILES or not isinstance(node, dict) or node.get("dirpath") is None:
+            continue
+        _check_inside_run_dir(cfg, name)
     best = plain.get("model_checkpoint")
     if isinstance(best, dict) and isinstance(best.get("monitor"), str):
         monitor, mode = best["monitor"], best.get("mode", "min")
