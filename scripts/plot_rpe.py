@@ -477,6 +477,12 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
             check_destination(out_path, "--out", data_roots=[args.data_root])
         except DestinationError as err:
             raise PlotError(str(err)) from None
+    else:
+        from models.lifecycle.files import own_folder_problem
+
+        problem = own_folder_problem(out_path, "plots")  # a link there would take the PNGs into its target
+        if problem:
+            raise PlotError(f"{out_path}: {problem} (nothing was drawn)")
     datamodule, module = load_run(run_dir, args.ckpt, args.data_root)
     net = backbone(module).eval()
     layers_all = attention_layers(net)

@@ -46,6 +46,27 @@ def test_the_rule_reads_the_real_path(tmp_path: Path) -> None:
     assert check_destination(tmp_path / "runs" / "new", "hydra.run.dir", run_dir=True) == tmp_path / "runs" / "new"
 
 
+def test_archived_runs_and_sweep_grids_are_never_destinations(tmp_path: Path) -> None:
+    """Probe 5 (read from the code): a job of the committed mini archive holds config.yaml and metrics.json but no
+    run record or checkpoints, so it passed for no run dir; and a sweep's multirun.yaml could be written over."""
+    job = tmp_path / "arch" / "where_mini" / "rpe.preset=none,seed=0"
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text("a: 1\n")
+    (job / "metrics.json").write_text("{}")
+    (job.parent / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(DestinationError, match=f"is inside the run dir {job}, whose files are that run's"):
+        check_destination(job / "metrics.json", "--json")
+    for grid in ("multirun.yaml", "multirun.2.yaml"):
+        (job.parent / grid).write_text("hydra: {}\n")
+        with pytest.raises(DestinationError) as err:
+            check_destination(job.parent / grid, "--out")
+        assert str(err.value) == (f"--out={str(job.parent / grid)!r} is the grid record of the sweep {job.parent},"
+                                  " which its tables and reruns read; valid: a file or folder of its own")
+    check_destination(job.parent / "multirun.png", "--out")  # beside the grid: a file of its own
+    (job / "metrics.json").unlink()
+    check_destination(job / "x.json", "--json")  # a config alone is no run
+
+
 def test_no_write_through_a_link_below_the_destination(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "arch").mkdir()

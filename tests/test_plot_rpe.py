@@ -362,3 +362,21 @@ def test_out_inside_another_run_or_a_data_root_is_refused(trained_run: Path, tmp
                          (data / "val" / "plots", f"is inside the data root {data}")):
         assert plot_rpe.main([str(trained_run), "--out", str(target)]) == 2
         assert what in capsys.readouterr().err and not target.exists()
+
+
+def test_a_run_whose_plots_folder_is_a_link_is_refused(tmp_path: Path, capsys,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 5 (read from the code): the default output, <run dir>/plots, had no check, so a link there took the
+    PNGs into whatever it leads to (another run, a class folder of a data root). It is the run's own folder:
+    a link is named and refused, as for testsets/."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("a: 1\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "plots").symlink_to(elsewhere, target_is_directory=True)
+    monkeypatch.setattr(plot_rpe, "load_run", lambda *a: pytest.fail("the run was loaded"))
+    assert plot_rpe.main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run / 'plots'}: it is a symlink (to {elsewhere})") and err.count("\n") == 1, err
+    assert not any(elsewhere.iterdir())

@@ -5,6 +5,7 @@ A destination is judged by its real path (links followed), never by its text:
   itself: a rerun writes into its own dir);
 - it never lies inside a data root (a folder with a generator's completion marker, or the data root of the
   config at hand), where a new folder would become a class of the dataset;
+- it is never a sweep's grid record (``multirun.yaml``, ``multirun.<n>.yaml``), which its tables and reruns read;
 - a data root never lies inside a run dir or inside another data root;
 - below a destination's own folder, nothing is written through a symlink: a link there could lead into
   another run or folder, and the copy would land there.
@@ -15,12 +16,13 @@ Every refusal is a `DestinationError`: one line naming the destination, what it 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from models.lifecycle.files import entry_exists
-from models.lifecycle.records import CHECKPOINTS, CONFIG, RUN_RECORD
+from models.lifecycle.records import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
 # The completion marker data/generation.py writes at the top of a generated data root (and of a test set's).
 DATA_MARKER = ".complete.json"
@@ -31,11 +33,15 @@ class DestinationError(ValueError):
 
 
 def is_run_dir(folder: Path) -> bool:
-    """A run's dir: it has a run record, or a config beside a checkpoints folder (runs older than records).
-    A record counts whatever stands there (a FIFO, a folder, a link): a damaged run is still a run, never a
-    place to write into."""
-    return entry_exists(folder / RUN_RECORD) or (entry_exists(folder / CONFIG)
-                                                   and (folder / CHECKPOINTS).is_dir())
+    """A run's dir: it has a run record, or a config beside a checkpoints folder or a metrics record (runs older
+    than records, and their archived copies). A record counts whatever stands there (a FIFO, a folder, a link): a
+    damaged run is still a run, never a place to write into."""
+    return entry_exists(folder / RUN_RECORD) or (entry_exists(folder / CONFIG) and (
+        (folder / CHECKPOINTS).is_dir() or entry_exists(folder / METRICS)))
+
+
+# A sweep's grid records (Hydra's multirun.yaml; keep_earlier_grid's numbered copies)
+SWEEP_GRID = re.compile(r"multirun(\.\d+)?\.yaml")
 
 
 def is_data_root(folder: Path) -> bool:
@@ -65,6 +71,9 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     """
     target = real(path)
     typed = os.fspath(path if given is None else given)
+    if SWEEP_GRID.fullmatch(target.name) and entry_exists(target):
+        raise DestinationError(f"{what}={typed!r} is the grid record of the sweep {target.parent}, which its tables and"
+                               " reruns read; valid: a file or folder of its own")
     inside_run = _first(target.parents if run_dir else (target, *target.parents), is_run_dir)
     if inside_run is not None:
         where = "is the run dir" if inside_run == target and given is None else "is inside the run dir"
