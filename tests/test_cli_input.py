@@ -420,6 +420,9 @@ def test_a_sweep_subdir_naming_the_sweep_dir_itself_is_refused_before_anything_i
                              f"paths.log_dir={tmp_path}"], "train")
     assert not (tmp_path / "sw").exists()
     cli._check_sweep_subdir("a/.")  # a folder inside it
+    # job_dirname names one folder of a job's own: never the folder itself or its parent (probe 5, read from the
+    # code: '${job_dirname:..}/x' passed as one safe component and put the job dir outside its sweep dir)
+    assert [cli.job_dirname(text) for text in (".", "..", "...", "a..b", "")] == ["_", "__", "___", "a..b", "default"]
 
 
 @pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
@@ -1012,3 +1015,17 @@ def test_two_jobs_of_a_sweep_never_share_a_run_dir(tmp_path: Path) -> None:
         cli._refuse_shared_job_dirs(_sweep_config(own), own, "train")
     for fine in ([*common, "data.root=/d/a_b,/d/a/b", "hydra.sweep.subdir=${hydra.job.num}"], [*common, "seed=0,1"]):
         cli._refuse_shared_job_dirs(_sweep_config(fine), fine, "train")
+
+
+def test_eval_makes_no_folder_of_its_own(tmp_path: Path) -> None:
+    """Probe 5 (read from the code): ``eval.py hydra.run.dir=<data root>/train/9_X`` had Hydra make an empty class
+    folder in a data root, and ``eval.py -m`` a ``multirun/<date>`` folder (or a sweep dir inside a finished
+    run); eval.py makes no folder, so both are one line before Hydra runs."""
+    ckpt = f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'best.ckpt'}"
+    for args, start in ((["-m", f"{ckpt},{ckpt}"], "eval.py -m is not supported: "),
+                        ([ckpt, f"hydra.run.dir={tmp_path / 'x'}"], f"hydra.run.dir={tmp_path / 'x'} is not a setting"),
+                        ([ckpt, f"hydra.sweep.dir={tmp_path / 'x'}"], "hydra.sweep.dir=")):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(args, "eval")
+        assert str(err.value).startswith(start) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "x").exists()

@@ -38,6 +38,8 @@ def job_dirname(overrides: str) -> str:
     prefix plus a hash of the whole.
     """
     name = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", overrides.replace("\\", "")) or "default"
+    if not name.strip("."):  # "." or ".." would name the folder itself or its parent, never a job's own
+        name = name.replace(".", "_")
     if len(name) > 160:
         name = f"{name[:140]}-{hashlib.sha1(overrides.encode()).hexdigest()[:12]}"
     return name
@@ -733,6 +735,8 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
     """
     if prints_only(argv) or is_ddp_worker(argv):
         return {}  # Hydra only prints; or the parent checked the worker's config
+    if config_name == "eval" and not os.environ.get("LOCAL_RANK"):  # a worker: Lightning adds its parent's run dir
+        _refuse_eval_output_dirs(argv)
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
@@ -803,6 +807,20 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
     finally:
         GlobalHydra.instance().clear()
     return pins
+
+
+def _refuse_eval_output_dirs(argv: list[str]) -> None:
+    """eval.py writes no folder of its own (only a test set's result, into the run's testsets/): a multirun, or a
+    Hydra run or sweep dir, would have Hydra make one wherever it was given (a data root, another run's dir)."""
+    valid = ("valid: one checkpoint per eval.py command, or scripts/evaluate_testsets.py <run or sweep dirs> --testsets"
+             " <names> for many")
+    if any(arg in ("-m", "--multirun") for arg in argv):
+        raise CommandLineError(f"eval.py -m is not supported: eval.py evaluates one checkpoint and makes no folder;"
+                               f" {valid}")
+    given = next((a for a in argv if re.match(r"[+~]*hydra\.(run|sweep)\.", a)), None)
+    if given is not None:
+        raise CommandLineError(f"{given} is not a setting of eval.py: it makes no run dir (a test set's result goes"
+                               " into the evaluated run's testsets/); valid: leave it out")
 
 
 def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> None:
