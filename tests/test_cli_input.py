@@ -1029,3 +1029,18 @@ def test_eval_makes_no_folder_of_its_own(tmp_path: Path) -> None:
             cli.check_overrides(args, "eval")
         assert str(err.value).startswith(start) and "\n" not in str(err.value), str(err.value)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_time_stamped_sweep_or_log_dir_is_pinned_to_the_checked_one(tmp_path: Path) -> None:
+    """Probe 5 (read from the code): a ``${now:}`` in ``hydra.sweep.dir`` given on the command line, or in
+    ``paths.log_dir``, was not pinned: Hydra resolved it again seconds after the check, so the checked dir was left
+    empty and the run went into one no check had seen. Both are pinned to the value the check resolved."""
+    sweep = _sweep_config([f"hydra.sweep.dir={tmp_path}/sw_${{now:%H-%M-%S-%f}}", "seed=0,1"])
+    assert cli._pin_output_dir(sweep, sweeping=True) == {
+        "hydra.sweep.dir": cli.quoted_override("hydra.sweep.dir", str(sweep.hydra.sweep.dir))}
+    assert "${now:" not in str(sweep.hydra.sweep.dir)
+    run = _sweep_config([f"paths.log_dir={tmp_path}/logs_${{now:%H-%M-%S-%f}}", "run_name=r"])
+    assert cli._pin_output_dir(run, sweeping=False) == {
+        "paths.log_dir": cli.quoted_override("paths.log_dir", str(run.paths.log_dir))}
+    named = _sweep_config([f"hydra.sweep.dir={tmp_path}/sw", "seed=0,1"])
+    assert cli._pin_output_dir(named, sweeping=True) == {}  # the same dir whenever it is composed

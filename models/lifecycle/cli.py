@@ -708,22 +708,24 @@ def quoted_override(key: str, value: str) -> str:
     return f"{key}='{body}'"
 
 
-def _pin_output_dir(cfg: DictConfig, overrides: list[str], sweeping: bool) -> dict[str, str]:
+def _pin_output_dir(cfg: DictConfig, sweeping: bool) -> dict[str, str]:
     """The run's ``run_name`` (a sweep's ``hydra.sweep.dir``) as this check resolved it, as ``{key: override}``.
 
     The check makes the dir before Hydra starts, and Hydra composes the config again: a ``${now:...}`` in the
     name would then resolve a second later to another dir, leaving the checked one empty beside the run.
-    Pinned, the run goes into the dir that was checked. A sweep dir is pinned only when it holds ``${now:``:
-    a named sweep's dir is the same whenever it is composed.
+    Pinned, the run goes into the dir that was checked. A sweep dir or a log dir is pinned only when it holds
+    ``${now:``: a named one is the same whenever it is composed.
     """
     if sweeping:
         raw = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir"))
-        given = any(re.match(r"[+~]*hydra\.sweep\.dir=", o) for o in overrides)
-        return {} if given or "${now:" not in raw else {
+        return {} if "${now:" not in raw else {  # given on the command line or by a config: either resolves anew
             "hydra.sweep.dir": quoted_override("hydra.sweep.dir", str(cfg.hydra.sweep.dir))}
-    if not OmegaConf.is_interpolation(cfg, "run_name"):
-        return {}
-    return {"run_name": quoted_override("run_name", str(cfg.run_name))}
+    pins = {}
+    if "${now:" in str(OmegaConf.to_container(cfg.paths, resolve=False).get("log_dir")):
+        pins["paths.log_dir"] = quoted_override("paths.log_dir", str(cfg.paths.log_dir))
+    if OmegaConf.is_interpolation(cfg, "run_name"):
+        pins["run_name"] = quoted_override("run_name", str(cfg.run_name))
+    return pins
 
 
 def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
@@ -791,13 +793,13 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
             if sweeping:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots)
-                pins = _pin_output_dir(cfg, overrides, sweeping=True)
+                pins = _pin_output_dir(cfg, sweeping=True)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
                 keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
-                pins = _pin_output_dir(cfg, overrides, sweeping=False)
+                pins = _pin_output_dir(cfg, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     except ValueError as err:
