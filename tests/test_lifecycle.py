@@ -490,6 +490,18 @@ def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:
     cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1,2"])  # extended by a seed
     with pytest.raises(cli.CommandLineError, match="holds another sweep"):
         cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "model.optimizer.lr=1e-3,2e-3"])
+    # numbered job dirs (Hydra's default subdir) restart at 0: a further seed would land in the first launch's job 0
+    # (probe 5, read from the code); named ones (configs/sweep/) take it
+    named = "${job_dirname:${hydra.job.override_dirname}}"
+    cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=2"], named)
+    cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1"], "${hydra.job.num}")  # a requeue
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=2"], "${hydra.job.num}")
+    assert str(err.value) == (
+        f"hydra.sweep.dir={str(sweep)!r} holds a sweep made by 'seed=0,1 debug=fast' whose job dirs are numbered"
+        " (hydra.sweep.subdir=${hydra.job.num}): this launch's job 0 would be that sweep's job 0, another config;"
+        " valid: the same values again, a new hydra.sweep.dir, or job dirs named by their overrides,"
+        " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
 
 
 def test_a_generator_drawn_for_another_patch_size_is_refused(tmp_path: Path, data_dir: Path) -> None:

@@ -265,9 +265,11 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = ()) ->
                                "writable folder") from None
 
 
-def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> None:
+def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir: Any = None) -> None:
     """A sweep dir holds one sweep: Hydra would replace its ``multirun.yaml`` (the grid the tables read) with
-    another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep.
+    another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep,
+    but further values only where the job dirs are named by their overrides (``subdir``, the raw
+    ``hydra.sweep.subdir``): numbered ones start at 0 in every launch, where the earlier launch's jobs are.
     A ``multirun.yaml`` that cannot be read as Hydra's grid is refused too (`saved_sweep_task`)."""
     saved = sweep_dir / "multirun.yaml"
     task = saved_sweep_task(saved, sweep_dir)
@@ -277,10 +279,20 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str]) -> Non
     def keys(items: list[str]) -> set[str]:  # the keys a sweep sets: new values (e.g. a further seed) extend it
         return {o.split("=", 1)[0].lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
 
+    made_by = " ".join(map(str, task))
     if keys(list(map(str, task))) != keys(overrides):
-        made_by = " ".join(map(str, task))
         raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({saved} was made by "
                                f"{made_by!r}); valid: the same command again, or a new hydra.sweep.dir")
+
+    def values(items: list[str]) -> set[str]:
+        return {o.lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
+
+    if subdir is not None and "job_dirname" not in str(subdir) and values(list(map(str, task))) != values(overrides):
+        raise CommandLineError(
+            f"hydra.sweep.dir={str(sweep_dir)!r} holds a sweep made by {made_by!r} whose job dirs are numbered"
+            f" (hydra.sweep.subdir={subdir}): this launch's job 0 would be that sweep's job 0, another config;"
+            " valid: the same values again, a new hydra.sweep.dir, or job dirs named by their overrides,"
+            " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
 
 
 def saved_sweep_task(saved: Path, sweep_dir: Path) -> list[Any] | None:
@@ -794,7 +806,8 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
                 _refuse_run_name_in_sweep(overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots)
                 pins = _pin_output_dir(cfg, sweeping=True)
-                check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides)
+                check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides,
+                                               OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
                 keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
