@@ -36,7 +36,6 @@ line says so); their ``["model"]`` saved alone loads.
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from pathlib import Path
@@ -45,8 +44,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.lifecycle.destinations import DestinationError, check_destination
-from models.lifecycle.files import atomic_write_bytes
+from models.lifecycle.destinations import save_export
 from models.rope_vit import (
     RoPEViTCheckpointError,
     _checked_hint,
@@ -185,19 +183,11 @@ def to_rope_swin_checkpoint(model: RPESwinTransformer, path: str | Path) -> Path
     RoPE-ViT's ``RoPESwinTransformer`` of the same shape loads ``["model"]`` with ``strict=True``;
     `from_rope_swin_checkpoint` reads it (``arch`` only where the tensors do not tell). A ``path`` inside a run's
     dir or a data root is refused in one line (`models.lifecycle.destinations`)."""
-    try:  # an export is a destination like any other: never over a run's files or into a dataset
-        check_destination(Path(path), "to_rope_swin_checkpoint path")
-    except DestinationError as err:
-        raise RoPESwinCheckpointError(str(err)) from None
     state = rope_swin_state_dict(model)
     attn = model.layers[0].blocks[0].attn
     arch = {"img_size": list(model.patch_embed.img_size), "window_size": max(model.layers[0].blocks[0].window_size),
             "theta": float(attn.rpe_k.theta)}
-    path = Path(path)
-    buffer = io.BytesIO()
-    torch.save({"model": state, "arch": arch}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return save_export({"model": state, "arch": arch}, path, "to_rope_swin_checkpoint", RoPESwinCheckpointError)
 
 
 def load_rope_swin_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:

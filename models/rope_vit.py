@@ -40,7 +40,6 @@ Files are read with ``weights_only=True`` (``argparse.Namespace`` allowed for De
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import numbers
 import re
@@ -51,8 +50,7 @@ import torch
 from torch import Tensor
 
 from models.deit import RPEVisionTransformer
-from models.lifecycle.destinations import DestinationError, check_destination
-from models.lifecycle.files import atomic_write_bytes
+from models.lifecycle.destinations import save_export
 from models.run_config import RunConfigError, first_non_finite, read_checkpoint_file
 from rpe import RPEConfig
 
@@ -210,15 +208,8 @@ def to_rope_vit_checkpoint(model: RPEVisionTransformer, path: str | Path) -> Pat
     RoPE-ViT's ``rope_vit_models`` of the same shape loads ``["model"]`` with ``strict=True`` (its mixed models
     keep ``freqs_t_x`` / ``freqs_t_y``, which are written too); `from_rope_vit_checkpoint` reads ``arch`` back.
     """
-    path = Path(path)
-    try:  # an export is a destination like any other: never over a run's files or into a dataset
-        check_destination(path, "to_rope_vit_checkpoint path")
-    except DestinationError as err:
-        raise RoPEViTCheckpointError(str(err)) from None
-    buffer = io.BytesIO()
-    torch.save({"model": rope_vit_state_dict(model), "arch": rope_vit_arch(model)}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return save_export({"model": rope_vit_state_dict(model), "arch": rope_vit_arch(model)}, path,
+                       "to_rope_vit_checkpoint", RoPEViTCheckpointError)
 
 
 def read_state_file(

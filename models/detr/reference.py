@@ -19,7 +19,6 @@ classes whose label *is* the COCO category id (plus "no object"), unlike our con
 from __future__ import annotations
 
 import argparse
-import io
 import re
 import warnings
 from pathlib import Path
@@ -28,8 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.lifecycle.destinations import DestinationError, check_destination
-from models.lifecycle.files import atomic_write_bytes
+from models.lifecycle.destinations import save_export
 from models.run_config import RunConfigError, read_checkpoint_file
 
 from .backbone import ResNetBackbone
@@ -162,15 +160,8 @@ def to_reference_checkpoint(model: DETR, path: str | Path, label_to_cat: list[in
     without it they are written as they are. A ``path`` inside a run's dir or a data root is refused in one
     `ReferenceCheckpointError` line (`models.lifecycle.destinations`).
     """
-    path = Path(path)
-    try:  # an export is a destination like any other: never over a run's files or into a dataset
-        check_destination(path, "to_reference_checkpoint path")
-    except DestinationError as err:
-        raise ReferenceCheckpointError(str(err)) from None
-    buffer = io.BytesIO()
-    torch.save({"model": reference_state_dict(model, label_to_cat), "args": reference_args(model)}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return save_export({"model": reference_state_dict(model, label_to_cat), "args": reference_args(model)}, path,
+                       "to_reference_checkpoint", ReferenceCheckpointError)
 
 
 def load_reference_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:

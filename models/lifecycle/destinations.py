@@ -112,3 +112,24 @@ def check_no_links_below(root: str | os.PathLike, target: str | os.PathLike, wha
         if current.is_symlink():
             raise DestinationError(f"{what}: {current} is a symlink (to {os.readlink(current)}); writing through it"
                                    f" would land outside {base}; valid: move the link away")
+
+
+def save_export(checkpoint: dict[str, Any], path: str | os.PathLike, what: str, error: type[Exception]) -> Path:
+    """``torch.save`` ``checkpoint`` to ``path`` atomically, for an exporter named ``what``
+    (``to_rope_vit_checkpoint``). An export is a destination like any other: a ``path`` inside a run's dir or a
+    data root is one ``error`` line, and nothing is written."""
+    import io
+
+    import torch
+
+    from models.lifecycle.files import atomic_write_bytes
+
+    path = Path(path)
+    try:
+        check_destination(path, f"{what} path")
+    except DestinationError as err:
+        raise error(str(err)) from None
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
