@@ -368,7 +368,7 @@ def test_bad_files_fail_in_one_line(tmp_path: Path) -> None:
          r"attn_mask \(4, 16, 16\) is no shifted-window mask of 4x4 windows"),
         ({"model": {**good, "layers.0.blocks.1.attn_mask": region_mask(8, 8, 4, 1)}}, {},
          r"layers.0.blocks.1.attn_mask \(4, 16, 16\) is not the shift mask of RoPE-ViT Swin .* image \(32, 32\)"),
-        ({"model": good}, {"img_size": 64}, r"image 64\): missing keys layers.1.blocks.1.attn_mask"),
+        ({"model": good}, {"img_size": 64}, r"image \(64, 64\)\): missing keys layers.1.blocks.1.attn_mask"),
         ({"model": hand_state(False)}, {"theta": 100.0}, r"are not the fixed axial frequencies .* \(theta 100\)"),
         # Microsoft does not shift a 4x8 map in 4-token windows (its short side fits one window); timm shifts the width
         ({"model": hand_state(True, img=(32, 64))}, {}, r"layers.1.blocks.1 has window \(4, 4\), shift \(0, 2\)"),

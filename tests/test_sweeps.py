@@ -458,7 +458,7 @@ def test_ddp_inside_each_job_of_a_multirun(tmp_path: Path, data_dir: Path) -> No
     sweep_dir = tmp_path / "sweep"
     result = run_cli("train.py", [
         "-m", "rpe=none,irpe_k", "seed=0", "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, f"hydra.sweep.dir={sweep_dir}",
-        "hydra.sweep.subdir=${job_dirname:${hydra.job.override_dirname}}", f"paths.data_dir={data_dir}",
+        "hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}'", f"paths.data_dir={data_dir}",
     ], env_extra={"OMP_NUM_THREADS": "1"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())

@@ -980,12 +980,14 @@ def _interruption_line(run_dir: Path, signum: int) -> str:
     return f"error: {where} by {name}; {saved}, rerun the same command to resume"
 
 
-def _report_interruption(run_dir: Path, signum: int) -> None:
-    """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell."""
+def _report_interruption(run_dir: Path, signum: int, chain: bool = True) -> None:
+    """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell. ``chain``: this process got the
+    signal, so a launcher's own handler of it runs too (not so for a signal that ended a worker only)."""
     say(_interruption_line(run_dir, signum), stream=sys.stderr)
     if FAILED_JOBS:
         say(f"error: {len(FAILED_JOBS)} sweep job(s) failed:", *(f"  {j}" for j in FAILED_JOBS), stream=sys.stderr)
-    chain_previous_handler(signum)
+    if chain:
+        chain_previous_handler(signum)
     sys.exit(128 + signum)
 
 
@@ -1064,6 +1066,10 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
         if not isinstance(err, Exception):
             raise
         failed_workers = end_ddp_workers()  # first: the observer ends this process once a worker has failed
+        stopped = next(filter(None, (_stop_signal_of(code) for _, code in failed_workers)), None)
+        if stopped is not None:  # a worker ended by a stop signal to the process group: this process lost its peer
+            job.save_state("interrupted", signal=signal.Signals(stopped).name)
+            _report_interruption(job.run_dir, stopped, chain=False)
         if failed_workers and PEER_LOST.search(str(err)):  # this process lost a worker that failed: name it
             cause, err = err, WorkerFailed(*failed_workers[0])
             err.__cause__ = cause
