@@ -149,7 +149,8 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     if hasattr(datamodule, "img_size"):  # fixed-size classification input; DETR's input size varies
         image_shape = (3, datamodule.img_size, datamodule.img_size)
         metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
-        metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
+        if cfg.throughput_batch is not None:  # timed batches beyond the test (the benchmark's evaluations skip them)
+            metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
     run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent if cfg.ckpt_path is not None else None
     not_the_runs = not_a_result(run_dir) if run_dir is not None else ""

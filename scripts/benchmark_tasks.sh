@@ -92,7 +92,8 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   elif [ -d "runs/sweeps/$sweep" ]; then
     archived=1
     # the evaluations in the same lanes, one thread each: two processes of two threads on two cores spend
-    # more time waiting on each other than computing
+    # more time waiting on each other than computing; no throughput is timed (no table reads it, and it
+    # would add a fifth to each evaluation)
     pids=()
     for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
       mine=()
@@ -102,7 +103,8 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
       [ ${#mine[@]} -gt 0 ] || continue
       (
         # shellcheck disable=SC2086  # the test set names are words
-        OMP_NUM_THREADS=1 "$PY" scripts/evaluate_testsets.py "${mine[@]}" --testsets ${TESTSETS[$task]} || exit 1
+        OMP_NUM_THREADS=1 "$PY" scripts/evaluate_testsets.py "${mine[@]}" --testsets ${TESTSETS[$task]} \
+          --set throughput_batch=null || exit 1
         if [ -n "${EXTEND[$task]+x}" ]; then
           extend=()
           for run in "${mine[@]}"; do
@@ -110,7 +112,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
             [[ "$(basename "$run")" == ${EXTEND[$task]} ]] && extend+=("$run")
           done
           [ ${#extend[@]} -eq 0 ] || OMP_NUM_THREADS=1 "$PY" scripts/evaluate_testsets.py "${extend[@]}" \
-            --testsets ${TESTSETS[$task]} --ape extend || exit 1
+            --testsets ${TESTSETS[$task]} --ape extend --set throughput_batch=null || exit 1
         fi
       ) > "runs/$sweep.eval$lane.log" 2>&1 &
       pids+=($!)

@@ -449,6 +449,29 @@ def test_swin_and_learned_deit_runs_on_a_larger_canvas(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore")
+def test_an_evaluation_without_throughput_gives_the_same_numbers(tmp_path: Path) -> None:
+    """``throughput_batch=null`` (the benchmark's evaluations) times no batches after the test: every other
+    number is the one the timed evaluation gives."""
+    import eval as eval_script
+
+    data = tmp_path / "data"
+    run = _fake_run(tmp_path / "run", data, RUN)
+    _generate(data, "relational_canvas48", "testset.data.generator.num_val=16")
+
+    def evaluate(batch: str) -> dict:
+        cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_canvas48",
+                              f"throughput_batch={batch}", "testset.data.generator.num_val=16"], run / "eval", data,
+                             config_name="eval")
+        return eval_script.evaluate(cfg)
+
+    timed, untimed = evaluate("2"), evaluate("null")
+    assert timed["throughput_img_s"] > 0 and "throughput_img_s" not in untimed
+    assert {k: v for k, v in timed.items() if k != "throughput_img_s"} == untimed
+    record = json.loads((run / RESULT_FOLDER / "relational_canvas48@interpolate.json").read_text())
+    assert record["metrics"] == untimed
+
+
+@pytest.mark.filterwarnings("ignore")
 def test_testsets_that_do_not_fit_the_run_are_one_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
     run = _fake_run(tmp_path / "run", data, RUN)

@@ -340,7 +340,7 @@ RULES: tuple[Rule, ...] = (
     Rule("test_after_fit", BOOL),
     Rule("print_config", BOOL),
     Rule("batch_size", POSITIVE, NULL("the run's batch size")),
-    Rule("throughput_batch", POSITIVE),
+    Rule("throughput_batch", POSITIVE, NULL("no throughput measured")),
     # -- data: both data modules
     Rule("data.batch_size", POSITIVE),
     Rule("data.num_workers", COUNT),
