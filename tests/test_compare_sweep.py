@@ -23,6 +23,7 @@ ROWS = [  # (rpe preset, paper-scale ape, peg blocks or None), in order: the pap
     ("rope_mixed", "learned", None),
     ("cpb", "learned", None),
     ("alibi", "learned", None),
+    ("decomposed", "learned", None),  # a preset by name, no entry in the rows table (configs/sweep/compare.yaml)
 ]
 
 

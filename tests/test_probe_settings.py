@@ -367,6 +367,10 @@ def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
     assert str(err.value).startswith("row=bogus_row is not a row of sweep shift_mini; valid: none, ape_learned,")
     with pytest.raises((CommandLineError, ValueError), match="row=nope is not a row of sweep compare;"):
         check_overrides(["-m", "sweep=compare", "row=nope,irpe_k", f"paths.log_dir={tmp_path}"], "train")
+    # the compare sweep takes an RPE preset by name (no entry in its rows table); the shift task does not
+    check_overrides(["sweep=compare_mini", "row=decomposed", "data.root=/x", f"paths.log_dir={tmp_path}"], "train")
+    with pytest.raises((CommandLineError, ValueError), match="row=irpe_k is not a row of sweep shift_mini;"):
+        check_overrides(["sweep=shift_mini", "row=irpe_k", f"paths.log_dir={tmp_path}"], "train")
 
 
 @pytest.mark.parametrize(("override", "expected"), [

@@ -80,7 +80,7 @@ def test_sweep_grid_expands_like_hydra_multirun() -> None:
 # seeds 0, 1, 2 of every classification cell, one seed of the DETR rows and of the cost grid.
 EXPECTED_GRID = {
     "method_mode": 8, "shared_head": 12, "index": 4, "buckets": 5, "where": 14, "detr": 9, "swin": 3, "cost": 6,
-    "compare": 13,
+    "compare": 14,
 }
 MINI_SEEDS = {"cost": 1, "shared_head": 1}  # shared_head's paper grid already has three seeds
 BASE_EXPERIMENTS = {  # (paper, mini); else DeiT-S
@@ -102,7 +102,7 @@ EXPECTED_CELLS = {
         "sine, ctx 9x9, long")},
     "swin": {("none", "ours"), ("swin", "ours"), ("rpe-1.9-product-ctx-1-qkv", "ours")},
     "compare": {(row, "ours") for row in ("none", "cpvt", "shaw", "xl", "huang", "sasa", "irpe_k", "irpe_qk",
-                                          "irpe_qkv", "rope_axial", "rope_mixed", "cpb", "alibi")},
+                                          "irpe_qkv", "rope_axial", "rope_mixed", "cpb", "alibi", "decomposed")},
     "cost": {(rpe, f"backend {b}") for rpe in ("none", PRODUCT_K, "rpe-1.9-product-ctx-1-qkv")
              for b in ("naive", "auto")},
 }

@@ -654,6 +654,19 @@ def _typed(rule: Rule) -> bool:
         isinstance(v, str) for v in form.values)) for form in rule.forms)
 
 
+def _preset_row(cfg: DictConfig, row: str) -> bool:
+    """``row`` names an RPE preset in a sweep whose lookups take such a name without an entry in ``rows``
+    (configs/sweep/compare.yaml: ``rpe.preset`` falls back to the row's name)."""
+    from rpe.config import PRESETS
+
+    if row not in PRESETS:
+        return False
+    try:
+        return OmegaConf.select(cfg, "rpe.preset", throw_on_resolution_failure=True) == row
+    except OmegaConfBaseException:
+        return False
+
+
 def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     """Raise `SettingError` (one line) at the first setting of ``cfg`` outside its valid range or type.
 
@@ -662,7 +675,7 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     is the entry point's root config, whose root keys alone are accepted (None: any entry point's).
     """
     rows, row = cfg.get("rows"), cfg.get("row")
-    if isinstance(rows, DictConfig) and row is not None and str(row) not in rows:  # a sweep of named rows
+    if isinstance(rows, DictConfig) and row is not None and str(row) not in rows and not _preset_row(cfg, str(row)):
         raise SettingError(f"row={row} is not a row of sweep {cfg.get('sweep_name')}; valid: {', '.join(rows)}")
     decode_environment_values(cfg)
     for key, value in _children(cfg, ""):
