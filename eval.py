@@ -153,8 +153,9 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
             metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
     run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent if cfg.ckpt_path is not None else None
-    not_the_runs = not_a_result(run_dir) if run_dir is not None else ""
-    if result is not None and not_the_runs and run_status(run_dir).state != "finished":
+    status = run_status(run_dir) if run_dir is not None else None
+    not_the_runs = not_a_result(run_dir, status) if run_dir is not None else ""
+    if result is not None and status is not None and status.state != "finished":
         # A result records the run's identity and length, which a resumed run keeps while its best.ckpt changes:
         # one written now would later pass for the finished run's. Its numbers are shown, never recorded.
         not_the_runs += f"; nothing written to {result['path'].parent} (a test-set result is of a finished run)"
@@ -190,12 +191,11 @@ def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
                               where="the CPU, where eval.py counts MACs and measures throughput after the test")
 
 
-def not_a_result(run_dir: Path) -> str:
-    """Why numbers of ``run_dir``'s checkpoints are not a result of the run (it has not finished, or it is
-    a smoke run that trained or tested on part of its splits), or ''."""
+def not_a_result(run_dir: Path, status: Any) -> str:
+    """Why numbers of ``run_dir``'s checkpoints are not a result of the run (``status``: its `run_status`; it has
+    not finished, or it is a smoke run that trained or tested on part of its splits), or ''."""
     from models.lifecycle.records import partial_run
 
-    status = run_status(run_dir)
     if status.state != "finished":
         return f"{run_dir} has not finished ({status.state}): these are the numbers of its checkpoint so far"
     partial = partial_run(status.metrics)

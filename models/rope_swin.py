@@ -47,14 +47,13 @@ from torch import Tensor
 from models.lifecycle.destinations import save_export
 from models.rope_vit import (
     RoPEViTCheckpointError,
-    _checked_hint,
-    _is_int,
     check_key_sets,
+    checked_hint,
     grid_indices,
     read_state_file,
+    refuse_non_finite,
     swap_axis_halves,
 )
-from models.run_config import first_non_finite
 from models.swin import RPESwinTransformer, swin_grid_problem
 from rpe import RPEConfig
 
@@ -200,22 +199,9 @@ def load_rope_swin_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str,
         )
     proj = state.get("patch_embed.proj.weight")
     patch = (int(proj.shape[-2]), int(proj.shape[-1])) if proj is not None and proj.dim() == 4 else None
-    hints = {key: _swin_hint(key, arch[key], f"checkpoint {path}: arch.{key}", patch)
+    hints = {key: checked_hint(key, arch[key], f"checkpoint {path}: arch.{key}", patch, RoPESwinCheckpointError)
              for key in ("img_size", "theta") if arch is not None and arch.get(key) is not None}
     return state, hints
-
-
-def _swin_hint(key: str, value: Any, where: str, patch: tuple[int, int] | None = None) -> Any:
-    """`rope_vit._checked_hint` (one valid form per hint or override), as this loader's error; ``window_size``: a
-    positive int."""
-    if key == "window_size":
-        if _is_int(value) and value > 0:
-            return int(value)
-        raise RoPESwinCheckpointError(f"{where}={value!r} must be a positive integer (the window side in patches)")
-    try:
-        return _checked_hint(key, value, where, patch)
-    except RoPEViTCheckpointError as err:
-        raise RoPESwinCheckpointError(str(err)) from None
 
 
 def _refuse_foreign(state: dict[str, Tensor], path: str | Path) -> None:
@@ -326,7 +312,8 @@ def rope_swin_architecture(
     patch_hw = (int(proj.shape[-2]), int(proj.shape[-1])) if proj.dim() == 4 else None
     for key in ("theta", "img_size", "window_size"):  # 0 is a value to refuse, never "not given"
         if overrides.get(key) is not None:
-            overrides[key] = _swin_hint(key, overrides[key], f"checkpoint {path}: the override {key}", patch_hw)
+            overrides[key] = checked_hint(key, overrides[key], f"checkpoint {path}: the override {key}", patch_hw,
+                                          RoPESwinCheckpointError)
     depths = _depths(state)
     if 0 in depths:
         raise RoPESwinCheckpointError(
@@ -437,13 +424,7 @@ def load_rope_swin_weights(
         if block.shift_size[0]:
             expected.add(f"{name}.attn_mask")
     check_key_sets(state, expected, path, what, RoPESwinCheckpointError)
-    found = first_non_finite(state)
-    if found is not None:
-        key, bad, total = found
-        raise RoPESwinCheckpointError(
-            f"checkpoint {path} holds non-finite weights: {key} has {bad} NaN/inf of {total} values; a model with"
-            " them gives NaN/inf outputs (use a checkpoint saved before the run diverged)"
-        )
+    refuse_non_finite(state, path, RoPESwinCheckpointError)
     _check_buffers(model, state, path, what)
     heads = {name: block.attn.num_heads for name, block in _blocks(model)}
     mapped: dict[str, Tensor] = {}

@@ -87,9 +87,10 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"blocks\.(\d+)\.ls2\.gamma", r"blocks.\1.gamma_2"),
 )
 OUR_FREQS = re.compile(r"blocks\.(\d+)\.attn\.rpe_k\.rope\.freqs")
-# What a size hint or override may be: the form every one is checked against (`_checked_hint`).
+# What a size hint or override may be: the form every one is checked against (`checked_hint`).
 HINT_FORMS = {
     "num_heads": "a positive integer",
+    "window_size": "a positive integer (the window side in patches)",
     "theta": "a positive finite number",
     "img_size": "a positive integer (a square image) or a pair of them (H, W)",
 }
@@ -99,11 +100,12 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _checked_hint(key: str, value: Any, where: str, patch: tuple[int, int] | None = None) -> Any:
-    """``value`` of the hint or override ``key`` (``num_heads``, ``theta``, ``img_size``) in its one valid form: an
-    int, a float, an ``(H, W)`` tuple (an int is a square; with ``patch``, each side a multiple of it). Anything
-    else is one `RoPEViTCheckpointError` line ``{where}={value!r} must be ...``."""
-    if key == "num_heads" and _is_int(value) and value > 0:
+def checked_hint(key: str, value: Any, where: str, patch: tuple[int, int] | None = None,
+                 error: type[RunConfigError] = RoPEViTCheckpointError) -> Any:
+    """``value`` of the hint or override ``key`` (``num_heads``, ``window_size``, ``theta``, ``img_size``) in its one
+    valid form: an int, a float, an ``(H, W)`` tuple (an int is a square; with ``patch``, each side a multiple of
+    it). Anything else is one ``error`` line ``{where}={value!r} must be ...`` (the DeiT and the Swin loader)."""
+    if key in ("num_heads", "window_size") and _is_int(value) and value > 0:
         return int(value)
     if key == "theta" and isinstance(value, numbers.Real) and not isinstance(value, bool) and (
             math.isfinite(value) and value > 0):
@@ -116,7 +118,7 @@ def _checked_hint(key: str, value: Any, where: str, patch: tuple[int, int] | Non
             if patch is None or (size[0] % patch[0] == 0 and size[1] % patch[1] == 0):
                 return size
             form = f"a positive multiple of the patch size {patch[0]}x{patch[1]} per side (one int or a pair (H, W))"
-    raise RoPEViTCheckpointError(f"{where}={value!r} must be {form}")
+    raise error(f"{where}={value!r} must be {form}")
 
 
 def rope_vit_name(name: str) -> str | None:
@@ -252,7 +254,7 @@ def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, 
                 )
             hints["model"] = args["model"]
         if args.get("input_size") is not None:
-            hints["img_size"] = _checked_hint("img_size", args["input_size"], f"checkpoint {path}: args.input_size",
+            hints["img_size"] = checked_hint("img_size", args["input_size"], f"checkpoint {path}: args.input_size",
                                              patch)
     arch = checkpoint.get("arch") if "model" in checkpoint else None
     if arch is not None and not isinstance(arch, dict):
@@ -261,7 +263,7 @@ def load_rope_vit_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, 
         )
     for key in ("num_heads", "img_size", "theta"):
         if arch is not None and arch.get(key) is not None:
-            hints[key] = _checked_hint(key, arch[key], f"checkpoint {path}: arch.{key}", patch)
+            hints[key] = checked_hint(key, arch[key], f"checkpoint {path}: arch.{key}", patch)
     return state, hints
 
 
@@ -292,7 +294,7 @@ def _grid(state: dict[str, Tensor], hints: dict[str, Any], patch: tuple[int, int
           img_size: Any) -> tuple[int, int]:
     """The image size: ``img_size`` given, else from ``freqs_t_x/y``, the file's hints, ``pos_embed`` (square), 224."""
     if img_size is not None:
-        return _checked_hint("img_size", img_size, f"checkpoint {path}: the override img_size", patch)
+        return checked_hint("img_size", img_size, f"checkpoint {path}: the override img_size", patch)
     if "freqs_t_x" in state and "freqs_t_y" in state:
         t_x, t_y = state["freqs_t_x"], state["freqs_t_y"]
         if t_x.dim() != 1 or t_x.shape != t_y.shape or t_x.numel() == 0:
@@ -308,7 +310,7 @@ def _grid(state: dict[str, Tensor], hints: dict[str, Any], patch: tuple[int, int
             )
         return h * patch[0], w * patch[1]
     if hints.get("img_size") is not None:
-        return _checked_hint("img_size", hints["img_size"], f"checkpoint {path}: img_size (from the file)", patch)
+        return checked_hint("img_size", hints["img_size"], f"checkpoint {path}: img_size (from the file)", patch)
     if "pos_embed" in state:
         n = state["pos_embed"].shape[-2]
         side = math.isqrt(n)
@@ -353,8 +355,8 @@ def rope_vit_architecture(
     patch = (proj.shape[-2], proj.shape[-1])
     given = {key: overrides.pop(key, None) for key in ("num_heads", "theta")}
     for key, value in given.items():  # an override is given when it is not None (0 is given, and refused)
-        given[key] = None if value is None else _checked_hint(key, value, f"checkpoint {path}: the override {key}")
-    said = {key: _checked_hint(key, hints[key], f"checkpoint {path}: {key} (from the file)")
+        given[key] = None if value is None else checked_hint(key, value, f"checkpoint {path}: the override {key}")
+    said = {key: checked_hint(key, hints[key], f"checkpoint {path}: {key} (from the file)")
             for key in ("num_heads", "theta") if hints.get(key) is not None}
     heads = given["num_heads"] if given["num_heads"] is not None else said.get("num_heads")
     if heads is None and zoo is not None:
@@ -419,6 +421,16 @@ def _listed(keys: list[str]) -> str:
     return f"{shown}, ... ({len(keys)} in all)" if len(keys) > 6 else shown
 
 
+def refuse_non_finite(state: dict[str, Tensor], path: str | Path,
+                      error: type[RunConfigError] = RoPEViTCheckpointError) -> None:
+    """One ``error`` line naming the first tensor of ``state`` that holds a NaN or inf, before anything loads."""
+    found = first_non_finite(state)
+    if found is not None:
+        key, bad, total = found
+        raise error(f"checkpoint {path} holds non-finite weights: {key} has {bad} NaN/inf of {total} values; a model"
+                    " with them gives NaN/inf outputs (use a checkpoint saved before the run diverged)")
+
+
 def check_key_sets(state: dict[str, Tensor], expected: set[str], path: str | Path, what: str,
                    error: type[RunConfigError] = RoPEViTCheckpointError) -> None:
     """One ``error`` line listing the keys of ``expected`` that ``state`` lacks and those it has beyond them."""
@@ -444,13 +456,7 @@ def load_rope_vit_weights(
     if not axial:
         expected |= set(MIXED_KEYS)
     check_key_sets(state, expected, path, what)
-    found = first_non_finite(state)
-    if found is not None:
-        key, bad, total = found
-        raise RoPEViTCheckpointError(
-            f"checkpoint {path} holds non-finite weights: {key} has {bad} NaN/inf of {total} values; a model with"
-            " them gives NaN/inf outputs (use a checkpoint saved before the run diverged)"
-        )
+    refuse_non_finite(state, path)
     mapped: dict[str, Tensor] = {}
     freqs = None
     if not axial:

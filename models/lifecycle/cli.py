@@ -936,9 +936,10 @@ def _check_sweeper_storage(cfg: DictConfig, data_roots: tuple[Any, ...]) -> None
         return
     key = "hydra.sweeper.storage"
     in_memory = "leave it out (the study then lives in memory for the sweep; each trial's result is in its run dir)"
+    no_url = CommandLineError(f"{key}={storage!r} is not a database URL; valid: sqlite:///<file outside every run"
+                              f" dir>, or {in_memory}")
     if not isinstance(storage, str) or not storage.strip():
-        raise CommandLineError(f"{key}={storage!r} is not a database URL; valid: sqlite:///<file outside every run"
-                               f" dir>, or {in_memory}")
+        raise no_url
     import tempfile
 
     import optuna
@@ -949,8 +950,7 @@ def _check_sweeper_storage(cfg: DictConfig, data_roots: tuple[Any, ...]) -> None
     try:
         url = make_url(storage)
     except ArgumentError:
-        raise CommandLineError(f"{key}={storage!r} is not a database URL; valid: sqlite:///<file outside every run"
-                               f" dir>, or {in_memory}") from None
+        raise no_url from None
     database = url.database if url.get_backend_name() == "sqlite" else None
     with tempfile.TemporaryDirectory(prefix="rpe-storage-check-") as scratch:
         tried = storage
