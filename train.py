@@ -1,7 +1,7 @@
 """Train a model: ``python train.py [group=option ...] [key=value ...]`` (Hydra).
 
 Composes ``configs/train.yaml``, fits, tests the best checkpoint on the validation split and writes
-``metrics.json`` into the run dir. See the README for the groups and the recipes, and ``models/lifecycle/``
+``metrics.json`` into the run dir. See docs/usage.md for the groups and the recipes, and ``models/lifecycle/``
 for the run lifecycle (run dirs, resume, records, stop signals).
 """
 

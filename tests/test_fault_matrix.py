@@ -2,7 +2,7 @@
 
 One tiny run is trained once and evaluated once on a small test set; each case copies it, damages one file,
 runs one command in this process and checks the outcome `expected_outcome` allows for that cell (the same
-table as the README's "Reliability" section, which a test here keeps in step):
+table as docs/reliability.md's "The fault matrix", which a test here keeps in step):
 
 * ``continue``: the command succeeds and reports the run's true result (the recorded ``val/top1``);
 * ``retest``: train.py re-tests ``best.ckpt`` (evaluate_testsets.py evaluates it on the test set again) and
@@ -384,7 +384,7 @@ def _fault(damage: str, run_dir: Path, file: str) -> contextlib.AbstractContextM
     return contextlib.nullcontext()
 
 
-# Every cell runs in `make test` (554 cells, about 3 minutes on one core; the README says the same).
+# Every cell runs in `make test` (about 3 minutes on one core; docs/reliability.md states the count, checked below).
 @pytest.mark.parametrize(("command", "file", "damage"), CELLS, ids=[f"{c}|{f}|{d}" for c, f, d in CELLS])
 def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path], data_dir: Path,
                       tmp_path: Path, capsys) -> None:
@@ -455,9 +455,13 @@ def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path
             assert {k for k in before.keys() | after.keys() if after.get(k) != before.get(k)} == {RESULT}
 
 
-def test_the_readme_states_this_matrix() -> None:
-    """The README's table is `expected_outcome`, cell for cell (rows: file and damage; columns: commands)."""
-    text = (ROOT / "README.md").read_text()
+RELIABILITY_DOC = ROOT / "docs" / "reliability.md"
+
+
+def test_the_docs_state_this_matrix() -> None:
+    """docs/reliability.md's table is `expected_outcome`, cell for cell (rows: file and damage; columns:
+    commands)."""
+    text = RELIABILITY_DOC.read_text()
     section = text[text.index("<!-- fault-matrix -->"): text.index("<!-- /fault-matrix -->")]
     rows = {}
     for line in section.splitlines():
@@ -468,8 +472,20 @@ def test_the_readme_states_this_matrix() -> None:
     assert rows == want
 
 
-def readme_matrix() -> str:
-    """The README table (printed by ``python -m tests.test_fault_matrix``)."""
+def test_the_docs_state_the_matrix_size() -> None:
+    """The counts docs/reliability.md states in words (cells, rows, cells shown as -) are the matrix's own."""
+    rows = [(f, d) for f in FILES for d in DAMAGES if applies(f, d)]
+    shown_dash = sum(expected_outcome(c, f, d) == "-" for f, d in rows for c in COMMANDS)
+    assert len(CELLS) == len(rows) * len(COMMANDS) - shown_dash  # every other cell runs
+    text = " ".join(RELIABILITY_DOC.read_text().split())
+    stated = (f"all {len(CELLS)} cells ({len(rows)} rows of file and damage x {len(COMMANDS)} commands,"
+              f" less {shown_dash} shown as -")
+    assert stated in text
+    assert f"files x damages x commands ({len(rows)} rows)" in text
+
+
+def docs_matrix() -> str:
+    """The docs' table (printed by ``python -m tests.test_fault_matrix``)."""
     lines = ["| file | damage | " + " | ".join(COMMANDS) + " |", "|---|---|" + "---|" * len(COMMANDS)]
     for f in FILES:
         for d in DAMAGES:
@@ -479,5 +495,5 @@ def readme_matrix() -> str:
 
 
 if __name__ == "__main__":
-    print(readme_matrix())
+    print(docs_matrix())
     print(f"\n{len(CELLS)} cells")
