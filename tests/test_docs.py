@@ -25,10 +25,10 @@ LISTED_LINE = re.compile(r"^([\w/*.-]+\.py)\s")  # a file list's line: the path,
 HEADING = re.compile(r"^#+ .*$", re.M)
 HEADING_FOLDER = re.compile(r"`([\w/]+/)`")  # "## 6. The run lifecycle (`models/lifecycle/`)"
 TABLE_FILE = re.compile(r"^\| `([\w.-]+\.py)` \|", re.M)  # a table row naming a file of that folder
-PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./<>{},*-]*[\w>}*/])" % "|".join(TOP_FOLDERS))
+PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP_FOLDERS) + r")/[\w./<>{},*-]*[\w>}*/])")
 MAKE = re.compile(r"(?<![\w.])make ([a-z][\w-]*)")
 PYTHON = re.compile(r"(?<![\w.])python ([\w/.-]+\.py)\b")
-CHOICE = re.compile(r"(?<![\w./+-])(%s)=([\w|,-]+)" % "|".join(re.escape(g) for g in GROUPS))
+CHOICE = re.compile(r"(?<![\w./+-])(" + "|".join(map(re.escape, GROUPS)) + r")=([\w|,-]+)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
