@@ -16,17 +16,28 @@
 # (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt.
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
-# PY: the project's Python (default .venv/bin/python, which `make test` or `make train` sets up).
+# PY: the project's Python (default .venv/bin/python of the repo, which `make test` or `make train` sets up; a
+# relative path is read from the folder the script is started in).
 # TRAINER: train.py overrides for every job, words of key=value (default: trainer=gpu in float32 where torch sees
 # a GPU, else none: the CPU); e.g. TRAINER= for the CPU on a GPU machine.
-# Every setting and task name (scripts/script_checks.sh) is checked before any dir is made or any job starts: a bad
-# one is one line naming it and the valid choices, exit 2. A task named twice runs once.
-# A task whose sweep had failed jobs is neither evaluated nor archived (exit 1; run it again to finish them); the
-# tables are rebuilt when some task was archived.
+# Every setting and task name (scripts/script_checks.sh) is checked before any dir is made or any job starts, the
+# TRAINER words by train.py's own checks of each task's jobs: a bad one is one line naming it and the valid choices,
+# exit 2. A task named twice runs once.
+# A task whose sweep had failed jobs, or whose grid has a job without a finished run after its lanes ended, is
+# neither evaluated nor archived (exit 1; run it again to finish them); the tables are rebuilt when some task was
+# archived.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+# the checks beside the real script (started through a link too), read before anything else: without them nothing
+# would be checked
+checks="$(dirname "$(readlink -f "$0")")/script_checks.sh"
 # shellcheck source=scripts/script_checks.sh
-. scripts/script_checks.sh
+if [ ! -r "$checks" ] || ! . "$checks"; then
+  echo "error: $checks cannot be read, and without it no setting is checked; valid: run the script of a whole" \
+    "checkout (bash <repo>/scripts/$(basename "$0"))" >&2
+  exit 2
+fi
+caller_py
+cd "$(dirname "$checks")/.." || usage_error "cannot change into the repo root $(dirname "$checks")/.."
 check_names task "a benchmark task" all "shift shift_swin canvas longrange" "$@"
 tasks=("${names[@]}")
 if [ -n "${LANES:-}" ]; then  # the user's count is taken as given; the default is capped at 4
@@ -39,6 +50,15 @@ fi
 PY=${PY:-.venv/bin/python}
 check_python
 check_trainer
+# each task's seeds (its sweep config's), then train.py's checks of every task's jobs, before any dir or lane
+declare -A SEEDS=()
+commands=()
+for task in "${tasks[@]}"; do
+  SEEDS[$task]=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params']['seed'])" \
+    "configs/sweep/${task}_mini.yaml") || exit 2
+  commands+=("sweep=${task}_mini seed=${SEEDS[$task]}")
+done
+check_jobs "${commands[@]}"
 mkdir -p runs
 declare -A TESTSETS=(
   [shift]="relational_left relational_right relational_everywhere"
@@ -65,9 +85,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   echo "=== $sweep ($(date +%H:%M:%S))"
   started=$SECONDS
   # the sweep's seeds, split over the lanes; a lane starts after the one before it has written its grid
-  seeds=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params']['seed'])" \
-    "configs/sweep/$sweep.yaml") || exit 2
-  IFS=, read -r -a all_seeds <<< "$seeds"
+  IFS=, read -r -a all_seeds <<< "${SEEDS[$task]}"
   pids=()
   for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
     mine=$(for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do printf '%s,' "${all_seeds[$i]}"; done)
@@ -89,7 +107,9 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   if [ $failed -eq 1 ]; then
     echo "sweep $sweep had failed jobs (see its lane logs): not evaluated or archived; run it again to finish them"
     status=1
-  elif [ -d "runs/sweeps/$sweep" ]; then
+  elif ! sweep_finished "runs/sweeps/$sweep" "not evaluated or archived; run it again to finish it"; then
+    status=1
+  else
     archived=1
     # the evaluations in the same lanes, one thread each: two processes of two threads on two cores spend
     # more time waiting on each other than computing; no throughput is timed (no table reads it, and it

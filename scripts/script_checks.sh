@@ -1,19 +1,29 @@
 # shellcheck shell=bash
-# The up-front checks of scripts/benchmark_tasks.sh and scripts/mini_sweeps.sh (sourced by both, from the repo
-# root): a bad setting or name is one line naming it and the valid choices, exit 2, before any dir is made or any
-# job starts.
+# The up-front checks of scripts/benchmark_tasks.sh and scripts/mini_sweeps.sh (sourced by both): a bad setting or
+# name is one line naming it and the valid choices, exit 2, before any dir is made or any job starts; and the
+# check that a sweep they ran finished. Each function but caller_py runs in the repo root.
 usage_error() {
   echo "error: $*" >&2
   exit 2
 }
 
-# PY (default .venv/bin/python): an executable that imports torch, hydra and timm
+# A PY given as a path relative to the folder the script was started in (../venv/bin/python) is made absolute,
+# before the script changes into the repo root; a bare name (python3) stays a name looked up on PATH.
+caller_py() {
+  [[ -z "${PY:-}" || "$PY" != */* || "$PY" == /* ]] || PY="$PWD/$PY"
+}
+
+# PY (default .venv/bin/python): an executable that imports torch, hydra and timm. It must print what only those
+# imports can (their module names): a program that succeeds at anything (/bin/true) would otherwise pass, and
+# every sweep after it would "run" without a job.
 check_python() {
   local hint="create the venv with 'make test' or 'make train' (either sets up .venv), or set PY=<a Python with the"
   hint+=" project installed>"
+  local said
   command -v -- "$PY" > /dev/null \
     || usage_error "PY='$PY' is not an executable Python (no such file, or not executable); valid: $hint"
-  "$PY" -c "import torch, hydra, timm" > /dev/null 2>&1 \
+  said=$("$PY" -c "import torch, hydra, timm; print(*(m.__name__ for m in (torch, hydra, timm)))" 2> /dev/null)
+  [ "$said" = "torch hydra timm" ] \
     || usage_error "PY='$PY' cannot import torch, hydra and timm (not the project's Python); valid: $hint"
 }
 
@@ -38,8 +48,10 @@ check_names() {
 }
 
 # TRAINER: words of Hydra overrides (key=value, +key=value, ~key), split on spaces and never globbed; trainer=<name>
-# one of configs/trainer; a GPU trainer only where torch sees a GPU (train.py would refuse every job). Unset: the
-# GPU where torch sees one (in float32, like on a CPU), else the CPU. Sets the array `trainer`.
+# one of configs/trainer; a GPU trainer only where torch sees a GPU (train.py would refuse every job); never the
+# keys the scripts set for each sweep (sweep, seed), which would replace a sweep's own. Unset: the GPU where torch
+# sees one (in float32, like on a CPU), else the CPU. Sets the array `trainer`. The values themselves are
+# train.py's to judge (check_jobs).
 check_trainer() {
   local choices hint word key value gpu=0
   choices=$(cd configs/trainer 2>/dev/null && for f in [!_]*.yaml; do [ -e "$f" ] && printf '%s ' "${f%.yaml}"; done)
@@ -57,6 +69,9 @@ check_trainer() {
     key=${word%%=*}
     key=${key#"${key%%[!+~]*}"}
     value=${word#*=}
+    [[ "$key" != sweep && "$key" != seed ]] \
+      || usage_error "TRAINER='$TRAINER': $key is set by the script for each sweep (its sweep config and seeds), and" \
+        "$word would replace it; $hint"
     if [ "$key" = trainer ] && [[ "$word" == *=* ]]; then
       [[ " $choices " == *" $value "* ]] || usage_error "TRAINER='$TRAINER': trainer=$value is not a trainer; $hint"
       [[ "$value" == gpu || "$value" == ddp ]] && gpu=1
@@ -67,4 +82,45 @@ check_trainer() {
     usage_error "TRAINER='$TRAINER' asks for a GPU, and PY='$PY' sees none (torch.cuda.is_available() is not True);" \
       "valid here: TRAINER= (the CPU), or trainer=cpu"
   fi
+}
+
+# check_jobs WORDS...: train.py's own command-line checks (`train.py --check`, which writes nothing) on the job
+# command of each WORDS (the script's own key=value words, split on spaces) with the TRAINER words, all in one
+# process: a value train.py refuses (trainer.precision=bogus, an accelerator not here) is its one line, exit 2,
+# before any dir or job, not a failed job in every sweep.
+check_jobs() {
+  local words own args=() said
+  for words in "$@"; do
+    read -r -a own <<< "$words"
+    [ ${#args[@]} -eq 0 ] || args+=(--)
+    args+=("${own[@]}" "${trainer[@]}")
+  done
+  said=$("$PY" train.py --check "${args[@]}" 2>&1 > /dev/null) && return 0
+  said=${said##*$'\n'}  # its one line follows any warning
+  [ -n "$said" ] || said="its check ended without a line"
+  usage_error "train.py refuses the jobs (with TRAINER='$TRAINER'): ${said#error: }"
+}
+
+# sweep_finished DIR [WHAT]: whether every job the sweep in DIR asked for (the grids of its launches) has a finished
+# run, read as the tables read it (scripts/tables/collect.py); else one line saying which did not (and WHAT), on
+# stdout. Only PY's answer "finished" counts: a PY that prints nothing or crashes ran no sweep.
+sweep_finished() {
+  local said
+  [ -d "$1" ] || { echo "sweep $1 did not finish: train.py made no sweep dir${2:+; $2}"; return 1; }
+  said=$("$PY" -c '
+import sys
+from scripts.tables.collect import TableError, collect
+try:
+    runs = collect(sys.argv[1:])
+except TableError as err:
+    print(err)
+else:
+    left = [run for run in runs if run.status != "ok"]
+    print(f"{len(left)} of its {len(runs)} jobs did not finish, e.g. {left[0].path} ({left[0].status})" if left
+          else "finished")
+' "$1" 2>&1)
+  said=${said##*$'\n'}  # the answer follows any warning
+  [ "$said" = finished ] && return 0
+  echo "sweep $1 did not finish: ${said:-PY printed no answer}${2:+; $2}"
+  return 1
 }

@@ -1,8 +1,11 @@
 """scripts/benchmark_tasks.sh and scripts/mini_sweeps.sh check their settings and names before anything runs
-(probe 3, cases 124, 125; probe 4, cases 56-60, through scripts/script_checks.sh, which both source).
+(probe 3, cases 124, 125; probe 4, cases 56-60; probe 5, cases 113-117, 121, 122, through scripts/script_checks.sh,
+which both source), and report a sweep that ended without its jobs finished.
 
 The script runs from a copy in tmp_path (it works in the folder above its own), with ``PY`` a stub that records
-its calls and trains nothing: no real job can start, whatever the script does.
+its calls and trains nothing: no real job can start, whatever the script does. The stub answers train.py's check
+(``train.py --check``) and the finished-sweep check as the real ones would on success, unless a test asks it to
+refuse, or to hand the finished-sweep check to the real Python.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,10 +27,16 @@ VENV_HINT = ("valid: create the venv with 'make test' or 'make train' (either se
 TRAINER_HINT = ("valid: TRAINER= (the CPU) or words of key=value overrides of train.py, e.g. TRAINER='trainer=gpu"
                 " trainer.precision=32-true'; trainer= one of: cpu ddp ddp_cpu gpu")
 STUB = """#!/bin/sh
-# a stand-in for the project's Python: records each call; the seeds of a sweep config are 0,1
+# a stand-in for the project's Python: records each call; the seeds of a sweep config are 0,1; a sweep makes its
+# sweep dir, and nothing in it
 echo "$*" >> "$(dirname "$0")/calls.log"
+case "$*" in *"import torch, hydra, timm"*) echo "torch hydra timm" ;; esac
 case "$*" in *sweeper*) echo 0,1 ;; esac
-case "$*" in train.py*) [ -z "${STUB_TRAIN_FAILS:-}" ] || exit 2 ;; esac
+case "$*" in "train.py --check"*) [ -z "${STUB_CHECK_REFUSES:-}" ] || { echo "a warning" >&2;
+  echo "error: $STUB_CHECK_REFUSES" >&2; exit 2; } ;; esac
+case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_FAILS:-}" ] || exit 2
+  [ -n "${STUB_TRAINS_NOTHING:-}" ] || mkdir -p "runs/sweeps/${2#sweep=}" ;; esac
+case "$*" in *collect*) [ -z "${STUB_REAL_PYTHON:-}" ] || exec "$STUB_REAL_PYTHON" "$@"; echo finished ;; esac
 exit 0
 """
 
@@ -45,15 +55,22 @@ def copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(copy: Path, *tasks: str, script: Path = SCRIPT, **env: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in ("PY", "LANES", "TRAINER", "STUB_TRAIN_FAILS")} | env
-    return subprocess.run(["bash", str(copy / "repo" / "scripts" / script.name), *tasks], capture_output=True,
-                          text=True, env=environ, timeout=60)
+def _run(copy: Path, *tasks: str, script: Path = SCRIPT, started: Path | None = None, cwd: Path | None = None,
+         **env: str) -> subprocess.CompletedProcess:
+    """Run the copy's ``script`` (or the file ``started``, a link to it) from ``cwd`` with the environment ``env``."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("PY", "LANES", "TRAINER") and not k.startswith("STUB")}
+    return subprocess.run(["bash", str(started or copy / "repo" / "scripts" / script.name), *tasks],
+                          capture_output=True, text=True, env=environ | env, timeout=120, cwd=cwd)
 
 
 def _calls(copy: Path) -> list[str]:
     log = copy / "calls.log"
     return log.read_text().splitlines() if log.exists() else []
+
+
+def _trained(copy: Path) -> list[str]:
+    """The training commands the script started (train.py's check of them aside)."""
+    return [call for call in _calls(copy) if call.startswith("train.py sweep=")]
 
 
 @pytest.mark.parametrize(("tasks", "env", "line"), [
@@ -63,6 +80,14 @@ def _calls(copy: Path) -> list[str]:
     ((), {"PY": "/"}, "PY='/' is not an executable Python"),
     ((), {"PY": "/bin/false"}, f"PY='/bin/false' cannot import torch, hydra and timm (not the project's Python);"
                                f" {VENV_HINT}"),
+    # probe 5, case 113: a program that succeeds at anything passed, and the script "ran" every task
+    (("shift",), {"PY": "/bin/true"}, "PY='/bin/true' cannot import torch, hydra and timm (not the project's Python)"),
+    # case 116: a key the script sets for each sweep
+    (("shift",), {"PY": "{stub}", "TRAINER": "trainer=cpu seed=0"}, "TRAINER='trainer=cpu seed=0': seed is set by the"
+                                                                    " script for each sweep (its sweep config and"
+                                                                    " seeds), and seed=0 would replace it;"
+                                                                    f" {TRAINER_HINT}"),
+    (("shift",), {"PY": "{stub}", "TRAINER": "+sweep=x"}, "TRAINER='+sweep=x': sweep is set by the script"),
     (("shift", "nope"), {"PY": "{stub}"}, f"task 'nope' is not a benchmark task; {VALID_TASKS}"),
     (("*",), {"PY": "{stub}"}, f"task '*' is not a benchmark task; {VALID_TASKS}"),
     (("shift",), {"PY": "{stub}", "LANES": "0"}, "LANES='0' is not a positive integer; valid: 1, 2, ..."),
@@ -101,24 +126,22 @@ def test_valid_settings_run_each_task_in_its_lanes(copy: Path) -> None:
     """Valid input passes the checks: the stub is asked for the packages and the GPU, then the task's two lanes."""
     done = _run(copy, "shift", PY=str(copy / "python"), LANES="2")
     calls = _calls(copy)
-    assert calls[0] == "-c import torch, hydra, timm"
-    assert [c for c in calls if "train.py" in c] == [f"train.py sweep=shift_mini seed={seed}" for seed in (0, 1)]
+    assert calls[0].startswith("-c import torch, hydra, timm;")
+    assert _trained(copy) == [f"train.py sweep=shift_mini seed={seed}" for seed in (0, 1)]
     assert "lane 1: seeds 1" in done.stdout and (copy / "repo" / "runs").is_dir()
 
 
 def test_valid_trainer_overrides_pass(copy: Path) -> None:
     done = _run(copy, "shift", PY=str(copy / "python"), LANES="1", TRAINER="trainer=cpu +trainer.x=1 ~trainer.y")
     assert done.returncode == 0, done.stderr
-    assert [c for c in _calls(copy) if "train.py" in c] == [
-        "train.py sweep=shift_mini seed=0,1 trainer=cpu +trainer.x=1 ~trainer.y"]
+    assert _trained(copy) == ["train.py sweep=shift_mini seed=0,1 trainer=cpu +trainer.x=1 ~trainer.y"]
 
 
 def test_a_task_named_twice_runs_once_in_the_order_given(copy: Path) -> None:
     """Probe 4, case 58: `shift shift` ran the sweep, its evaluation and the rebuild twice."""
     done = _run(copy, "canvas", "shift", "canvas", PY=str(copy / "python"), LANES="1", TRAINER="")
     assert done.returncode == 0, done.stderr
-    assert [c for c in _calls(copy) if "train.py" in c] == [
-        "train.py sweep=canvas_mini seed=0,1", "train.py sweep=shift_mini seed=0,1"]
+    assert _trained(copy) == ["train.py sweep=canvas_mini seed=0,1", "train.py sweep=shift_mini seed=0,1"]
 
 
 def test_a_task_whose_sweep_failed_is_neither_evaluated_nor_archived(copy: Path) -> None:
@@ -133,14 +156,17 @@ def test_a_task_whose_sweep_failed_is_neither_evaluated_nor_archived(copy: Path)
     assert later == []
 
 
-VALID_SWEEPS = "valid: where method_mode shared_head index buckets compare swin cost detr, one name an argument"
+VALID_SWEEPS = ("valid: where method_mode shared_head index buckets compare swin cost detr (or all), one name"
+                " an argument")
 
 
 @pytest.mark.parametrize(("sweeps", "env", "line"), [
     (("where",), {}, f"PY='.venv/bin/python' is not an executable Python (no such file, or not executable);"
                      f" {VENV_HINT}"),  # probe 4, case 60: three 'No such file or directory'
     (("nope",), {"PY": "{stub}"}, f"sweep 'nope' is not a mini sweep; {VALID_SWEEPS}"),  # case 59
-    (("where", "all"), {"PY": "{stub}"}, "sweep 'all' is not a mini sweep"),
+    (("where", "al"), {"PY": "{stub}"}, f"sweep 'al' is not a mini sweep; {VALID_SWEEPS}"),  # probe 5: all is one
+    (("where",), {"PY": "/bin/true"}, "PY='/bin/true' cannot import torch, hydra and timm"),  # probe 5, case 114
+    (("where",), {"PY": "{stub}", "TRAINER": "seed=0"}, "TRAINER='seed=0': seed is set by the script"),
     (("where index",), {"PY": "{stub}"}, "sweep 'where index' is not a mini sweep"),
     (("where",), {"PY": "{stub}", "TRAINER": "trainer=gpu"}, "TRAINER='trainer=gpu' asks for a GPU"),
     (("where",), {"PY": "{stub}", "TRAINER": "cpu"}, f"TRAINER='cpu': 'cpu' is not a key=value override;"
@@ -160,4 +186,101 @@ def test_mini_sweeps_checks_everything_before_anything_runs(copy: Path, sweeps: 
 def test_mini_sweeps_runs_a_sweep_named_twice_once(copy: Path) -> None:
     done = _run(copy, "index", "where", "index", script=MINI, PY=str(copy / "python"), TRAINER="")
     assert done.returncode == 0, done.stderr
-    assert [c for c in _calls(copy) if "train.py" in c] == ["train.py sweep=index_mini", "train.py sweep=where_mini"]
+    assert _trained(copy) == ["train.py sweep=index_mini", "train.py sweep=where_mini"]
+
+
+@pytest.mark.parametrize(("script", "names", "checked"), [
+    (SCRIPT, ("shift", "canvas"), "train.py --check sweep=shift_mini seed=0,1 trainer.max_epochs=1 -- sweep=canvas_mini"
+                                  " seed=0,1 trainer.max_epochs=1"),
+    (MINI, ("index", "where"), "train.py --check sweep=index_mini trainer.max_epochs=1 -- sweep=where_mini"
+                               " trainer.max_epochs=1"),
+])
+def test_train_py_checks_every_job_command_once_before_any_dir_or_job(copy: Path, script: Path,
+                                                                      names: tuple[str, ...], checked: str) -> None:
+    """Probe 5, cases 115-117: the TRAINER words were checked for their syntax only; train.py refused a bad value
+    in every lane or job. One `train.py --check` of every sweep's job command now comes before the first job."""
+    done = _run(copy, *names, script=script, PY=str(copy / "python"), LANES="1", TRAINER="trainer.max_epochs=1")
+    assert done.returncode == 0, done.stderr
+    calls = _calls(copy)
+    assert [c for c in calls if c.startswith("train.py --check")] == [checked]
+    assert calls.index(checked) < calls.index(_trained(copy)[0])
+
+
+@pytest.mark.parametrize("script", [SCRIPT, MINI])
+def test_a_job_command_train_py_refuses_is_one_line_before_anything(copy: Path, script: Path) -> None:
+    """Its check's line (after any warning it printed), naming the TRAINER words: no dir, no lane, no job."""
+    refusal = "trainer.precision='bogus' must be 16, 32 or 64 or a precision name such as '32-true' or 'bf16-mixed'"
+    done = _run(copy, "where" if script == MINI else "shift", script=script, PY=str(copy / "python"),
+                TRAINER="trainer.precision=bogus", STUB_CHECK_REFUSES=refusal)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: train.py refuses the jobs (with TRAINER='trainer.precision=bogus'): {refusal}"]
+    assert not (copy / "repo" / "runs").exists()
+    assert _trained(copy) == []
+
+
+@pytest.mark.parametrize(("script", "line"), [
+    (SCRIPT, "sweep runs/sweeps/shift_mini did not finish: train.py made no sweep dir; not evaluated or archived; run"
+             " it again to finish it"),
+    (MINI, "sweep runs/sweeps/where_mini did not finish: train.py made no sweep dir"),
+])
+def test_a_sweep_that_ends_without_its_jobs_is_exit_1_in_one_line(copy: Path, script: Path, line: str) -> None:
+    """Probe 5, cases 113, 114: a PY whose train.py ended well but made no job reported success (exit 0)."""
+    done = _run(copy, "where" if script == MINI else "shift", script=script, PY=str(copy / "python"), LANES="1",
+                TRAINER="", STUB_TRAINS_NOTHING="1")
+    assert done.returncode == 1
+    assert line in done.stdout.splitlines()
+    if script == SCRIPT:
+        assert not [c for c in _calls(copy) if "evaluate_testsets" in c or "archive_runs" in c]
+
+
+def test_a_job_without_a_finished_run_is_named_by_the_tables_reading_of_the_sweep(copy: Path) -> None:
+    """The real finished-sweep check (scripts/tables/collect.py, in the real Python): a job dir whose run never
+    finished is named with its state."""
+    job = copy / "repo" / "runs" / "sweeps" / "where_mini" / "seed=0"
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text("seed: 0\n")
+    done = _run(copy, "where", script=MINI, PY=str(copy / "python"), TRAINER="", STUB_REAL_PYTHON=sys.executable,
+                PYTHONPATH=str(ROOT))
+    assert done.returncode == 1
+    assert ("sweep runs/sweeps/where_mini did not finish: 1 of its 1 jobs did not finish, e.g."
+            " runs/sweeps/where_mini/seed=0 (unfinished)") in done.stdout.splitlines()
+
+
+def test_a_script_started_through_a_link_runs_in_its_own_tree(copy: Path) -> None:
+    """Probe 5, case 122: through a link in another folder, the script looked for its checks beside the link,
+    skipped every check ('command not found') and exited 0."""
+    (copy / "x").mkdir()
+    link = copy / "x" / "bt.sh"
+    link.symlink_to(copy / "repo" / "scripts" / SCRIPT.name)
+    done = _run(copy, "shift", started=link, cwd=copy / "x", PY=str(copy / "python"), LANES="1", TRAINER="")
+    assert done.returncode == 0, done.stderr
+    assert "script_checks.sh" not in done.stderr and "command not found" not in done.stderr
+    assert (copy / "repo" / "runs" / "shift_mini.lane0.log").is_file() and not (copy / "x" / "runs").exists()
+    assert _trained(copy) == ["train.py sweep=shift_mini seed=0,1"]
+
+
+@pytest.mark.parametrize("script", [SCRIPT, MINI])
+def test_a_script_without_its_checks_stops_in_one_line(copy: Path, script: Path) -> None:
+    alone = copy / "alone"
+    alone.mkdir()
+    shutil.copy(script, alone / script.name)
+    done = _run(copy, started=alone / script.name, PY=str(copy / "python"), TRAINER="")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: {alone / 'script_checks.sh'} cannot be read, and without it no setting is checked; valid: run the"
+        f" script of a whole checkout (bash <repo>/scripts/{script.name})"]
+    assert _calls(copy) == []
+
+
+def test_all_and_a_py_relative_to_the_callers_folder(copy: Path) -> None:
+    """Probe 5, case 121: mini_sweeps.sh refused `all`, which benchmark_tasks.sh takes; a relative PY was looked up
+    from the repo root the script changes into, not from the folder it was started in."""
+    done = _run(copy, "all", script=MINI, cwd=copy, PY="./python", TRAINER="")
+    assert done.returncode == 0, done.stderr
+    assert _trained(copy) == [f"train.py sweep={name}_mini" for name in
+                              "where method_mode shared_head index buckets compare swin cost detr".split()]
+    done = _run(copy, "shift", cwd=copy / "repo" / "configs", PY="../../python", LANES="1", TRAINER="")
+    assert done.returncode == 0, done.stderr

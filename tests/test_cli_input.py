@@ -1044,3 +1044,31 @@ def test_a_time_stamped_sweep_or_log_dir_is_pinned_to_the_checked_one(tmp_path: 
         "paths.log_dir": cli.quoted_override("paths.log_dir", str(run.paths.log_dir))}
     named = _sweep_config([f"hydra.sweep.dir={tmp_path}/sw", "seed=0,1"])
     assert cli._pin_output_dir(named, sweeping=True) == {}  # the same dir whenever it is composed
+
+
+def test_check_only_runs_every_check_of_each_command_and_writes_nothing(tmp_path: Path, monkeypatch,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """``train.py --check A -- B`` (how the scripts check their jobs before any dir or job): each command's checks,
+    no run or sweep dir made, the task never started; the first refusal is its one line, exit 2."""
+    import sys
+
+    started: list[int] = []
+    sweep = [f"paths.log_dir={tmp_path}", "-m", "debug=fast", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    run = [f"paths.log_dir={tmp_path}", "debug=fast", "run_name=one"]
+
+    def check(*argv: str) -> str:
+        monkeypatch.setattr(sys, "argv", ["train.py", "--check", *argv])
+        try:
+            cli.cli(lambda: started.append(1), "train")
+        except SystemExit as err:
+            assert err.code == 2
+            return _one_error_line(capsys.readouterr().err)
+        return ""
+
+    assert check(*sweep, "seed=0,1", "--", *run) == ""
+    assert check(*sweep, "seed=0,1", "--", *run, "trainer.precision=bogus") == (
+        "error: trainer.precision='bogus' must be 16, 32 or 64 or a precision name such as '32-true' or 'bf16-mixed'")
+    assert check(*sweep, "seed=0,-1") == ("error: the sweep's job with seed=-1: seed=-1 must be an integer >= 0"
+                                               " and <= 4294967295")
+    assert check(*run, "--", "--cfg", "job").startswith("error: --check checks commands that run, and Hydra's --cfg")
+    assert started == [] and list(tmp_path.iterdir()) == []

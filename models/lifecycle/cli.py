@@ -219,8 +219,9 @@ def symlink_loop(path: Path) -> Path | None:
     return None
 
 
-def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = ()) -> None:
-    """Check the folder Hydra is about to make for a run (or a sweep), then make it.
+def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), make: bool = True) -> None:
+    """Check the folder Hydra is about to make for a run (or a sweep), then make it (``make``; else only check
+    that the nearest existing folder above it may be written).
 
     It must be a path of its own: not empty (Hydra would take the working dir, or ``/`` for
     ``${paths.log_dir}/...`` with an empty log dir), not the working dir or one of its parents, and not
@@ -254,6 +255,14 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = ()) ->
         raise CommandLineError(f"{key}={text!r} cannot be made: {blocking} is in its way ("
                                f"{describe_non_file(blocking).removeprefix('it is ')}, where a folder belongs);"
                                " valid: a writable folder")
+    if not make:
+        from models.lifecycle.files import writable_folder
+
+        above = next(p for p in folder.parents if p.is_dir())
+        if not writable_folder(above):
+            raise CommandLineError(f"{key}={text!r} cannot be used: permission denied ({above} is not writable);"
+                                   " valid: a writable folder")
+        return
     try:
         folder.mkdir(parents=True)
         probe = folder / f".write-check-{os.getpid()}"
@@ -426,6 +435,9 @@ def _each_swept_value(overrides: list[str]) -> list[list[str]]:
     return lines
 
 
+# Runs the command-line checks of one command, or of several separated by ``--``, and exits (0: each would start),
+# making no dir: a script checks the job commands it is to start before it makes a dir or starts a job.
+CHECK_FLAG = "--check"
 # Hydra's own command-line flags (the rest of a command line is overrides)
 HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package", "-r",
                "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
@@ -486,7 +498,7 @@ def check_flags(argv: list[str]) -> None:
             flag = arg.split("=", 1)[0]
             if flag not in HYDRA_FLAGS:
                 raise CommandLineError(f"{arg} is not an option; valid: -m/--multirun, --cfg job|hydra|all,"
-                                       " --help, --hydra-help, --info; settings are key=value")
+                                       f" --help, --hydra-help, --info, {CHECK_FLAG}; settings are key=value")
             if flag in FOREIGN_CONFIG_FLAGS and not (worker and flag in ("--config-path", "--config-name")):
                 raise CommandLineError(f"{flag} is not supported: a run is composed from the project's configs/ and"
                                        " the command line only, so that its checks, records and reruns hold;"
@@ -740,12 +752,14 @@ def _pin_output_dir(cfg: DictConfig, sweeping: bool) -> dict[str, str]:
     return pins
 
 
-def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
+def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dict[str, str]:
     """Compose once before Hydra does: a bad key, a value out of range or a bad run location is one line.
 
     A sweep is checked with the first value of each swept key; intervals (optuna) are left to the sweeper,
     and every job checks its own values again when it starts. Returns the overrides that pin the checked
     output dir for Hydra (`_pin_output_dir`), ``{key: override}``, which replace any given for those keys.
+    ``make=False`` (`CHECK_FLAG`) writes nothing: the run or sweep dir is checked, not made, and an earlier grid
+    is not kept.
     """
     if prints_only(argv) or is_ddp_worker(argv):
         return {}  # Hydra only prints; or the parent checked the worker's config
@@ -804,14 +818,15 @@ def check_overrides(argv: list[str], config_name: str) -> dict[str, str]:
                                        " paths.log_dir=<folder> run_name=<name>")
             if sweeping:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
-                prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots)
+                prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots, make)
                 pins = _pin_output_dir(cfg, sweeping=True)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides,
                                                OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
-                keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
+                if make:
+                    keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
-                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots)
+                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)
                 pins = _pin_output_dir(cfg, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
@@ -1383,17 +1398,45 @@ def report_user_error(err: BaseException) -> None:
     sys.exit(2)
 
 
+def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple[list[str], dict[str, str]]:
+    """Every command-line check of ``argv``: the command line as Hydra is to get it (``+`` added to new dotted
+    keys, -m first) and the overrides that pin its checked output dir (`check_overrides`)."""
+    argv = multirun_flag_first(normalize_overrides(argv))
+    check_flags(argv)
+    check_group_choices(argv, config_name)
+    check_repeated_keys(argv)
+    return argv, check_overrides(argv, config_name, make)
+
+
+def check_only_commands(argv: list[str]) -> list[list[str]]:
+    """The commands of a `CHECK_FLAG` command line, separated by ``--`` (one process checks them all, importing
+    the project once); a print-only flag is refused, as it would skip the checks."""
+    commands: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--":
+            commands.append([])
+        elif arg != CHECK_FLAG:
+            commands[-1].append(arg)
+    if any(prints_only(command) for command in commands):
+        raise CommandLineError(f"{CHECK_FLAG} checks commands that run, and Hydra's --cfg, --help and --info only"
+                               f" print; valid: {CHECK_FLAG} <settings of a run or a sweep> [-- <another's> ...]")
+    return commands
+
+
 def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
     """Entry point: reject bad choices, keys and values in one line, then hand over to Hydra.
 
     ``after()`` runs once Hydra returns and may return an exit code (train.py's: 1 when sweep jobs failed).
+    With `CHECK_FLAG` only the checks run, on each command of `check_only_commands`, writing nothing: exit 0 when
+    every command would start, else the first refusal's line and exit 2.
     """
-    sys.argv[1:] = multirun_flag_first(normalize_overrides(sys.argv[1:]))
+    check_only = CHECK_FLAG in sys.argv[1:]
     try:
-        check_flags(sys.argv[1:])
-        check_group_choices(sys.argv[1:], config_name)
-        check_repeated_keys(sys.argv[1:])
-        pins = check_overrides(sys.argv[1:], config_name)
+        if check_only:
+            for command in check_only_commands(sys.argv[1:]):
+                check_command(command, config_name, make=False)
+            return
+        sys.argv[1:], pins = check_command(sys.argv[1:], config_name)
     except (CommandLineError, ValueError) as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         sys.exit(2)
