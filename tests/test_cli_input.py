@@ -553,7 +553,7 @@ def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture,
 
 def test_a_dollar_in_a_run_or_sweep_dir_is_refused_before_any_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hydra stores the dir it made and reads it back as a config value: a run named ``p5${x}`` (Hydra's escaped
+    r"""Hydra stores the dir it made and reads it back as a config value: a run named ``p5${x}`` (Hydra's escaped
     ``\${``) made its dir, then every use of the dir was a traceback. A ``$`` in the name, the log dir, the sweep
     dir or a job's subdir is one line before any dir is made."""
     runs = tmp_path / "runs"
