@@ -240,7 +240,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     ``..`` would leave the log dir (and rewrite whatever run lies there), an empty name would make the
     log dir itself a run dir, and a component longer than the file system allows fails only later. The run
     dir lies in no sweep dir (the sweep's tables and archives would count it as one of its jobs), and no
-    folder link inside it leads out of it (the run would write through the link).
+    link inside it (to a folder or a file) leads out of it (the run would write through the link).
     """
     name = "" if run_name is None else str(run_name)
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
