@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 import json
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -538,6 +539,112 @@ def test_a_run_name_with_hidden_characters_is_refused(name: str, tmp_path: Path)
         cli.check_run_location(name, tmp_path)
 
 
+
+def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+                                 config_name: str = "train") -> str:
+    """train.py's entry point (`cli.cli`) on ``args``, in this process (a train.py process takes seconds to import
+    what it trains with): exit code 2 before Hydra runs, and the one ``error:`` line it printed."""
+    monkeypatch.setattr(sys, "argv", [cli.SCRIPTS[config_name], *args])
+    with pytest.raises(SystemExit) as stop:
+        cli.cli(lambda: pytest.fail("the command line reached Hydra"), config_name)
+    assert stop.value.code == 2
+    return _one_error_line(capsys.readouterr().err)
+
+
+def test_a_dollar_in_a_run_or_sweep_dir_is_refused_before_any_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    r"""Hydra stores the dir it made and reads it back as a config value: a run named ``p5${x}`` (Hydra's escaped
+    ``\${``) made its dir, then every use of the dir was a traceback. A ``$`` in the name, the log dir, the sweep
+    dir or a job's subdir is one line before any dir is made."""
+    runs = tmp_path / "runs"
+    line = _refused_by_the_command_line(["debug=fast", r"run_name=p5\${x}", f"paths.log_dir={runs}"], capsys,
+                                        monkeypatch)
+    assert line == ("error: run_name='p5${x}' holds '$', which Hydra reads as the start of"
+                                              " an interpolation (${...}) when it uses the dir it made, and a shell"
+                                              " as a variable; valid: a run_name without '$'")
+    for args, key in (([f"paths.log_dir={runs}/a$b", "run_name=r"], "paths.log_dir"),
+                      ([f"paths.log_dir={runs}/a\\${{b}}", "run_name=r"], "paths.log_dir"),
+                      (["-m", "seed=0", f"hydra.sweep.dir={runs}/sw\\${{x}}"], "hydra.sweep.dir"),
+                      (["-m", "seed=0", f"hydra.sweep.dir={runs}/sw", "hydra.sweep.subdir=j$n"],
+                       "hydra.sweep.subdir")):
+        with pytest.raises(cli.CommandLineError, match=rf"^{re.escape(key)}='[^']*\$[^']*' holds '\$', which Hydra"):
+            cli.check_overrides(["debug=fast", *args], "train")
+    assert not runs.exists()
+
+
+def test_names_alike_after_unicode_normalisation_are_refused(tmp_path: Path) -> None:
+    """'ük' typed as one letter (NFC) and as 'u' with a combining mark (NFD) are two folders that print alike: two
+    runs no listing or table can tell apart. A name still to be made is composed, and never the twin of one
+    beside it; an existing folder is used as it is spelled (a rerun)."""
+    composed, decomposed = "\u00fck", "u\u0308k"
+    with pytest.raises(cli.CommandLineError, match=r"the name .* \(spelled 'u\\u0308k'\) is not in Unicode's composed"
+                                                   r" form \(NFC\).*valid: the composed spelling '\\xfck'$"):
+        cli.check_run_location(f"sweep/{decomposed}", tmp_path)
+    with pytest.raises(cli.CommandLineError, match=r"^hydra\.sweep\.dir=.*is not in Unicode's composed form"):
+        cli.prepare_output_dir(tmp_path / decomposed, "hydra.sweep.dir")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / decomposed).mkdir()  # made before names were checked
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_run_location(composed, tmp_path)
+    assert str(err.value) == (f"run_name='{composed}': {tmp_path / decomposed} exists, whose name ('u\\u0308k')"
+                              " differs from '\\xfck' only in Unicode normalisation (the two print alike); valid: that"
+                              " folder's name as it is spelled, to use it, or another name")
+    cli.check_run_location(decomposed, tmp_path)  # the existing run, as it is spelled
+    cli.check_run_location(f"{decomposed}/{composed}x", tmp_path)  # a composed name inside it
+    assert [p.name for p in tmp_path.iterdir()] == [decomposed]
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("~trainer", "~trainer would leave out the trainer config group, which every run of train.py is built from;"
+                 " valid: trainer=<one of: cpu, ddp, ddp_cpu, gpu>, or leave it out for the default (trainer=cpu)"),
+    ("~model", "~model would leave out the model config group, "),
+    ("~data=relational", "~data=relational would leave out the data config group, "),
+    ("~rpe", "~rpe would leave out the rpe config group, which every run of train.py is built from; valid: rpe=<one"
+             " of: alibi, "),
+    ("~callbacks", "~callbacks would leave out the callbacks config group, which every run of train.py is built"
+                   " from; valid: callbacks=<one of: default, none>"),
+    ("~paths", "~paths would leave out the paths config group, "),
+    ("~seed", "~seed would delete seed, which every run of train.py reads; valid: seed=<value>, or leave it out for"
+              " the default (seed=0)"),
+    ("~model.optimizer", "~model.optimizer would delete the node model.optimizer, which the model is built from;"
+                         " valid: set its keys (model.optimizer.<key>=...), or model.optimizer=null where the model"
+                         " takes none"),
+    ("~data.generator", "~data.generator would delete the node data.generator, which the data is built from; "),
+])
+def test_deleting_a_node_a_run_needs_is_refused(override: str, expected: str) -> None:
+    """``~trainer`` left the trainer node a plain dict and every job failed on it after its run dir was made."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_deletions(["debug=fast", override], "train")
+    assert str(err.value).startswith(expected), str(err.value)
+
+
+def test_a_sweep_deleting_a_node_is_refused_before_its_first_job(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's TRAINER words (``~trainer``) reach train.py's sweep: one line, no sweep dir, no failed job."""
+    line = _refused_by_the_command_line(["sweep=index_mini", "~trainer", f"paths.log_dir={tmp_path}"], capsys,
+                                        monkeypatch)
+    assert line.startswith("error: ~trainer would leave out the trainer config group")
+    assert list(tmp_path.iterdir()) == []
+    for fine in ("~logger", "~experiment", "~callbacks.early", "~trainer.max_epochs", "~hydra.sweeper.params.seed"):
+        cli.check_deletions([fine], "train")  # an optional group, an empty one, an entry, a single value
+    cli.check_deletions(["~testset"], "eval")
+
+
+def test_a_list_for_a_group_that_takes_one_option_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rpe=[irpe_k,shaw]`` trained shaw alone (Hydra merges the list, the last option's values winning); a list
+    of recipes or of loggers adds up, as Hydra documents."""
+    line = _refused_by_the_command_line(["rpe=[irpe_k,shaw]", f"paths.log_dir={tmp_path}"], capsys, monkeypatch)
+    assert line.startswith("error: rpe=[irpe_k,shaw] gives a list of rpe options, but a run takes one rpe option"
+                           " (Hydra would merge them, the last one's values winning); valid: rpe=<one of: alibi, ")
+    assert line.endswith(", xl>, or -m rpe=irpe_k,shaw for a run of each; lists only for experiment=[...] (recipes),"
+                         " logger=[...] (loggers)")
+    assert list(tmp_path.iterdir()) == []
+    for given in (["-m", "model=deit_micro,[deit_micro,swin_micro]"], ["+trainer=[cpu]"], ["hydra/launcher=[basic]"]):
+        with pytest.raises(cli.CommandLineError, match="gives a list of .* options, but a run takes one"):
+            cli.check_group_choices(given, "train")
+    cli.check_group_choices(["experiment=[quickstart,ablation_mini]", "logger=[csv,tensorboard]"], "train")
+
 # ----------------------------------------------------------------------------- refused before the run dir
 # Probe 2026-12-05_2: each was refused in one line, but only after a failed run dir was made.
 ON_DISK = ["data.root=${paths.data_dir}/rs16", "data.generator.num_train=16", "data.generator.num_val=8",
@@ -1031,21 +1138,6 @@ def test_eval_makes_no_folder_of_its_own(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
-def test_a_time_stamped_sweep_or_log_dir_is_pinned_to_the_checked_one(tmp_path: Path) -> None:
-    """Probe 5 (read from the code): a ``${now:}`` in ``hydra.sweep.dir`` given on the command line, or in
-    ``paths.log_dir``, was not pinned: Hydra resolved it again seconds after the check, so the checked dir was left
-    empty and the run went into one no check had seen. Both are pinned to the value the check resolved."""
-    sweep = _sweep_config([f"hydra.sweep.dir={tmp_path}/sw_${{now:%H-%M-%S-%f}}", "seed=0,1"])
-    assert cli._pin_output_dir(sweep, sweeping=True) == {
-        "hydra.sweep.dir": cli.quoted_override("hydra.sweep.dir", str(sweep.hydra.sweep.dir))}
-    assert "${now:" not in str(sweep.hydra.sweep.dir)
-    run = _sweep_config([f"paths.log_dir={tmp_path}/logs_${{now:%H-%M-%S-%f}}", "run_name=r"])
-    assert cli._pin_output_dir(run, sweeping=False) == {
-        "paths.log_dir": cli.quoted_override("paths.log_dir", str(run.paths.log_dir))}
-    named = _sweep_config([f"hydra.sweep.dir={tmp_path}/sw", "seed=0,1"])
-    assert cli._pin_output_dir(named, sweeping=True) == {}  # the same dir whenever it is composed
-
-
 def test_check_only_runs_every_check_of_each_command_and_writes_nothing(tmp_path: Path, monkeypatch,
                                                                          capsys: pytest.CaptureFixture) -> None:
     """``train.py --check A -- B`` (how the scripts check their jobs before any dir or job): each command's checks,
@@ -1072,3 +1164,27 @@ def test_check_only_runs_every_check_of_each_command_and_writes_nothing(tmp_path
                                                " and <= 4294967295")
     assert check(*run, "--", "--cfg", "job").startswith("error: --check checks commands that run, and Hydra's --cfg")
     assert started == [] and list(tmp_path.iterdir()) == []
+
+
+STAMP = "${now:%H-%M-%S-%f}"  # changes between two compositions of the same command line
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    (["-m", "seed=0,1", "hydra.sweep.dir={tmp}/sw_" + STAMP], "hydra.sweep.dir"),
+    (["-m", "seed=0,1", "hydra.sweep.dir={tmp}/sw_${name}", "name=n_" + STAMP], "hydra.sweep.dir"),
+    (["-m", "seed=0,1", "hydra.sweep.dir={tmp}/sw"], "hydra.sweep.dir"),
+    (["paths.log_dir={tmp}/logs_" + STAMP, "run_name=r"], "hydra.run.dir"),
+    (["paths.log_dir={tmp}/logs", "name=n_" + STAMP], "hydra.run.dir"),
+    (["paths.log_dir={tmp}/logs"], "hydra.run.dir"),
+], ids=["sweep_dir_stamped", "sweep_dir_stamped_through_name", "sweep_dir_named", "log_dir_stamped",
+        "run_name_stamped_through_name", "default_run_name"])
+def test_hydra_uses_the_dir_the_check_made(args: list[str], key: str, tmp_path: Path) -> None:
+    """The check makes the run (sweep) dir, then Hydra composes the command line again: a ``${now:}`` the dir
+    reaches, directly or through another key (``hydra.sweep.dir=.../sw_${name}``, ``run_name``'s default), would
+    resolve to another dir, the checked one left empty. With the pins the check returns, Hydra's dir is the one
+    made (and only it), whatever the dir reads."""
+    argv = ["debug=fast", *(a.replace("{tmp}", str(tmp_path)) for a in args)]
+    pins = cli.check_overrides(argv, "train")
+    [made] = [p for p in tmp_path.rglob("*") if p.is_dir() and not any(p.iterdir())]
+    again = _sweep_config(cli.with_pins([a for a in argv if a != "-m"], pins))
+    assert Path(str(again.hydra.sweep.dir if key == "hydra.sweep.dir" else again.hydra.run.dir)) == made

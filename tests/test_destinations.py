@@ -234,3 +234,50 @@ def test_an_aliased_run_config_is_refused_by_eval(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text(ALIAS_BOMB)
     with pytest.raises(RunConfigError, match="is not a readable run config: it uses a YAML alias"):
         load_run_config(tmp_path / "config.yaml")
+
+
+def test_a_single_run_is_never_made_inside_a_sweep_dir(tmp_path: Path) -> None:
+    """A run given a sweep dir as its log dir (or a run name below one) was pooled into the sweep's cell by the tables
+    and archived as one of its jobs, though the sweep's grid never named it: one line, nothing made."""
+    sweep = _fake_sweep(tmp_path / "runs")
+    before = sorted(p.relative_to(sweep) for p in sweep.rglob("*"))
+    for log_dir, name in ((sweep, "extra"), (sweep / "more", "extra"), (tmp_path / "runs", "where_mini/x/extra")):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(["debug=fast", f"paths.log_dir={log_dir}", f"run_name={name}", "seed=5"], "train")
+        assert str(err.value) == (f"run_name={name!r} with paths.log_dir={str(log_dir)!r} puts a single run into the"
+                                  f" sweep dir {sweep}, whose tables and archives would count it as one of the"
+                                  " sweep's jobs (its multirun.yaml never named it); valid: a paths.log_dir outside"
+                                  " every sweep dir (a further job of the sweep: its -m command with the new value)")
+    (tmp_path / "via").symlink_to(sweep, target_is_directory=True)  # the real path counts
+    with pytest.raises(cli.CommandLineError, match="puts a single run into the sweep dir"):
+        cli.check_run_location("extra", tmp_path / "via")
+    assert sorted(p.relative_to(sweep) for p in sweep.rglob("*")) == before
+    cli.check_run_location("extra", tmp_path / "runs")  # beside the sweep: a run of its own
+
+
+def test_a_folder_link_inside_a_run_dir_is_refused_as_a_link(tmp_path: Path) -> None:
+    """A run's ``csv/version_0`` replaced by a link to another run was refused as "holds other runs", with a nested
+    run name as the remedy; the link is named as a link, and a link to a folder of the run's own (W&B's latest-run)
+    is no reason to refuse."""
+    other = _finished_run(tmp_path / "runs" / "d1")
+    (tmp_path / "runs" / "c51" / "csv").mkdir(parents=True)
+    link = tmp_path / "runs" / "c51" / "csv" / "version_0"
+    link.symlink_to(other, target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    for target in (other, tmp_path / "elsewhere"):  # a run, or any folder outside
+        link.unlink()
+        link.symlink_to(target, target_is_directory=True)
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=c51"], "train")
+        assert str(err.value) == (f"run_name='c51': {link} inside the run dir is a symlink (to {target}) that leads"
+                                  " out of it, and the run would write through it elsewhere; valid: replace the link"
+                                  " with what it stands for (a real folder or file), or move it away")
+    link.unlink()
+    (link.parent / "metrics.csv").symlink_to(other / "run.json")  # a file the logger would append to
+    with pytest.raises(cli.CommandLineError, match="metrics.csv inside the run dir is a symlink"):
+        cli.check_run_location("c51", tmp_path / "runs")
+    (link.parent / "metrics.csv").unlink()
+    assert sorted(p.name for p in other.iterdir()) == ["run.json"]
+    (tmp_path / "runs" / "c51" / "wandb" / "run-1").mkdir(parents=True)
+    (tmp_path / "runs" / "c51" / "wandb" / "latest-run").symlink_to("run-1", target_is_directory=True)
+    cli.check_run_location("c51", tmp_path / "runs")

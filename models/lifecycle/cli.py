@@ -127,11 +127,92 @@ def check_group_choices(argv: list[str], config_name: str | None = None) -> None
         if value in ("", "null"):
             continue
         options = group_options(group)
+        _refuse_option_list(arg, group, options)
         for choice in value.split(","):
             if any(ch in choice for ch in "${}*()[]") or choice.startswith(("choice", "range", "glob")):
                 continue
             if choice not in options:
                 raise CommandLineError(f"{group}={choice!r} is not a config option; valid: {', '.join(options)}")
+
+
+# Config groups whose options add up: a list picks several, merged in order (Hydra's documented list of recipes;
+# each logger option adds its own logger). Every other group takes one option, and a list would keep only the
+# last one's values without a word.
+LIST_GROUPS = {"experiment": "recipes", "logger": "loggers"}
+
+
+def _refuse_option_list(arg: str, group: str, options: list[str]) -> None:
+    """``group=[a,b]`` (or a sweep over such lists) for a group that takes one option."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    if group in LIST_GROUPS:
+        return
+    try:
+        value = OverridesParser.create().parse_override(arg).value()
+    except HydraException:
+        return  # malformed: check_overrides names it
+    values = value.list if isinstance(value, ChoiceSweep) else [value]
+    given = next((v for v in values if isinstance(v, list)), None)
+    if given is not None:
+        lists = ", ".join(f"{g}=[...] ({what})" for g, what in LIST_GROUPS.items())
+        raise CommandLineError(f"{arg} gives a list of {group} options, but a run takes one {group} option (Hydra"
+                               f" would merge them, the last one's values winning); valid: {group}=<one of:"
+                               f" {', '.join(options)}>, or -m {group}={','.join(map(str, given))} for a run of"
+                               f" each; lists only for {lists}")
+
+
+def check_deletions(argv: list[str], config_name: str) -> None:
+    """``~key`` on a node a run needs: Hydra drops the config group (or value) and every job fails on the
+    missing node after its run dir is made (``~trainer`` left a plain dict where the trainer's settings were).
+    A group a run may leave out (`REMOVABLE_GROUPS`), or one empty by default, may be deleted, and so may an
+    entry of a group that is a set of entries (`ENTRY_GROUPS`: a callback); below the other groups, a mapping
+    (``~model.optimizer``) is refused, and a single value is judged by the config's own checks."""
+    import yaml
+
+    defaults = root_defaults(config_name)
+    root = {k: v for k, v in (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).items()
+            if k not in ("defaults", "hydra")}
+    for arg in argv:
+        deleted = re.fullmatch(r"~([A-Za-z_]\w*)((?:\.[\w-]+)*)(=.*)?", arg)
+        if deleted is None:
+            continue
+        key, below = deleted.group(1), deleted.group(2).lstrip(".")
+        if below:
+            _refuse_deleting_a_node(arg, key, below, defaults)
+            continue
+        if key in defaults and key not in REMOVABLE_GROUPS and defaults[key] is not None and key != "hydra":
+            raise CommandLineError(f"{arg} would leave out the {key} config group, which every run of"
+                                   f" {SCRIPTS.get(config_name, config_name)} is built from; valid: {key}=<one of:"
+                                   f" {', '.join(group_options(key))}>, or leave it out for the default"
+                                   f" ({key}={defaults[key]})")
+        if root.get(key) is not None:
+            raise CommandLineError(f"{arg} would delete {key}, which every run of"
+                                   f" {SCRIPTS.get(config_name, config_name)} reads; valid: {key}=<value>, or leave"
+                                   f" it out for the default ({key}={root[key]})")
+
+
+# Groups whose node is a set of entries the job goes through one by one: an entry may be left out (~callbacks.early)
+ENTRY_GROUPS = ("callbacks", "logger")
+
+
+def _refuse_deleting_a_node(arg: str, group: str, below: str, defaults: dict[str, Any]) -> None:
+    """``~group.a.b`` where ``a.b`` is a mapping in one of the group's options (``~model.optimizer``): the node
+    its settings build is gone, and the job fails on it after the run dir is made."""
+    if group not in defaults or group in ENTRY_GROUPS or group.startswith("hydra") or not is_config_group(group):
+        return
+
+    def node(option: str) -> Any:
+        value: Any = _option_tree(group, option)
+        for part in below.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    if any(isinstance(node(o), dict) for o in group_options(group)):
+        raise CommandLineError(f"{arg} would delete the node {group}.{below}, which the {group} is built from; valid:"
+                               f" set its keys ({group}.{below}.<key>=...), or {group}.{below}=null where the"
+                               f" {group} takes none")
 
 
 def normalize_overrides(argv: list[str]) -> list[str]:
@@ -157,7 +238,9 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     """A run dir is ``<log_dir>/<run_name>``: ``run_name`` is a relative path of plain components inside it.
 
     ``..`` would leave the log dir (and rewrite whatever run lies there), an empty name would make the
-    log dir itself a run dir, and a component longer than the file system allows fails only later.
+    log dir itself a run dir, and a component longer than the file system allows fails only later. The run
+    dir lies in no sweep dir (the sweep's tables and archives would count it as one of its jobs), and no
+    link inside it (to a folder or a file) leads out of it (the run would write through the link).
     """
     name = "" if run_name is None else str(run_name)
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
@@ -169,6 +252,8 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name) or any(p != p.strip() for p in parts)
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
         raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
+    refuse_dollar("run_name", name)
+    refuse_dollar("paths.log_dir", log_dir)
     too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
     if too_long is not None:
         raise CommandLineError(f"run_name has a part of {len(too_long.encode())} bytes ({too_long[:40]}...); {rule}")
@@ -181,19 +266,81 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
         if folder.exists() and not folder.is_dir():
             raise CommandLineError(f"paths.log_dir={str(log_dir)!r}: {folder} is a file, where the run dir's folder "
                                    "belongs; valid: a folder (or a path that does not exist yet)")
+    absolute = Path(os.path.abspath(root))
+    refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"paths.log_dir={str(log_dir)!r}")
+    refuse_unnormalised_names(absolute, parts, f"run_name={name!r}")
     run_dir = root.joinpath(*parts)
+    from models.lifecycle.destinations import real, sweep_dir_of
+
+    sweep = sweep_dir_of(real(run_dir))
+    if sweep is not None:
+        raise CommandLineError(f"run_name={name!r} with paths.log_dir={str(log_dir)!r} puts a single run into the"
+                               f" sweep dir {sweep}, whose tables and archives would count it as one of the sweep's"
+                               " jobs (its multirun.yaml never named it); valid: a paths.log_dir outside every"
+                               " sweep dir (a further job of the sweep: its -m command with the new value)")
     nested = _first_run_inside(run_dir) if run_dir.is_dir() else None
+    if nested is not None and nested.is_symlink():
+        raise CommandLineError(f"run_name={name!r}: {nested} inside the run dir is a symlink (to"
+                               f" {os.readlink(nested)}) that leads out of it, and the run would write through it"
+                               " elsewhere; valid: replace the link with what it stands for (a real folder or file),"
+                               " or move it away")
     if nested is not None:
         raise CommandLineError(f"run_name={name!r}: {run_dir} holds other runs ({nested.relative_to(run_dir)}/); "
                                "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
 
 
+def refuse_dollar(key: str, value: Any) -> None:
+    """A folder of a run or a sweep holds no ``$``: Hydra stores the dir it made and reads it back as a config
+    value, so ``${`` there is interpolated (a traceback once the dir is made), and a shell expands ``$x`` in
+    any command the path is pasted into."""
+    text = "" if value is None else str(value)
+    if "$" in text:
+        raise CommandLineError(f"{key}={text!r} holds '$', which Hydra reads as the start of an interpolation"
+                               f" (${{...}}) when it uses the dir it made, and a shell as a variable; valid: a {key}"
+                               " without '$'")
+
+
+def refuse_unnormalised_names(root: Path, parts: Any, given: str) -> None:
+    """Each folder of ``root/parts`` still to be made is named in Unicode's composed form (NFC), and no folder
+    beside it has a name equal to it in that form: 'ü' as one character and as 'u' plus a combining mark are
+    two folders that print alike, so two runs (or sweeps) could not be told apart in a listing or a table."""
+    folder, made = root, True
+    for part in parts:
+        here = folder / part
+        if made and os.path.lexists(here):
+            folder = here
+            continue  # an existing folder is used as it is named (a rerun)
+        composed = unicodedata.normalize("NFC", part)
+        if part != composed:
+            raise CommandLineError(f"{given}: the name {part!r} (spelled {ascii(part)}) is not in Unicode's composed"
+                                   f" form (NFC), and prints like {ascii(composed)}, another name to the file system;"
+                                   f" valid: the composed spelling {ascii(composed)}")
+        if made:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                names = []  # an unlisted folder: the checks that make the dir name it
+            twin = next((n for n in names if n != part and unicodedata.normalize("NFC", n) == composed), None)
+            if twin is not None:
+                raise CommandLineError(f"{given}: {folder / twin} exists, whose name ({ascii(twin)}) differs from"
+                                       f" {ascii(part)} only in Unicode normalisation (the two print alike); valid:"
+                                       " that folder's name as it is spelled, to use it, or another name")
+        folder, made = here, False
+
+
 def _first_run_inside(folder: Path) -> Path | None:
-    """A run dir at any depth below ``folder`` (not ``folder`` itself), or None; symlinks are not followed."""
-    for parent, dirs, _ in os.walk(folder):
-        for name in sorted(dirs):
-            if _is_run_dir(Path(parent) / name):
-                return Path(parent) / name
+    """A run dir at any depth below ``folder`` (not ``folder`` itself), or a link below it that leads out of it
+    (to a folder or a file: the run would write through it), or None; links are never followed."""
+    inside = os.path.realpath(folder)
+    for parent, dirs, files in os.walk(folder):
+        for name in sorted(dirs + files):
+            path = Path(parent) / name
+            if path.is_symlink():
+                if os.path.commonpath([inside, os.path.realpath(path)]) != inside:
+                    return path
+                continue  # a link to a folder or file of the run's own (W&B's latest-run): walked as that one
+            if name in dirs and _is_run_dir(path):
+                return path
     return None
 
 
@@ -232,6 +379,7 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
     from models.lifecycle.destinations import DestinationError, check_destination
 
     text = "" if path is None else str(path)
+    refuse_dollar(key, text)
     folder = Path(os.path.abspath(text)) if text.strip() else None
     loop = symlink_loop(folder) if folder is not None else None
     if loop is not None:
@@ -248,6 +396,7 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
         raise CommandLineError(str(err)) from None
     if folder.is_dir():
         return  # an existing run (a rerun may need no write at all) or sweep dir: its job checks what it writes
+    refuse_unnormalised_names(Path(folder.anchor), folder.parts[1:], f"{key}={text!r}")
     blocking = next((p for p in (*reversed(folder.parents), folder) if os.path.lexists(p) and not p.is_dir()), None)
     if blocking is not None:
         from models.lifecycle.files import describe_non_file
@@ -617,6 +766,8 @@ def _check_sweep_subdir(subdir: Any) -> None:
     if text.strip() and not parts:  # '.', './.', 'a/..' is refused below: the job's dir would be the sweep dir
         raise CommandLineError(f"hydra.sweep.subdir={text!r} names no folder inside the sweep dir: every job's run dir"
                                f" would be the sweep dir itself;{valid}")
+    if "$" in skeleton:
+        refuse_dollar("hydra.sweep.subdir", text)
     if not text.strip() or Path(skeleton).is_absolute() or ".." in parts or unsafe is not None:
         why = f"${{{unsafe}}} may resolve to any path" if unsafe is not None else "it"
         raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir ({why});"
@@ -733,23 +884,29 @@ def quoted_override(key: str, value: str) -> str:
 
 
 def _pin_output_dir(cfg: DictConfig, sweeping: bool) -> dict[str, str]:
-    """The run's ``run_name`` (a sweep's ``hydra.sweep.dir``) as this check resolved it, as ``{key: override}``.
+    """The run's ``run_name`` and ``paths.log_dir`` (a sweep's ``hydra.sweep.dir``) as this check resolved them, as
+    ``{key: override}``.
 
-    The check makes the dir before Hydra starts, and Hydra composes the config again: a ``${now:...}`` in the
-    name would then resolve a second later to another dir, leaving the checked one empty beside the run.
-    Pinned, the run goes into the dir that was checked. A sweep dir or a log dir is pinned only when it holds
-    ``${now:``: a named one is the same whenever it is composed.
+    The check makes the dir before Hydra starts, and Hydra composes the config again: a ``${now:...}`` reached
+    by the dir, directly or through any other key, would then resolve a second later to another dir, leaving
+    the checked one empty beside the run. Pinned, the run goes into the dir that was checked. A sweep dir is
+    pinned always, and a run's keys whenever they interpolate: a value that reads nothing changing resolves to
+    the same text, so pinning it changes nothing.
     """
     if sweeping:
-        raw = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("dir"))
-        return {} if "${now:" not in raw else {  # given on the command line or by a config: either resolves anew
-            "hydra.sweep.dir": quoted_override("hydra.sweep.dir", str(cfg.hydra.sweep.dir))}
+        return {"hydra.sweep.dir": quoted_override("hydra.sweep.dir", str(cfg.hydra.sweep.dir))}
     pins = {}
-    if "${now:" in str(OmegaConf.to_container(cfg.paths, resolve=False).get("log_dir")):
+    if "${" in str(OmegaConf.to_container(cfg.paths, resolve=False).get("log_dir")):
         pins["paths.log_dir"] = quoted_override("paths.log_dir", str(cfg.paths.log_dir))
     if OmegaConf.is_interpolation(cfg, "run_name"):
         pins["run_name"] = quoted_override("run_name", str(cfg.run_name))
     return pins
+
+
+def with_pins(argv: list[str], pins: dict[str, str]) -> list[str]:
+    """``argv`` with the checked output dir's overrides (`_pin_output_dir`) in place of any given for their keys:
+    the command line Hydra gets."""
+    return [a for a in argv if a.split("=", 1)[0].lstrip("+~") not in pins] + list(pins.values())
 
 
 def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dict[str, str]:
@@ -772,6 +929,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
 
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
     overrides = [arg for arg in argv if arg not in MODE_FLAGS]
+    check_deletions(overrides, config_name)
     pins: dict[str, str] = {}
     cfg: DictConfig | None = None
     try:
@@ -1445,8 +1603,7 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
 
         say(f"error: {os_error_line(err)}", stream=sys.stderr)
         sys.exit(2)
-    if pins:  # the checked output dir, for Hydra: in place of any override of the same key
-        sys.argv[1:] = [a for a in sys.argv[1:] if a.split("=", 1)[0].lstrip("+~") not in pins] + list(pins.values())
+    sys.argv[1:] = with_pins(sys.argv[1:], pins)
     hydra_main()
     code = after() if after is not None else 0
     if code:

@@ -44,6 +44,12 @@ def is_run_dir(folder: Path) -> bool:
 SWEEP_GRID = re.compile(r"multirun(\.\d+)?\.yaml")
 
 
+def sweep_dir_of(folder: Path) -> Path | None:
+    """The sweep dir ``folder`` is or lies in (a folder holding a sweep's grid, ``multirun.yaml``: an earlier
+    grid's numbered copy is only ever kept beside it), or None."""
+    return _first((folder, *folder.parents), lambda p: entry_exists(p / "multirun.yaml"))
+
+
 def is_data_root(folder: Path) -> bool:
     """A data root: it has a completion marker (of whatever kind, as a run's record above)."""
     return entry_exists(folder / DATA_MARKER)
