@@ -1,6 +1,6 @@
 """Where the project may write: one rule for run dirs, sweep dirs, data and test-set roots, tables and archives.
 
-A destination is judged by its real path (links followed), never by its text:
+A destination is judged by its real path (links followed), its text only for the characters it holds:
 - it never lies inside another run's dir, so a run's files stay what the run wrote (a run dir may only be
   itself: a rerun writes into its own dir);
 - it never lies inside a data root (a folder with a generator's completion marker, a folder laid out as a
