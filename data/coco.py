@@ -47,6 +47,16 @@ log = logging.getLogger(__name__)
 LAYOUT = "expected train2017/, val2017/ and annotations/instances_{train,val}2017.json"
 
 
+def coco_paths(root: str | os.PathLike, split: str) -> tuple[Path, Path]:
+    """(image folder, annotation file) of ``split`` (``train`` or ``val``) of the COCO-2017 layout at ``root``."""
+    return Path(root, f"{split}2017"), Path(root, "annotations", f"instances_{split}2017.json")
+
+
+def has_coco_layout(root: str | os.PathLike) -> bool:
+    """Whether ``root`` is a COCO-2017 dataset by its layout: a split's image folder beside its annotation file."""
+    return any(folder.is_dir() and ann.is_file() for folder, ann in (coco_paths(root, s) for s in ("train", "val")))
+
+
 class CocoLayoutError(DataConfigError):
     """The COCO root is missing or incomplete; the one-line message names the path and the layout."""
 
@@ -657,7 +667,7 @@ class CocoDataModule(L.LightningDataModule):
 
     def paths(self, split: str) -> tuple[Path, Path]:
         """(image folder, annotation file) of ``split`` (``train`` or ``val``)."""
-        return self.root / f"{split}2017", self.root / "annotations" / f"instances_{split}2017.json"
+        return coco_paths(self.root, split)
 
     def _check(self, split: str) -> tuple[Path, Path]:
         if not self.root.is_dir():

@@ -91,9 +91,10 @@ def empty_classes_reason(empty: Sequence[str]) -> str:
         f" and {len(empty) - 5} more" if len(empty) > 5 else "")
 
 
-def _holds_image(folder: str, seen: set[str] | None = None) -> bool:
+def _holds_image(folder: str, seen: set[str] | None = None, depth: int | None = None) -> bool:
     """Whether ``folder`` or a folder under it (links followed, each real folder once) holds a file named as an
-    image: by name, as `CheckedImageFolder` finds a class's samples, reading no more of the folder than it needs."""
+    image: by name, as `CheckedImageFolder` finds a class's samples, reading no more of the folder than it needs.
+    ``depth``: how many folder levels below ``folder`` to look into (None: all)."""
     seen = set() if seen is None else seen
     real = os.path.realpath(folder)
     if real in seen:
@@ -106,7 +107,32 @@ def _holds_image(folder: str, seen: set[str] | None = None) -> bool:
                 below.append(entry.path)
             elif has_file_allowed_extension(entry.name, IMG_EXTENSIONS):
                 return True
-    return any(_holds_image(path, seen) for path in below)
+    if depth is not None and depth <= 0:
+        return False
+    return any(_holds_image(path, seen, None if depth is None else depth - 1) for path in below)
+
+
+# The split folders a dataset found by its layout alone is known by (the data module's defaults).
+SPLITS = ("train", "val")
+
+
+def has_image_folder_layout(root: str | os.PathLike) -> bool:
+    """Whether ``root`` is an ImageFolder dataset by its layout: a split folder (``train/`` or ``val/``) with a
+    class folder (`class_folders`) holding an image file (`_holds_image`), as the data module reads a dataset.
+
+    Only the class folders' own entries are looked at (the images of every dataset made by hand or generated
+    lie there), so that asking about any folder costs a few directory listings, never a walk of a big tree.
+    A split folder this user may not list is no dataset to this test: the loader could not read it either.
+    """
+    for split in SPLITS:
+        split_dir = Path(root, split)
+        try:
+            if split_dir.is_dir() and any(_holds_image(str(split_dir / name), depth=0)
+                                          for name in class_folders(split_dir)):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 CLASSES_STATE = "classes"  # the datamodule state in a checkpoint (`ImageFolderDataModule.state_dict`)

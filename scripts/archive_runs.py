@@ -22,17 +22,21 @@ is not plain, damaged, another run's or another test set's: `scripts.tables.coll
 run already archived under the same job name is replaced only by a run of the same identity (the same job run
 again, or extended to more epochs); a different config there stops the script with one line, as the archive
 belongs to the recipe its runs were made with (remove that sweep's archive to start it afresh).
+
+Each archived sweep holds a marker, ``.archive.json`` (the tables ignore it): train.py refuses a run or sweep dir
+inside a marked folder, where the archived jobs would pass for finished and new jobs would write checkpoints.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.destinations import is_run_dir  # noqa: E402
+from models.lifecycle.destinations import check_path_text, is_run_dir  # noqa: E402
 from models.lifecycle.files import (  # noqa: E402
     RunFileError,
     describe_non_file,
@@ -61,6 +65,10 @@ from scripts.tables.collect import (  # noqa: E402
 RECORDS = (RUN_RECORD, METRICS, FAILURE)  # what a later sitting replaces, or removes where the run no longer has it
 COPIED = (CONFIG, OVERRIDES, *RECORDS, FINDINGS_SNAPSHOT)  # a run's files the archive keeps, where it has them
 ENDED = ("finished", "failed")
+# The archive marker's content (the same bytes at every sitting, so a committed archive does not change by it)
+ARCHIVE_NOTE = json.dumps({"archive": "scripts/archive_runs.py", "holds": "finished and failed runs' records, without"
+                           " checkpoints", "to train": "train into the live sweep dir, then archive again"},
+                          indent=1).encode() + b"\n"
 
 
 def _sweep_dirs(root: Path) -> list[Path]:
@@ -128,7 +136,7 @@ def _archived_testsets(out: Path) -> list[str]:
 
 def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out)."""
-    from models.lifecycle.destinations import DestinationError, check_destination, check_no_links_below
+    from models.lifecycle.destinations import ARCHIVE_MARKER, DestinationError, check_destination, check_no_links_below
     from models.lifecycle.files import atomic_write_bytes
 
     target = dest / sweep_dir.name
@@ -170,6 +178,8 @@ def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")
         runs.append((run_dir, _testset_files(run_dir, state, archived.parent)))
+    # first, so that an archive cut short is one too: train.py refuses a run or sweep dir in a marked folder
+    write(target / ARCHIVE_MARKER, ARCHIVE_NOTE)
     for grid in grid_files(sweep_dir):  # the latest launch's grid and the earlier ones kept beside it
         write(target / grid.name, grid.read_bytes())
     new = replaced = 0
@@ -202,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
+        check_path_text(args.to, "--to")
         for sweep_dir in [s for root in map(Path, args.dirs) for s in _sweep_dirs(root)]:
             new, replaced, left_out = archive_sweep(sweep_dir, Path(args.to))
             print(f"{sweep_dir} -> {Path(args.to) / sweep_dir.name}: {new} new, {replaced} replaced"

@@ -113,7 +113,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="more sweep dirs whose runs the findings are judged on as one Holm family, with the"
                              " DIRS' own, but whose tables are not written (e.g. the other benchmark tasks)")
     args = parser.parse_args(argv)
+    from models.lifecycle.destinations import check_destination
+
     try:
+        if args.out:
+            # before any run is read: never into a run dir or a data root (OUT.md and the others are written
+            # into OUT's folder), and never a name whose listing would lie
+            check_destination(Path(args.out).parent, "--out", given=args.out)
         tables = build_tables(collect(args.dirs))
         family = build_tables(collect([*args.dirs, *args.family])) if args.family else None
         if args.readme:
@@ -122,17 +128,11 @@ def main(argv: list[str] | None = None) -> int:
             readme = Path(args.readme)
             if not readme.is_file():
                 raise TableError(f"--readme {str(readme)!r} is not a file")
-            from models.lifecycle.destinations import check_destination
-
             check_destination(readme, "--readme")  # never a file of a run dir or a dataset
             text = with_findings(readme.read_text(), findings_markdown(verdicts(family or tables)), args.readme_block)
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
         if args.out:
-            from models.lifecycle.destinations import check_destination
-
-            # never into a run dir or a data root: OUT.md and the others are written into OUT's folder
-            check_destination(Path(args.out).parent, "--out", given=args.out)
             for path in write_outputs(tables, Path(args.out), family):
                 print(f"wrote {path}")
         else:

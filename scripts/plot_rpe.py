@@ -361,6 +361,21 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
     return datamodule, module
 
 
+def run_data_root(run_dir: Path) -> str | None:
+    """The run's own ``data.root`` (its ``config.yaml``), where no plot may go even when ``--data-root`` names
+    other data; None where the config cannot be read, which `load_run` then names in one line."""
+    from models.run_config import RunConfigError, load_run_config
+
+    config = run_dir / "config.yaml"
+    try:
+        if not plain_file_exists(config):
+            return None
+        root = load_run_config(config).data.get("root")  # a checked config holds no interpolation to resolve
+    except (RunConfigError, RunFileError, OSError):
+        return None
+    return None if root is None else str(root)
+
+
 def validation_image(
     datamodule: Any, index: int, source: str = "the run's config"
 ) -> tuple[Tensor, Tensor, str]:
@@ -474,7 +489,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
         from models.lifecycle.destinations import DestinationError, check_destination
 
         try:
-            check_destination(out_path, "--out", data_roots=[args.data_root])
+            check_destination(out_path, "--out", data_roots=[args.data_root, run_data_root(run_dir)])
         except DestinationError as err:
             raise PlotError(str(err)) from None
     else:

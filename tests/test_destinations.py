@@ -281,3 +281,132 @@ def test_a_folder_link_inside_a_run_dir_is_refused_as_a_link(tmp_path: Path) -> 
     (tmp_path / "runs" / "c51" / "wandb" / "run-1").mkdir(parents=True)
     (tmp_path / "runs" / "c51" / "wandb" / "latest-run").symlink_to("run-1", target_is_directory=True)
     cli.check_run_location("c51", tmp_path / "runs")
+
+def _hand_root(folder: Path, classes: tuple[str, ...] = ("0_E", "1_W")) -> Path:
+    """A dataset made by hand: ImageFolder's layout, no generator marker."""
+    for split in ("train", "val"):
+        for name in classes:
+            (folder / split / name).mkdir(parents=True)
+            (folder / split / name / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    return folder
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def test_a_dataset_is_known_by_its_layout_without_a_marker(tmp_path: Path) -> None:
+    """A hand-made (or downloaded) dataset has no generator marker: its train/ or val/ of class folders of
+    images, or COCO's image folders beside their annotations, make it a data root all the same."""
+    from models.lifecycle.destinations import is_data_root
+
+    hand = _hand_root(tmp_path / "hand")
+    for path in (hand / "train" / "9_plots", hand / "val" / "9_gen", hand / "train" / "0_E" / "tab", hand / "train",
+                 hand / "notes"):
+        with pytest.raises(DestinationError, match=f"^--out={str(path)!r} is inside the data root {hand}, where"):
+            check_destination(path, "--out")
+    with pytest.raises(DestinationError, match=f"^--out={str(hand)!r} is the data root {hand},"):
+        check_destination(hand, "--out")
+    check_destination(hand, "data.root", data_root=True)  # a data root may be itself
+    coco = tmp_path / "coco"
+    (coco / "val2017").mkdir(parents=True)
+    (coco / "annotations").mkdir()
+    (coco / "annotations" / "instances_val2017.json").write_text("{}")
+    with pytest.raises(DestinationError, match=f"is inside the data root {coco},"):
+        check_destination(coco / "val2017" / "tab", "--out")
+    # a folder named train/ holding runs (no image in its folders) is no dataset: writing beside it is fine
+    _finished_run(tmp_path / "exp" / "train" / "run1")
+    (tmp_path / "exp" / "val" / "empty_class").mkdir(parents=True)
+    assert not is_data_root(tmp_path / "exp")
+    check_destination(tmp_path / "exp" / "train" / "run2", "hydra.run.dir", run_dir=True)
+    check_destination(tmp_path / "elsewhere" / "tab", "--out")
+
+
+@pytest.mark.parametrize("case", ["log_dir", "data_root"])
+def test_train_writes_nothing_into_a_hand_made_dataset(tmp_path: Path, case: str) -> None:
+    """A run dir (paths.log_dir in a dataset's train/) and generated data (data.root in its val/) would each be a
+    new class folder of the hand-made dataset: one line before anything is made."""
+    hand = _hand_root(tmp_path / "hand")
+    before = _tree(hand)
+    args = {"log_dir": ["debug=fast", f"paths.log_dir={hand / 'train'}", "run_name=e68",
+                        f"paths.data_dir={tmp_path / 'data'}"],
+            "data_root": ["debug=fast", f"data.root={hand / 'val' / '9_gen'}", f"paths.log_dir={tmp_path / 'runs'}"]}
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(args[case], "train")
+    message = str(err.value)
+    assert "\n" not in message and f"is inside the data root {hand}, where a new folder would become part of the" \
+        " dataset; valid: a folder outside every data root" in message, message
+    assert _tree(hand) == before
+
+
+def test_scripts_write_nothing_into_a_hand_made_dataset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A test set, an archive and tables into a hand-made dataset: one line each, nothing written."""
+    from scripts import archive_runs, generate_testsets, make_tables
+
+    hand = _hand_root(tmp_path / "hand")
+    before = _tree(hand)
+    sweep = _fake_sweep(tmp_path / "runs")
+    # generate_testsets exits 1 where a named test set could not be made (each is tried)
+    for main, argv, code in ((generate_testsets.main, ["relational_right", "--set",
+                                                       f"paths.data_dir={tmp_path / 'data'}",
+                                                       f"testset.data.root={hand / 'train' / 'ts'}"], 1),
+                             (archive_runs.main, [str(sweep), "--to", str(hand / "train")], 2),
+                             (make_tables.main, [str(sweep), "--out", str(hand / "train" / "0_E" / "tab")], 2)):
+        assert main(argv) == code
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and f"is inside the data root {hand}," in err, err
+    assert _tree(hand) == before
+    assert not list(tmp_path.rglob("*.lock"))  # not even a generation lock beside the test set's root
+
+
+def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
+    """An archived sweep holds its jobs' records without checkpoints: a sweep launched into it (or a run dir in it)
+    would take the archived jobs for finished and write the new jobs' checkpoints into the archive. archive_runs
+    marks each sweep it archives, and train.py refuses a run or sweep dir there in one line."""
+    from models.lifecycle.destinations import ARCHIVE_MARKER
+    from scripts import archive_runs, make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    archive = tmp_path / "arch"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    archived = archive / sweep.name
+    assert (archived / ARCHIVE_MARKER).is_file()
+    before = _tree(archive)
+    sweep_into = ["-m", "debug=fast", "seed=0,1", f"paths.data_dir={tmp_path / 'data'}"]
+    for args, key, where in (
+            ([*sweep_into, f"hydra.sweep.dir={archived}"], "hydra.sweep.dir", "is the archive"),
+            ([*sweep_into, f"hydra.sweep.dir={archived / 'sub'}"], "hydra.sweep.dir", "is inside the archive"),
+            (["debug=fast", f"paths.log_dir={archived}", "run_name=new", f"paths.data_dir={tmp_path / 'data'}"],
+             "hydra.run.dir", "is inside the archive")):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(args, "train")
+        assert str(err.value).startswith(f"{key}=") and f"{where} {archived}, which keeps finished runs' records" \
+            " without checkpoints: an archive; valid: train into the live sweep dir, then archive again" \
+            in str(err.value), str(err.value)
+    assert _tree(archive) == before
+    # the archive is still the tables' input, and archiving again into it is still allowed
+    assert sorted(r.status for r in make_tables.collect([archived])) == ["failed", "missing", "missing", "ok"]
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    assert (archived / ARCHIVE_MARKER).read_bytes() == archive_runs.ARCHIVE_NOTE
+
+
+@pytest.mark.parametrize("char", ["\n", "\t", "\u202e", "\u200b"])
+def test_an_output_path_with_control_or_format_characters_is_refused(tmp_path: Path, char: str,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """A newline in --out made make_tables report each file as two lines, a right-to-left override made the
+    listing of plot_rpe's folder read backwards: an output path given by the user follows the run names' rule."""
+    from scripts import archive_runs, make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    out = tmp_path / "tabs"
+    out.mkdir()
+    for main, argv, what in ((make_tables.main, [str(sweep), "--out", f"{out}/a{char}b"], "--out"),
+                             (archive_runs.main, [str(sweep), "--to", f"{out}/a{char}b"], "--to")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: {what}={f'{out}/a{char}b'!r} holds the control or format character {char!r}, which"
+                       " makes every listing and report line of it lie; valid: a path without control or format"
+                       " characters (no newline, tab or right-to-left mark)\n"), err
+    assert not any(out.iterdir())
+    with pytest.raises(cli.CommandLineError, match="is not a run name"):  # the run names' rule, the same test
+        cli.check_run_location(f"a{char}b", tmp_path / "runs")

@@ -364,6 +364,32 @@ def test_out_inside_another_run_or_a_data_root_is_refused(trained_run: Path, tmp
         assert what in capsys.readouterr().err and not target.exists()
 
 
+def test_out_in_the_runs_own_data_root_or_with_a_format_character_is_refused(
+        tmp_path: Path, data_dir: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plots in the run's own data.root (read from its config.yaml, though not there yet or not laid out as a
+    dataset) would become a class of the data it trains on; a right-to-left override in --out makes the listing
+    of the PNGs read backwards. Both are one line before the run is loaded."""
+    run = tmp_path / "run"
+    own = tmp_path / "own_data"
+    config = compose_config([*(o for o in TINY_RUN if not o.startswith("data.root=")), f"data.root={own}"], run,
+                            data_dir)
+    OmegaConf.save(config, run / "config.yaml", resolve=True)
+    (run / "checkpoints").mkdir()
+    other = tmp_path / "other_data"
+    other.mkdir()
+    monkeypatch.setattr(plot_rpe, "load_run", lambda *a: pytest.fail("the run was loaded"))
+    for target in (own / "train" / "9_plots", own):
+        assert plot_rpe.main([str(run), "--out", str(target), "--data-root", str(other)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out={str(target)!r} is ") and f"the data root {own}," in err, err
+        assert err.count("\n") == 1
+    target = tmp_path / "plots" / "\u202egnp.k156"
+    assert plot_rpe.main([str(run), "--out", str(target)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --out={str(target)!r} holds the control or format character"
+                                              " '\\u202e', which makes every listing")
+    assert not own.exists() and not (tmp_path / "plots").exists() and not any(other.iterdir())
+
+
 def test_a_run_whose_plots_folder_is_a_link_is_refused(tmp_path: Path, capsys,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 5 (read from the code): the default output, <run dir>/plots, had no check, so a link there took the

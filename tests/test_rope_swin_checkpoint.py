@@ -473,12 +473,17 @@ def test_export_never_lands_in_a_run_dir_or_a_data_root(tmp_path: Path) -> None:
     data = tmp_path / "data" / "rel_small"
     (data / "train" / "a").mkdir(parents=True)
     (data / ".complete.json").write_text("{}")
+    hand = tmp_path / "hand"  # a dataset made by hand: no marker, known by its class folders of images
+    (hand / "train" / "0_E").mkdir(parents=True)
+    (hand / "train" / "0_E" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     model = our_model("rope_mixed")
     for path, where in ((run / "checkpoints" / "best.ckpt", f"is inside the run dir {run}"),
-                        (data / "export.pth", f"is inside the data root {data}")):
+                        (data / "export.pth", f"is inside the data root {data}"),
+                        (hand / "train" / "0_E" / "rs.pth", f"is inside the data root {hand}")):
         with pytest.raises(RoPESwinCheckpointError, match=f"to_rope_swin_checkpoint path='{path}' {where}") as err:
             to_rope_swin_checkpoint(model, path)
         _one_line(err)
     assert (run / "checkpoints" / "best.ckpt").read_bytes() == b"the run's weights"
     assert not (data / "export.pth").exists()
+    assert sorted(p.name for p in (hand / "train" / "0_E").iterdir()) == ["x.png"]
     assert to_rope_swin_checkpoint(model, tmp_path / "exports" / "m.pth").is_file()

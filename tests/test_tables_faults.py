@@ -401,8 +401,8 @@ def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_pa
 
     archive = tmp_path / "archive"
     assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
-    assert sorted(p.name for p in (archive / "sweep").iterdir()) == ["multirun.1.yaml", "multirun.2.yaml",
-                                                                     "multirun.yaml"]
+    assert sorted(p.name for p in (archive / "sweep").iterdir()) == [".archive.json", "multirun.1.yaml",
+                                                                     "multirun.2.yaml", "multirun.yaml"]
     assert expected_jobs(archive / "sweep") == expected_jobs(sweep)
 
 

@@ -242,6 +242,8 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     dir lies in no sweep dir (the sweep's tables and archives would count it as one of its jobs), and no
     link inside it (to a folder or a file) leads out of it (the run would write through the link).
     """
+    from models.lifecycle.destinations import hidden_character
+
     name = "" if run_name is None else str(run_name)
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
             "spaces at a part's start or end, or control and format characters (e.g. run_name=deit_s_irpe_k or "
@@ -249,7 +251,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     parts = name.split("/")
     # a newline, tab or a right-to-left override in a folder name makes every listing and log line lie; a
     # name of spaces (or one ending in a space) is a folder that looks empty or like another run's
-    hidden = any(unicodedata.category(c) in ("Cc", "Cf") for c in name) or any(p != p.strip() for p in parts)
+    hidden = hidden_character(name) is not None or any(p != p.strip() for p in parts)
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
         raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
     refuse_dollar("run_name", name)
@@ -391,7 +393,7 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
                                "its parents or /); valid: a path such as runs/<name> (paths.log_dir and run_name "
                                "make one)")
     try:
-        check_destination(folder, key, run_dir=key == "hydra.run.dir", data_roots=data_roots)
+        check_destination(folder, key, run_dir=key == "hydra.run.dir", data_roots=data_roots, trains=True)
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
     if folder.is_dir():

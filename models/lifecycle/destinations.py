@@ -1,10 +1,16 @@
 """Where the project may write: one rule for run dirs, sweep dirs, data and test-set roots, tables and archives.
 
-A destination is judged by its real path (links followed), never by its text:
+A destination is judged by its real path (links followed), its text only for the characters it holds:
 - it never lies inside another run's dir, so a run's files stay what the run wrote (a run dir may only be
   itself: a rerun writes into its own dir);
-- it never lies inside a data root (a folder with a generator's completion marker, or the data root of the
-  config at hand), where a new folder would become a class of the dataset;
+- it never lies inside a data root (a folder with a generator's completion marker, a folder laid out as a
+  dataset: ImageFolder's ``train/`` or ``val/`` of class folders of images, or COCO's image folders beside their
+  annotations, or the data root of the config at hand), where a new folder would become a class of the dataset
+  and any file would change its fingerprint;
+- a run's or a sweep's dir never lies inside an archive of runs (`ARCHIVE_MARKER`), whose records without
+  checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them;
+- the path as typed holds no control or format character (a newline, a tab, a right-to-left override), which
+  would make every listing and report line of it lie;
 - it is never a sweep's grid record (``multirun.yaml``, ``multirun.<n>.yaml``), which its tables and reruns read;
 - a data root never lies inside a run dir or inside another data root;
 - below a destination's own folder, nothing is written through a symlink: a link there could lead into
@@ -17,15 +23,20 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from data.coco import has_coco_layout
+from data.datamodule import has_image_folder_layout
 from models.lifecycle.files import entry_exists
 from models.lifecycle.records import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
 # The completion marker data/generation.py writes at the top of a generated data root (and of a test set's).
 DATA_MARKER = ".complete.json"
+# The marker scripts/archive_runs.py writes into each sweep it archives: the folder keeps records, not a live sweep.
+ARCHIVE_MARKER = ".archive.json"
 
 
 class DestinationError(ValueError):
@@ -51,8 +62,30 @@ def sweep_dir_of(folder: Path) -> Path | None:
 
 
 def is_data_root(folder: Path) -> bool:
-    """A data root: it has a completion marker (of whatever kind, as a run's record above)."""
-    return entry_exists(folder / DATA_MARKER)
+    """A data root: it has a completion marker (of whatever kind, as a run's record above), or it is laid out
+    as a dataset the data modules read (a hand-made or downloaded one has no marker): a few listings, no walk."""
+    return entry_exists(folder / DATA_MARKER) or has_image_folder_layout(folder) or has_coco_layout(folder)
+
+
+def is_archive(folder: Path) -> bool:
+    """An archived sweep (scripts/archive_runs.py): it has the archive marker (of whatever kind)."""
+    return entry_exists(folder / ARCHIVE_MARKER)
+
+
+def hidden_character(text: str) -> str | None:
+    """The first control or format character of ``text`` (a newline, a tab, a right-to-left override), or None:
+    in a file or folder name such a character makes every listing and log line of it lie."""
+    return next((c for c in text if unicodedata.category(c) in ("Cc", "Cf")), None)
+
+
+def check_path_text(text: str, what: str) -> None:
+    """Refuse ``text``, a path the user gave for ``what`` (``--out``), when it holds a control or format
+    character (`hidden_character`): one `DestinationError` line, the text shown escaped."""
+    char = hidden_character(text)
+    if char is not None:
+        raise DestinationError(f"{what}={text!r} holds the control or format character {char!r}, which makes"
+                               " every listing and report line of it lie; valid: a path without control or format"
+                               " characters (no newline, tab or right-to-left mark)")
 
 
 def real(path: str | os.PathLike) -> Path:
@@ -66,17 +99,19 @@ def _first(folders: Iterable[Path], test) -> Path | None:
 
 def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
                       data_roots: Iterable[str | os.PathLike | None] = (),
-                      given: str | os.PathLike | None = None) -> Path:
+                      given: str | os.PathLike | None = None, trains: bool = False) -> Path:
     """Refuse ``path`` (named ``what`` in the message, e.g. ``paths.log_dir/run_name``) as a place to write.
 
     ``run_dir``: ``path`` is a run's own dir, which may itself be a run dir (a rerun); any other destination
-    may not be one. ``data_root``: ``path`` is a data root, which may itself hold a marker. ``data_roots``:
-    the data roots of the config at hand, which nothing else may be written into. ``given``: the value the user
-    typed, quoted in the message, where ``path`` is derived from it (the folder an output prefix writes into).
+    may not be one. ``data_root``: ``path`` is a data root, which may itself be one (a marker, or its layout).
+    ``data_roots``: the data roots of the config at hand, which nothing else may be written into. ``given``:
+    the value the user typed, quoted in the message, where ``path`` is derived from it (the folder an output
+    prefix writes into). ``trains``: runs train at ``path`` (a run's or a sweep's dir), never inside an archive.
     Returns the real path.
     """
-    target = real(path)
     typed = os.fspath(path if given is None else given)
+    check_path_text(typed, what)
+    target = real(path)
     if SWEEP_GRID.fullmatch(target.name) and entry_exists(target):
         raise DestinationError(f"{what}={typed!r} is the grid record of the sweep {target.parent}, which its tables and"
                                " reruns read; valid: a file or folder of its own")
@@ -93,6 +128,11 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the data root" if inside_data == target and given is None else "is inside the data root"
         raise DestinationError(f"{what}={typed!r} {where} {inside_data}, where a new folder would become"
                                " part of the dataset; valid: a folder outside every data root")
+    archive = _first((target, *target.parents), is_archive) if trains else None
+    if archive is not None:
+        where = "is the archive" if archive == target else "is inside the archive"
+        raise DestinationError(f"{what}={typed!r} {where} {archive}, which keeps finished runs' records without"
+                               " checkpoints: an archive; valid: train into the live sweep dir, then archive again")
     return target
 
 
