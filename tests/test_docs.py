@@ -158,3 +158,30 @@ def test_every_link_of_the_docs_leads_somewhere(page: Path) -> None:
                 anchor(h) for h in HEADING.findall(FENCE.sub("", file.read_text()))}:
             broken.append(target)
     assert broken == []
+
+
+# ----------------------------------------------------------------------------- tests the docs name
+NAMED_TEST = re.compile(r"(test_\w+\.py)::(test_\w+)(?![\w{])")  # `..._by_{a,b}` names several: left out
+
+
+def missing_named_tests(text: str, tests_dir: Path) -> list[str]:
+    """Each ``test_file.py::test_name`` of ``text`` whose file lacks a ``def test_name``."""
+    missing = []
+    for file, name in sorted(set(NAMED_TEST.findall(text))):
+        path = tests_dir / file
+        if not path.is_file() or not re.search(rf"^\s*def {name}\(", path.read_text(), re.M):
+            missing.append(f"{file}::{name}")
+    return missing
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/reliability.md", "docs/usage.md", "docs/design.md",
+                                 "docs/benchmarks.md", "docs/results.md"])
+def test_every_test_the_docs_name_exists(doc: str) -> None:
+    """A case the docs say a test covers names a test that exists (a renamed or removed test leaves a stale row)."""
+    assert missing_named_tests((ROOT / doc).read_text(), ROOT / "tests") == []
+
+
+def test_a_stale_test_name_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text("def test_kept():\n    pass\n")
+    text = "| x | y | `test_a.py::test_kept` |\n| x | y | `test_a.py::test_gone` | `test_b.py::test_c` |"
+    assert missing_named_tests(text, tmp_path) == ["test_a.py::test_gone", "test_b.py::test_c"]
