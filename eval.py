@@ -299,7 +299,13 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         load_run_weights,
         run_class_names,
     )
-    from models.testset_definition import DATA_DIGEST_KEY, DATA_GENERATOR_KEY, HASH_KEY, testset_sha256
+    from models.testset_definition import (
+        DATA_DIGEST_KEY,
+        DATA_GENERATOR_KEY,
+        HASH_KEY,
+        configured_generator,
+        testset_sha256,
+    )
     from models.testsets import (
         adapt_model,
         build_datamodule,
@@ -331,7 +337,10 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     # what was read: the definition and, for generated data, the generator its marker records (checked above
     # to be the definition's, or the run's); not where it lies (data.root differs between machines)
     marker = read_marker(Path(datamodule.root).expanduser()) if own or data_digest is not None else None
-    sha256 = testset_sha256(testset, marker.get("generator") if own and marker else None)
+    # COCO shapes name no generator target: their settings are the definition's own keys, hashed with it, as
+    # make_tables and evaluate_testsets hash the definition (`configured_generator`)
+    generated = marker.get("generator") if own and marker and configured_generator(testset) is not None else None
+    sha256 = testset_sha256(testset, generated)
     check_classes(datamodule, model, testset["name"], run_class_names(checkpoint, run_cfg, run_config.parent), own)
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from models.lifecycle.identity import identity_config, identity_hash, run_length
@@ -405,25 +414,19 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from models.lifecycle.settings import decode_environment_values
-    from models.lifecycle.signals import install_stop_signals
-    from models.training import RunInterrupted
+    from models.lifecycle.signals import exit_when_interrupted
 
     written: list[Path] = []
     notes: list[str] = []
-    install_stop_signals()  # before the Trainer: Lightning then leaves SIGTERM to us
-    try:
-        decode_environment_values(cfg)  # batch_size=${oc.env:...} is the number it spells, as the check took it
-        if cfg.ckpt_path is not None:
-            check_run_eval_overrides(list(HydraConfig.get().overrides.task))
-        metrics = evaluate(cfg, written, notes)
-    except user_error_types() as err:
-        report_user_error(err)
-    except RunInterrupted as err:
-        import signal
-
-        say(f"error: eval.py interrupted by {signal.Signals(err.signum).name}: nothing was evaluated or written"
-            " (results are written whole or not at all)", stream=sys.stderr)
-        sys.exit(128 + err.signum)
+    with exit_when_interrupted("eval.py", "nothing was evaluated or written (results are written whole or not at"
+                               " all)"):
+        try:
+            decode_environment_values(cfg)  # batch_size=${oc.env:...} is the number it spells, as the check took it
+            if cfg.ckpt_path is not None:
+                check_run_eval_overrides(list(HydraConfig.get().overrides.task))
+            metrics = evaluate(cfg, written, notes)
+        except user_error_types() as err:
+            report_user_error(err)
     title = str(cfg.ckpt_path or cfg.model.weights)
     if written:
         title += f" on testset={cfg.testset.name} (written to {written[0]})"

@@ -13,12 +13,12 @@ size (2,)} ]}``. Labels are contiguous 0..C-1 over the sorted category ids; ``la
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import logging
 import math
 import os
-import shutil
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +37,7 @@ from torchvision.transforms import v2
 
 from data.datamodule import evaluation_order, make_loader, trainer_world
 from data.errors import DataConfigError, load_rgb_image
-from data.generation import generation_lock, new_temp_dir, remove_stale_temp_dirs, sweep_stale_temp_dirs
+from data.generation import ensure_generated
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -537,8 +537,17 @@ def check_shapes_settings(
         raise DataConfigError(f"data.generator.max_overlap={max_overlap!r} must be a number in [0, 1]")
 
 
-def generate_shapes_coco(
-    root: str | Path,
+def _draw_shapes_coco(
+    root: str | Path, num_train: int, num_val: int, image_size: Sequence[int], object_size: Sequence[int],
+    max_objects: int, max_overlap: float, seed: int,
+) -> None:
+    """Draw both splits into ``root``, the private temp folder `data.generation.ensure_generated` made."""
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", num_train), ("val", num_val)):
+        _write_split(Path(root), split, n, rng, image_size, object_size, max_objects, max_overlap)
+
+
+def shapes_generator(
     num_train: int = 2000,
     num_val: int = 200,
     image_size: Sequence[int] = (96, 128),
@@ -546,40 +555,31 @@ def generate_shapes_coco(
     max_objects: int = 4,
     max_overlap: float = 0.35,
     seed: int = 0,
-) -> Path:
-    """Write the synthetic set to ``root`` once (no-op if it exists), atomically.
+) -> functools.partial:
+    """The generator ``fn(root)`` of the synthetic set with these settings (checked first,
+    `check_shapes_settings`), every setting bound: its completion marker then records all of them, defaults
+    included, so that data made with other settings are refused (`data.generation.check_marker`)."""
+    check_shapes_settings(num_train, num_val, image_size, object_size, max_objects, max_overlap)
+    return functools.partial(_draw_shapes_coco, num_train=num_train, num_val=num_val, image_size=list(image_size),
+                             object_size=list(object_size), max_objects=max_objects, max_overlap=max_overlap,
+                             seed=seed)
+
+
+def generate_shapes_coco(root: str | Path, **settings: Any) -> Path:
+    """Write the synthetic set (`shapes_generator`'s ``settings``) to ``root`` once, atomically; returns ``root``.
 
     Each image (sides uniform in ``image_size``) holds 1..``max_objects`` squares, circles and
     triangles (categories 1, 2, 3) in four colours, sides uniform in ``object_size``; a new object
     may cover at most ``max_overlap`` of an earlier one's box (partial occlusion, never hidden).
-    Generation goes to a temporary sibling folder renamed onto ``root`` at the end, under the lock of
-    `data.generation`, so a killed run never leaves half a dataset (its temp folder is removed by the next
-    run) and concurrent ranks end with one complete copy. Settings are checked first
-    (`check_shapes_settings`).
+    `data.generation.ensure_generated` does the writing, as for every generated set: a temporary sibling
+    folder renamed onto ``root`` at the end, under a lock, with a completion marker that records the
+    settings. So a killed run never leaves half a dataset, concurrent ranks end with one complete copy, and
+    an existing ``root`` is used only when its marker records these settings: a folder without the marker
+    (another set, data put there by hand) or made with other settings is refused in one line.
     """
-    check_shapes_settings(num_train, num_val, image_size, object_size, max_objects, max_overlap)
-    root = Path(root)
-    if root.exists():
-        sweep_stale_temp_dirs(root.absolute())
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with generation_lock(root.absolute()) as locked:
-        remove_stale_temp_dirs(root.absolute(), locked)
-        if root.exists():  # another process generated it while we waited for the lock
-            return root
-        tmp = new_temp_dir(root.absolute())
-        try:
-            rng = np.random.default_rng(seed)
-            for split, n in (("train", num_train), ("val", num_val)):
-                _write_split(tmp, split, n, rng, image_size, object_size, max_objects, max_overlap)
-            try:
-                os.replace(tmp, root)
-            except OSError:
-                if not root.exists():  # a failure other than losing a race to another process
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return root
+    generator = shapes_generator(**settings)
+    ensure_generated(root, generator)
+    return Path(root)
 
 
 # ---------------------------------------------------------------------------------------- data module
@@ -607,7 +607,8 @@ class CocoDataModule(L.LightningDataModule):
         train_scales, max_size, crop_scales, crop_size, hflip: `detr_train_transforms` arguments.
         val_size: shorter side at evaluation (longer side <= ``max_size``).
         generator: kwargs of `generate_shapes_coco`; when set, ``prepare_data`` writes the synthetic
-            set to ``root`` if it is missing (and ``num_classes`` is that set's class count).
+            set to ``root`` if it is missing, and refuses a ``root`` it did not write with these settings
+            (and ``num_classes`` is that set's class count).
         num_classes: class count; by default read from the val annotation file's categories.
         invalid_boxes: ``error`` (default): a box with width or height <= 0, wholly outside its image or
             reaching outside it by more than a small tolerance (`check_box`) stops with its file and

@@ -282,14 +282,14 @@ def _generator_differences(recorded: Any, expected: dict[str, Any]) -> str:
 def require_existing_data(datamodule: Any, source: str, override: str, remedy: str | None = None) -> str | None:
     """Stop with one `RunDataError` line unless the data ``datamodule`` reads is on disk: a generated set
     (the run named a generator) must be complete (ImageFolder: its ``.complete.json`` marker, recording the
-    same generator settings, and the class folders, image counts and image digest it records; COCO shapes:
-    the folder, which generation renames into place when done).
+    same generator settings, and the class folders, image counts and image digest it records; COCO shapes
+    the same marker, and its split folders).
     Then runs the datamodule's ``prepare_data`` with its generator detached: the layout checks only.
 
     ``source`` names where ``data.root`` came from (the run's config.yaml); ``override`` how the user
     points at other data (``data_root=<folder>``, ``--data-root DIR``); ``remedy`` replaces the default
     "how to make it" advice (a test set's data has its own command). Returns the checked content digest of
-    generated ImageFolder data (`data.generation.scan_content`), else None.
+    generated data (`data.generation.scan_content`), else None.
     """
     from data.generation import MARKER_NAME, check_content, describe_generator, read_marker
 
@@ -302,14 +302,17 @@ def require_existing_data(datamodule: Any, source: str, override: str, remedy: s
         "eval.py and plot_rpe.py read existing data only: train.py with the same data config generates it,"
         f" or pass {override} pointing at existing data"
     )
+    if isinstance(generator, Mapping):  # COCO shapes: its settings; the marker records the generator they make
+        from data.coco import shapes_generator
+
+        try:
+            generator = shapes_generator(**generator)
+        except (DataConfigError, TypeError) as err:
+            raise RunDataError(f"data.generator of {source}: {' '.join(str(err).split())}") from None
     if generator is None:
         if not root.is_dir():
             raise RunDataError(f"data.root={root} named by {source} does not exist; pass {override} pointing at"
                                " existing data")
-    elif isinstance(generator, Mapping):  # COCO shapes: written to a temp folder, renamed onto root when complete
-        if not root.is_dir():
-            raise RunDataError(f"data.root={root} named by {source} does not exist (its generated set was never"
-                               f" made here); {remedy}")
     else:
         try:
             marker = read_marker(root)

@@ -66,7 +66,8 @@ def over_read(read: int, total: int, what: str) -> str:
 def configured_generator(testset: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the completion marker of the test set's own generated data records of its generator
     (``{"target", "kwargs"}``, as `data.generation.describe_generator` writes it), or None: the test set
-    reads the run's data, or its data (COCO shapes) carries no such marker."""
+    reads the run's data, or its generator names no target (COCO shapes: its settings are the definition's
+    own keys, hashed with it; its marker is checked, not hashed)."""
     data = testset.get("data")
     generator = data.get("generator") if isinstance(data, Mapping) else None
     if not isinstance(generator, Mapping) or "_target_" not in generator:

@@ -41,10 +41,11 @@ from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
 from models.lifecycle.cli import group_options, say
 from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
 from models.lifecycle.identity import config_differences
+from models.lifecycle.records import TESTSETS
 from models.swin import WindowRPEBackbone, swin_grid_problem
 from models.testset_definition import measured, over_read, result_sha256
 
-RESULT_FOLDER = "testsets"  # <run dir>/testsets/<name>[@<ape rule>].json
+RESULT_FOLDER = TESTSETS  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
 # What a test set may say it fits: the kind of data the run trained on (`run_data_kinds`).
 DATA_KINDS = ("imagefolder", "relational", "relational_distance", "digits", "coco", "shapes_coco")

@@ -52,9 +52,9 @@ from models.run_config import load_run_config  # noqa: E402
 
 
 def _is_run_dir(path: Path) -> bool:
-    """A run dir holds a ``config.yaml`` or a ``checkpoints`` folder: one whose config is damaged (missing, a
-    folder, a link) is still a run, to be reported, never skipped without a word; so is a folder that cannot be
-    looked into (`unreadable_folder`, one line), as make_tables and archive_runs report it (`entries_named`)."""
+    """A folder with a ``checkpoints`` folder but no config (neither ``config.yaml`` nor ``.hydra/config.yaml``,
+    which make_tables' discovery, `run_dirs`, goes by) is still a run whose config was lost: to be reported,
+    never skipped without a word; so is a folder that cannot be looked into (`unreadable_folder`, one line)."""
     try:
         return entry_exists(path / CONFIG) or (path / CHECKPOINTS).is_dir()
     except OSError as err:
@@ -69,19 +69,26 @@ def _listed(path: Path) -> list[Path]:
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """Run dirs (`_is_run_dir`): each path that is one, else its sub-folders that are (a sweep dir), each run
-    once (by its resolved path). A path that holds no run is a mistake (a typo, an empty sweep), refused."""
+    """The run dirs under each path, found as make_tables finds them (`scripts.tables.collect.run_dirs`: at any
+    depth, hidden ones included, so that both commands count the same runs), plus the path itself or a
+    sub-folder of it that holds a ``checkpoints`` folder but lost its config (`_is_run_dir`); each run once
+    (by its resolved path). A path that holds no run is a mistake (a typo, an empty sweep), refused."""
+    from scripts.tables.collect import run_dirs
+
     runs: list[Path] = []
     seen: set[Path] = set()
     for path in paths:
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a run or sweep dir")
-        found = [path] if _is_run_dir(path) else sorted(
-            p for p in _listed(path) if p.is_dir() and not p.name.startswith(".") and _is_run_dir(p))
+        found = set(run_dirs(path))
+        if _is_run_dir(path):
+            found.add(path)
+        else:
+            found.update(p for p in _listed(path) if p.is_dir() and _is_run_dir(p))
         if not found:
             raise FileNotFoundError(f"{path} holds no run (no config.yaml or checkpoints/ in it or in its"
                                     " sub-folders); valid: a train.py run dir or a sweep dir of them")
-        for run in found:  # the same run named twice (or by a link) is evaluated and counted once
+        for run in sorted(found):  # the same run named twice (or by a link) is evaluated and counted once
             if run.resolve() not in seen:
                 seen.add(run.resolve())
                 runs.append(run)
@@ -186,6 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="more eval.py overrides (paths.data_dir=..., batch_size=...)")
     args = parser.parse_args(argv)
+    from models.lifecycle.signals import exit_when_interrupted
+
+    # from the checks on: a signal before any evaluation is the same one line and exit code as one during it
+    with exit_when_interrupted("evaluate_testsets.py", "the results written so far are whole, the one in progress"
+                               " was not written: run the same command again to finish"):
+        return _checked_and_evaluated(args)
+
+
+def _checked_and_evaluated(args: argparse.Namespace) -> int:
+    """`main`'s work: every check, in one line (exit 2) before any data is made, then every evaluation."""
     try:
         from models.testsets import check_ape_rule, testset_names
 
@@ -196,24 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         args.testsets = list(dict.fromkeys(args.testsets))  # a test set named twice is evaluated once
         check_extra_overrides(args.set)
         check_whole_test_settings(args.set)
-        for testset in args.testsets:  # an unknown --set key or bad value: one line before any data is made
-            testset_config(testset, args.ape, args.set)
+        from generate_testsets import own_root, refuse_shared_roots
+
+        # an unknown --set key, a bad value or one data folder for two test sets: one line before any data is made
+        refuse_shared_roots({t: own_root(testset_config(t, args.ape, args.set)) for t in args.testsets})
         runs = find_runs(args.paths)
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         return 2
-    from models.lifecycle.signals import install_stop_signals
-    from models.training import RunInterrupted
-
-    install_stop_signals()  # before any Trainer: Lightning then leaves SIGTERM to us
-    try:
-        problems, done = _evaluate_all(runs, args)
-    except RunInterrupted as err:
-        import signal
-
-        say(f"error: interrupted by {signal.Signals(err.signum).name}; the results written so far are whole, the"
-            " one in progress was not written: run the same command again to finish", stream=sys.stderr)
-        return 128 + err.signum
+    problems, done = _evaluate_all(runs, args)
     say(f"{len(runs)} runs x {len(args.testsets)} test sets; {done} evaluated or kept, {problems} not")
     return 1 if problems else 0
 
@@ -244,7 +252,9 @@ def check_whole_test_settings(extra: list[str]) -> None:
     trainer = [o for o in extra if o.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] == "trainer"]
     if not trainer:
         return
-    composed = compose_checked("eval", trainer).trainer
+    # the machine's devices are checked with each test set's config (`testset_config`), after these rules, which
+    # hold on every machine
+    composed = compose_checked("eval", trainer, devices=False).trainer
     setting = partial_test_setting(composed)
     if setting is not None:
         raise ValueError(f"--set {setting} tests a part of each test set, and a test set's result is of the whole"

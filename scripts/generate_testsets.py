@@ -14,8 +14,11 @@ one line; the exit code is 1 when any test set was not made.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -40,6 +43,38 @@ def check_extra(extra: list[str]) -> None:
         if "=" not in override or not key.startswith(("paths.", "testset.")):
             raise ValueError(f"--set {override!r} is not a paths.<key>=value or testset.<key>=value setting; those"
                              " are what decide a test set's data")
+
+
+def own_root(cfg: DictConfig) -> Path | None:
+    """The folder the test set of a composed eval config generates its data into (links and ``..`` resolved);
+    None for a test set that reads the run's data."""
+    data = cfg.testset.get("data")
+    if not isinstance(data, DictConfig) or data.get("generator") is None or data.get("root") is None:
+        return None
+    return Path(os.path.realpath(Path(str(data.root)).expanduser()))
+
+
+def refuse_shared_roots(roots: dict[str, Path | None]) -> None:
+    """Refuse test sets (``{name: own_root}``) whose data would share a folder, one of them in or at another's:
+    each generated set is kept only at a root of its own, so the first would be made and every other refused
+    (or reported made over the first one's files). Called before anything is generated."""
+    seen: dict[str, Path] = {}
+    for name, root in roots.items():
+        if root is None:
+            continue
+        for other, taken in seen.items():
+            if root == taken:
+                shared = f"testset.data.root of {other} and {name} is one folder, {root}"
+            elif taken in root.parents or root in taken.parents:
+                inner, outer = (name, other) if taken in root.parents else (other, name)
+                shared = (f"testset.data.root of {inner} ({roots[inner]}) lies inside {outer}'s"
+                          f" ({roots[outer]})")
+            else:
+                continue
+            raise ValueError(f"{shared}: each test set's data needs a folder of its own (nothing was generated);"
+                             " valid: testset.data.root=... for one test set per command, or paths.data_dir=<folder>"
+                             " (every test set's own folder under it)")
+        seen[name] = root
 
 
 def generate(name: str, extra: list[str]) -> Path:
@@ -70,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ValueError(f"{unknown[0]} is not a test set; valid: {', '.join(generated_testsets())}")
         names = list(dict.fromkeys(names))  # a test set named twice is made (and reported) once
-        for name in names:  # an unknown --set key or a bad value: one line (rc 2) before any data is written
-            compose_checked("eval", [f"testset={name}", *args.set])
+        # an unknown --set key, a bad value or one folder for two test sets: one line (rc 2) before any data is written
+        refuse_shared_roots({name: own_root(compose_checked("eval", [f"testset={name}", *args.set])) for name in names})
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         return 2

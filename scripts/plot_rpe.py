@@ -58,6 +58,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from models.lifecycle.files import RunFileError, guarded, os_error_line, plain_file_exists  # noqa: E402
+from models.lifecycle.records import PLOTS  # noqa: E402
 from models.run_config import backbone  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
@@ -482,7 +483,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
             # the tables are drawn over all (H W)^2 offset pairs: a huge grid would exhaust memory
             raise PlotError(f"--grid {args.grid} is out of range; valid: H,W with 1 <= H, W <= {MAX_GRID}")
     run_dir: Path = args.run_dir
-    out_path = args.out if args.out is not None else run_dir / "plots"
+    out_path = args.out if args.out is not None else run_dir / PLOTS
     if out_path.exists() and not out_path.is_dir():  # found before the run is loaded, not at the first save
         raise PlotError(f"--out {out_path} is a file, not a folder; valid: a folder (made if missing)")
     if args.out is not None:  # the default, <run dir>/plots, is the run's own folder of plots
@@ -502,7 +503,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
     net = backbone(module).eval()
     layers_all = attention_layers(net)
     layers = parse_layers(args.layers, len(layers_all))
-    out_dir: Path = args.out if args.out is not None else run_dir / "plots"
+    out_dir: Path = args.out if args.out is not None else run_dir / PLOTS
     written: list[Path] = []
 
     want_attention = args.plots in ("all", "attention")

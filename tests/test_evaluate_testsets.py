@@ -4,7 +4,9 @@ overwriting a result it did not make for the same run and test set."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -224,6 +226,87 @@ def test_testset_name_and_a_partial_test_are_refused_before_anything_runs(sweep:
         assert (out, err) == ("", f"error: {expected}\n")
     after = {p.name: p.read_bytes() for p in results.iterdir()} if results.is_dir() else {}
     assert after == before
+
+
+def test_a_device_this_machine_lacks_or_one_data_folder_for_two_test_sets_is_refused_before_anything(
+        sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    """Probe 5, case 86: ``--set trainer=gpu`` on a CPU machine was Lightning's error once per run, exit 1
+    (eval.py refuses it at its command line); case 88's one folder for two test sets' data, as
+    generate_testsets.py refuses it. Both are one line, exit 2, before any data is made or run touched."""
+    import torch
+
+    results = sweep / RUN / "testsets"
+    before = {p.name: p.read_bytes() for p in results.iterdir()} if results.is_dir() else {}
+    one = tmp_path / "one"
+    cases = [(["--testsets", "relational_left", "relational_right", "--set", f"testset.data.root={one}"],
+              f"error: testset.data.root of relational_left and relational_right is one folder, {one}: each test"
+              " set's data needs a folder of its own (nothing was generated); valid: ")]
+    if not torch.cuda.is_available():
+        cases.append((["--testsets", "relational_left", "--set", "trainer=gpu", "trainer.precision=32-true"],
+                      "error: trainer.accelerator=gpu needs a GPU, but none is visible on this machine; valid here:"
+                      " trainer.accelerator=cpu"))
+    for args, expected in cases:
+        assert evaluate_testsets.main([str(sweep), *args, f"paths.data_dir={tmp_path / 'data'}"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(expected) and err.count("\n") == 1, err
+    assert not one.exists() and not (tmp_path / "data").exists()
+    after = {p.name: p.read_bytes() for p in results.iterdir()} if results.is_dir() else {}
+    assert after == before
+
+
+def test_runs_are_found_as_make_tables_finds_them(tmp_path: Path) -> None:
+    """Probe 5, case 87: a run dir named ``.hid`` was skipped without a word while make_tables counted it.
+    evaluate_testsets.py now finds runs with make_tables' discovery (hidden ones, runs of nested sweeps, a run
+    whose config is only in ``.hydra/``), plus a run that lost its config but kept its checkpoints (reported,
+    never skipped); a ``checkpoints`` folder in the path given hides nothing."""
+    from scripts.tables.collect import run_dirs
+
+    root = tmp_path / "checkpoints" / "runs"
+    for run, config in (("vis", "config.yaml"), (".hid", "config.yaml"), ("sweeps/a/0", "config.yaml"),
+                        ("old", ".hydra/config.yaml"), ("vis/checkpoints/copy", "config.yaml")):
+        (root / run / config).parent.mkdir(parents=True, exist_ok=True)
+        (root / run / config).write_text("{}\n")
+    (root / "lost" / "checkpoints").mkdir(parents=True)
+    (root / "empty").mkdir()
+    expected = [root / ".hid", root / "lost", root / "old", root / "sweeps/a/0", root / "vis"]
+    assert evaluate_testsets.find_runs([root]) == expected
+    assert run_dirs(root) == [p for p in expected if p.name != "lost"]  # make_tables' runs: the same ones
+    assert evaluate_testsets.find_runs([root / ".hid"]) == [root / ".hid"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_test_exits_128_plus_its_number_with_one_line(sweep: Path, data_dir: Path, signum: int,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys) -> None:
+    """Probe 5, case 124: Ctrl-C during the test loop was Lightning's "Detected KeyboardInterrupt", exit 1, no
+    line. The signal now comes in the middle of a real ``trainer.test``: exit 128 + signum, one line, and the
+    process's own handlers are back after."""
+    import lightning as L
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    class SignalledInTest(BoringModel):
+        def test_step(self, batch, batch_idx):
+            if batch_idx == 1:
+                os.kill(os.getpid(), signum)
+            return super().test_step(batch, batch_idx)
+
+    def evaluate_run(*args, **kwargs) -> str:
+        trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        trainer.test(SignalledInTest(), verbose=False)
+        raise AssertionError("the test went on after the signal")
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(evaluate_testsets, "evaluate_run", evaluate_run)
+    with pytest.raises(SystemExit) as exit_:
+        _main(sweep, data_dir, "--testsets", "relational_right")
+    assert exit_.value.code == 128 + signum
+    err = capsys.readouterr().err
+    assert err.endswith(f"error: evaluate_testsets.py interrupted by {signal.Signals(signum).name}; the results"
+                        " written so far are whole, the one in progress was not written: run the same command again"
+                        " to finish\n"), err
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
 
 
 @pytest.mark.filterwarnings("ignore")

@@ -102,6 +102,44 @@ def test_a_finished_run_is_not_trained_again(finished_run) -> None:
     assert _fingerprint(run_dir) == before  # checkpoints and metrics bit for bit
 
 
+def test_an_unreadable_testsets_or_plots_folder_does_not_stop_a_rerun(finished_run, tmp_path: Path,
+                                                                     data_dir: Path, capsys) -> None:
+    """Probe 5, case 136: a finished run whose ``testsets/`` was at mode 000 could not be rerun or extended
+    ("cannot read .../testsets: permission denied"), though training never reads it. The command line's check
+    no longer looks into a run dir's test-set results and plots; every other folder it still does."""
+    import shutil
+
+    from models.lifecycle import cli
+    from tests.helpers import ROOT, compose_config, file_modes_hold
+
+    run_dir, args = finished_run
+    copy = tmp_path / "victim"
+    shutil.copytree(run_dir, copy)
+    locked = [copy / "testsets", copy / "plots", copy / "notes"]
+    for folder in locked:
+        folder.mkdir(exist_ok=True)
+        (folder / "x.json").write_text("{}\n")
+    args = _replacing(args, f"paths.log_dir={tmp_path}")
+    before = _fingerprint(copy)
+    for folder in locked:
+        folder.chmod(0)
+    try:
+        with file_modes_hold():
+            for extra in ((), ("trainer.max_epochs=3",)):  # the rerun and the extension pass the command line
+                with pytest.raises(records.RunFileError, match=f"^cannot read {copy / 'notes'}: permission denied"):
+                    cli.check_overrides(_replacing(args, *extra), "train")  # a folder that may hold runs: named
+                locked[2].chmod(0o755)
+                cli.check_overrides(_replacing(args, *extra), "train")
+                locked[2].chmod(0)
+            capsys.readouterr()
+            job.run_job(compose_config(args, copy, data_dir), ROOT / "train.py")
+    finally:
+        for folder in locked:
+            folder.chmod(0o755)
+    assert f"{copy} is finished (same config and length): not training again" in capsys.readouterr().out
+    assert _fingerprint(copy) == before
+
+
 @pytest.mark.slow  # a third epoch: what the resume tests below check, in `make slow`
 def test_a_longer_max_epochs_extends_a_finished_run(finished_run, tmp_path: Path) -> None:
     import shutil
@@ -237,6 +275,24 @@ def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir
     assert not stale.exists()
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 6
     assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
+
+
+def test_ctrl_c_while_the_command_line_is_checked_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Before any job or evaluation has begun (train.py's and eval.py's command-line check), Ctrl-C was
+    Python's KeyboardInterrupt traceback: now exit 130 and one line."""
+    from models.lifecycle import cli
+
+    def interrupted(argv: list[str], config_name: str) -> dict[str, str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "check_overrides", interrupted)
+    monkeypatch.setattr(cli.sys, "argv", ["eval.py", "ckpt_path=x"])
+    for config_name in ("train", "eval"):
+        with pytest.raises(SystemExit) as exit_:
+            cli.cli(lambda: pytest.fail("the command ran"), config_name)
+        assert exit_.value.code == 128 + signal.SIGINT
+        assert capsys.readouterr().err == ("error: interrupted by SIGINT while the command line was checked, before"
+                                           " any run or evaluation began: run the same command again\n")
 
 
 @pytest.mark.slow  # one more train.py run; the SIGTERM path above is in `make test`

@@ -767,6 +767,27 @@ def test_generate_testsets_names_an_unknown_set_key_and_the_valid_ones(tmp_path:
     assert not any(tmp_path.iterdir())  # nothing generated
 
 
+def test_test_sets_that_would_share_one_data_folder_are_refused_before_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Probe 5, case 88: ``--all --set testset.data.root=<one folder>`` made the first set there, refused the
+    other relational ones one by one and reported shapes COCO as made in the relational set's folder. Now one
+    line before anything is generated; a root inside another's is refused the same way."""
+    from scripts.generate_testsets import generated_testsets, main, refuse_shared_roots
+
+    data = tmp_path / "data"
+    one = data / "one"
+    first, second = generated_testsets()[:2]
+    assert main(["--all", "--set", f"paths.data_dir={data}", f"testset.data.root={one}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: testset.data.root of {first} and {second} is one folder, {one}: each test set's data needs a folder"
+        " of its own (nothing was generated); valid: testset.data.root=... for one test set per command, or"
+        " paths.data_dir=<folder> (every test set's own folder under it)\n")
+    assert not data.exists()
+    with pytest.raises(ValueError, match=rf"^testset.data.root of b \({one / 'b'}\) lies inside a's \({one}\): "):
+        refuse_shared_roots({"a": one, "val_at_64": None, "b": one / "b"})
+    refuse_shared_roots({"a": one, "b": data / "one_b", "c": None})  # a name that only begins alike is its own
+
+
 def test_a_test_set_result_is_of_the_best_checkpoint_only(tmp_path: Path) -> None:
     """The tables' test-set columns are the runs' results: a result of last.ckpt (another model, when an earlier
     epoch was best) is refused before anything is loaded, never written where make_tables would count it."""

@@ -332,9 +332,17 @@ def refuse_unnormalised_names(root: Path, parts: Any, given: str) -> None:
 
 def _first_run_inside(folder: Path) -> Path | None:
     """A run dir at any depth below ``folder`` (not ``folder`` itself), or a link below it that leads out of it
-    (to a folder or a file: the run would write through it), or None; links are never followed."""
+    (to a folder or a file: the run would write through it), or None; links are never followed.
+    Where ``folder`` is a run dir (a rerun, an extension), its folders that training never reads or writes
+    (`NOT_TRAINING_DIRS`: test-set results, plots) are not looked into: one this user may not read (mode 000)
+    would otherwise stop a run that needs nothing from it."""
+    from models.lifecycle.records import NOT_TRAINING_DIRS
+
+    skipped = NOT_TRAINING_DIRS if _is_run_dir(folder) else ()
     inside = os.path.realpath(folder)
     for parent, dirs, files in os.walk(folder):
+        if parent == str(folder):
+            dirs[:] = [name for name in dirs if name not in skipped]
         for name in sorted(dirs + files):
             path = Path(parent) / name
             if path.is_symlink():
@@ -1248,17 +1256,18 @@ def _check_existing_generation(data: Any) -> None:
         raise CommandLineError(str(err)) from None
 
 
-def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
+def compose_checked(config_name: str, overrides: list[str], devices: bool = True) -> DictConfig:
     """``configs/<config_name>.yaml`` with ``overrides`` as its command line composes it, checked as the
-    command line is (`models.lifecycle.settings.check_settings`), without Hydra's own node: for scripts
-    that run eval.py's work in their own process."""
+    command line is (`models.lifecycle.settings.check_settings`; for eval.py's config, unless not ``devices``,
+    also `models.lifecycle.settings.check_devices`: an accelerator this machine lacks is one line before any
+    run is touched), without Hydra's own node: for scripts that run eval.py's work in their own process."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException
     from omegaconf import open_dict
 
-    from models.lifecycle.settings import check_settings
+    from models.lifecycle.settings import check_devices, check_settings
 
     GlobalHydra.instance().clear()
     cfg: DictConfig | None = None
@@ -1267,6 +1276,8 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
         check_settings(cfg, config_name)
+        if config_name == "eval" and devices:
+            check_devices(cfg)
         for node in ("paths", "testset", "data"):  # where a --set ${oc.env:...} goes: refused now, naming its key,
             if isinstance(cfg.get(node), DictConfig):  # not when the data are made
                 OmegaConf.to_container(cfg[node], resolve=True)
@@ -1605,6 +1616,12 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
 
         say(f"error: {os_error_line(err)}", stream=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C while the command line is checked: no job has started, so no traceback
+        import signal
+
+        say("error: interrupted by SIGINT while the command line was checked, before any run or evaluation began:"
+            " run the same command again", stream=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     sys.argv[1:] = with_pins(sys.argv[1:], pins)
     hydra_main()
     code = after() if after is not None else 0

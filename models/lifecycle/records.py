@@ -51,6 +51,11 @@ STATES = ("running", "finished", "failed", "interrupted")
 RECORD_FILES = (RUN_RECORD, METRICS, FAILURE, CONFIG, RUN_LOCK, *(f"{HYDRA_DIR}/{f}" for f in HYDRA_FILES),
                 f"{CHECKPOINTS}/{LAST}", f"{CHECKPOINTS}/{BEST}")
 RECORD_DIRS = (HYDRA_DIR, CHECKPOINTS)
+TESTSETS = "testsets"  # eval.py's test-set results, <run dir>/testsets/<name>[@<ape rule>].json
+PLOTS = "plots"  # plot_rpe.py's figures
+# Folders of a run dir that its training never reads or writes (other commands' outputs): a rerun or an
+# extension of the run does not look into them, so one it may not read does not stop it.
+NOT_TRAINING_DIRS = (TESTSETS, PLOTS)
 
 
 class RunDirConflict(ValueError):

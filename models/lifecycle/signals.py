@@ -9,10 +9,12 @@ finished (`StopSignals.received`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from data.datamodule import STOP_SIGNALS
@@ -59,25 +61,49 @@ def _on_stop_signal(signum: int, frame: Any) -> None:
         raise RunInterrupted(signum)
 
 
-def install_stop_signals() -> None:
-    """Route the stop signals to `_on_stop_signal` (main thread only: Python delivers signals there)."""
+def install_stop_signals(interrupt: bool = False) -> None:
+    """Route the stop signals to `_on_stop_signal` (main thread only: Python delivers signals there);
+    ``interrupt``: Ctrl-C (SIGINT) too, for a command without a fit to stop at a safe point (an evaluation):
+    Lightning would turn its ``KeyboardInterrupt`` into exit 1 without a word."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for signum in STOP_SIGNALS:
+    for signum in (*STOP_SIGNALS, *((signal.SIGINT,) if interrupt else ())):
         previous = signal.signal(signum, _on_stop_signal)
         if previous is not _on_stop_signal:
             StopSignals.previous[signum] = previous
 
 
 def restore_stop_signals() -> None:
-    """After a job, the stop signals get back the handlers they had (default: end the process): a signal
-    while the process exits (Python's atexit callbacks) then ends it without a traceback, and no job is
-    left to record anything."""
+    """After a job, the stop signals (and SIGINT, where `install_stop_signals` took it) get back the handlers
+    they had (default: end the process): a signal while the process exits (Python's atexit callbacks) then
+    ends it without a traceback, and no job is left to record anything."""
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in STOP_SIGNALS:
         previous = StopSignals.previous.get(signum)
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) is _on_stop_signal:
+        previous = StopSignals.previous.get(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def exit_when_interrupted(command: str, outcome: str) -> Iterator[None]:
+    """Around an evaluation (a ``trainer.test``, with no fit to stop at a safe point): a stop signal or Ctrl-C
+    raises `RunInterrupted` at once, which ends the process with exit code ``128 + signum`` and one line,
+    ``error: <command> interrupted by <SIGNAL>; <outcome>`` (what was written: results are written whole,
+    after their test, or not at all). The handlers the process had are back after the block."""
+    StopSignals.reset()
+    install_stop_signals(interrupt=True)  # before any Trainer: Lightning then leaves SIGTERM to us
+    try:
+        yield
+    except RunInterrupted as err:
+        from models.lifecycle.cli import say
+
+        say(f"error: {command} interrupted by {signal.Signals(err.signum).name}; {outcome}", stream=sys.stderr)
+        raise SystemExit(128 + err.signum) from None
+    finally:
+        restore_stop_signals()
 
 
 def chain_previous_handler(signum: int) -> None:

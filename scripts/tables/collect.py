@@ -57,12 +57,14 @@ from models.lifecycle.identity import (
     run_length,
 )
 from models.lifecycle.records import (
+    CHECKPOINTS,
     CONFIG,
     FINDINGS_SNAPSHOT,
     HYDRA_DIR,
     METRICS,
     PERCENT_METRICS,
     RUN_RECORD,
+    TESTSETS,
     RunStatus,
     partial_run,
     read_run_record,
@@ -93,9 +95,8 @@ from rpe.registry import encoding
 STATUSES = ("ok", "failed", "unfinished", "missing", "interrupted", "running", "died", "no result", "unreadable",
             "duplicate")
 OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
-# `models.testsets.RESULT_FOLDER` and the test set names it accepts, spelled out here: importing that module
-# would load every model (timm) only to read JSON files (tests/test_tables_testsets.py checks they agree).
-TESTSETS = "testsets"
+# The test set names `models.testsets` accepts, spelled out here: importing that module would load every model
+# (timm) only to read JSON files (tests/test_tables_testsets.py checks they agree).
 TESTSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 APE_RULE = re.compile(r"[A-Za-z0-9_-]{1,50}")  # an APE rule's name goes into a column name: no '/' nor '@'
 # The test sets' definitions (`models.lifecycle.cli.CONFIG_DIR` / testset): a result is counted under <name> only
@@ -1000,11 +1001,13 @@ def _placed(run: Run, overrides: list[str]) -> Run:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    """The run dirs under ``root``: dirs with a ``config.yaml`` or ``.hydra/config.yaml``, outside checkpoints."""
+    """The run dirs under ``root``: dirs with a ``config.yaml`` or ``.hydra/config.yaml``, outside checkpoints
+    folders below ``root`` (a ``checkpoints`` folder above it, in the path given, hides nothing), hidden ones
+    included. The one run discovery of make_tables, archive_runs and evaluate_testsets."""
     found = entries_named(root, CONFIG, f"{HYDRA_DIR}/{CONFIG}", leaf=is_run_dir)  # unreadable: one line, never skipped
     candidates = {p.parent for p in found if p.parent.name != HYDRA_DIR}
     candidates |= {p.parent.parent for p in found if p.parent.name == HYDRA_DIR}
-    return sorted(d for d in candidates if "checkpoints" not in d.parts)
+    return sorted(d for d in candidates if CHECKPOINTS not in d.relative_to(root).parts)
 
 
 def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], naming: JobNaming | None) -> list[Run]:
