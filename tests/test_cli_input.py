@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -1044,3 +1045,46 @@ def test_a_time_stamped_sweep_or_log_dir_is_pinned_to_the_checked_one(tmp_path: 
         "paths.log_dir": cli.quoted_override("paths.log_dir", str(run.paths.log_dir))}
     named = _sweep_config([f"hydra.sweep.dir={tmp_path}/sw", "seed=0,1"])
     assert cli._pin_output_dir(named, sweeping=True) == {}  # the same dir whenever it is composed
+
+
+def test_values_optuna_draws_and_a_sweepers_params_are_checked_before_the_sweep_dir(tmp_path: Path) -> None:
+    """Each end of a range optuna draws from (both are values a trial may get), and each value of a key swept
+    through ``hydra.sweeper.params`` (a sweep config's, or one given on the command line), is checked like a
+    command-line sweep value: one line naming it before the sweep dir exists, never a failed trial."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    sweep_dir = tmp_path / "sweep"
+    common = ["debug=fast", f"paths.log_dir={tmp_path}", f"hydra.sweep.dir={sweep_dir}"]
+    optuna = ["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2"]
+    for swept, line in (
+            ("rpe.ratio=interval(-1.0,0.0)", "rpe.ratio=-1.0 (an end of interval(-1.0,0.0), which optuna may draw):"
+                                             " rpe.ratio=-1.0 must be > 0"),
+            ("rpe.ratio=interval(0.5,200.0)", "rpe.ratio=200.0 (an end of interval(0.5,200.0), which optuna may"
+                                              " draw): rpe.ratio=200.0 must be > 0 and <= 100"),
+            ("seed=range(3,-1,step=-2)", "seed=-1 (an end of range(3,-1,step=-2), which optuna may draw): seed=-1"
+                                         " must be an integer >= 0"),  # optuna's range takes its stop: 3, 1, -1
+            ("+hydra.sweeper.params.seed='0,-1'", "seed=-1: seed=-1 must be an integer >= 0")):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides([*optuna, swept, *common], "train")
+        assert str(err.value).startswith(f"the sweep's job with {line}"), err.value
+    cli.check_overrides([*optuna, "rpe.ratio=interval(0.5,100.0)", *common], "train")  # both ends are ratios
+    shutil.rmtree(sweep_dir)
+    with pytest.raises(cli.CommandLineError) as err:  # a row no row of the sweep, given through its params
+        cli.check_overrides(["-m", "sweep=shift_mini", "seed=0", 'hydra.sweeper.params.row="none,nope"', *common],
+                            "train")
+    assert str(err.value).startswith("the sweep's job with row=nope: row=nope is not a row of sweep shift_mini;"
+                                     " valid: none, ape_learned, "), err.value
+    assert not sweep_dir.exists()
+
+
+def test_optuna_params_given_as_a_mapping_name_one_key_an_override(tmp_path: Path) -> None:
+    """Hydra cannot merge a sweep inside a mapping (its text: "Unexpected type annotation: Set[str]"): the line
+    names the spelling that works for each key."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.params={seed: choice(0,-1), rpe.mode:"
+                             " choice(bias,ctx)}", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value) == (
+        "hydra.sweeper.params={seed: choice(0,-1), rpe.mode: choice(bias,ctx)} cannot be merged: Hydra cannot store"
+        " a sweep (choice, range, interval) inside a mapping; valid: one key an override, each given on its own:"
+        " 'seed=choice(0,-1)' 'rpe.mode=choice(bias,ctx)' (the sweeper takes a swept key given on the command line"
+        " over its params entry)")
