@@ -13,7 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from models.lifecycle.cli import cli
-from models.lifecycle.job import after_sweep, run_job
+from models.lifecycle.job import after_sweep, interrupted_outside_a_job, run_job
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
@@ -22,4 +22,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    cli(main, "train", after=after_sweep)
+    cli(main, "train", after=after_sweep, interrupted=interrupted_outside_a_job)

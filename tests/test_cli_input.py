@@ -9,6 +9,7 @@ import importlib.util
 import itertools
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -1188,3 +1189,46 @@ def test_hydra_uses_the_dir_the_check_made(args: list[str], key: str, tmp_path: 
     [made] = [p for p in tmp_path.rglob("*") if p.is_dir() and not any(p.iterdir())]
     again = _sweep_config(cli.with_pins([a for a in argv if a != "-m"], pins))
     assert Path(str(again.hydra.sweep.dir if key == "hydra.sweep.dir" else again.hydra.run.dir)) == made
+
+
+def test_values_optuna_draws_and_a_sweepers_params_are_checked_before_the_sweep_dir(tmp_path: Path) -> None:
+    """Each end of a range optuna draws from (both are values a trial may get), and each value of a key swept
+    through ``hydra.sweeper.params`` (a sweep config's, or one given on the command line), is checked like a
+    command-line sweep value: one line naming it before the sweep dir exists, never a failed trial."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    sweep_dir = tmp_path / "sweep"
+    common = ["debug=fast", f"paths.log_dir={tmp_path}", f"hydra.sweep.dir={sweep_dir}"]
+    optuna = ["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2"]
+    for swept, line in (
+            ("rpe.ratio=interval(-1.0,0.0)", "rpe.ratio=-1.0 (an end of interval(-1.0,0.0), which optuna may draw):"
+                                             " rpe.ratio=-1.0 must be > 0"),
+            ("rpe.ratio=interval(0.5,200.0)", "rpe.ratio=200.0 (an end of interval(0.5,200.0), which optuna may"
+                                              " draw): rpe.ratio=200.0 must be > 0 and <= 100"),
+            ("seed=range(3,-1,step=-2)", "seed=-1 (an end of range(3,-1,step=-2), which optuna may draw): seed=-1"
+                                         " must be an integer >= 0"),  # optuna's range takes its stop: 3, 1, -1
+            ("+hydra.sweeper.params.seed='0,-1'", "seed=-1: seed=-1 must be an integer >= 0")):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides([*optuna, swept, *common], "train")
+        assert str(err.value).startswith(f"the sweep's job with {line}"), err.value
+    cli.check_overrides([*optuna, "rpe.ratio=interval(0.5,100.0)", *common], "train")  # both ends are ratios
+    shutil.rmtree(sweep_dir)
+    with pytest.raises(cli.CommandLineError) as err:  # a row no row of the sweep, given through its params
+        cli.check_overrides(["-m", "sweep=shift_mini", "seed=0", 'hydra.sweeper.params.row="none,nope"', *common],
+                            "train")
+    assert str(err.value).startswith("the sweep's job with row=nope: row=nope is not a row of sweep shift_mini;"
+                                     " valid: none, ape_learned, "), err.value
+    assert not sweep_dir.exists()
+
+
+def test_optuna_params_given_as_a_mapping_name_one_key_an_override(tmp_path: Path) -> None:
+    """Hydra cannot merge a sweep inside a mapping (its text: "Unexpected type annotation: Set[str]"): the line
+    names the spelling that works for each key."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.params={seed: choice(0,-1), rpe.mode:"
+                             " choice(bias,ctx)}", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+    assert str(err.value) == (
+        "hydra.sweeper.params={seed: choice(0,-1), rpe.mode: choice(bias,ctx)} cannot be merged: Hydra cannot store"
+        " a sweep (choice, range, interval) inside a mapping; valid: one key an override, each given on its own:"
+        " 'seed=choice(0,-1)' 'rpe.mode=choice(bias,ctx)' (the sweeper takes a swept key given on the command line"
+        " over its params entry)")

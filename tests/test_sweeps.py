@@ -845,3 +845,96 @@ def test_the_benchmark_seeds_can_decide_the_registered_findings() -> None:
 
     registered = registered_findings()
     assert len(registered) == 28 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS
+
+
+def test_an_optuna_trial_without_a_value_is_told_failed_and_the_study_goes_on(tmp_path: Path) -> None:
+    """The plugin told a failed job's NaN as the trial's value; optuna 2.10 refused it, and the plugin's fallback
+    (a failure told with that value) was refused too: two tracebacks, the further trials never ran. Each trial
+    is told to optuna (a failed one with no value), jobs keep their numbers, the best trial is of those with one."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    import optuna
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from models.lifecycle.sweeper import TrialFailureTelling, _FailuresToldFirst
+
+    class Jobs:  # the launcher: job n returns values[n] (NaN: a failed job)
+        def __init__(self, values: list[float]) -> None:
+            self.values, self.numbers = values, []
+
+        def launch(self, overrides: list, initial_job_idx: int) -> list[JobReturn]:
+            self.numbers += range(initial_job_idx, initial_job_idx + len(overrides))
+            return [JobReturn(status=JobStatus.COMPLETED, _return_value=self.values[initial_job_idx + i])
+                    for i in range(len(overrides))]
+
+    def sweep(values: list[float], n_jobs: int) -> tuple[TrialFailureTelling, Jobs]:
+        sweeper = TrialFailureTelling(optuna.samplers.RandomSampler(seed=0), "maximize", None, "t", len(values),
+                                      n_jobs, None, None, OmegaConf.create({"x": "interval(0.0, 1.0)"}))
+        sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / f"s{n_jobs}")}}})
+        sweeper.hydra_context, sweeper.job_idx, jobs = object(), 0, Jobs(values)
+        sweeper.launcher = _FailuresToldFirst(jobs, sweeper)
+        sweeper.sweep([])
+        return sweeper, jobs
+
+    for n_jobs in (1, 2):  # one trial a batch, and a batch holding a failed trial and a finished one
+        sweeper, jobs = sweep([math.nan, 3.0, math.nan, 1.0], n_jobs)
+        assert jobs.numbers == [0, 1, 2, 3]  # a failed job's number is not given to the next
+        states = [t.state.name for t in sweeper.study.trials]
+        assert states == ["FAIL", "COMPLETE", "FAIL", "COMPLETE"] and sweeper.study.best_value == 3.0
+        assert OmegaConf.load(tmp_path / f"s{n_jobs}" / "optimization_results.yaml").best_value == 3.0
+        assert (tmp_path / f"s{n_jobs}" / "multirun.yaml").is_file()  # the study, for a later launch's check
+    (tmp_path / "s1" / "optimization_results.yaml").unlink()
+    sweeper, _ = sweep([math.nan, math.nan], 1)  # no trial with a value: no best trial, no traceback
+    assert [t.state.name for t in sweeper.study.trials] == ["FAIL", "FAIL"]
+    assert not (tmp_path / "s1" / "optimization_results.yaml").exists()
+
+
+def test_a_sweep_dir_is_one_study_with_one_job_naming(tmp_path: Path) -> None:
+    """A second sweep into a sweep dir is refused in one line when its sweeper's settings (an optuna study's
+    sampler seed), its params or its job dir naming differ; more optuna trials extend the same study."""
+    from models.lifecycle import cli
+
+    def hydra(*overrides: str):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            return compose("train", overrides=list(overrides), return_hydra_config=True).hydra
+
+    sweep_dir = tmp_path / "sweep"
+    for first, same, other, key in (
+            (["hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=1"], ["hydra.sweeper.n_trials=5"],
+             ["hydra.sweeper.sampler.seed=7"], "hydra.sweeper.sampler"),
+            (["hydra/sweeper=optuna_rpe"], [], ["+hydra.sweeper.params.seed='0,1'"], "seed"),
+            (["sweep=swin_mini"], [], ["hydra.job.config.override_dirname.kv_sep=@"],
+             "hydra.job.config.override_dirname")):
+        sweep_dir.mkdir(exist_ok=True)
+        saved = OmegaConf.create({"hydra": OmegaConf.to_container(hydra(*first), resolve=False)})
+        saved.hydra.overrides.task = [o for o in first if not o.startswith("hydra")]
+        OmegaConf.save(saved, sweep_dir / "multirun.yaml")
+        task = saved.hydra.overrides.task
+        subdir = OmegaConf.to_container(saved.hydra.sweep, resolve=False)["subdir"]
+        cli.check_sweep_dir_is_this_sweeps(sweep_dir, [*task, *same], subdir, hydra(*first, *same))
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_sweep_dir_is_this_sweeps(sweep_dir, [*task, *other], subdir, hydra(*first, *other))
+        assert str(err.value).startswith(f"hydra.sweep.dir={str(sweep_dir)!r} holds "), err.value
+        assert key in str(err.value) and "valid: the same" in str(err.value), err.value
+
+
+@pytest.mark.slow  # two optuna trials and a refused second study (~25 s on a busy 2-core machine)
+def test_a_failed_optuna_trial_is_listed_and_the_next_trial_runs(tmp_path: Path, data_dir: Path) -> None:
+    """Trial 0's job fails: one line, trial 1 trains, the study's best is trial 1, exit 1 with the sweep's list of
+    failures and no traceback. A second study (another sampler seed) into the same dir is refused before a trial."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    sweep_dir = tmp_path / "optuna"
+    args = ["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.seed=1",
+            "+callbacks.fail.rank=choice(0,5)", "+callbacks.fail._target_=tests.faults.RaiseOnRank",  # seed 1: 0, 5
+            *FAST, *TABLE_DATA, f"hydra.sweep.dir={sweep_dir}", f"paths.data_dir={data_dir}"]
+    result = run_cli("train.py", args, env_extra={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert f"error: job failed ({sweep_dir / '0'}): injected failure of rank 0" in result.stderr
+    assert f"error: 1 sweep job(s) failed:\n  {sweep_dir / '0'}: injected failure of rank 0" in result.stderr
+    assert (sweep_dir / "1" / "metrics.json").is_file()
+    assert OmegaConf.load(sweep_dir / "optimization_results.yaml").best_params["++callbacks.fail.rank"] == 5
+    again = run_cli("train.py", [a.replace("sampler.seed=1", "sampler.seed=7") for a in args])
+    assert again.returncode == 2 and again.stderr.startswith(f"error: hydra.sweep.dir={str(sweep_dir)!r} holds another"
+                                                             " sweep"), again.stderr[-2000:]
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1"]

@@ -7,6 +7,7 @@ printed by `report_user_error` as one ``error: ...`` line with exit code 2.
 
 from __future__ import annotations
 
+import copy
 import errno
 import hashlib
 import os
@@ -433,24 +434,64 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
                                "writable folder") from None
 
 
-def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir: Any = None) -> None:
+# What makes a sweep the sweep it is, beside its swept values: the sweeper's own settings (an optuna study's sampler
+# and seed, direction, storage, ...) and what names its job dirs. ``n_trials`` (``max_batch_size``: how many jobs
+# start at once) is left out: the same study run for more trials draws the same first trials with the same seed,
+# whose jobs are found finished, so a relaunch with more trials extends it.
+SWEEP_IDENTITY = ("sweeper", "sweep.subdir", "job.config.override_dirname")
+SWEEP_EXTENT = ("n_trials", "max_batch_size", "params")  # params: compared as the sweep's values, below
+
+
+def _identity_settings(hydra: Any) -> dict[str, Any]:
+    """``{hydra.<key>: value}`` of the settings in `SWEEP_IDENTITY`, as given (unresolved); ``hydra`` is a sweep's
+    ``hydra`` node, composed or as read from its ``multirun.yaml``."""
+    plain = OmegaConf.to_container(hydra, resolve=False) if isinstance(hydra, DictConfig) else hydra
+    found = {}
+    for key in SWEEP_IDENTITY:
+        value = _nested(plain, *key.split("."))
+        if isinstance(value, dict) and key == "sweeper":
+            found.update({f"hydra.sweeper.{k}": v for k, v in value.items() if k not in SWEEP_EXTENT})
+        else:
+            found[f"hydra.{key}"] = value
+    return found
+
+
+def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir: Any = None,
+                                   hydra: Any = None) -> None:
     """A sweep dir holds one sweep: Hydra would replace its ``multirun.yaml`` (the grid the tables read) with
     another sweep's. The same keys again (a requeue, a resumed sweep, one given a further seed) are the same sweep,
     but further values only where the job dirs are named by their overrides (``subdir``, the raw
     ``hydra.sweep.subdir``): numbered ones start at 0 in every launch, where the earlier launch's jobs are.
-    A ``multirun.yaml`` that cannot be read as Hydra's grid is refused too (`saved_sweep_task`)."""
+    A ``multirun.yaml`` that cannot be read as Hydra's grid is refused too (`saved_sweep_grid`). With ``hydra``,
+    the launch's ``hydra`` node, the sweep is also its sweeper's settings, its params and its job dir naming
+    (`SWEEP_IDENTITY`)."""
     saved = sweep_dir / "multirun.yaml"
-    task = saved_sweep_task(saved, sweep_dir)
-    if task is None:
+    grid = saved_sweep_grid(saved, sweep_dir)
+    if grid is None:
         return
+    task = grid["hydra"]["overrides"]["task"]
+    made_by = " ".join(map(str, task))
+    saved_hydra = grid["hydra"]
+    if hydra is not None and isinstance(saved_hydra.get("sweeper"), dict):  # a grid Hydra wrote: it has them all
+        then, now = _identity_settings(saved_hydra), _identity_settings(hydra)
+        changed = next((k for k in {**then, **now} if then.get(k) != now.get(k)), None)
+        if changed is not None:
+            raise CommandLineError(
+                f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep: {saved} was made with {changed}="
+                f"{then.get(changed)!r}, this launch has {now.get(changed)!r} (another study, or other job dir"
+                " names for the same jobs); valid: the same settings again, or a new hydra.sweep.dir")
+        task = sweep_overrides(saved_hydra["sweeper"].get("params"), list(map(str, task)))[0]
+        overrides = sweep_overrides((hydra.get("sweeper") or {}).get("params"), overrides)[0]
+        made_by = " ".join(map(str, task))  # with the sweeper's params: the whole sweep
 
     def keys(items: list[str]) -> set[str]:  # the keys a sweep sets: new values (e.g. a further seed) extend it
         return {o.split("=", 1)[0].lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
 
-    made_by = " ".join(map(str, task))
     if keys(list(map(str, task))) != keys(overrides):
+        this = " ".join(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/")))
         raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({saved} was made by "
-                               f"{made_by!r}); valid: the same command again, or a new hydra.sweep.dir")
+                               f"{made_by!r}, this launch sweeps {this!r}); valid: the same command again, or a new"
+                               " hydra.sweep.dir")
 
     def values(items: list[str]) -> set[str]:
         return {o.lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
@@ -463,9 +504,9 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir
             " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
 
 
-def saved_sweep_task(saved: Path, sweep_dir: Path) -> list[Any] | None:
-    """The overrides (``hydra.overrides.task``) of the grid ``saved`` that an earlier launch left in
-    ``sweep_dir``; None when there is none. One this launch cannot read as Hydra's grid (not a plain file,
+def saved_sweep_grid(saved: Path, sweep_dir: Path) -> dict[str, Any] | None:
+    """The grid ``saved`` (a ``multirun.yaml``, with its ``hydra.overrides.task`` list) that an earlier launch left
+    in ``sweep_dir``; None when there is none. One this launch cannot read as Hydra's grid (not a plain file,
     unreadable, not YAML, no task list) is refused in one line naming it: the launch would copy it aside
     (`keep_earlier_grid`) and write its own grid over it, or through a link over another sweep's."""
     import yaml
@@ -495,9 +536,8 @@ def saved_sweep_task(saved: Path, sweep_dir: Path) -> list[Any] | None:
                 except yaml.YAMLError as err:
                     problem = f"not valid YAML: {' '.join(str(err).split())[:120]}"
                 else:
-                    task = _nested(grid, "hydra", "overrides", "task")
-                    if isinstance(task, list):
-                        return task
+                    if isinstance(_nested(grid, "hydra", "overrides", "task"), list):
+                        return grid
                     problem = "not the grid Hydra writes: it has no hydra.overrides.task list"
     raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds {saved}, which is no sweep grid this launch can"
                            f" read ({problem}); a launch would replace it, so nothing was started; valid: repair or"
@@ -579,24 +619,66 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
     return single
 
 
-def _each_swept_value(overrides: list[str]) -> list[list[str]]:
-    """One command line per further value of each swept key, the other keys at their first value: a value
-    that a job would refuse (``-m seed=0,-1``) is found before the first job trains."""
+def _drawn_bounds(override: Any) -> list[str] | None:
+    """The two ends of a range the optuna sweeper draws from (``interval(a,b)``, ``range(a,b[,step])``), each a value
+    a trial may get: optuna 2.10 draws from an interval with both ends included (``low <= x <= high``), and from
+    a range up to and including its stop (``range(1,4)`` is 1, 2, 3, 4), unlike Hydra's basic sweeper. None for
+    any other override."""
+    from hydra.core.override_parser.types import IntervalSweep, RangeSweep
+
+    sweep = override.value() if override.is_sweep_override() else None
+    if isinstance(sweep, IntervalSweep):
+        return [str(sweep.start), str(sweep.end)]
+    if isinstance(sweep, RangeSweep) and not sweep.shuffle and sweep.start is not None and sweep.stop is not None:
+        step = sweep.step or 1
+        last = sweep.start + step * ((sweep.stop - sweep.start) // step)  # the last step not past the stop
+        return [str(sweep.start), str(last)]
+    return None
+
+
+def _swept_lines(overrides: list[str], whole: int = 0, drawn: bool = False) -> list[tuple[str, str, list[str]]]:
+    """``(the value as named in an error, its override, command line)``: one line per further value of each
+    swept key, the other keys at their first value. The first ``whole`` overrides (the sweeper's ``params``, which
+    the first composition does not apply) get a line for their first value too; with ``drawn`` (optuna) a range
+    gets its two ends (`_drawn_bounds`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
-    first = _first_of_sweeps(overrides)
+    firsts = [_first_of_sweeps([o.input_line]) for o in parsed]  # each at its first value ([] for an interval)
     lines = []
     for i, override in enumerate(parsed):
-        values = _swept_values(override) if override.is_sweep_override() else None
-        for value in (values or [])[1:]:
-            lines.append([*first[:i], f"{override.get_key_element()}={value}", *first[i + 1:]])
+        bounds = _drawn_bounds(override) if drawn else None
+        values = bounds or (_swept_values(override) if override.is_sweep_override() else None)
+        before, after = [o for first in firsts[:i] for o in first], [o for first in firsts[i + 1:] for o in first]
+        for value in (values or [])[0 if i < whole or bounds else 1:]:
+            swept = f"{override.get_key_element()}={value}"
+            drawn_from = override.input_line.split("=", 1)[1]
+            named = f"{swept} (an end of {drawn_from}, which optuna may draw)" if bounds else swept
+            lines.append((named, swept, [*before, swept, *after]))
     return lines
 
 
 # Runs the command-line checks of one command, or of several separated by ``--``, and exits (0: each would start),
 # making no dir: a script checks the job commands it is to start before it makes a dir or starts a job.
 CHECK_FLAG = "--check"
+
+
+def _each_swept_value(overrides: list[str]) -> list[list[str]]:
+    """One command line per further value of each swept key, the other keys at their first value: a value
+    that a job would refuse (``-m seed=0,-1``) is found before the first job trains."""
+    return [line for _, _, line in _swept_lines(overrides)]
+
+
+def sweep_overrides(params: Any, overrides: list[str]) -> tuple[list[str], int]:
+    """What a sweeper sweeps: its ``params`` (``hydra.sweeper.params``, a sweep config's rows and seeds) as
+    overrides, less those the command line gives again (the command line's wins, in Hydra's sweepers), followed by
+    the command line's overrides. Returns them and how many came from ``params``."""
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else params or {}
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    entries = [f"{k}={v}" for k, v in params.items() if str(k).lstrip("+~") not in given]
+    return [*entries, *overrides], len(entries)
+
+
 # Hydra's own command-line flags (the rest of a command line is overrides)
 HYDRA_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package", "-r",
                "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
@@ -709,29 +791,48 @@ def _refuse_intervals(overrides: list[str]) -> None:
                                    " sweeper does; valid: add hydra/sweeper=optuna_rpe, or list values (a,b,c)")
 
 
-def _check_swept_values(config_name: str, overrides: list[str]) -> None:
-    """`check_settings` on each further value of each swept key (`_each_swept_value`)."""
+def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig) -> None:
+    """`check_settings` on each further value of each swept key (`_swept_lines`), those of the sweeper's
+    ``params`` (``cfg``'s, a sweep config's or ``hydra.sweeper.params.<key>=...``) too, and for optuna on the two
+    ends of each range it draws from."""
     from hydra import compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # private Hydra API (the 1.3 pin)
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from models.lifecycle.job import check_buildable
     from models.lifecycle.settings import check_schedule, check_settings
 
-    for line in _each_swept_value(overrides):
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name, overrides=line, return_hydra_config=True)
+    sweeper = cfg.hydra.get("sweeper") or {}
+    swept, whole = sweep_overrides(sweeper.get("params"), overrides)
+    drawn = not str(sweeper.get("_target_", "")).endswith("BasicSweeper")
+    base: DictConfig | None = None
+    lines = _swept_lines(swept, whole, drawn)
+    of_params = len(_swept_lines(swept[:whole], whole, drawn))  # the lines of the params come first
+    for n, (named, value, line) in enumerate(lines):
+        override = OverridesParser.create().parse_overrides([value])[0]
+        if is_config_group(override.key_or_group.lstrip("+~")):  # another option of a group: composed anew
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+                cfg = compose(config_name, overrides=line, return_hydra_config=True)
+        else:  # a value: set on the first values' config as Hydra sets an override (composing takes ~0.4 s a value)
+            if base is None:
+                GlobalHydra.instance().clear()
+                with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+                    base = compose(config_name, overrides=_first_of_sweeps(swept), return_hydra_config=True)
+            cfg = copy.deepcopy(base)
+            ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
         HydraConfig.instance().set_config(cfg)
         try:
             check_settings(cfg, config_name)
             if config_name == "train":
                 check_schedule(cfg)
-                check_buildable(cfg)
+                if n >= of_params:  # a sweep config's own rows are built by its tests; each costs ~0.4 s here
+                    check_buildable(cfg)
                 check_data_root(cfg)  # a later value's data root: its job would generate there
         except ValueError as err:
-            swept = next(o for o in line if o not in _first_of_sweeps(overrides))
-            raise CommandLineError(f"the sweep's job with {swept}: {one_line(err)}") from None
+            raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
 
 
 # What a sweep job's subdir may interpolate: values that are one safe path component whatever the job's settings
@@ -968,7 +1069,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                                                     and trials >= 1):
             raise CommandLineError(f"hydra.sweeper.n_trials={trials} must be an integer >= 1 (the trials optuna runs)")
         if sweeping:  # -m, or a sweep config that sets Hydra's mode
-            _check_swept_values(config_name, overrides)
+            _check_swept_values(config_name, overrides, cfg)
         if config_name == "eval":
             check_devices(cfg)
         if config_name == "train":
@@ -989,7 +1090,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots, make)
                 pins = _pin_output_dir(cfg, sweeping=True)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides,
-                                               OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
+                                               OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"),
+                                               cfg.hydra)
                 if make:
                     keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
             else:
@@ -1471,6 +1573,9 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
         return (f"override {err.override!r} is not valid override syntax: {' '.join(str(cause).split())}; a value"
                 " with spaces, non-ASCII letters or other special characters must be quoted, e.g."
                 " 'run_name=\"my run\"'")
+    params_node = _params_node_line(str(err))
+    if params_node is not None:
+        return params_node
     missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
     if missing_key:  # OmegaConf names the missing key, not the setting that reads it
         return _missing_key_line(missing_key.group(1), overrides or [], cfg)
@@ -1511,6 +1616,25 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
             return dotted
         return _unknown_key_line(full_key, valid, str(parent.get("_target_", "")))
     return " ".join(f"{err} {cause}".split()) if cause is not err else " ".join(str(err).split())
+
+
+def _params_node_line(message: str) -> str | None:
+    """``hydra.sweeper.params={seed: choice(0,-1)}``: Hydra cannot store a sweep (choice, range, interval) inside a
+    mapping it merges (its text names a type annotation); name the form that gives each key its sweep."""
+    given = re.match(r"Error merging override (\+*hydra\.sweeper\.params=\{(.*)\})", message.strip(), re.DOTALL)
+    if given is None:
+        return None
+    items, depth, start = [], 0, 0
+    body = given.group(2)
+    for i, char in enumerate(body + ","):  # the mapping's entries: split at the commas outside brackets
+        depth += (char in "([{") - (char in ")]}")
+        if char == "," and depth == 0:
+            items.append(body[start:i].strip())
+            start = i + 1
+    spelled = " ".join(f"'{k.strip()}={v.strip()}'" for k, _, v in (item.partition(":") for item in items if item))
+    return (f"{given.group(1)} cannot be merged: Hydra cannot store a sweep (choice, range, interval) inside a"
+            f" mapping; valid: one key an override, each given on its own: {spelled} (the sweeper takes a swept key"
+            " given on the command line over its params entry)")
 
 
 def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str | None:
@@ -1594,10 +1718,12 @@ def check_only_commands(argv: list[str]) -> list[list[str]]:
     return commands
 
 
-def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
+def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrupted: Any = None) -> None:
     """Entry point: reject bad choices, keys and values in one line, then hand over to Hydra.
 
     ``after()`` runs once Hydra returns and may return an exit code (train.py's: 1 when sweep jobs failed).
+    ``interrupted(signum)``, where given, has the stop signals for the whole of Hydra's run (between a sweep's
+    jobs too, where they would otherwise end the process without a word) and reports one that came outside a job.
     With `CHECK_FLAG` only the checks run, on each command of `check_only_commands`, writing nothing: exit 0 when
     every command would start, else the first refusal's line and exit 2.
     """
@@ -1623,7 +1749,19 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None) -> None:
             " run the same command again", stream=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     sys.argv[1:] = with_pins(sys.argv[1:], pins)
-    hydra_main()
+    if interrupted is None:
+        hydra_main()
+    else:
+        from models.lifecycle.signals import install_stop_signals, restore_stop_signals
+        from models.training import RunInterrupted
+
+        install_stop_signals()
+        try:
+            hydra_main()
+        except RunInterrupted as err:  # a job reports its own interruption and exits: this one came between jobs
+            interrupted(err.signum)
+        finally:
+            restore_stop_signals()
     code = after() if after is not None else 0
     if code:
         sys.exit(code)

@@ -972,15 +972,18 @@ def _stop_signal_of(returncode: int | None) -> int | None:
     return -returncode if -returncode in (*STOP_SIGNALS, int(signal.SIGINT)) else None
 
 
-def _interruption_line(run_dir: Path, signum: int) -> str:
+def _interruption_line(run_dir: Path | None, signum: int) -> str:
     name = signal.Signals(signum).name
+    if run_dir is None:  # outside any job: between two of a sweep's jobs, or before a run's job began
+        what = "sweep interrupted between two jobs" if _is_multirun() else "run interrupted before its job began"
+        return f"error: {what} by {name}; rerun the same command to go on (finished jobs are not trained again)"
     where = f"sweep interrupted during job {run_dir}" if _is_multirun() else f"run interrupted ({run_dir})"
     saved = (f"{CHECKPOINTS}/{LAST} holds its state" if (run_dir / CHECKPOINTS / LAST).is_file()
              else "no checkpoint yet")
     return f"error: {where} by {name}; {saved}, rerun the same command to resume"
 
 
-def _report_interruption(run_dir: Path, signum: int, chain: bool = True) -> None:
+def _report_interruption(run_dir: Path | None, signum: int, chain: bool = True) -> None:
     """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell. ``chain``: this process got the
     signal, so a launcher's own handler of it runs too (not so for a signal that ended a worker only)."""
     say(_interruption_line(run_dir, signum), stream=sys.stderr)
@@ -1078,7 +1081,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             # One failed job must not stop the sweep: report it, keep going, summarise at the end.
             say(f"error: job failed ({job.run_dir}): {message}", stream=sys.stderr)
             FAILED_JOBS.append(f"{job.run_dir}: {message}")
-            return float("nan")  # optuna records a NaN objective as a failed trial
+            return float("nan")  # the optuna sweeper tells a trial without a number as failed (lifecycle/sweeper.py)
         if isinstance(err, user_error_types()):
             if os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) != "0":
                 sys.exit(2)  # a DDP worker: rank 0 reports the same error, once
@@ -1095,6 +1098,12 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
         os.environ.update(environment)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()  # each multirun job opens its own process group
+
+
+def interrupted_outside_a_job(signum: int) -> None:
+    """A stop signal while Hydra was between jobs (composing the next, a sweeper's bookkeeping): one line, the
+    sweep's failed jobs, exit ``128 + signum``."""
+    _report_interruption(None, signum)
 
 
 def after_sweep() -> int:

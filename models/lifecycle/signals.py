@@ -27,6 +27,7 @@ class StopSignals:
     received: int | None = None
     checkpoint: Any = None  # the ResumeCheckpoint of the fit in progress, else None
     previous: dict[int, Any] = {}
+    held = 0  # installs not yet restored: a sweep holds them around its jobs, each job holds them too
 
     @classmethod
     def reset(cls) -> None:
@@ -67,6 +68,7 @@ def install_stop_signals(interrupt: bool = False) -> None:
     Lightning would turn its ``KeyboardInterrupt`` into exit 1 without a word."""
     if threading.current_thread() is not threading.main_thread():
         return
+    StopSignals.held += 1
     for signum in (*STOP_SIGNALS, *((signal.SIGINT,) if interrupt else ())):
         previous = signal.signal(signum, _on_stop_signal)
         if previous is not _on_stop_signal:
@@ -76,9 +78,14 @@ def install_stop_signals(interrupt: bool = False) -> None:
 def restore_stop_signals() -> None:
     """After a job, the stop signals (and SIGINT, where `install_stop_signals` took it) get back the handlers
     they had (default: end the process): a signal while the process exits (Python's atexit callbacks) then
-    ends it without a traceback, and no job is left to record anything."""
+    ends it without a traceback, and no job is left to record anything. Only the last holder restores them: a
+    job inside a sweep leaves them to the sweep."""
     if threading.current_thread() is not threading.main_thread():
         return
+    StopSignals.held = max(StopSignals.held - 1, 0)
+    if StopSignals.held:
+        return
+    StopSignals.reset()  # no job is running: a signal now interrupts at once
     for signum in STOP_SIGNALS:
         previous = StopSignals.previous.get(signum)
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
