@@ -51,6 +51,12 @@ STATES = ("running", "finished", "failed", "interrupted")
 RECORD_FILES = (RUN_RECORD, METRICS, FAILURE, CONFIG, RUN_LOCK, *(f"{HYDRA_DIR}/{f}" for f in HYDRA_FILES),
                 f"{CHECKPOINTS}/{LAST}", f"{CHECKPOINTS}/{BEST}")
 RECORD_DIRS = (HYDRA_DIR, CHECKPOINTS)
+# The folders other commands write into a run dir: eval.py's test-set results, scripts/plot_rpe.py's plots.
+TESTSETS_DIR = "testsets"
+PLOTS_DIR = "plots"
+# The names at a run dir's top that are the run's own records and folders: nothing else (a logger) writes there.
+OWN_ENTRIES = tuple(dict.fromkeys((*(f.split("/")[0] for f in RECORD_FILES), *RECORD_DIRS, FINDINGS_SNAPSHOT,
+                                   TESTSETS_DIR, PLOTS_DIR)))
 
 
 class RunDirConflict(ValueError):
@@ -147,6 +153,10 @@ def read_run_record(run_dir: Path) -> dict[str, Any] | None:
                            " records")
     if record.get("state") not in STATES:
         raise RunFileError(f"{path} is damaged: state {record.get('state')!r} is not one of {', '.join(STATES)}")
+    lengths = record.get("lengths")
+    # the lengths a run dir trained at always include its own: a list without it would disown its own checkpoints
+    if "lengths" in record and "length" in record and not (isinstance(lengths, list) and record["length"] in lengths):
+        raise RunFileError(f"{path} is damaged: its lengths {lengths!r} lack the run's own length {record['length']}")
     return record
 
 
