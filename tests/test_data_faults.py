@@ -220,6 +220,17 @@ def test_temp_dirs_of_killed_runs_are_removed_and_only_those(tmp_path: Path) -> 
     assert not ensure_generated(root, FAKE) and not leftover.exists()
 
 
+def test_a_root_name_near_the_file_systems_limit_is_generated(tmp_path: Path) -> None:
+    """Probe 5 cases 151, 153: the lock and temp dir beside data.root were named ``.<root name>.lock`` and
+    ``.<root name>.tmp-<pid>-<hex>``, 22 bytes longer than a valid root name of up to 255 bytes ("File name too
+    long"). They are named by a short hash of it."""
+    root = tmp_path / ("d" * 250)
+    assert ensure_generated(root, FAKE)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([lock_path(root).name, root.name])
+    assert len(lock_path(root).name) < 30 and (root / MARKER_NAME).is_file()
+    assert lock_path(root) != lock_path(tmp_path / ("d" * 249))  # one lock per root
+
+
 def test_temp_dir_of_a_running_generation_is_left_alone(tmp_path: Path) -> None:
     root = tmp_path / "rel"
     ensure_generated(root, FAKE)
