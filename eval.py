@@ -196,6 +196,8 @@ def not_a_result(run_dir: Path, status: Any) -> str:
     not finished, or it is a smoke run that trained or tested on part of its splits), or ''."""
     from models.lifecycle.records import partial_run
 
+    if status.state == "unreadable":  # a damaged record: which, and how, so that it can be repaired
+        return f"{run_dir}'s records are unreadable ({status.problem}): these are the numbers of its checkpoint"
     if status.state != "finished":
         return f"{run_dir} has not finished ({status.state}): these are the numbers of its checkpoint so far"
     partial = partial_run(status.metrics)

@@ -419,22 +419,35 @@ def _file_lock(lock_path: Path, blocking: bool = True) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _sidecar_stem(root: Path) -> str:
+    """The stem of the names of the files a generation of ``root`` makes beside it (its lock, its temp dirs):
+    ``.gen-`` and a short hash of the root's name, so that they are short whatever the root's own name (a name
+    near the file system's 255 bytes, with ``.lock`` or ``.tmp-<pid>-<hex>`` added, would be too long)."""
+    return f".gen-{hashlib.sha256(os.fsencode(root.name)).hexdigest()[:12]}"
+
+
+def lock_path(root: Path) -> Path:
+    """The file the generation lock of ``root`` is held on (beside it)."""
+    return root.parent / f"{_sidecar_stem(root)}.lock"
+
+
 def generation_lock(root: Path, blocking: bool = True) -> contextlib.AbstractContextManager[bool]:
     """The lock every process holds while it generates ``root`` (a file next to it); yields whether held."""
-    return _file_lock(root.parent / f".{root.name}.lock", blocking=blocking)
+    return _file_lock(lock_path(root), blocking=blocking)
 
 
 def new_temp_dir(root: Path) -> Path:
     """Create the private temp dir a generation of ``root`` writes into (renamed onto ``root`` at the end)."""
-    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = root.parent / f"{_sidecar_stem(root)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     return tmp
 
 
 def _temp_dirs(root: Path) -> list[Path]:
-    """Temp dirs of generations of ``root``: exactly `new_temp_dir`'s names (and ``.tmp-<hex8>``, the names
-    older versions of the COCO generator used), real directories only, never symlinks."""
-    pattern = re.compile(rf"\.{re.escape(root.name)}\.tmp-(?:\d+-)?[0-9a-f]{{8}}")
+    """Temp dirs of generations of ``root``: exactly `new_temp_dir`'s names (and those of earlier versions,
+    ``.<root name>.tmp-[<pid>-]<hex8>``), real directories only, never symlinks."""
+    stems = "|".join(re.escape(stem) for stem in (_sidecar_stem(root), f".{root.name}"))
+    pattern = re.compile(rf"(?:{stems})\.tmp-(?:\d+-)?[0-9a-f]{{8}}")
     try:
         entries = list(os.scandir(root.parent))
     except FileNotFoundError:
@@ -539,7 +552,7 @@ def _remove_created(root: Path, created: list[Path]) -> None:
     if not created:
         return  # the folder existed: its lock file is shared with other generations
     with contextlib.suppress(OSError):
-        (root.parent / f".{root.name}.lock").unlink(missing_ok=True)
+        lock_path(root).unlink(missing_ok=True)
     for folder in created:
         try:
             folder.rmdir()  # only if empty

@@ -428,14 +428,20 @@ def partial_test_setting(trainer: Any) -> str | None:
     return f"trainer.fast_dev_run={fast}" if fast else None
 
 
+def not_a_test_set_setting(setting: str, sets: str) -> str:
+    """The refusal of ``setting`` (`partial_test_setting`) for the test sets ``sets``: a limit is refused as a
+    setting, whatever it is (one that covers the whole set, too: the result is of the set, never of a limit)."""
+    return (f"{setting} is not a setting of a test-set evaluation: its result is of the whole set ({sets}), never"
+            " of a limited test (nothing was evaluated); valid: trainer.limit_test_batches=null or 1.0, no"
+            " trainer.fast_dev_run")
+
+
 def check_whole_test(trainer: Any, name: str) -> None:
     """Refuse, in one line and before anything is evaluated, a test of a part of test set ``name``: its
     result would replace (or stand for) the result of the whole set."""
     setting = partial_test_setting(trainer)
     if setting is not None:
-        raise TestsetError(f"{setting} tests a part of testset={name}, and a test set's result is of the whole set"
-                           " (nothing was evaluated); valid: trainer.limit_test_batches=null or 1.0, no"
-                           " trainer.fast_dev_run")
+        raise TestsetError(not_a_test_set_setting(setting, f"testset={name}"))
 
 
 def check_test_precision(trainer: Any, name: str) -> None:

@@ -247,7 +247,7 @@ def check_whole_test_settings(extra: list[str]) -> None:
     test set (`models.testsets.partial_test_setting`): such a result would stand for the whole set; and a
     precision other than the one every test-set column is measured at (`models.testsets.check_test_precision`)."""
     from models.testset_definition import TESTSET_PRECISION, precision_problem
-    from models.testsets import partial_test_setting
+    from models.testsets import not_a_test_set_setting, partial_test_setting
 
     trainer = [o for o in extra if o.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] == "trainer"]
     if not trainer:
@@ -257,9 +257,7 @@ def check_whole_test_settings(extra: list[str]) -> None:
     composed = compose_checked("eval", trainer, devices=False).trainer
     setting = partial_test_setting(composed)
     if setting is not None:
-        raise ValueError(f"--set {setting} tests a part of each test set, and a test set's result is of the whole"
-                         " set (nothing was evaluated); valid: no trainer.limit_test_batches (or 1.0), no"
-                         " trainer.fast_dev_run")
+        raise ValueError(f"--set {not_a_test_set_setting(setting, 'each test set')}")
     precision = composed.get("precision")
     if precision_problem(precision):
         given = " ".join(trainer)

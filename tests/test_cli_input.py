@@ -876,6 +876,7 @@ def test_an_empty_data_dir_variable_is_named(tmp_path: Path, monkeypatch) -> Non
 
 def test_a_data_root_in_a_read_only_folder_is_refused_before_the_run_dir(tmp_path: Path) -> None:
     """Probe case 109: the generation lock beside data.root could not be made, after the run dir was."""
+    from data.generation import lock_path
     from tests.helpers import file_modes_hold
 
     folder = tmp_path / "rodata"
@@ -887,8 +888,8 @@ def test_a_data_root_in_a_read_only_folder_is_refused_before_the_run_dir(tmp_pat
     finally:
         folder.chmod(0o755)
     assert message == (f"data.root={folder / 'rs'} cannot be generated there: permission denied ({folder} is not"
-                       " writable; the data and its lock file .rs.lock are made there); valid: a writable folder"
-                       " (paths.data_dir=... or data.root=...)"), message
+                       f" writable; the data and its lock file {lock_path(folder / 'rs').name} are made there); valid:"
+                       " a writable folder (paths.data_dir=... or data.root=...)"), message
     assert list(folder.iterdir()) == []
 
 

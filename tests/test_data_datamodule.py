@@ -15,7 +15,7 @@ from torch.utils.data import DistributedSampler
 
 from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
 from data.datamodule import RepeatAugDistributedSampler
-from data.generation import MARKER_NAME, ensure_generated
+from data.generation import MARKER_NAME, ensure_generated, lock_path
 from data.relational import generate_relational_shapes
 
 CALLS: list[str] = []
@@ -61,7 +61,7 @@ def test_prepare_data_generates_once(tmp_path: Path) -> None:
     dm.prepare_data()
     relational_dm(root).prepare_data()  # a fresh module (e.g. a new run) also reuses it
     assert len(CALLS) == 1 and some_file.stat().st_mtime_ns == mtime
-    assert not list(tmp_path.glob(".rel.tmp-*"))
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
 def test_generator_given_as_target_mapping(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_crashed_generation_leaves_nothing_behind(tmp_path: Path) -> None:
     dm = relational_dm(tmp_path / "rel", generator=functools.partial(counting_generator, fail=True))
     with pytest.raises(RuntimeError, match="simulated crash"):
         dm.prepare_data()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".rel.lock"]  # no root, no temp dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lock_path(tmp_path / "rel").name]  # no root, no temp dir
     relational_dm(tmp_path / "rel").prepare_data()  # the next run generates cleanly
     assert (tmp_path / "rel" / MARKER_NAME).is_file()
 

@@ -39,6 +39,7 @@ from data.generation import (
     MARKER_NAME,
     ensure_generated,
     generation_lock,
+    lock_path,
     new_temp_dir,
     sweep_stale_temp_dirs,
 )
@@ -193,7 +194,7 @@ def test_shapes_generator_removes_temp_dirs_of_killed_runs(tmp_path: Path) -> No
     killed = new_temp_dir(root)  # as a killed run leaves it: created, never renamed, lock released
     (killed / "half.png").write_bytes(b"x")
     generate_shapes_coco(root, **SHAPES)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".shapes.lock", "shapes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([lock_path(root).name, "shapes"])
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -266,10 +267,21 @@ def test_temp_dirs_of_killed_runs_are_removed_and_only_those(tmp_path: Path) -> 
     os.symlink(target, tmp_path / ".rel.tmp-7-0123abcd")  # a link is never followed nor removed
     assert ensure_generated(root, FAKE)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == sorted([".rel.lock", "rel", "elsewhere", ".rel.tmp-7-0123abcd", *(p.name for p in keep)])
+    assert names == sorted([lock_path(root).name, "rel", "elsewhere", ".rel.tmp-7-0123abcd", *(p.name for p in keep)])
 
     leftover = new_temp_dir(root)  # a killed loser of a race: the root is complete, the fast path cleans too
     assert not ensure_generated(root, FAKE) and not leftover.exists()
+
+
+def test_a_root_name_near_the_file_systems_limit_is_generated(tmp_path: Path) -> None:
+    """Probe 5 cases 151, 153: the lock and temp dir beside data.root were named ``.<root name>.lock`` and
+    ``.<root name>.tmp-<pid>-<hex>``, 22 bytes longer than a valid root name of up to 255 bytes ("File name too
+    long"). They are named by a short hash of it."""
+    root = tmp_path / ("d" * 250)
+    assert ensure_generated(root, FAKE)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([lock_path(root).name, root.name])
+    assert len(lock_path(root).name) < 30 and (root / MARKER_NAME).is_file()
+    assert lock_path(root) != lock_path(tmp_path / ("d" * 249))  # one lock per root
 
 
 def test_temp_dir_of_a_running_generation_is_left_alone(tmp_path: Path) -> None:
@@ -296,9 +308,10 @@ def test_a_full_disk_during_generation_names_the_root_and_keeps_nothing(tmp_path
     with pytest.raises(DataConfigError) as err:
         ensure_generated(root, full_disk)
     message = _one_line(err)
-    assert f"generating data.root={root} failed while writing into {tmp_path}/.rel.tmp-" in message
+    stem = lock_path(root).name.removesuffix(".lock")
+    assert f"generating data.root={root} failed while writing into {tmp_path}/{stem}.tmp-" in message
     assert "No space left on device; nothing was kept" in message
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".rel.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lock_path(root).name]
 
 
 def test_a_limited_evaluation_sees_every_class_in_a_fixed_order(tmp_path: Path) -> None:
@@ -939,7 +952,7 @@ def test_a_refused_generation_leaves_no_folders_behind(tmp_path: Path) -> None:
     (tmp_path / "kept").mkdir()
     with pytest.raises(DataConfigError, match="too large"):
         ensure_generated(tmp_path / "kept" / "relational", refuse)
-    assert [p.name for p in (tmp_path / "kept").iterdir()] == [".relational.lock"]
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [lock_path(tmp_path / "kept" / "relational").name]
 
 
 def test_a_file_for_the_data_folder_or_a_folder_for_its_marker_is_named(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def test_a_data_root_no_command_line_check_saw_is_refused_before_anything_is_mad
     """A sweep's later value of data.root, and a data root inside the job's own run dir (not a run dir yet
     when the command line is checked): refused before its folders or its generation lock
     (``.<root>.lock`` beside it) are made."""
-    from data.generation import generation_lock
+    from data.generation import generation_lock, lock_path
     from models.lifecycle import job
     from tests.helpers import compose_config
 
@@ -131,7 +131,7 @@ def test_a_data_root_no_command_line_check_saw_is_refused_before_anything_is_mad
     locks = [p for p in tmp_path.rglob("*.lock") if p.name != "run.lock"]
     assert locks == [], locks
     with generation_lock(own / "data"):  # the name of that lock, so the check above can fail
-        assert (own / ".data.lock").is_file()
+        assert lock_path(own / "data").is_file()
 
 
 def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -18,6 +18,7 @@ from data.coco import (
     detr_train_transforms,
     generate_shapes_coco,
 )
+from data.generation import lock_path
 
 SMALL = {"num_train": 12, "num_val": 6, "image_size": [40, 56], "object_size": [8, 20], "max_objects": 3}
 
@@ -44,7 +45,7 @@ def test_generator_writes_a_real_coco_layout(shapes_root: Path, tmp_path: Path) 
     for split in ("train", "val"):
         name = f"instances_{split}2017.json"
         assert (again / "annotations" / name).read_text() == (shapes_root / "annotations" / name).read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".again.lock", "again"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([lock_path(again).name, "again"])
 
 
 def _write_tiny_coco(root: Path) -> None:

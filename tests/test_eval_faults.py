@@ -672,3 +672,32 @@ def test_a_generated_run_on_hand_data_of_other_class_names_is_refused_or_noted(r
     assert (f"note: the run's class names are not in its checkpoint (saved before they were recorded), nor shown"
             f" by its data.root (gone, or changed since): the class folders of {hand / 'val'} (A_SE, B_S, C_SW, D_W,"
             " E_NW, F_N, G_NE, H_E) are taken to be the run's classes in that order\n") in capsys.readouterr().err
+
+
+def test_a_run_json_whose_lengths_lack_its_own_length_is_named_damaged(run_dir: Path, tmp_path: Path,
+                                                                        data_dir: Path, capsys) -> None:
+    """Probe 5 case 59: ``lengths`` emptied in run.json made eval.py disown the run's own best.ckpt ("saved by a
+    run of length ..., which this run dir never trained at"). A run dir always trained at its own length, so such
+    a record is damaged: eval.py evaluates the checkpoint and names run.json, as for any other damage."""
+    import eval as eval_script
+    from models.lifecycle.files import RunFileError
+    from models.lifecycle.identity import identity_config, identity_hash, run_length
+    from models.lifecycle.records import RunRecord, read_run_record
+    from models.training import LENGTH_KEY
+
+    run = _copy(run_dir, tmp_path)
+    cfg = OmegaConf.load(run / "config.yaml")
+    identity, length = identity_config(cfg), run_length(cfg)
+    best = run / "checkpoints" / "best.ckpt"
+    torch.save({**torch.load(best, weights_only=True), LENGTH_KEY: length}, best)  # saved at the run's own length
+    damaged = f"{run / 'run.json'} is damaged: its lengths [] lack the run's own length {length}"
+    for lengths in ([length], []):
+        RunRecord(run, identity_hash(identity), identity, length, {"lengths": lengths}).save("finished")
+        (run / "metrics.json").write_text(json.dumps({"val/top1": 12.5, "identity": identity_hash(identity)}))
+        metrics = eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
+        assert "val/top1" in metrics  # the run's own checkpoint is evaluated either way
+        err = capsys.readouterr().err
+        assert (damaged in err) == (lengths == []), err
+    with pytest.raises(RunFileError) as info:
+        read_run_record(run)
+    assert str(info.value) == damaged

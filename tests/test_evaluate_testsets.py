@@ -216,9 +216,10 @@ def test_testset_name_and_a_partial_test_are_refused_before_anything_runs(sweep:
         ("testset.name=relational_right", "--set testset.name=relational_right would file one test set's result"
                                           " under another's name; valid: name the test set in --testsets"
                                           " (configs/testset/<name>.yaml)"),
-        ("trainer.limit_test_batches=1", "--set trainer.limit_test_batches=1 tests a part of each test set, and a"
-                                         " test set's result is of the whole set (nothing was evaluated); valid: no"
-                                         " trainer.limit_test_batches (or 1.0), no trainer.fast_dev_run"),
+        ("trainer.limit_test_batches=1", "--set trainer.limit_test_batches=1 is not a setting of a test-set"
+                                         " evaluation: its result is of the whole set (each test set), never of a"
+                                         " limited test (nothing was evaluated); valid: trainer.limit_test_batches=null"
+                                         " or 1.0, no trainer.fast_dev_run"),
     ):
         assert evaluate_testsets.main([str(sweep), "--testsets", "relational_left", "--set",
                                        f"paths.data_dir={data_dir}", extra]) == 2

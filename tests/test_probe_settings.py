@@ -498,3 +498,138 @@ def test_a_warmup_longer_than_the_run_is_noted(default: DictConfig) -> None:
     assert settings.schedule_notes(_with(default, "trainer.max_epochs=2", "model.scheduler.warmup_epochs=2")) == []
     assert settings.schedule_notes(_with(default, "trainer.max_epochs=null", "model.scheduler.warmup_epochs=2")) == [
         "trainer.max_epochs is not set: the run trains for Lightning's default of 1000 epochs"]
+
+
+# ------------------------------------------------------------------ refused at the command line, before the run dir
+# A 2-batch run: one epoch of 64 training images (1 batch of 64) and 32 validation images (1 batch)
+TWO_SPLITS = ["debug=fast", "threads=1", "data.generator.num_train=64", "data.generator.num_val=32"]
+BEST = "callbacks.model_checkpoint"
+NO_BEST = [
+    # no best.ckpt: found only after the whole run trained, by a message that guessed at the cause
+    (["~callbacks.model_checkpoint"], f"{BEST} is not set (removed by ~{BEST} or set to null), so the run saves no"
+     " best.ckpt and has no result; valid: keep it (configs/callbacks/default.yaml's)"),
+    ([f"{BEST}=null"], f"{BEST} is not set (removed by ~{BEST} or set to null), so the run saves no best.ckpt and"
+     " has no result; valid: keep it (configs/callbacks/default.yaml's)"),
+    ([f"+{BEST}.save_top_k=0"], f"{BEST}.save_top_k=0 keeps no checkpoint, so the run saves no best.ckpt and has no"
+     f" result; valid: {BEST}.save_top_k=1 (the default)"),
+    # more than one kept under the one name best.ckpt: each save overwrote it, with a worse one too
+    ([f"+{BEST}.save_top_k=2"], f"{BEST}.save_top_k=2 keeps 2 checkpoints under one name, best.ckpt, so each save"
+     f" overwrites it, also with a worse one: best.ckpt would be the last one saved, not the best; valid:"
+     f" {BEST}.save_top_k=1 (the default)"),
+    ([f"+{BEST}.every_n_epochs=0"], f"{BEST}.every_n_epochs=0 never saves best.ckpt (Lightning saves every n epochs or"
+     f" steps only for an n >= 1), so the run has no result; valid: {BEST}.every_n_epochs=1 (the default)"),
+    ([f"+{BEST}.every_n_epochs=2"], f"{BEST}.every_n_epochs=2 with trainer.max_epochs=1 never saves best.ckpt, so the"
+     " run has no result; valid: at most 1 (1, the default)"),
+    ([f"+{BEST}.every_n_train_steps=1000"], f"{BEST}.every_n_train_steps=1000 is more than the run's 1 training steps"
+     " (trainer.max_epochs=1 x 1 steps, from data.generator.num_train=64 / data.batch_size=64), so best.ckpt is never"
+     " saved and the run has no result; valid: at most 1, or leave it unset (a save after each validation)"),
+    (["trainer.max_steps=3", "trainer.max_epochs=-1", "model.scheduler.warmup_epochs=0",
+      f"+{BEST}.every_n_train_steps=5"], f"{BEST}.every_n_train_steps=5 is more than the run's 3 training steps"
+     " (trainer.max_steps=3), so best.ckpt is never saved and the run has no result; valid: at most 3, or leave it"
+     " unset (a save after each validation)"),
+    (["trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=1000"],
+     "trainer.val_check_interval=1000 with trainer.check_val_every_n_epoch=null validates after every 1000 training"
+     " batches, more than the run's 1 (trainer.max_epochs=1 x 1 batches, from data.generator.num_train=64 /"
+     " data.batch_size=64), so it never validates, saves no best.ckpt and has no result; valid: at most 1, a"
+     f" fraction of an epoch, or {settings.LAST_EPOCH_AS_BEST}"),
+    (["trainer.val_check_interval=5"], "trainer.val_check_interval=5 is more than an epoch's 1 training batches"
+     " (data.generator.num_train=64 / data.batch_size=64), which Lightning refuses when the run starts; valid: at most"
+     " 1, a fraction of an epoch, or trainer.check_val_every_n_epoch=null (an interval over the whole run)"),
+    # a fraction of no batch: Lightning's "0.001 * 1 < 1" at the first validation, after training
+    (["trainer.limit_val_batches=0.001"], "trainer.limit_val_batches=0.001 of the 1 val batches"
+     " (data.generator.num_val=32 / data.batch_size=64) is 1 x 0.001 < 1 batch, no batch at all; valid: a fraction"
+     " >= 1, a number of batches (an integer >= 1), or null (all)"),
+    (["trainer.limit_train_batches=0.1", "data.batch_size=8"], "trainer.limit_train_batches=0.1 of the 8 train"
+     " batches (data.generator.num_train=64 / data.batch_size=8) is 8 x 0.1 < 1 batch, no batch at all; valid: a"
+     " fraction >= 0.125, a number of batches (an integer >= 1), or null (all)"),
+    # a logger folder that is, or lies in, one of the run's own records or folders
+    (["logger.csv.name=checkpoints", "+logger.csv.version=best.ckpt"], "logger.csv.name='checkpoints' puts the"
+     " logger's files in {run}/checkpoints, which is the run's own checkpoints; valid: a folder of its own, none of"
+     " the run's records and folders (run.json, metrics.json, failed.json, config.yaml, run.lock, .hydra,"
+     " checkpoints, findings.yaml, testsets, plots)"),
+    (["logger.csv.name=plots/csv"], "logger.csv.name='plots/csv' puts the logger's files in {run}/plots/csv, which"
+     " lies in the run's own plots; valid: a folder of its own, none of the run's records and folders (run.json,"
+     " metrics.json, failed.json, config.yaml, run.lock, .hydra, checkpoints, findings.yaml, testsets, plots)"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), NO_BEST, ids=[" ".join(a) for a, _ in NO_BEST])
+def test_settings_that_leave_no_best_checkpoint_are_refused_before_the_run_dir(args: list[str], expected: str,
+                                                                              tmp_path: Path) -> None:
+    """Probe 5 cases 42, 44, 45, 46, 52, 53, 50: each trained the whole run (or up to its first validation), then
+    failed; each is now one line naming its setting, and no run dir is made."""
+    from tests.test_cli_input import _refused_before_the_run_dir
+
+    message = _refused_before_the_run_dir([*TWO_SPLITS, f"paths.data_dir={tmp_path / 'data'}", *args], tmp_path)
+    assert message == expected.format(run=tmp_path / "logs" / "r"), message
+
+
+@pytest.mark.parametrize("args", [
+    [f"+{BEST}.every_n_train_steps=1"], [f"+{BEST}.every_n_epochs=1"], [f"+{BEST}.save_top_k=1"],
+    ["trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=1"], ["trainer.limit_val_batches=1.0"],
+    ["trainer.limit_train_batches=0.125", "data.batch_size=8"], ["logger.csv.name=csv_log"],
+    # a run whose result is its last epoch needs no validation to have a best.ckpt
+    ["trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=1000", f"{BEST}.monitor=null",
+     f"+{BEST}.save_on_train_epoch_end=true"],
+], ids=lambda args: " ".join(args))
+def test_the_settings_that_save_a_best_checkpoint_pass(args: list[str], tmp_path: Path) -> None:
+    from models.lifecycle.cli import check_overrides
+
+    check_overrides([*TWO_SPLITS, f"paths.data_dir={tmp_path / 'data'}", f"paths.log_dir={tmp_path / 'logs'}",
+                     "run_name=r", *args], "train")
+    assert (tmp_path / "logs" / "r").is_dir()
+
+
+def test_a_callback_dirpath_outside_the_run_dir_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probe 5 cases 40, 41: the command line did not know the run dir, so only the job refused such a dirpath,
+    after it had claimed the run dir (a failed run left behind). The check is given the dir it makes."""
+    from models.lifecycle.cli import check_overrides
+    from tests.test_cli_input import _refused_before_the_run_dir
+
+    dump = ["+callbacks.dump._target_=lightning.pytorch.callbacks.ModelCheckpoint", "+callbacks.dump.monitor=val/top1"]
+    for outside in (tmp_path / "other_run" / "checkpoints", tmp_path / "data" / "rel" / "train" / "0_E"):
+        message = _refused_before_the_run_dir([*TWO_SPLITS, *dump, f"+callbacks.dump.dirpath={outside}"], tmp_path)
+        assert message == (f"callbacks.dump.dirpath={outside} lies outside the run's dir ({tmp_path / 'logs' / 'r'}):"
+                           " a callback writes only into its own run's dir; valid: a folder inside it, e.g."
+                           " callbacks.dump.dirpath=${paths.output_dir}/dump")
+    assert not (tmp_path / "other_run").exists()
+    check_overrides([*TWO_SPLITS, *dump, "+callbacks.dump.dirpath=${paths.output_dir}/dump",
+                     f"paths.log_dir={tmp_path / 'logs'}", "run_name=r"], "train")
+    assert (tmp_path / "logs" / "r").is_dir()
+
+
+def test_a_data_root_in_the_run_dir_the_job_would_see_is_refused_before_the_run_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 5 cases 7, 9: the check resolved data.root without ``hydra.job.env_set`` (which Hydra applies around
+    the job only) and from the launch dir where ``hydra.job.chdir=true`` makes the job resolve it from the run
+    dir; the job's own check refused it after claiming the run dir. The check now reads it as the job will."""
+    import os
+
+    from tests.test_cli_input import _refused_before_the_run_dir
+
+    monkeypatch.delenv("RPE_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "logs" / "r"
+    refusal = "is inside the run dir {run}, whose files are that run's; valid: a folder outside every run dir"
+    assert _refused_before_the_run_dir([*TWO_SPLITS, "data.root=rel", "hydra.job.chdir=true"], tmp_path) == (
+        f"data.root='rel' {refusal.format(run=run)}")
+    assert _refused_before_the_run_dir([*TWO_SPLITS, f"+hydra.job.env_set.RPE_DATA_DIR={run}"], tmp_path) == (
+        f"data.root={str(run / 'relational_v2')!r} {refusal.format(run=run)}")
+    assert "RPE_DATA_DIR" not in os.environ  # the job's environment was the check's only
+    assert _refused_before_the_run_dir([*TWO_SPLITS, f"data.root={run / 'data'}"], tmp_path) == (
+        f"data.root={str(run / 'data')!r} {refusal.format(run=run)}")
+    assert not (tmp_path / "rel").exists()
+
+
+def test_a_data_root_name_too_long_for_the_file_system_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probe 5 cases 151, 153 (the other side): a name the file system cannot hold is one line up front; one it can
+    hold (240 bytes) is generated, its lock and temp dirs named short (tests/test_data_faults.py)."""
+    from tests.test_cli_input import _refused_before_the_run_dir
+
+    root = tmp_path / ("d" * 256)
+    message = _refused_before_the_run_dir([*TWO_SPLITS, f"data.root={root}"], tmp_path)
+    assert message == (f"data.root={str(root)[:80]}... has a folder name of 256 bytes ({'d' * 40}...), more than the"
+                       " 255 a file system allows; valid: folder names of at most 255 bytes in a path of at most 3900")
+    deep = tmp_path.joinpath(*["0" * 250] * 16)
+    message = _refused_before_the_run_dir([*TWO_SPLITS, f"data.root={deep}"], tmp_path)
+    assert message.startswith(f"data.root={str(deep)[:80]}... has a path of {len(str(deep))} bytes, more than 3900")

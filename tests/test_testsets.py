@@ -576,10 +576,14 @@ def test_a_result_records_its_definition_and_no_partial_test_or_other_definition
         return str(err.value)
 
     assert refused(sixteen, "trainer.limit_test_batches=1") == (
-        "trainer.limit_test_batches=1 tests a part of testset=relational_right, and a test set's result is of the"
-        " whole set (nothing was evaluated); valid: trainer.limit_test_batches=null or 1.0, no trainer.fast_dev_run")
-    assert refused(sixteen, "trainer.limit_test_batches=0.5").startswith("trainer.limit_test_batches=0.5 tests a part")
-    assert refused(sixteen, "trainer.fast_dev_run=true").startswith("trainer.fast_dev_run=True tests a part")
+        "trainer.limit_test_batches=1 is not a setting of a test-set evaluation: its result is of the whole set"
+        " (testset=relational_right), never of a limited test (nothing was evaluated); valid:"
+        " trainer.limit_test_batches=null or 1.0, no trainer.fast_dev_run")
+    # a limit of more batches than the set has is refused as a setting too, never as a test of a part of it
+    for limit in ("trainer.limit_test_batches=100", "trainer.limit_test_batches=0.5", "trainer.fast_dev_run=true"):
+        message = refused(sixteen, limit)
+        assert message.startswith(f"{limit.replace('true', 'True')} is not a setting of a test-set evaluation")
+        assert "a part" not in message
     other = tmp_path / "other"  # 24 images elsewhere: another definition under the same name
     _generate(data, "relational_right", "testset.data.generator.num_val=24", f"testset.data.root={other}")
     assert refused("testset.data.generator.num_val=24", f"testset.data.root={other}") == (

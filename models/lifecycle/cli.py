@@ -7,6 +7,7 @@ printed by `report_user_error` as one ``error: ...`` line with exit code 2.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import hashlib
@@ -25,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 PATH_BYTES = 3900  # PATH_MAX is 4096 on Linux, less room for checkpoints/<file>
 NAME_BYTES = 200  # one path component of a run dir (file systems allow 255 bytes)
+NAME_MAX = 255  # one path component (a folder or file name), in bytes, on Linux's file systems
 
 
 class CommandLineError(ValueError):
@@ -1043,6 +1045,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
     check_deletions(overrides, config_name)
     pins: dict[str, str] = {}
     cfg: DictConfig | None = None
+    environment = contextlib.ExitStack()
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
@@ -1053,6 +1056,9 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
+            if config_name == "train":
+                _give_run_dir(cfg)
+        environment.enter_context(job_environment(cfg))
         check_settings(cfg, config_name)
         _refuse_foreign_hydra_settings(cfg, overrides)
         _refuse_added_hydra_keys(cfg, overrides)
@@ -1105,8 +1111,41 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             raise  # the checks' own one-line errors
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
+        environment.close()
         GlobalHydra.instance().clear()
     return pins
+
+
+def _give_run_dir(cfg: DictConfig) -> None:
+    """Set ``hydra.runtime.output_dir`` (``paths.output_dir``) of the composed ``cfg`` to the run dir Hydra will
+    make, ``hydra.run.dir`` as resolved here (the dir `_pin_output_dir` pins), so the checks of what lies inside
+    the run's own dir (a callback's ``dirpath``, a logger's folder, a data root under ``hydra.job.chdir``) see it
+    here, as the job's own check does after Hydra made the dir. One that does not resolve is left unset: its
+    setting is refused by the checks that read it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    try:
+        run_dir = cfg.hydra.run.dir
+    except OmegaConfBaseException:
+        return
+    if run_dir is None or not str(run_dir).strip():
+        return  # refused by `prepare_output_dir`
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.runtime.output_dir = os.path.abspath(str(run_dir))  # as Hydra's run_job sets it
+    HydraConfig.instance().set_config(cfg)
+
+
+def job_environment(cfg: DictConfig) -> contextlib.AbstractContextManager[None]:
+    """The environment the job runs in, for as long as the check runs: Hydra sets ``hydra.job.env_set`` only
+    around the job, and a ``${oc.env:...}`` of the config (``RPE_DATA_DIR`` in ``paths.data_dir``) read here
+    would otherwise resolve to another folder than the job's. Restored afterwards (`hydra.core.utils.env_override`)."""
+    from hydra.core.utils import env_override
+
+    env_set = OmegaConf.select(cfg, "hydra.job.env_set", default=None)
+    if not isinstance(env_set, DictConfig) or not env_set:
+        return contextlib.nullcontext()
+    return env_override({str(key): str(value) for key, value in env_set.items()})
 
 
 def _refuse_eval_output_dirs(argv: list[str]) -> None:
@@ -1266,31 +1305,59 @@ def _launcher_target(path: Path) -> str:
 
 def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     """A data root that the run would generate lies outside every run dir and every other data root
-    (`models.lifecycle.destinations`); returns the config's data roots, which no run dir may lie in."""
-    from models.lifecycle.destinations import DestinationError, check_generated_root
+    (`models.lifecycle.destinations`), also outside the run dir this run is about to make, and its path fits the
+    file system; returns the config's data roots, which no run dir may lie in. The root is the job's: a relative
+    one is resolved as the job will (`models.lifecycle.settings.job_path`)."""
+    from models.lifecycle.destinations import DestinationError, check_generated_root, real
+    from models.lifecycle.settings import job_path, run_dir_of
 
     data = cfg.get("data") or {}
-    root = data.get("root") if hasattr(data, "get") else None
-    if root is None:
+    given = data.get("root") if hasattr(data, "get") else None
+    if given is None:
         return ()
+    root = Path(job_path(cfg, os.path.expanduser(str(given))))
+    if data.get("generator") is not None:
+        _check_root_length(given, root)
     try:
-        check_generated_root(data)
+        check_generated_root(data, root)
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
-    _check_existing_generation(data)
-    _check_data_location(cfg, data)
+    run_dir = run_dir_of(cfg)
+    if data.get("generator") is not None and run_dir is not None:
+        mine = real(run_dir)
+        if real(root) == mine or mine in real(root).parents:
+            # the job's own check refuses it too, once the run dir is claimed: refused before it is made
+            raise CommandLineError(f"data.root={str(given)!r} is inside the run dir {run_dir}, whose files are that"
+                                   " run's; valid: a folder outside every run dir")
+    _check_existing_generation(data, root)
+    _check_data_location(cfg, data, root)
     return (str(root),)
 
 
-def _check_data_location(cfg: DictConfig, data: Any) -> None:
-    """Where ``data.root`` lies: no file in the place of one of its folders (``RPE_DATA_DIR`` naming a file), and,
-    when the data are still to be generated, a folder above it this process may write (the data, and the
-    generation lock beside them, are made there). The data module found both only after the run dir was made."""
-    from data.generation import read_marker
+def _check_root_length(given: Any, root: Path) -> None:
+    """A data root the file system can hold with its data: no folder name over ``NAME_MAX`` bytes, and a whole
+    path with room below `PATH_BYTES` for the generator's files (``train/<class>/<index>.png``)."""
+    limit = NAME_MAX
+    long_name = next((p for p in root.parts if len(os.fsencode(p)) > limit), None)
+    whole = len(os.fsencode(str(root)))
+    if long_name is None and whole <= PATH_BYTES:
+        return
+    problem = (f"a folder name of {len(os.fsencode(long_name))} bytes ({long_name[:40]}...), more than the"
+               f" {limit} a file system allows" if long_name is not None else
+               f"a path of {whole} bytes, more than {PATH_BYTES} (PATH_MAX, less room for the data's own files)")
+    raise CommandLineError(f"data.root={str(given)[:80]}{'...' if len(str(given)) > 80 else ''} has {problem};"
+                           f" valid: folder names of at most {limit} bytes in a path of at most {PATH_BYTES}")
+
+
+def _check_data_location(cfg: DictConfig, data: Any, root: Path) -> None:
+    """Where ``data.root`` (``root``, the job's path of it) lies: no file in the place of one of its folders
+    (``RPE_DATA_DIR`` naming a file), and, when the data are still to be generated, a folder above it this process
+    may write (the data, and the generation lock beside them, are made there). The data module found both only
+    after the run dir was made."""
+    from data.generation import lock_path, read_marker
     from models.lifecycle.files import writable_folder
     from models.lifecycle.settings import env_source
 
-    root = Path(str(data.get("root"))).expanduser().absolute()
     generates = data.get("generator") is not None
     blocker = next((p for p in (*reversed(root.parents), root) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
@@ -1316,11 +1383,11 @@ def _check_data_location(cfg: DictConfig, data: Any) -> None:
     if above is not None and not writable_folder(above):
         where = "there" if above == root.parent else f"in it (for {root.parent})"
         raise CommandLineError(f"data.root={root} cannot be generated there: permission denied ({above} is not"
-                               f" writable; the data and its lock file .{root.name}.lock are made {where}); valid:"
-                               " a writable folder (paths.data_dir=... or data.root=...)")
+                               f" writable; the data and its lock file {lock_path(root).name} are made {where});"
+                               " valid: a writable folder (paths.data_dir=... or data.root=...)")
 
 
-def _check_existing_generation(data: Any) -> None:
+def _check_existing_generation(data: Any, root: Path) -> None:
     """Refused here, before the run dir is made: generator settings the generator would refuse
     (`data.generation.check_generator_settings`: a region off the canvas, decreasing distance edges), and a
     data root already generated with other settings (``data.img_size=64`` on a 32-px root). The data
@@ -1337,7 +1404,6 @@ def _check_existing_generation(data: Any) -> None:
 
     if data.get("generator") is None:
         return
-    root = Path(str(data.get("root"))).expanduser().absolute()
     try:
         generator = resolve_generator(OmegaConf.to_container(data.generator, resolve=True))
     except Exception:  # a target that does not import: named by the data module's own checks

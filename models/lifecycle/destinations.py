@@ -136,15 +136,17 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     return target
 
 
-def check_generated_root(data: Any) -> str | None:
+def check_generated_root(data: Any, path: str | os.PathLike | None = None) -> str | None:
     """The root the data config ``data`` (a run's ``cfg.data``) would generate data into, when it names a
     generator, checked as a data root (`check_destination`), and returned; None when it generates nothing.
     Every command that may generate calls this before anything is made for the root: its folders, or the
-    generation lock beside it."""
+    generation lock beside it. ``path``: where the job will find ``data.root`` (a relative root resolved
+    from another working dir), where that is not this process's reading of it."""
     root = data.get("root") if hasattr(data, "get") else None
     if root is None or data.get("generator") is None:
         return None
-    check_destination(str(root), "data.root", data_root=True)
+    shown = None if path is None or os.fspath(path) == str(root) else str(root)
+    check_destination(str(root) if path is None else path, "data.root", data_root=True, given=shown)
     return str(root)
 
 

@@ -56,6 +56,9 @@ PLOTS = "plots"  # plot_rpe.py's figures
 # Folders of a run dir that its training never reads or writes (other commands' outputs): a rerun or an
 # extension of the run does not look into them, so one it may not read does not stop it.
 NOT_TRAINING_DIRS = (TESTSETS, PLOTS)
+# The names at a run dir's top that are the run's own records and folders: nothing else (a logger) writes there.
+OWN_ENTRIES = tuple(dict.fromkeys((*(f.split("/")[0] for f in RECORD_FILES), *RECORD_DIRS, FINDINGS_SNAPSHOT,
+                                   *NOT_TRAINING_DIRS)))
 
 
 class RunDirConflict(ValueError):
@@ -152,6 +155,10 @@ def read_run_record(run_dir: Path) -> dict[str, Any] | None:
                            " records")
     if record.get("state") not in STATES:
         raise RunFileError(f"{path} is damaged: state {record.get('state')!r} is not one of {', '.join(STATES)}")
+    lengths = record.get("lengths")
+    # the lengths a run dir trained at always include its own: a list without it would disown its own checkpoints
+    if "lengths" in record and "length" in record and not (isinstance(lengths, list) and record["length"] in lengths):
+        raise RunFileError(f"{path} is damaged: its lengths {lengths!r} lack the run's own length {record['length']}")
     return record
 
 

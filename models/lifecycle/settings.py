@@ -730,6 +730,26 @@ def _is_run_checkpoint_dir(cfg: DictConfig, name: str) -> bool:
     return Path(str(dirpath)) == Path(str(output_dir)) / "checkpoints"
 
 
+def run_dir_of(cfg: DictConfig) -> str | None:
+    """The run's dir, ``paths.output_dir``, absolute; None where it is not known (the command line's check of a
+    sweep, whose jobs' dirs Hydra names as it launches them)."""
+    try:
+        value = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return None
+    return os.path.abspath(str(value)) if value is not None and str(value).strip() else None
+
+
+def job_path(cfg: DictConfig, path: Any) -> str:
+    """``path`` made absolute as the job will resolve it: a relative path from the run dir where
+    ``hydra.job.chdir=true`` makes that the job's working dir, else from this working dir. (The job's own config
+    has no ``hydra`` node: the job already runs in its working dir.)"""
+    text = str(path)
+    chdir = OmegaConf.select(cfg, "hydra.job.chdir", default=None, throw_on_resolution_failure=False)
+    run_dir = run_dir_of(cfg) if chdir is True else None
+    return os.path.abspath(os.path.join(run_dir, text) if run_dir is not None else text)
+
+
 def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
     """``callbacks.<name>.dirpath`` lies inside the run's own dir (``paths.output_dir``): a callback's files,
     like the run's, never land in another run's dir or anywhere else."""
@@ -739,13 +759,13 @@ def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
     text = OmegaConf.to_container(given, resolve=False).get("dirpath") if isinstance(given, DictConfig) else None
     try:
         dirpath = OmegaConf.select(cfg, f"callbacks.{name}.dirpath", throw_on_resolution_failure=True)
-        output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
     except OmegaConfBaseException:
+        return  # a dirpath that reads the job's own values: the job checks its own config again
+    folder = run_dir_of(cfg)
+    if dirpath is None or folder is None:
         return  # the run dir is not known here (a sweep job's): the job checks its own config again
-    if dirpath is None or output_dir is None:
-        return
-    run_dir = Path(os.path.abspath(str(output_dir)))
-    target = Path(os.path.abspath(str(dirpath)))
+    run_dir = Path(folder)
+    target = Path(job_path(cfg, dirpath))
     if target != run_dir and run_dir not in target.parents:
         raise SettingError(f"callbacks.{name}.dirpath={text} lies outside the run's dir ({run_dir}): a callback"
                            " writes only into its own run's dir; valid: a folder inside it, e.g."
@@ -876,7 +896,11 @@ def logger_folders(cfg: DictConfig, run_dir: str | None = None) -> Iterator[tupl
 
 def _check_logger_folders(cfg: DictConfig) -> None:
     """Every logger writes inside the run's own dir: a ``save_dir`` or ``name`` elsewhere wrote its log into
-    another run's dir, or outside ``paths.log_dir``, where no rerun, cleanup or table looks."""
+    another run's dir, or outside ``paths.log_dir``, where no rerun, cleanup or table looks. And never into one
+    of the run's own records or folders (`OWN_ENTRIES`): a ``name``/``version`` of ``checkpoints``/``best.ckpt``
+    made a folder where best.ckpt belongs, and the run failed only when it saved it."""
+    from models.lifecycle.records import OWN_ENTRIES
+
     try:
         output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
     except OmegaConfBaseException:
@@ -884,11 +908,18 @@ def _check_logger_folders(cfg: DictConfig) -> None:
     run_dir = os.path.normpath(str(output_dir) if output_dir else RUN_DIR_STANDIN)
     for key, value, folder in logger_folders(cfg):
         inside = os.path.normpath(folder)
+        shown = show(value) if value is not None else "<unset>"
         if inside != run_dir and not inside.startswith(run_dir.rstrip(os.sep) + os.sep):
             where = "the working directory" if value is None else folder
-            raise SettingError(f"{key}={show(value) if value is not None else '<unset>'} puts the logger's files in"
-                               f" {where}, outside the run's own dir; valid: leave it at the run dir default"
-                               " (save_dir: ${paths.output_dir}, name: a plain folder name)")
+            raise SettingError(f"{key}={shown} puts the logger's files in {where}, outside the run's own dir; valid:"
+                               " leave it at the run dir default (save_dir: ${paths.output_dir}, name: a plain"
+                               " folder name)")
+        top = os.path.relpath(inside, run_dir).split(os.sep)[0]
+        if top in OWN_ENTRIES:
+            where = "is" if inside == os.path.join(run_dir, top) else "lies in"
+            raise SettingError(f"{key}={shown} puts the logger's files in {folder}, which {where} the run's own {top};"
+                               " valid: a folder of its own, none of the run's records and folders"
+                               f" ({', '.join(OWN_ENTRIES)})")
 
 
 # Config nodes built by calling their ``_target_`` with their keys: a key the constructor does not take
@@ -1054,6 +1085,10 @@ def check_schedule(cfg: DictConfig) -> None:
     if cfg.get("test_after_fit") and trainer.get("limit_test_batches") == 0:
         raise SettingError("trainer.limit_test_batches=0 tests nothing, so the run could have no result; "
                            "valid: a positive value, or test_after_fit=false (then eval.py tests best.ckpt)")
+    if not _get(trainer, "fast_dev_run"):  # a smoke run saves no checkpoint and reads a few batches only
+        _check_batch_fractions(cfg)
+        _check_best_checkpoint(cfg)
+        _check_validation_interval(cfg)
     model = cfg.get("model") or {}
     if "scheduler" in model and "optimizer" in model:  # models.classification.ClassificationModule
         _check_lr_schedule(cfg, trainer, model)
@@ -1061,6 +1096,179 @@ def check_schedule(cfg: DictConfig) -> None:
     check_splits(cfg)
     if _runs_here(cfg):
         check_devices(cfg)
+
+
+# ----------------------------------------------------------------------------- a run's batches and steps
+# The config key of the split each stage's loader reads (the test reads the val split: no data module has a
+# labelled test split), and its default
+_STAGE_SPLIT = {"train": ("train_split", "train"), "val": ("val_split", "val"), "test": ("val_split", "val")}
+
+
+def split_images(cfg: DictConfig, stage: str) -> tuple[int, str] | None:
+    """``(images, setting)``: the images of the split the run's ``stage`` (train, val, test) reads and the setting
+    that says so, where the config says: a generator's ``num_train``/``num_val`` for its ``train``/``val`` folder;
+    None for data already on disk (counted only when the data module reads them)."""
+    data = cfg.get("data") or {}
+    key, default = _STAGE_SPLIT[stage]
+    split = _get(data, key, default)
+    generator = _get(data, "generator")
+    if split not in ("train", "val") or not isinstance(generator, dict):
+        return None
+    count = generator.get(f"num_{split}")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return None
+    return count, f"data.generator.num_{split}={count}"
+
+
+def split_batches(cfg: DictConfig, stage: str) -> tuple[int, str] | None:
+    """``(batches, how)``: the batches one device reads in one pass over ``stage``'s split before any trainer
+    limit (training drops a last partial batch; each device reads its share), and how they come about; None
+    where the split's size or the number of devices is not known here."""
+    images = split_images(cfg, stage)
+    batch, world = _get(cfg.get("data") or {}, "batch_size"), _world_size(cfg.get("trainer") or {})
+    if images is None or world is None or not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        return None
+    count, setting = images
+    share = count // world if stage == "train" else math.ceil(count / world)
+    batches = share // batch if stage == "train" else math.ceil(share / batch)
+    devices = f" on each of {world} devices" if world > 1 else ""
+    return batches, f"{setting} / data.batch_size={batch}{devices}"
+
+
+def _limited(batches: int, limit: Any) -> int:
+    """Lightning's ``limit_*_batches`` applied to ``batches``: a float is a fraction (rounded down), an int a
+    count; null: all."""
+    if isinstance(limit, float):
+        return int(batches * limit)
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        return min(batches, limit)
+    return batches
+
+
+def epoch_batches(cfg: DictConfig) -> tuple[int, str] | None:
+    """``(batches, how)``: the training batches of one epoch on one device, ``trainer.limit_train_batches``
+    applied; None where not known here (also with ``trainer.overfit_batches``, which replaces the split)."""
+    trainer = cfg.get("trainer") or {}
+    whole = split_batches(cfg, "train")
+    if whole is None or _get(trainer, "overfit_batches"):
+        return None
+    batches, how = whole
+    limit = _get(trainer, "limit_train_batches")
+    if _limited(batches, limit) != batches:
+        how = f"{how}, trainer.limit_train_batches={show(limit)}"
+    return _limited(batches, limit), how
+
+
+def run_steps(cfg: DictConfig, unit: str = "steps") -> tuple[int, str] | None:
+    """``(count, how)``: at most how many optimizer ``steps`` (or training ``batches``) the run trains, by its
+    length (`run_length`: ``trainer.max_steps``, or ``trainer.max_epochs`` epochs of `epoch_batches`); None where
+    nothing bounds it here."""
+    from models.lifecycle.identity import run_length
+
+    length, trainer = run_length(cfg), cfg.get("trainer") or {}
+    accumulate = _get(trainer, "accumulate_grad_batches", 1)
+    if not isinstance(accumulate, int) or isinstance(accumulate, bool) or accumulate < 1:
+        return None
+    bounds = []
+    max_steps, max_epochs = _plain(length["max_steps"]), _plain(length["max_epochs"])
+    if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0:
+        bounds.append((max_steps * (accumulate if unit == "batches" else 1), f"trainer.max_steps={max_steps}"))
+    epoch = epoch_batches(cfg)
+    if epoch is not None and isinstance(max_epochs, int) and not isinstance(max_epochs, bool) and max_epochs > 0:
+        batches, how = epoch
+        per_epoch = batches if unit == "batches" else math.ceil(batches / accumulate)
+        bounds.append((max_epochs * per_epoch, f"trainer.max_epochs={max_epochs} x {per_epoch} {unit}, from {how}"))
+    return min(bounds) if bounds else None
+
+
+def _check_batch_fractions(cfg: DictConfig) -> None:
+    """A fraction ``trainer.limit_*_batches`` of a split that gives no whole batch: Lightning refuses it only when
+    the loop reaches that split (``0.001 * 1 < 1``), after the run dir is made and, for validation, after training."""
+    trainer = cfg.get("trainer") or {}
+    for stage in ("train", "val", "test"):
+        limit = _get(trainer, f"limit_{stage}_batches")
+        if not isinstance(limit, float) or limit <= 0 or (stage == "test" and not cfg.get("test_after_fit")):
+            continue
+        whole = split_batches(cfg, stage)
+        if whole is None or _limited(whole[0], limit) >= 1:
+            continue
+        batches, how = whole
+        raise SettingError(f"trainer.limit_{stage}_batches={show(limit)} of the {batches} {stage} batches ({how}) is"
+                           f" {batches} x {show(limit)} < 1 batch, no batch at all; valid: a fraction >="
+                           f" {1 / batches:.4g}, a number of batches (an integer >= 1), or null (all)")
+
+
+# What makes best.ckpt, the run's result: its default settings are one file, the best validation so far
+_BEST = "callbacks.model_checkpoint"
+
+
+def _check_best_checkpoint(cfg: DictConfig) -> None:
+    """``best.ckpt`` is the run's result (tested after fit, read by eval.py and the tables): settings of
+    ``callbacks.model_checkpoint`` under which it is never saved, or is not the best one, are refused here, not
+    found after the whole run trained."""
+    callbacks = cfg.get("callbacks")
+    node = callbacks.get("model_checkpoint") if isinstance(callbacks, DictConfig) else None
+    if not isinstance(node, DictConfig):
+        raise SettingError(f"{_BEST} is not set (removed by ~{_BEST} or set to null), so the run saves no"
+                           " best.ckpt and has no result; valid: keep it (configs/callbacks/default.yaml's)")
+    top_k, monitor = _get(node, "save_top_k", 1), _get(node, "monitor")
+    if top_k == 0:
+        raise SettingError(f"{_BEST}.save_top_k=0 keeps no checkpoint, so the run saves no best.ckpt and has no"
+                           f" result; valid: {_BEST}.save_top_k=1 (the default)")
+    if top_k != 1:
+        kept = "every checkpoint" if top_k == -1 else f"{show(top_k)} checkpoints"
+        raise SettingError(f"{_BEST}.save_top_k={show(top_k)} keeps {kept} under one name, best.ckpt, so each save"
+                           f" overwrites it{', also with a worse one' if monitor is not None else ''}: best.ckpt"
+                           f" would be the last one saved, not the best; valid: {_BEST}.save_top_k=1 (the default)")
+    if _get(node, "train_time_interval") is not None:
+        return  # saves by wall-clock time: how many, the run's speed decides
+    epochs, steps = _get(node, "every_n_epochs"), _get(node, "every_n_train_steps")
+    given = " ".join(f"{_BEST}.{k}={show(v)}" for k, v in (("every_n_epochs", epochs), ("every_n_train_steps", steps))
+                     if v is not None)
+    if epochs is None and steps is None:
+        epochs = 1  # Lightning's default: a save after each validation
+    epochs, steps = epochs or 0, steps or 0  # Lightning's reading: a trigger left unset beside another is off
+    if not (_is_number(epochs) and _is_number(steps)):
+        return  # a value check_settings refuses
+    max_epochs = _plain(_get(cfg.get("trainer") or {}, "max_epochs"))
+    run = run_steps(cfg)
+    if steps >= 1 and (run is None or steps <= run[0]):
+        return
+    if epochs >= 1 and not (isinstance(max_epochs, int) and 0 < max_epochs < epochs):
+        return
+    if steps >= 1 and run is not None:
+        raise SettingError(f"{_BEST}.every_n_train_steps={steps} is more than the run's {run[0]} training steps"
+                           f" ({run[1]}), so best.ckpt is never saved and the run has no result; valid: at most"
+                           f" {run[0]}, or leave it unset (a save after each validation)")
+    if epochs >= 1:
+        raise SettingError(f"{_BEST}.every_n_epochs={epochs} with trainer.max_epochs={max_epochs} never saves"
+                           f" best.ckpt, so the run has no result; valid: at most {max_epochs} (1, the default)")
+    raise SettingError(f"{given} never saves best.ckpt (Lightning saves every n epochs or steps only for an n >= 1),"
+                       f" so the run has no result; valid: {_BEST}.every_n_epochs=1 (the default)")
+
+
+def _check_validation_interval(cfg: DictConfig) -> None:
+    """An integer ``trainer.val_check_interval`` (training batches between validations) the run never reaches:
+    over the whole run (``check_val_every_n_epoch=null``) it never validates, so it saves no best.ckpt; within an
+    epoch Lightning refuses one above the epoch's batches, but only when the run starts."""
+    trainer = cfg.get("trainer") or {}
+    interval = _get(trainer, "val_check_interval")
+    if not isinstance(interval, int) or isinstance(interval, bool):
+        return
+    if _get(trainer, "check_val_every_n_epoch") is None:
+        run = run_steps(cfg, "batches")
+        if run is not None and interval > run[0] and not keeps_last_epoch(cfg):
+            raise SettingError(f"trainer.val_check_interval={interval} with trainer.check_val_every_n_epoch=null"
+                               f" validates after every {interval} training batches, more than the run's {run[0]}"
+                               f" ({run[1]}), so it never validates, saves no best.ckpt and has no result; valid:"
+                               f" at most {run[0]}, a fraction of an epoch, or {LAST_EPOCH_AS_BEST}")
+        return
+    epoch = epoch_batches(cfg)
+    if epoch is not None and interval > epoch[0]:
+        raise SettingError(f"trainer.val_check_interval={interval} is more than an epoch's {epoch[0]} training"
+                           f" batches ({epoch[1]}), which Lightning refuses when the run starts; valid: at most"
+                           f" {epoch[0]}, a fraction of an epoch, or trainer.check_val_every_n_epoch=null (an"
+                           " interval over the whole run)")
 
 
 # The model_checkpoint settings that make best.ckpt the last epoch's weights, saved at each epoch's end
