@@ -20,6 +20,8 @@ from torchvision.ops import FrozenBatchNorm2d
 
 from models.errors import ModelConfigError
 
+from .hyperparameters import BACKBONE_DEFAULTS
+
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 BACKBONES = (*RESNETS, "tiny")
 RESNET_NORMS = ("frozen_bn", "bn")
@@ -28,7 +30,7 @@ RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
 # tiny-only options at these values and a tiny one the ResNet-only options: only these values (or null) are
 # accepted for the options the chosen backbone does not use (tiny: norm bn, return_layer layer4, checkpoint
 # null); anything else is refused, never ignored.
-TINY_DEFAULTS = {"channels": [32, 64, 128], "stem_stride": 4}
+TINY_DEFAULTS = {"channels": list(BACKBONE_DEFAULTS.channels), "stem_stride": BACKBONE_DEFAULTS.stem_stride}
 
 
 class BackboneConfigError(ModelConfigError):
@@ -74,11 +76,11 @@ class ResNetBackbone(nn.Module):
 
     def __init__(
         self,
-        name: str = "resnet50",
-        norm: str = "frozen_bn",
-        train_layers: tuple[str, ...] | list[str] = ("layer2", "layer3", "layer4"),
-        return_layer: str = "layer4",
-        checkpoint: str | None = None,
+        name: str = BACKBONE_DEFAULTS.name,
+        norm: str = BACKBONE_DEFAULTS.norm,
+        train_layers: tuple[str, ...] | list[str] = BACKBONE_DEFAULTS.train_layers,
+        return_layer: str = BACKBONE_DEFAULTS.return_layer,
+        checkpoint: str | None = BACKBONE_DEFAULTS.checkpoint,
     ) -> None:
         super().__init__()
         if name not in RESNETS:
@@ -137,8 +139,8 @@ class TinyBackbone(nn.Module):
 
     def __init__(
         self,
-        channels: tuple[int, ...] | list[int] = (32, 64, 128),
-        stem_stride: int = 4,
+        channels: tuple[int, ...] | list[int] = BACKBONE_DEFAULTS.channels,
+        stem_stride: int = BACKBONE_DEFAULTS.stem_stride,
         train_layers: tuple[str, ...] | list[str] = ("all",),
     ) -> None:
         super().__init__()
@@ -181,7 +183,7 @@ class TinyBackbone(nn.Module):
 
 
 def build_backbone(
-    name: str = "resnet50",
+    name: str = BACKBONE_DEFAULTS.name,
     norm: str | None = None,
     train_layers: tuple[str, ...] | list[str] | None = None,
     return_layer: str | None = None,
@@ -209,7 +211,7 @@ def build_backbone(
     if name == "tiny":
         _refuse_unused(name, "norm", norm, "bn", "valid for tiny: bn (its only normalisation) or null")
         _refuse_unused(
-            name, "return_layer", return_layer, "layer4",
+            name, "return_layer", return_layer, BACKBONE_DEFAULTS.return_layer,
             "tiny always returns its last stage (its depth is len(channels)); valid for tiny: null",
         )
         _refuse_unused(
@@ -228,9 +230,9 @@ def build_backbone(
         )
     return ResNetBackbone(
         name,
-        "frozen_bn" if norm is None else norm,
-        ("layer2", "layer3", "layer4") if train_layers is None else train_layers,
-        "layer4" if return_layer is None else return_layer,
+        BACKBONE_DEFAULTS.norm if norm is None else norm,
+        BACKBONE_DEFAULTS.train_layers if train_layers is None else train_layers,
+        BACKBONE_DEFAULTS.return_layer if return_layer is None else return_layer,
         checkpoint,
     )
 
