@@ -20,7 +20,7 @@ from torchvision.ops import FrozenBatchNorm2d
 
 from models.errors import ModelConfigError
 
-from .hyperparameters import BACKBONE_DEFAULTS
+from .hyperparameters import BACKBONE_DEFAULTS, DETR_DEFAULTS
 
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 BACKBONES = (*RESNETS, "tiny")
@@ -31,6 +31,8 @@ RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
 # accepted for the options the chosen backbone does not use (tiny: norm bn, return_layer layer4, checkpoint
 # null); anything else is refused, never ignored.
 TINY_DEFAULTS = {"channels": list(BACKBONE_DEFAULTS.channels), "stem_stride": BACKBONE_DEFAULTS.stem_stride}
+# tiny is trained from scratch: all of it learns unless train_layers says otherwise
+TINY_TRAIN_LAYERS = ("all",)
 
 
 class BackboneConfigError(ModelConfigError):
@@ -141,7 +143,7 @@ class TinyBackbone(nn.Module):
         self,
         channels: tuple[int, ...] | list[int] = BACKBONE_DEFAULTS.channels,
         stem_stride: int = BACKBONE_DEFAULTS.stem_stride,
-        train_layers: tuple[str, ...] | list[str] = ("all",),
+        train_layers: tuple[str, ...] | list[str] = TINY_TRAIN_LAYERS,
     ) -> None:
         super().__init__()
         channels = list(channels)
@@ -221,7 +223,7 @@ def build_backbone(
         return TinyBackbone(
             TINY_DEFAULTS["channels"] if channels is None else channels,
             TINY_DEFAULTS["stem_stride"] if stem_stride is None else stem_stride,
-            ("all",) if train_layers is None else train_layers,
+            TINY_TRAIN_LAYERS if train_layers is None else train_layers,
         )
     for key, value in (("channels", channels), ("stem_stride", stem_stride)):
         _refuse_unused(
@@ -297,7 +299,9 @@ class PositionEmbeddingSine(nn.Module):
     cell's code depends only on its own image, not on how much padding the batch added.
     """
 
-    def __init__(self, dim: int = 256, temperature: float = 10000.0, normalize: bool = True) -> None:
+    def __init__(
+        self, dim: int = DETR_DEFAULTS.hidden_dim, temperature: float = 10000.0, normalize: bool = True
+    ) -> None:
         super().__init__()
         if dim % 4:
             raise ValueError(f"sine position encoding needs a width divisible by 4, got {dim}")
@@ -328,7 +332,7 @@ class PositionEmbeddingSine(nn.Module):
 class PositionEmbeddingLearned(nn.Module):
     """Learned absolute encoding: a row table and a column table (up to ``max_size`` cells each)."""
 
-    def __init__(self, dim: int = 256, max_size: int = 50) -> None:
+    def __init__(self, dim: int = DETR_DEFAULTS.hidden_dim, max_size: int = 50) -> None:
         super().__init__()
         self.max_size = max_size
         self.row = nn.Embedding(max_size, dim // 2)
@@ -350,7 +354,7 @@ class PositionEmbeddingLearned(nn.Module):
 class PositionEmbeddingNone(nn.Module):
     """No absolute encoding (zeros), for RPE-only ablations."""
 
-    def __init__(self, dim: int = 256) -> None:
+    def __init__(self, dim: int = DETR_DEFAULTS.hidden_dim) -> None:
         super().__init__()
         self.dim = dim
 

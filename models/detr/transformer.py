@@ -54,7 +54,7 @@ class Attention(RPESites, nn.Module):
     RPE needs self-attention (the same n tokens for q and k) and the tokens' ``grid_size``.
     """
 
-    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0, rpe: Any = None) -> None:
+    def __init__(self, dim: int, num_heads: int, dropout: float, rpe: Any = None) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"width {dim} is not divisible by {num_heads} heads")
