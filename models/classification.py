@@ -22,16 +22,19 @@ from timm.scheduler import CosineLRScheduler
 from timm.utils import ModelEmaV3
 from torchmetrics.classification import MulticlassAccuracy
 
+from models.config_defaults import model_config
 from models.errors import ModelConfigError
 from models.factory import create_model
+from rpe import DEFAULT_PRESET
 from rpe.base import position_parameters
 
-# What model.optimizer and model.scheduler may set, with the values a key left out takes.
+# What model.optimizer and model.scheduler may set, with the values a key left out takes: the DeiT recipe's, as
+# configs/model/_classification.yaml writes them (their one home; the command line runs that file).
 # pos_lr_scale / pos_weight_decay: the learning budget of the position parameters (`position_groups`); 1.0 and
 # null keep the reference recipe's groups.
-OPTIMIZER_DEFAULTS: dict[str, Any] = {"lr": 5e-4, "lr_base_batch": 512, "weight_decay": 0.05, "betas": (0.9, 0.999),
-                                      "eps": 1e-8, "pos_lr_scale": 1.0, "pos_weight_decay": None}
-SCHEDULER_DEFAULTS: dict[str, Any] = {"warmup_epochs": 0, "warmup_lr": 1e-6, "min_lr": 1e-5}
+_RECIPE = model_config("_classification")
+OPTIMIZER_DEFAULTS: dict[str, Any] = {**_RECIPE["optimizer"], "pos_lr_scale": 1.0, "pos_weight_decay": None}
+SCHEDULER_DEFAULTS: dict[str, Any] = dict(_RECIPE["scheduler"])
 
 
 def _settings(node: str, given: dict[str, Any] | None, defaults: dict[str, Any], what: str) -> dict[str, Any]:
@@ -81,11 +84,14 @@ class ClassificationModule(L.LightningModule):
 
     Args:
         net: ``{name: <backbone name>, **backbone kwargs}`` for :func:`models.create_model`.
-        rpe: relative position encoding (preset name, shorthand, dict, ``RPEConfig`` or None).
+        rpe: relative position encoding (preset name, shorthand, dict, ``RPEConfig``; None: none); not given:
+            `rpe.DEFAULT_PRESET`.
         num_classes: classes of the dataset (the head is built for it).
-        optimizer: ``lr`` (at ``lr_base_batch``), ``lr_base_batch`` (512), ``weight_decay``, ``betas``, ``eps``,
-            ``pos_lr_scale`` and ``pos_weight_decay`` (the position parameters' budget, `position_groups`).
-        scheduler: ``warmup_epochs``, ``warmup_lr``, ``min_lr`` (not batch-scaled, as in DeiT).
+        optimizer: ``lr`` (at ``lr_base_batch``), ``lr_base_batch``, ``weight_decay``, ``betas``, ``eps``,
+            ``pos_lr_scale`` and ``pos_weight_decay`` (the position parameters' budget, `position_groups`); a key
+            left out takes its `OPTIMIZER_DEFAULTS` value.
+        scheduler: ``warmup_epochs``, ``warmup_lr``, ``min_lr`` (not batch-scaled, as in DeiT); a key left out
+            takes its `SCHEDULER_DEFAULTS` value.
         mixup: kwargs of ``timm.data.Mixup`` or None; its ``label_smoothing`` then applies.
         label_smoothing: used when mixup is off.
         ema_decay: decay of the weight EMA; None turns EMA off.
@@ -98,7 +104,7 @@ class ClassificationModule(L.LightningModule):
     def __init__(
         self,
         net: dict[str, Any],
-        rpe: Any = None,
+        rpe: Any = DEFAULT_PRESET,
         num_classes: int = 1000,
         optimizer: dict[str, Any] | None = None,
         scheduler: dict[str, Any] | None = None,

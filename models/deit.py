@@ -12,7 +12,7 @@ with any RPE preset as the tag (`models.timm_tags`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from torch import nn
 
 from models.errors import ModelConfigError
 from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
-from rpe import RPEAttention, RPEConfig, resolve_rpe
+from rpe import DEFAULT_PRESET, RPEAttention, RPEConfig, resolve_rpe
 from rpe.base import no_weight_decay_names
 from rpe.encodings.peg import PEG
 
@@ -73,7 +73,8 @@ class RPEVisionTransformer(VisionTransformer):
     """timm ``VisionTransformer`` whose attention layers carry a relative position encoding.
 
     Args:
-        rpe: anything :func:`rpe.resolve_rpe` accepts (preset name, shorthand, dict, config).
+        rpe: anything :func:`rpe.resolve_rpe` accepts (preset name, shorthand, dict, config); None or "none" is
+            timm's DeiT (no RPE); not given: `rpe.DEFAULT_PRESET`.
         ape: absolute position embedding: ``learned`` (timm/DeiT default), ``sincos`` (fixed 2-D
             sin-cos, not trained), ``peg`` (CPVT's conditional encoding, `rpe.encodings.peg`) or ``none``.
         peg_blocks: with ``ape=peg``, the blocks a PEG follows (default ``[0]``; CPVT(0-5) is 0..5);
@@ -82,7 +83,7 @@ class RPEVisionTransformer(VisionTransformer):
     """
 
     def __init__(
-        self, *, rpe: Any = None, ape: str = "learned", peg_blocks: Sequence[int] | None = None, **kwargs: Any
+        self, *, rpe: Any = DEFAULT_PRESET, ape: str = "learned", peg_blocks: Sequence[int] | None = None, **kwargs: Any
     ) -> None:
         if ape not in APE_CHOICES:
             raise ModelConfigError(f"ape={ape!r} is not one of: {', '.join(APE_CHOICES)}")
@@ -273,9 +274,27 @@ def _build(variant: str, arch: str, pretrained: bool = False, **kwargs: Any) -> 
     )
 
 
-def create_deit(name: str, rpe: Any = None, **kwargs: Any) -> RPEVisionTransformer:
-    """Build a DeiT of ``DEIT_ARCHS`` with any RPE, without touching timm's registry."""
-    kwargs.pop("pretrained", None)
+def refuse_pretrained(name: str, archs: Iterable[str], loader: str) -> None:
+    """One line for ``pretrained=True`` on ``name``, a model of ``archs`` that no weights exist for (a micro
+    model of this project): it names the models that take ``pretrained=True`` and ``loader`` for other files."""
+    with_weights = [arch for arch in archs if "_micro_" not in arch]
+    raise ModelConfigError(
+        f"pretrained=True: {name} has no pretrained weights; valid with pretrained=True (and"
+        f" pretrained_cfg_overlay=dict(file=...)): {', '.join(with_weights)}; or pretrained=False and {loader}"
+    )
+
+
+def create_deit(name: str, rpe: Any = DEFAULT_PRESET, pretrained: bool = False, **kwargs: Any) -> RPEVisionTransformer:
+    """Build a DeiT of ``DEIT_ARCHS`` with any RPE, without touching timm's registry.
+
+    ``pretrained=True`` goes through timm's builder (as the timm names do), so
+    ``pretrained_cfg_overlay=dict(file=...)`` loads a local checkpoint of the model; the micro model has no
+    weights and is refused in one line.
+    """
+    if pretrained:
+        if "_micro_" in name:
+            refuse_pretrained(name, DEIT_ARCHS, "models.from_rope_vit_checkpoint or load_state_dict")
+        return _build(name, name, pretrained=True, rpe=rpe, **kwargs)
     return RPEVisionTransformer(rpe=rpe, **dict(DEIT_ARCHS[name], **kwargs))
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import torch.nn as nn
 
 from models.deit import DEIT_ARCHS, REFERENCE_ZOO, ModelConfigError, create_deit
+from rpe import DEFAULT_PRESET
 
 _BUILDERS: dict[str, Any] = {name: create_deit for name in DEIT_ARCHS}
 
@@ -22,13 +23,19 @@ def model_names() -> list[str]:
     return sorted([*_BUILDERS, *REFERENCE_ZOO])
 
 
-def create_model(name: str, rpe: Any = None, **kwargs: Any) -> nn.Module:
+# What an iRPE zoo name builds when rpe is not given: its own preset, not DEFAULT_PRESET.
+_UNSET: Any = object()
+
+
+def create_model(name: str, rpe: Any = _UNSET, **kwargs: Any) -> nn.Module:
     """Build backbone ``name`` with relative position encoding ``rpe``.
 
     Args:
         name: a DeiT/Swin/Swin-v2 name (``deit_small_patch16_224``, ``swinv2_tiny_window8_256``, ...) or an
             iRPE reference model-zoo name (its RPE preset is the default for ``rpe``).
-        rpe: preset name, reference shorthand (``rpe-1.9-product-ctx-1-k``), dict or ``RPEConfig``.
+        rpe: preset name, reference shorthand (``rpe-1.9-product-ctx-1-k``), dict or ``RPEConfig``; None or
+            "none": no RPE; not given: `rpe.DEFAULT_PRESET` (a zoo name: its own preset). The published models:
+            ``rpe="none"`` (DeiT), ``"swin"`` (Swin), ``"cpb"`` (Swin-v2).
         **kwargs: backbone options (``num_classes``, ``img_size``, ``drop_path_rate``, ``ape``...).
     """
     if name not in REFERENCE_ZOO and name not in _BUILDERS:
@@ -36,8 +43,8 @@ def create_model(name: str, rpe: Any = None, **kwargs: Any) -> nn.Module:
     try:
         if name in REFERENCE_ZOO:
             arch, preset = REFERENCE_ZOO[name]
-            return create_deit(arch, rpe=preset if rpe is None else rpe, **kwargs)
-        return _BUILDERS[name](name, rpe=rpe, **kwargs)
+            return create_deit(arch, rpe=preset if rpe is _UNSET or rpe is None else rpe, **kwargs)
+        return _BUILDERS[name](name, rpe=DEFAULT_PRESET if rpe is _UNSET else rpe, **kwargs)
     except TypeError as err:
         unknown = _UNEXPECTED.search(str(err))
         if unknown is None or unknown.group(2) not in kwargs:

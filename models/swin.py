@@ -15,7 +15,7 @@ How an RPE enters the windows
 * Shifted windows: timm's per-window shift mask ``(nW, N, N)`` (0 / -100) is repeated over the
   batch (windows are batch-major, ``b * nW + w``) and broadcast over heads as an additive
   ``(B nW, 1, N, N)`` mask, summed with the RPE terms before the softmax.
-* ``rpe=swin`` (the default of ``create_model`` for these names) keeps timm's own table
+* ``rpe=swin`` (timm's Swin; the default RPE is `rpe.DEFAULT_PRESET`, as for every model) keeps timm's own table
   ``relative_position_bias_table`` ``((2M-1)^2, heads)``, trunc-normal(.02) initialised, excluded
   from weight decay by timm's ``no_weight_decay``. The table read through timm's index is handed to
   attention as a factorised term: the dense backends add it to the mask (timm's terms, in timm's
@@ -80,9 +80,9 @@ from timm.models.swin_transformer import SwinTransformer, WindowAttention
 from timm.models.vision_transformer import get_init_weights_vit
 from torch import Tensor, nn
 
-from models.deit import ModelConfigError, check_patch_grid, load_pretrained_files_safely
+from models.deit import ModelConfigError, check_patch_grid, load_pretrained_files_safely, refuse_pretrained
 from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
-from rpe import RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
+from rpe import DEFAULT_PRESET, RPEConfig, RPESites, encoding, is_swin_bias, resolve_rpe
 from rpe.base import LogitPiece, no_weight_decay_names
 
 __all__ = [
@@ -122,7 +122,6 @@ class WindowRPESites(RPESites):
 
     OWN_POSITION: tuple[str, ...] = ()  # timm's attributes that hold its own relative position term
     OWN_NAME = ""  # how extra_repr names timm's own term
-    DEFAULT_RPE = "none"  # what rpe=None means
 
     @staticmethod
     def keeps_own_bias(config: RPEConfig) -> bool:
@@ -130,7 +129,7 @@ class WindowRPESites(RPESites):
         raise NotImplementedError
 
     def _resolve_window_rpe(self, rpe: Any) -> None:
-        self.rpe_config: RPEConfig = resolve_rpe(self.DEFAULT_RPE if rpe is None else rpe)
+        self.rpe_config: RPEConfig = resolve_rpe(rpe)
         self.own_bias = self.keeps_own_bias(self.rpe_config)
 
     def _init_window_rpe(self, head_dim: int, num_heads: int, device: Any, dtype: Any) -> None:
@@ -211,7 +210,8 @@ class RPEWindowAttention(WindowRPESites, WindowAttention):
     """timm's ``WindowAttention`` with any relative position encoding of `rpe`.
 
     Args are timm's (``dim``, ``num_heads``, ``head_dim``, ``window_size``, ``qkv_bias``,
-    ``attn_drop``, ``proj_drop``) plus ``rpe`` (anything `resolve_rpe` accepts; None = ``swin``).
+    ``attn_drop``, ``proj_drop``) plus ``rpe`` (anything `resolve_rpe` accepts; not given: ``swin``, the module
+    it replaces; None: no relative term).
     With the swin preset the module is timm's (same parameters, same numbers); otherwise
     ``relative_position_bias_table`` and ``relative_position_index`` are None and the site modules
     ``rpe_q``, ``rpe_k``, ``rpe_v`` hold the tables.
@@ -219,7 +219,6 @@ class RPEWindowAttention(WindowRPESites, WindowAttention):
 
     OWN_POSITION = ("relative_position_bias_table", "relative_position_index")
     OWN_NAME = "swin (timm table)"
-    DEFAULT_RPE = "swin"
 
     def __init__(
         self,
@@ -349,7 +348,7 @@ class WindowRPEBackbone:
             raise ModelConfigError(
                 f"rpe.window={window} is not read on {self.FAMILY}: each layer sizes its relative table by its own"
                 f" window (window_size={kwargs.get('window_size', 7)}); valid: leave rpe.window unset (null)")
-        self.rpe_config: RPEConfig = resolve_rpe(self.ATTENTION.DEFAULT_RPE if rpe is None else rpe)
+        self.rpe_config: RPEConfig = resolve_rpe(rpe)
 
     def _replace_window_attention(self, init: Callable[[nn.Module], None] | None) -> None:
         """Every block's ``attn`` becomes ``ATTENTION.from_timm(attn, rpe)``, then ``init(attn)`` (timm's init of
@@ -392,7 +391,8 @@ class RPESwinTransformer(WindowRPEBackbone, SwinTransformer):
     """timm ``SwinTransformer`` whose window attention carries a relative position encoding.
 
     Args:
-        rpe: anything :func:`rpe.resolve_rpe` accepts; None means ``swin`` (timm's own model).
+        rpe: anything :func:`rpe.resolve_rpe` accepts; ``swin`` is timm's own model, None or "none" no relative
+            term; not given: `rpe.DEFAULT_PRESET`.
         ape: only ``none`` (Swin has no absolute position embedding; the option exists because the
             classification configs pass it).
         **kwargs: timm ``SwinTransformer`` options (``img_size``, ``window_size``, ``strict_img_size``...).
@@ -401,7 +401,9 @@ class RPESwinTransformer(WindowRPEBackbone, SwinTransformer):
     ATTENTION = RPEWindowAttention
     TIMM_FILTER = staticmethod(timm_swin.checkpoint_filter_fn)
 
-    def __init__(self, *, rpe: Any = None, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, rpe: Any = DEFAULT_PRESET, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any
+    ) -> None:
         self._check_window_options(rpe, ape, peg_blocks, kwargs)
         weight_init = kwargs.get("weight_init", "")
         super().__init__(**kwargs)
@@ -480,15 +482,15 @@ def build_window_backbone(cls: type[WindowRPEBackbone], archs: Mapping[str, dict
     kwargs = dict(archs[name], rpe=rpe, **kwargs)
     if "_micro_" in name:
         if pretrained:
-            raise ModelConfigError(f"{name} has no pretrained weights; use load_swin_checkpoint")
+            refuse_pretrained(name, archs, "load_swin_checkpoint")
         return cls(**kwargs)
     return build_model_with_cfg(
         cls, name, pretrained, pretrained_filter_fn=cls.filter_checkpoint, **load_pretrained_files_safely(kwargs),
     )
 
 
-def create_swin(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: Any) -> RPESwinTransformer:
-    """Build Swin ``name`` of `SWIN_ARCHS` with any RPE (None = ``swin``: timm's model).
+def create_swin(name: str, rpe: Any = DEFAULT_PRESET, pretrained: bool = False, **kwargs: Any) -> RPESwinTransformer:
+    """Build Swin ``name`` of `SWIN_ARCHS` with any RPE (``swin``: timm's model; None: no relative term).
 
     Names timm knows go through ``build_model_with_cfg`` with :func:`checkpoint_filter_fn`, so
     ``pretrained=True, pretrained_cfg_overlay=dict(file=...)`` loads (and resizes) timm/Microsoft

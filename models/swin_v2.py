@@ -40,7 +40,8 @@ and the relative terms add to what leaks across a shift boundary as the content 
 
 Presets
 -------
-* ``rpe=cpb`` (the default of ``create_model`` for these names) keeps timm's own continuous position bias:
+* ``rpe=cpb`` (timm's Swin-v2; the default RPE is `rpe.DEFAULT_PRESET`, as for every model) keeps timm's own
+  continuous position bias:
   ``cpb_mlp`` (2 -> ``rpe.hidden_dim`` -> heads, 512 as in timm), the ``relative_coords_table`` (offsets
   normalised by the window, or by ``pretrained_window_sizes``, log-spaced) and ``relative_position_index``
   buffers, ``16 sigmoid``. The state dict of timm's ``swinv2_*`` model loads strictly and gives its logits.
@@ -76,7 +77,7 @@ from models.swin import (
     rpe_variant_builder,
 )
 from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
-from rpe import RPEConfig
+from rpe import DEFAULT_PRESET, RPEConfig
 from rpe.base import LogitPiece
 
 __all__ = [
@@ -103,15 +104,14 @@ class RPEWindowAttentionV2(WindowRPESites, WindowAttention):
 
     Args are timm's (``dim``, ``window_size``, ``num_heads``, ``qkv_bias``, ``qkv_bias_separate``,
     ``attn_drop``, ``proj_drop``, ``pretrained_window_size``) plus ``rpe`` (anything `resolve_rpe` accepts;
-    None = ``cpb``). With cpb the module is timm's (same parameters, same numbers; ``rpe.hidden_dim`` sets the
-    MLP's width, timm's is 512); otherwise ``cpb_mlp``, ``relative_coords_table`` and
-    ``relative_position_index`` are None and the site modules ``rpe_q``, ``rpe_k``, ``rpe_v`` hold the
-    encoding, which reads ``tau q^`` and ``k^`` (module docstring).
+    not given: ``cpb``, the module it replaces; None: no relative term). With cpb the module is timm's (same
+    parameters, same numbers; ``rpe.hidden_dim`` sets the MLP's width, timm's is 512); otherwise ``cpb_mlp``,
+    ``relative_coords_table`` and ``relative_position_index`` are None and the site modules ``rpe_q``, ``rpe_k``,
+    ``rpe_v`` hold the encoding, which reads ``tau q^`` and ``k^`` (module docstring).
     """
 
     OWN_POSITION = ("cpb_mlp", "relative_coords_table", "relative_position_index")
     OWN_NAME = "cpb (timm cpb_mlp)"
-    DEFAULT_RPE = "cpb"
     fused_attn = False  # timm's Swin-v2 attention is always the explicit softmax
 
     def __init__(
@@ -205,7 +205,8 @@ class RPESwinTransformerV2(WindowRPEBackbone, SwinTransformerV2):
     """timm ``SwinTransformerV2`` whose window attention carries a relative position encoding.
 
     Args:
-        rpe: anything :func:`rpe.resolve_rpe` accepts; None means ``cpb`` (timm's own model).
+        rpe: anything :func:`rpe.resolve_rpe` accepts; ``cpb`` is timm's own model, None or "none" no relative
+            term; not given: `rpe.DEFAULT_PRESET`.
         ape: only ``none`` (Swin-v2 has no absolute position embedding; the classification configs pass it).
         **kwargs: timm ``SwinTransformerV2`` options (``img_size``, ``window_size``, ``pretrained_window_sizes``,
             ``strict_img_size``...).
@@ -215,7 +216,9 @@ class RPESwinTransformerV2(WindowRPEBackbone, SwinTransformerV2):
     TIMM_FILTER = staticmethod(timm_swin_v2.checkpoint_filter_fn)
     FAMILY = "Swin-v2"
 
-    def __init__(self, *, rpe: Any = None, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, rpe: Any = DEFAULT_PRESET, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any
+    ) -> None:
         self._check_window_options(rpe, ape, peg_blocks, kwargs)
         super().__init__(**kwargs)
         # timm's init of the module it replaces: trunc-normal(.02) Linear layers (cpb_mlp included), zero
@@ -236,8 +239,10 @@ SWIN_V2_ARCHS: dict[str, dict[str, Any]] = {
 }
 
 
-def create_swin_v2(name: str, rpe: Any = None, pretrained: bool = False, **kwargs: Any) -> RPESwinTransformerV2:
-    """Build Swin-v2 ``name`` of `SWIN_V2_ARCHS` with any RPE (None = ``cpb``: timm's model).
+def create_swin_v2(
+    name: str, rpe: Any = DEFAULT_PRESET, pretrained: bool = False, **kwargs: Any
+) -> RPESwinTransformerV2:
+    """Build Swin-v2 ``name`` of `SWIN_V2_ARCHS` with any RPE (``cpb``: timm's model; None: no relative term).
 
     Names timm knows go through ``build_model_with_cfg`` with timm's Swin-v2 checkpoint filter (after dropping
     a CPB the RPE replaces), so ``pretrained=True, pretrained_cfg_overlay=dict(file=...)`` loads timm/Microsoft

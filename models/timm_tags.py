@@ -1,7 +1,7 @@
 """timm names of the RPE backbones: ``<timm architecture>_rpe.<preset>``, one pretrained tag per RPE preset.
 
 ``timm.create_model("swin_tiny_patch4_window7_224_rpe.irpe_qkv")`` builds Swin-T with the ``irpe_qkv``
-preset; without a tag the first one (``irpe_k``) is used, and ``timm.list_models("*_rpe",
+preset; without a tag the first one (`rpe.DEFAULT_PRESET`, the default RPE) is used, and ``timm.list_models("*_rpe",
 include_tags=True)`` lists every combination. The tags carry no weights (there is nothing to
 download); ``pretrained=True`` with ``pretrained_cfg_overlay=dict(file=...)`` loads a local file.
 """
@@ -15,10 +15,9 @@ from timm.models import register_model
 from timm.models._builder import resolve_pretrained_cfg
 
 from models.errors import ModelConfigError
-from rpe import PRESETS
+from rpe import DEFAULT_PRESET, PRESETS
 
 RPE_SUFFIX = "_rpe"
-DEFAULT_PRESET = "irpe_k"
 
 
 def preset_tags() -> list[str]:

@@ -8,14 +8,14 @@ docs/design.md.
 
 Public API::
 
-    from rpe import (RPEConfig, PRESETS, parse_shorthand, resolve_rpe, build_rpe,
+    from rpe import (RPEConfig, PRESETS, DEFAULT_PRESET, parse_shorthand, resolve_rpe, build_rpe,
                      rpe_attention, RPEAttention, RPESites, RPEConfigError)
 """
 
 from . import encodings  # noqa: F401  (registers every encoding module)
 from .attention import RPEAttention, RPESites, rpe_attention, split_grid
 from .base import Description, LogitPiece, PositionEncoding
-from .config import PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
+from .config import DEFAULT_PRESET, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from .encodings.xl import TransformerXLTerm
 from .index import IndexSpec, bucket_ids, clear_bucket_cache, clip_index, piecewise_index, t5_bucket
 from .registry import encoding, method_names, preset_names
@@ -24,6 +24,7 @@ from .tables import CrossRelativePositionTable, RelativePositionTable, is_swin_b
 __all__ = [
     "RPEConfig",
     "PRESETS",
+    "DEFAULT_PRESET",
     "parse_shorthand",
     "resolve_rpe",
     "build_rpe",

@@ -47,10 +47,17 @@ __all__ = [
     "RPEConfig",
     "RPEConfigError",
     "PRESETS",
+    "DEFAULT_PRESET",
     "parse_shorthand",
     "resolve_rpe",
     "build_rpe",
 ]
+
+# The RPE of a model whose RPE is not named, on every route: the command line's ``rpe`` group (configs/train.yaml,
+# checked equal by a test), `resolve_rpe` without an argument, `models.create_model`, the backbone and Lightning
+# module constructors and timm's untagged ``*_rpe`` names. It is iRPE's contextual product method on K, whose
+# fields are `RPEConfig`'s defaults (so ``RPEConfig()`` is it too). ``None`` and "none" are no RPE.
+DEFAULT_PRESET = "irpe_k"
 
 MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
@@ -301,8 +308,9 @@ def _from_name(name: str) -> RPEConfig:
     )
 
 
-def resolve_rpe(spec: RPEConfig | str | Mapping[str, Any] | None) -> RPEConfig:
-    """Turn None, an `RPEConfig`, a preset name, a shorthand, or a dict into an `RPEConfig`.
+def resolve_rpe(spec: RPEConfig | str | Mapping[str, Any] | None = DEFAULT_PRESET) -> RPEConfig:
+    """Turn None (no RPE), an `RPEConfig`, a preset name, a shorthand, or a dict into an `RPEConfig`;
+    without an argument, `DEFAULT_PRESET`.
 
     A dict holds ``preset`` (name or shorthand, default "none") plus field overrides; overrides
     whose value is None are ignored, which is how the Hydra group ``configs/rpe`` passes "unset".

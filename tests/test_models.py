@@ -180,3 +180,83 @@ def test_adamw_multi_tensor_update_is_bit_identical_on_our_param_groups() -> Non
                 p.grad = g.clone()
             optimizer.step()
     assert all(torch.equal(a, b) for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True))
+
+
+DEIT_MICRO, SWIN_MICRO, SWINV2_MICRO = "deit_micro_patch4_32", "swin_micro_patch4_window4_32", "swinv2_micro_window4_32"
+
+
+def _small_detr(**kwargs: object) -> dict[str, object]:
+    return dict(num_classes=2, backbone={"name": "tiny", "channels": [8, 16]}, hidden_dim=16, nheads=2, enc_layers=1,
+                dec_layers=1, dim_feedforward=32, num_queries=2, **kwargs)
+
+
+def _rpe_of(model: torch.nn.Module):
+    """The RPE a built model carries (a DETR: its encoder's; no RPE there is the none preset)."""
+    from rpe import PRESETS
+
+    if hasattr(model, "rpe_config"):
+        return model.rpe_config
+    return model.transformer.encoder[0].self_attn.rpe_cfg or PRESETS["none"]
+
+
+def _model_routes() -> dict[str, object]:
+    """Every way to build a model without the command line; each takes ``**rpe`` (``rpe=...`` or nothing)."""
+    from models.classification import ClassificationModule
+    from models.deit import DEIT_ARCHS
+    from models.detr import DETR, DetectionModule
+    from models.swin import SWIN_ARCHS, RPESwinTransformer
+    from models.swin_v2 import SWIN_V2_ARCHS, RPESwinTransformerV2
+
+    return {
+        "create_model(deit)": lambda **rpe: create_model(DEIT_MICRO, num_classes=2, **rpe),
+        "create_model(swin)": lambda **rpe: create_model(SWIN_MICRO, num_classes=2, **rpe),
+        "create_model(swinv2)": lambda **rpe: create_model(SWINV2_MICRO, num_classes=2, **rpe),
+        "RPEVisionTransformer": lambda **rpe: models.RPEVisionTransformer(**DEIT_ARCHS[DEIT_MICRO], **rpe),
+        "RPESwinTransformer": lambda **rpe: RPESwinTransformer(**SWIN_ARCHS[SWIN_MICRO], **rpe),
+        "RPESwinTransformerV2": lambda **rpe: RPESwinTransformerV2(**SWIN_V2_ARCHS[SWINV2_MICRO], **rpe),
+        "ClassificationModule": lambda **rpe: ClassificationModule({"name": DEIT_MICRO}, num_classes=2, **rpe).net,
+        "DETR": lambda **rpe: DETR(**_small_detr(**{f"enc_{k}": v for k, v in rpe.items()})),
+        "DetectionModule": lambda **rpe: DetectionModule(**_small_detr(**rpe)).model,
+    }
+
+
+@pytest.mark.parametrize("route", list(_model_routes()))
+def test_the_default_rpe_is_the_same_on_every_model_route(route: str) -> None:
+    """A model whose RPE is not named gets `rpe.DEFAULT_PRESET` whatever builds it; None is no RPE."""
+    from rpe import DEFAULT_PRESET, PRESETS
+
+    build = _model_routes()[route]
+    assert _rpe_of(build()) == PRESETS[DEFAULT_PRESET]
+    assert _rpe_of(build(rpe=None)) == PRESETS["none"]
+
+
+def test_timm_names_without_a_tag_and_zoo_names_keep_their_rule() -> None:
+    """timm's untagged ``*_rpe`` names use the default preset; a zoo name, its own preset."""
+    from rpe import DEFAULT_PRESET, PRESETS
+
+    untagged = timm.create_model("deit_tiny_patch16_224_rpe", img_size=32, num_classes=2)
+    assert untagged.rpe_config == PRESETS[DEFAULT_PRESET]
+    zoo = create_model("deit_small_patch16_224_ctx_euc_20_shared_k", img_size=32, num_classes=2)
+    assert zoo.rpe_config == PRESETS["irpe_euc_k"]
+
+
+@pytest.mark.parametrize("name", [DEIT_MICRO, SWIN_MICRO, SWINV2_MICRO])
+def test_pretrained_on_a_model_without_weights_is_one_line_naming_the_valid_models(name: str) -> None:
+    with pytest.raises(ValueError) as err:
+        create_model(name, pretrained=True)
+    message = str(err.value)
+    assert message.startswith(f"pretrained=True: {name} has no pretrained weights; valid with pretrained=True")
+    assert "\n" not in message
+    valid = message.split("pretrained_cfg_overlay=dict(file=...)): ")[1].split(";")[0].split(", ")
+    assert valid and all(v in models.model_names() and "_micro_" not in v for v in valid), valid
+
+
+def test_deit_pretrained_true_loads_the_weights(tmp_path: Path) -> None:
+    """``create_model(<DeiT>, pretrained=True)`` loads the file it is given instead of ignoring the flag."""
+    source = create_model("deit_tiny_patch16_224", img_size=32)
+    path = tmp_path / "deit_tiny.pth"
+    torch.save(source.state_dict(), path)
+    loaded = create_model("deit_tiny_patch16_224", img_size=32, pretrained=True,
+                          pretrained_cfg_overlay=dict(file=str(path)))
+    for key, value in source.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key

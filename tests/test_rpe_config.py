@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from rpe import (
+    DEFAULT_PRESET,
     PRESETS,
     RPEConfig,
     RPEConfigError,
@@ -24,6 +25,23 @@ from rpe.tables import TABLE_FIELDS
 
 FIELDS = [f.name for f in dataclasses.fields(RPEConfig)]
 RPE_CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "rpe"
+
+
+def test_the_default_rpe_is_one_preset_on_the_config_routes(tmp_path: Path) -> None:
+    """`RPEConfig()`, `resolve_rpe()`, the command line's ``rpe`` group and timm's default tag give
+    `DEFAULT_PRESET`; None (as "none") is no RPE. The model routes: tests/test_models.py."""
+    from omegaconf import OmegaConf
+
+    from models.timm_tags import preset_tags
+    from tests.helpers import compose_config
+
+    default = PRESETS[DEFAULT_PRESET]
+    assert RPEConfig() == default == resolve_rpe()
+    assert resolve_rpe(None) == resolve_rpe("none") == PRESETS["none"] and not resolve_rpe(None).enabled
+    cfg = compose_config([], tmp_path / "run", tmp_path / "data")
+    assert cfg.rpe.preset == DEFAULT_PRESET
+    assert resolve_rpe(OmegaConf.to_container(cfg.rpe)) == default
+    assert preset_tags()[0] == DEFAULT_PRESET
 
 
 def test_defaults_are_irpe_k():

@@ -33,7 +33,7 @@ def _attention_layers(model: torch.nn.Module) -> list[RPEWindowAttention]:
 
 def test_timm_swin_tiny_state_dict_gives_identical_logits() -> None:
     reference = timm.create_model("swin_tiny_patch4_window7_224").eval()
-    ours = create_model("swin_tiny_patch4_window7_224").eval()  # rpe=None means Swin's own table
+    ours = create_model("swin_tiny_patch4_window7_224", rpe="swin").eval()  # Swin's own table
     assert len(_attention_layers(ours)) == 12
     ours.load_state_dict(reference.state_dict(), strict=True)
     assert sorted(ours.state_dict()) == sorted(reference.state_dict())

@@ -72,7 +72,7 @@ def test_timm_swinv2_tiny_state_dict_gives_identical_logits() -> None:
     float64."""
     reference = timm.create_model("swinv2_tiny_window8_256").eval()
     _randomise(reference)
-    ours = create_model("swinv2_tiny_window8_256").eval()  # rpe=None means timm's own CPB
+    ours = create_model("swinv2_tiny_window8_256", rpe="cpb").eval()  # timm's own CPB
     assert len(_attention_layers(ours)) == 12 and ours.patch_embed.img_size == (256, 256)
     ours.load_state_dict(reference.state_dict(), strict=True)
     assert sorted(ours.state_dict()) == sorted(reference.state_dict())

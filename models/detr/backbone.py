@@ -20,6 +20,8 @@ from torchvision.ops import FrozenBatchNorm2d
 
 from models.errors import ModelConfigError
 
+from .hyperparameters import BACKBONE_DEFAULTS, DETR_DEFAULTS
+
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101")
 BACKBONES = (*RESNETS, "tiny")
 RESNET_NORMS = ("frozen_bn", "bn")
@@ -28,7 +30,9 @@ RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
 # tiny-only options at these values and a tiny one the ResNet-only options: only these values (or null) are
 # accepted for the options the chosen backbone does not use (tiny: norm bn, return_layer layer4, checkpoint
 # null); anything else is refused, never ignored.
-TINY_DEFAULTS = {"channels": [32, 64, 128], "stem_stride": 4}
+TINY_DEFAULTS = {"channels": list(BACKBONE_DEFAULTS.channels), "stem_stride": BACKBONE_DEFAULTS.stem_stride}
+# tiny is trained from scratch: all of it learns unless train_layers says otherwise
+TINY_TRAIN_LAYERS = ("all",)
 
 
 class BackboneConfigError(ModelConfigError):
@@ -74,11 +78,11 @@ class ResNetBackbone(nn.Module):
 
     def __init__(
         self,
-        name: str = "resnet50",
-        norm: str = "frozen_bn",
-        train_layers: tuple[str, ...] | list[str] = ("layer2", "layer3", "layer4"),
-        return_layer: str = "layer4",
-        checkpoint: str | None = None,
+        name: str = BACKBONE_DEFAULTS.name,
+        norm: str = BACKBONE_DEFAULTS.norm,
+        train_layers: tuple[str, ...] | list[str] = BACKBONE_DEFAULTS.train_layers,
+        return_layer: str = BACKBONE_DEFAULTS.return_layer,
+        checkpoint: str | None = BACKBONE_DEFAULTS.checkpoint,
     ) -> None:
         super().__init__()
         if name not in RESNETS:
@@ -137,9 +141,9 @@ class TinyBackbone(nn.Module):
 
     def __init__(
         self,
-        channels: tuple[int, ...] | list[int] = (32, 64, 128),
-        stem_stride: int = 4,
-        train_layers: tuple[str, ...] | list[str] = ("all",),
+        channels: tuple[int, ...] | list[int] = BACKBONE_DEFAULTS.channels,
+        stem_stride: int = BACKBONE_DEFAULTS.stem_stride,
+        train_layers: tuple[str, ...] | list[str] = TINY_TRAIN_LAYERS,
     ) -> None:
         super().__init__()
         channels = list(channels)
@@ -181,7 +185,7 @@ class TinyBackbone(nn.Module):
 
 
 def build_backbone(
-    name: str = "resnet50",
+    name: str = BACKBONE_DEFAULTS.name,
     norm: str | None = None,
     train_layers: tuple[str, ...] | list[str] | None = None,
     return_layer: str | None = None,
@@ -209,7 +213,7 @@ def build_backbone(
     if name == "tiny":
         _refuse_unused(name, "norm", norm, "bn", "valid for tiny: bn (its only normalisation) or null")
         _refuse_unused(
-            name, "return_layer", return_layer, "layer4",
+            name, "return_layer", return_layer, BACKBONE_DEFAULTS.return_layer,
             "tiny always returns its last stage (its depth is len(channels)); valid for tiny: null",
         )
         _refuse_unused(
@@ -219,7 +223,7 @@ def build_backbone(
         return TinyBackbone(
             TINY_DEFAULTS["channels"] if channels is None else channels,
             TINY_DEFAULTS["stem_stride"] if stem_stride is None else stem_stride,
-            ("all",) if train_layers is None else train_layers,
+            TINY_TRAIN_LAYERS if train_layers is None else train_layers,
         )
     for key, value in (("channels", channels), ("stem_stride", stem_stride)):
         _refuse_unused(
@@ -228,9 +232,9 @@ def build_backbone(
         )
     return ResNetBackbone(
         name,
-        "frozen_bn" if norm is None else norm,
-        ("layer2", "layer3", "layer4") if train_layers is None else train_layers,
-        "layer4" if return_layer is None else return_layer,
+        BACKBONE_DEFAULTS.norm if norm is None else norm,
+        BACKBONE_DEFAULTS.train_layers if train_layers is None else train_layers,
+        BACKBONE_DEFAULTS.return_layer if return_layer is None else return_layer,
         checkpoint,
     )
 
@@ -295,7 +299,9 @@ class PositionEmbeddingSine(nn.Module):
     cell's code depends only on its own image, not on how much padding the batch added.
     """
 
-    def __init__(self, dim: int = 256, temperature: float = 10000.0, normalize: bool = True) -> None:
+    def __init__(
+        self, dim: int = DETR_DEFAULTS.hidden_dim, temperature: float = 10000.0, normalize: bool = True
+    ) -> None:
         super().__init__()
         if dim % 4:
             raise ValueError(f"sine position encoding needs a width divisible by 4, got {dim}")
@@ -326,7 +332,7 @@ class PositionEmbeddingSine(nn.Module):
 class PositionEmbeddingLearned(nn.Module):
     """Learned absolute encoding: a row table and a column table (up to ``max_size`` cells each)."""
 
-    def __init__(self, dim: int = 256, max_size: int = 50) -> None:
+    def __init__(self, dim: int = DETR_DEFAULTS.hidden_dim, max_size: int = 50) -> None:
         super().__init__()
         self.max_size = max_size
         self.row = nn.Embedding(max_size, dim // 2)
@@ -348,7 +354,7 @@ class PositionEmbeddingLearned(nn.Module):
 class PositionEmbeddingNone(nn.Module):
     """No absolute encoding (zeros), for RPE-only ablations."""
 
-    def __init__(self, dim: int = 256) -> None:
+    def __init__(self, dim: int = DETR_DEFAULTS.hidden_dim) -> None:
         super().__init__()
         self.dim = dim
 

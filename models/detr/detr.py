@@ -16,7 +16,10 @@ from scipy.optimize import linear_sum_assignment
 from torch import Tensor, nn
 from torchvision.ops import box_convert, generalized_box_iou
 
+from rpe import DEFAULT_PRESET
+
 from .backbone import build_backbone, build_position_encoding
+from .hyperparameters import DETR_DEFAULTS as D
 from .transformer import Transformer
 
 
@@ -42,23 +45,26 @@ class MLP(nn.Module):
 
 
 class DETR(nn.Module):
-    """Backbone -> 1x1 projection -> transformer -> class and box heads for every decoder layer."""
+    """Backbone -> 1x1 projection -> transformer -> class and box heads for every decoder layer.
+
+    ``enc_rpe``: the encoder's RPE (not given: `rpe.DEFAULT_PRESET`; None: none, the DETR reference's model).
+    """
 
     def __init__(
         self,
         num_classes: int,
         backbone: dict[str, Any] | None = None,
-        position_embedding: str = "sine",
-        hidden_dim: int = 256,
-        nheads: int = 8,
-        enc_layers: int = 6,
-        dec_layers: int = 6,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        num_queries: int = 100,
-        pre_norm: bool = False,
-        aux_loss: bool = True,
-        enc_rpe: Any = None,
+        position_embedding: str = D.position_embedding,
+        hidden_dim: int = D.hidden_dim,
+        nheads: int = D.nheads,
+        enc_layers: int = D.enc_layers,
+        dec_layers: int = D.dec_layers,
+        dim_feedforward: int = D.dim_feedforward,
+        dropout: float = D.dropout,
+        num_queries: int = D.num_queries,
+        pre_norm: bool = D.pre_norm,
+        aux_loss: bool = D.aux_loss,
+        enc_rpe: Any = DEFAULT_PRESET,
         dec_self_rpe: Any = None,
         dec_cross_rpe: Any = None,
     ) -> None:
@@ -109,7 +115,12 @@ class HungarianMatcher(nn.Module):
     cost = cost_class * (-p(target class)) + cost_bbox * L1(cxcywh) + cost_giou * (-GIoU(xyxy)).
     """
 
-    def __init__(self, cost_class: float = 1.0, cost_bbox: float = 5.0, cost_giou: float = 2.0) -> None:
+    def __init__(
+        self,
+        cost_class: float = D.set_cost_class,
+        cost_bbox: float = D.set_cost_bbox,
+        cost_giou: float = D.set_cost_giou,
+    ) -> None:
         super().__init__()
         if cost_class == 0 and cost_bbox == 0 and cost_giou == 0:
             raise ValueError("all matching costs are zero")
@@ -159,7 +170,7 @@ class SetCriterion(nn.Module):
         num_classes: int,
         matcher: HungarianMatcher,
         weight_dict: dict[str, float],
-        eos_coef: float = 0.1,
+        eos_coef: float = D.eos_coef,
         losses: tuple[str, ...] | list[str] = ("labels", "boxes", "cardinality"),
     ) -> None:
         super().__init__()

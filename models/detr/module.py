@@ -9,8 +9,11 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
+from rpe import DEFAULT_PRESET
+
 from .coco_eval import METRIC_NAMES, evaluate_coco, gather_detections, to_coco_results
 from .detr import DETR, HungarianMatcher, PostProcess, SetCriterion, build_weight_dict
+from .hyperparameters import DETR_DEFAULTS as D
 from .reference import load_reference_weights
 
 
@@ -35,8 +38,9 @@ class DetectionModule(L.LightningModule):
     """DETR with its set criterion, DETR's optimiser recipe, and COCO metrics on val and test.
 
     Batches are `data.coco.collate_detection` dicts. RPE for the encoder comes from ``rpe`` (what
-    train.py passes from the ``rpe`` config group) unless ``enc_rpe2d`` (the reference's flag, e.g.
-    ``rpe-2.0-product-ctx-1-k``, or any spec `rpe.resolve_rpe` accepts) is set, which then wins.
+    train.py passes from the ``rpe`` config group; not given: `rpe.DEFAULT_PRESET`, None: none) unless
+    ``enc_rpe2d`` (the reference's flag, e.g. ``rpe-2.0-product-ctx-1-k``, or any spec `rpe.resolve_rpe`
+    accepts) is set, which then wins.
     ``dec_self_rpe`` / ``dec_cross_rpe``: see `models.detr.transformer`.
 
     ``weights``: a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) whose
@@ -48,33 +52,33 @@ class DetectionModule(L.LightningModule):
 
     def __init__(
         self,
-        rpe: Any = None,
+        rpe: Any = DEFAULT_PRESET,
         num_classes: int = 80,
         enc_rpe2d: Any = None,
         dec_self_rpe: Any = None,
         dec_cross_rpe: Any = None,
         backbone: dict[str, Any] | None = None,
-        position_embedding: str = "sine",
-        hidden_dim: int = 256,
-        nheads: int = 8,
-        enc_layers: int = 6,
-        dec_layers: int = 6,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        num_queries: int = 100,
-        pre_norm: bool = False,
-        aux_loss: bool = True,
-        set_cost_class: float = 1.0,
-        set_cost_bbox: float = 5.0,
-        set_cost_giou: float = 2.0,
-        ce_loss_coef: float = 1.0,
-        bbox_loss_coef: float = 5.0,
-        giou_loss_coef: float = 2.0,
-        eos_coef: float = 0.1,
-        lr: float = 1e-4,
-        lr_backbone: float = 1e-5,
-        weight_decay: float = 1e-4,
-        lr_drop: int = 100,
+        position_embedding: str = D.position_embedding,
+        hidden_dim: int = D.hidden_dim,
+        nheads: int = D.nheads,
+        enc_layers: int = D.enc_layers,
+        dec_layers: int = D.dec_layers,
+        dim_feedforward: int = D.dim_feedforward,
+        dropout: float = D.dropout,
+        num_queries: int = D.num_queries,
+        pre_norm: bool = D.pre_norm,
+        aux_loss: bool = D.aux_loss,
+        set_cost_class: float = D.set_cost_class,
+        set_cost_bbox: float = D.set_cost_bbox,
+        set_cost_giou: float = D.set_cost_giou,
+        ce_loss_coef: float = D.ce_loss_coef,
+        bbox_loss_coef: float = D.bbox_loss_coef,
+        giou_loss_coef: float = D.giou_loss_coef,
+        eos_coef: float = D.eos_coef,
+        lr: float = D.lr,
+        lr_backbone: float = D.lr_backbone,
+        weight_decay: float = D.weight_decay,
+        lr_drop: int = D.lr_drop,
         lr_gamma: float = 0.1,
         weights: str | None = None,
     ) -> None:

@@ -32,6 +32,7 @@ from models.run_config import RunConfigError, read_checkpoint_file
 
 from .backbone import ResNetBackbone
 from .detr import DETR
+from .hyperparameters import BACKBONE_DEFAULTS
 
 __all__ = [
     "ReferenceCheckpointError",
@@ -46,6 +47,10 @@ __all__ = [
 class ReferenceCheckpointError(RunConfigError):
     """A reference-layout DETR checkpoint that cannot be read or does not fit the model; one line."""
 
+
+# The reference code's own argparse defaults, for checkpoints whose ``args`` lack a field (not ours: a change of
+# our defaults must not change how its files read).
+REFERENCE_ARG_DEFAULTS: dict[str, Any] = {"dropout": 0.1, "aux_loss": True}
 
 # Our ResNet body is one nn.Sequential; the reference keeps torchvision's child names.
 RESNET_CHILDREN = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4")
@@ -294,10 +299,10 @@ def architecture(
         "enc_layers": _layer_count(state, "transformer.encoder.layers."),
         "dec_layers": _layer_count(state, "transformer.decoder.layers."),
         "dim_feedforward": state["transformer.decoder.layers.0.linear1.weight"].shape[0],
-        "dropout": float(args.get("dropout", 0.1)),
+        "dropout": float(args.get("dropout", REFERENCE_ARG_DEFAULTS["dropout"])),
         "num_queries": state["query_embed.weight"].shape[0],
         "pre_norm": bool(args.get("pre_norm", "transformer.encoder.norm.weight" in state)),
-        "aux_loss": bool(args.get("aux_loss", True)),
+        "aux_loss": bool(args.get("aux_loss", REFERENCE_ARG_DEFAULTS["aux_loss"])),
         "enc_rpe": enc_rpe2d or None,
     }
 
@@ -380,9 +385,9 @@ def check_args(args: dict[str, Any], kwargs: dict[str, Any], path: str | Path) -
 
 def _describe(kwargs: dict[str, Any]) -> str:
     rpe = kwargs.get("enc_rpe")
-    backbone = kwargs.get("backbone") or {}
+    name = (kwargs.get("backbone") or {}).get("name", BACKBONE_DEFAULTS.name)
     return (
-        f"DETR({backbone.get('name', 'resnet50')}, {kwargs.get('enc_layers')}+{kwargs.get('dec_layers')} layers,"
+        f"DETR({name}, {kwargs.get('enc_layers')}+{kwargs.get('dec_layers')} layers,"
         f" width {kwargs.get('hidden_dim')}, encoder RPE {rpe if rpe else 'none'})"
     )
 

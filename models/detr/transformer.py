@@ -29,6 +29,8 @@ from torch import Tensor, nn
 from rpe import RPESites
 from rpe.base import own_init_parameters
 
+from .hyperparameters import DETR_DEFAULTS as D
+
 
 class DecoderCrossRPEError(ValueError):
     """``dec_cross_rpe`` was set although DETR's object queries have no position to measure from."""
@@ -52,7 +54,7 @@ class Attention(RPESites, nn.Module):
     RPE needs self-attention (the same n tokens for q and k) and the tokens' ``grid_size``.
     """
 
-    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0, rpe: Any = None) -> None:
+    def __init__(self, dim: int, num_heads: int, dropout: float, rpe: Any = None) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"width {dim} is not divisible by {num_heads} heads")
@@ -189,13 +191,13 @@ class Transformer(nn.Module):
 
     def __init__(
         self,
-        dim: int = 256,
-        heads: int = 8,
-        enc_layers: int = 6,
-        dec_layers: int = 6,
-        ffn: int = 2048,
-        dropout: float = 0.1,
-        pre_norm: bool = False,
+        dim: int = D.hidden_dim,
+        heads: int = D.nheads,
+        enc_layers: int = D.enc_layers,
+        dec_layers: int = D.dec_layers,
+        ffn: int = D.dim_feedforward,
+        dropout: float = D.dropout,
+        pre_norm: bool = D.pre_norm,
         enc_rpe: Any = None,
         dec_self_rpe: Any = None,
         dec_cross_rpe: Any = None,
