@@ -373,16 +373,18 @@ def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
     assert (archived / ARCHIVE_MARKER).is_file()
     before = _tree(archive)
     sweep_into = ["-m", "debug=fast", "seed=0,1", f"paths.data_dir={tmp_path / 'data'}"]
-    for args, key, where in (
-            ([*sweep_into, f"hydra.sweep.dir={archived}"], "hydra.sweep.dir", "is the archive"),
-            ([*sweep_into, f"hydra.sweep.dir={archived / 'sub'}"], "hydra.sweep.dir", "is inside the archive"),
+    archive_line = f"{archived}, which keeps finished runs' records without checkpoints: an archive; valid: train" \
+        " into the live sweep dir, then archive again"
+    for args, start, fragment in (
+            ([*sweep_into, f"hydra.sweep.dir={archived}"], "hydra.sweep.dir=", f"is the archive {archive_line}"),
+            ([*sweep_into, f"hydra.sweep.dir={archived / 'sub'}"], "hydra.sweep.dir=",
+             f"is inside the archive {archive_line}"),
+            # an archived sweep keeps its grid (multirun.yaml): a single run there is refused as one in a sweep dir
             (["debug=fast", f"paths.log_dir={archived}", "run_name=new", f"paths.data_dir={tmp_path / 'data'}"],
-             "hydra.run.dir", "is inside the archive")):
+             "run_name='new'", f"puts a single run into the sweep dir {archived},")):
         with pytest.raises(cli.CommandLineError) as err:
             cli.check_overrides(args, "train")
-        assert str(err.value).startswith(f"{key}=") and f"{where} {archived}, which keeps finished runs' records" \
-            " without checkpoints: an archive; valid: train into the live sweep dir, then archive again" \
-            in str(err.value), str(err.value)
+        assert str(err.value).startswith(start) and fragment in str(err.value), str(err.value)
     assert _tree(archive) == before
     # the archive is still the tables' input, and archiving again into it is still allowed
     assert sorted(r.status for r in make_tables.collect([archived])) == ["failed", "missing", "missing", "ok"]

@@ -195,7 +195,9 @@ def test_run_status_reads_a_died_job_and_an_interrupted_extension(finished: Path
     shutil.copytree(finished, run_dir)
     assert records.run_status(run_dir).state == "finished"
     record = json.loads((run_dir / "run.json").read_text())
-    atomic_write_json(run_dir / "run.json", {**record, "state": "running", "length": {"max_epochs": 5}})
+    extended = {"max_epochs": 5}  # an extension claims its dir with the new length among the trained ones
+    atomic_write_json(run_dir / "run.json", {**record, "state": "running", "length": extended,
+                                             "lengths": [*record.get("lengths", []), extended]})
     status = records.run_status(run_dir)  # a job killed by a full disk or kill -9: nobody holds the lock
     assert status.state == "died" and not status.metrics  # the shorter run's metrics.json is not its result
     fd, _ = records.lock_run_dir(run_dir)

@@ -282,7 +282,7 @@ def test_ctrl_c_while_the_command_line_is_checked_is_one_line(monkeypatch: pytes
     Python's KeyboardInterrupt traceback: now exit 130 and one line."""
     from models.lifecycle import cli
 
-    def interrupted(argv: list[str], config_name: str) -> dict[str, str]:
+    def interrupted(argv: list[str], config_name: str, make: bool = True) -> dict[str, str]:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "check_overrides", interrupted)

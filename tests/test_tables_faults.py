@@ -409,11 +409,20 @@ def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_pa
 def test_a_sweep_config_launch_keeps_the_earlier_grid_without_dash_m(tmp_path: Path) -> None:
     """``train.py sweep=<name> seed=...`` is a sweep through its config's Hydra mode, not ``-m``: its
     pre-flight keeps the earlier launch's grid too (two lanes of scripts/benchmark_tasks.sh are two launches)."""
-    from models.lifecycle.cli import check_overrides
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from models.lifecycle.cli import CONFIG_DIR, check_overrides
 
     sweep = tmp_path / "sweeps" / "shift_mini"
     sweep.mkdir(parents=True)
-    lane0 = _grid_yaml({}, ["sweep=shift_mini", "seed=0,2", f"paths.log_dir={tmp_path}"])
+    task = ["sweep=shift_mini", "seed=0,2", f"paths.log_dir={tmp_path}"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):  # lane 0's grid, as Hydra saves it
+        hydra = compose("train", overrides=task[:1] + task[2:], return_hydra_config=True).hydra
+    GlobalHydra.instance().clear()
+    lane0 = OmegaConf.to_yaml({"hydra": {**OmegaConf.to_container(hydra, resolve=False, enum_to_str=True),
+                                         "overrides": {"task": task}}})
     (sweep / "multirun.yaml").write_text(lane0)
     check_overrides(["sweep=shift_mini", "seed=1,3", f"paths.log_dir={tmp_path}"], "train")
     assert (sweep / "multirun.1.yaml").read_text() == lane0
