@@ -20,23 +20,22 @@ shows ``mean ± std (n)`` over the seeds of its ok runs and names every other ru
 (models/lifecycle/identity.py): the same identity but for the seed, and the same length; runs at one table
 position that differ in anything else get a row of their own, labelled with the keys that differ.
 
-The layout of each table (rows, columns, metric) follows the ablation named by the runs'
-``ablation`` key (set by ``configs/sweep/*.yaml``); runs without it go to a plain ``runs`` table.
-The paper's numbers come from ``scripts/paper_numbers.yaml`` and stand beside ours in their own column,
-never subtracted from ours (the paper's are ImageNet-1k and COCO, the mini tables' synthetic data). Every
-table shows the buckets each row's runs actually use on their token grid, and marks a row that cannot
-differ from another by construction (the same config up to an index that splits the grid's pairs into the
-same buckets). Each finding of the paper (``scripts/tables/findings.py``: its contrast, predicted sign and
-source) gets a verdict computed from the runs: the finding's contrast of cells (e.g. contextual minus bias)
-is taken per seed; its mean gets a 95 % t confidence interval and a paired t test, and Holm's step-down
-correction over all findings judged together decides ``holds`` / ``reversed`` / ``not resolved``, after the
-design checks ``cannot differ``, ``floor`` (a side at chance) and ``ceiling`` (both sides at 100). Beside
-ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line per cell and metric;
-``read_csv`` parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the
-findings table between the ``findings`` markers of a README.
+The layout of each table (rows, columns, metric) follows the ablation named by the runs' ``ablation`` key (set by
+``configs/sweep/*.yaml``); runs without it go to a plain ``runs`` table. The paper's numbers come from its tables'
+entries (``scripts/paper_tables/<ablation>.yaml``) and stand beside ours in their own column, never subtracted from
+ours (the paper's are ImageNet-1k and COCO, the mini tables' synthetic data). Every table shows the buckets each row's
+runs actually use on their token grid, and marks a row that cannot differ from another by construction (the same
+config up to an index that splits the grid's pairs into the same buckets). Each finding of the paper (its table's
+entry: its contrast, predicted sign and source) gets a verdict computed from the runs: the finding's contrast of cells
+(e.g. contextual minus bias) is taken per seed; its mean gets a 95 % t confidence interval and a paired t test, and
+Holm's step-down correction over all findings judged together decides ``holds`` / ``reversed`` / ``not resolved``,
+after the design checks ``cannot differ``, ``floor`` (a side at chance) and ``ceiling`` (both sides at 100). Beside
+ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line per cell and metric; ``read_csv``
+parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the findings
+table between the ``findings`` markers of a README.
 
 The work is done in ``scripts/tables/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
-paper's numbers, one layout per ablation), ``cells`` (cells, duplicates, statistics), ``findings`` and
+paper's tables' entries, one layout per ablation), ``cells`` (cells, duplicates, statistics), ``findings`` and
 ``render``; this script is their command line, and its module names what they export.
 """
 from __future__ import annotations
@@ -77,7 +76,7 @@ from scripts.tables.findings import (  # noqa: E402
     sign_flip_p,
     verdicts,
 )
-from scripts.tables.layouts import LAYOUTS, PAPER, Layout, PaperTable, load_paper_numbers  # noqa: E402
+from scripts.tables.layouts import ENTRIES, LAYOUTS, PAPER, Entry, Layout, PaperTable, load_entries  # noqa: E402
 from scripts.tables.render import (  # noqa: E402
     CSV_COLUMNS,
     README_BLOCK,
@@ -91,10 +90,11 @@ from scripts.tables.render import (  # noqa: E402
 )
 
 __all__ = [
-    "CSV_COLUMNS", "FINDINGS", "LAYOUTS", "NOT_COUNTED", "PAPER", "STATUSES", "STATUS_COLUMNS", "Cell", "Finding",
+    "CSV_COLUMNS", "ENTRIES", "Entry", "FINDINGS", "LAYOUTS", "NOT_COUNTED", "PAPER", "STATUSES", "STATUS_COLUMNS",
+    "Cell", "Finding",
     "Layout", "PairedTest", "PaperTable", "Run", "Table", "TableError", "Verdict", "all_findings", "build_tables",
     "cell_identity",
-    "check_record", "collect", "expected_jobs", "findings_markdown", "holm", "judge", "load_paper_numbers",
+    "check_record", "collect", "expected_jobs", "findings_markdown", "holm", "judge", "load_entries",
     "load_run", "main", "paired_test", "read_config", "read_csv", "read_overrides", "run_dirs", "run_facts",
     "sign_flip_p", "split_by_config", "sweep_grid", "to_csv", "to_latex", "to_markdown", "verdicts", "with_findings",
     "write_outputs",

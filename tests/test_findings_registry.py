@@ -258,3 +258,25 @@ def test_a_cell_whose_runs_differ_outside_the_config_is_listed(tmp_path: Path) -
     assert sorted(mixed_environments(table)) == ["`none / own val`: env/resumed_at one sitting, resumed",
                                                  "`product_ctx / own val`: env/threads 1, 2"]
     assert "Cells whose runs differ in what can change a result" in make_tables.to_markdown([table])
+
+
+def test_a_registered_finding_cites_the_paper_table_it_names() -> None:
+    """A registered finding that takes the paper's contrast from a table (`paper: <table>/<claim>` or
+    `{table, cells}`) cites that table as its entry (scripts/paper_tables/<table>.yaml) names it, and a
+    `<table>/<claim>` reference names a finding of that entry."""
+    from scripts.tables.layouts import ENTRIES
+
+    checked = 0
+    for path in sorted(FINDINGS_DIR.glob("*.yaml")):
+        for item in yaml.safe_load(path.read_text())["findings"]:
+            spec = item.get("paper")
+            if spec is None:
+                continue
+            table = spec.partition("/")[0] if isinstance(spec, str) else spec["table"]
+            entry = ENTRIES[table]
+            assert entry.paper and str(item["source"]).startswith(entry.cited), (path.name, item["id"])
+            if isinstance(spec, str):
+                [finding] = [f for f in entry.findings if f.claim == spec.partition("/")[2]]
+                assert item["source"] == finding.source, (path.name, item["id"])
+            checked += 1
+    assert checked >= 10  # shift's paper findings, the long-range and Swin ones

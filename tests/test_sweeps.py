@@ -86,26 +86,18 @@ MINI_SEEDS = {"cost": 1, "shared_head": 1}  # shared_head's paper grid already h
 BASE_EXPERIMENTS = {  # (paper, mini); else DeiT-S
     "detr": ("detr_r50_baseline_150ep", "detr_shapes"), "swin": ("swin_tiny_swin", "swin_micro_relational"),
 }
-# The cells of each paper-scale table, written out from the paper (Tables 1-4, 6, the Swin supplement,
-# Figure 3's bucket counts) plus the cells marked extra in paper_numbers.yaml.
+# The cells of each paper-scale table: its entry's rows x columns (scripts/paper_tables/<ablation>.yaml), which
+# every job of its sweeps must land in (test_every_job_of_every_sweep_composes)
+EXPECTED_CELLS = {ablation: set(entry.cells) for ablation, entry in make_tables.ENTRIES.items()}
 PRODUCT_K = "rpe-1.9-product-ctx-1-k"
-EXPECTED_CELLS = {
-    "method_mode": {(f"{m} ({d})", mode) for m, d in (("euclidean", "undirected"), ("quant", "undirected"),
-                    ("cross", "directed"), ("product", "directed"))for mode in ("bias", "ctx")},
-    "shared_head": {(mode, share) for mode in ("bias", "ctx") for share in ("shared", "per head")},
-    "index": {(index, mode) for index in ("piecewise", "clip") for mode in ("bias", "ctx")},
-    "buckets": {(f"{n} (ratio {r})", "ours") for n, r in ((9, "0.5"), (25, "1"), (49, "1.9"), (81, "2"), (121, "2.9"))},
-    "where": {(on, ape) for on in ("none", "q", "k", "v", "qk", "kv", "qkv") for ape in ("with APE", "no APE")},
-    "detr": {(row, "ours") for row in (
-        "sine, none, short", "none, none, short", "sine, bias 9x9, short", "none, ctx 9x9, short",
-        "sine, ctx clip 9x9, short", "sine, ctx 9x9, short", "sine, ctx 15x15, short", "sine, none, long",
-        "sine, ctx 9x9, long")},
-    "swin": {("none", "ours"), ("swin", "ours"), ("rpe-1.9-product-ctx-1-qkv", "ours")},
-    "compare": {(row, "ours") for row in ("none", "cpvt", "shaw", "xl", "huang", "sasa", "irpe_k", "irpe_qk",
-                                          "irpe_qkv", "rope_axial", "rope_mixed", "cpb", "alibi", "decomposed")},
-    "cost": {(rpe, f"backend {b}") for rpe in ("none", PRODUCT_K, "rpe-1.9-product-ctx-1-qkv")
-             for b in ("naive", "auto")},
-}
+# the sweeps that name their jobs by a row of the entry (`row=<name>`), and the entry whose rows they are
+ROW_SWEEPS = {"detr": "detr", "detr_mini": "detr", "detr_gpu": "detr", "compare": "compare",
+              "compare_mini": "compare"}
+
+
+def _label(ablation: str, sweep_row: str) -> str:
+    """The table's label of a sweep's row name, as the entry maps it."""
+    return next(line.label for line in make_tables.ENTRIES[ablation].rows if line.sweep == sweep_row)
 
 
 def test_one_paper_and_one_mini_sweep_per_ablation() -> None:
@@ -281,6 +273,116 @@ def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
             assert extra == set(paper.extra_rows), ablation
 
 
+def test_each_row_sweep_names_the_rows_of_its_entry() -> None:
+    """A sweep that names its jobs by row (`row=<name>`) sweeps rows of its table's entry, each under the entry's
+    sweep name of it, and every job's config is laid out in the row that the entry maps that name to; its `rows`
+    table defines the entry's rows, and the paper-scale sweep runs every one of them."""
+    for sweep, ablation in ROW_SWEEPS.items():
+        entry = make_tables.ENTRIES[ablation]
+        names = {line.sweep for line in entry.rows}
+        swept = set(_compose([f"sweep={sweep}", "data.root=/x"], hydra=True).hydra.sweeper.params.row.split(","))
+        assert swept <= names, (sweep, swept - names)
+        if sweep == ablation:
+            assert swept == names, (sweep, names - swept)
+        table = _compose([f"sweep={sweep}", "data.root=/x"]).get("rows") or {}
+        assert set(table) <= names, (sweep, set(table) - names)
+        layout = make_tables.LAYOUTS[ablation]
+        for cfg in _job_configs(sweep) if sweep == ablation else []:  # the mini sweeps: the same rows table
+            assert layout.row(make_tables.run_facts(_resolved(cfg))) == _label(ablation, cfg.row), (sweep, cfg.row)
+
+
+def test_each_paper_sweep_names_the_table_of_its_entry() -> None:
+    """The header of a paper-scale sweep names where the paper has its table as the entry does, and no other
+    table of the paper: one number per table everywhere (titles, sources and findings derive from the entry)."""
+    import re
+
+    for ablation, entry in make_tables.ENTRIES.items():
+        text = (Path(CONFIG_DIR) / "sweep" / f"{ablation}.yaml").read_text()
+        header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+        if entry.paper:
+            assert f"paper {entry.paper}".lower() in header.lower(), (ablation, entry.paper)
+        assert set(re.findall(r"(?:Table|Figure) \d+", header)) <= {entry.paper}, (ablation, header)
+        assert make_tables.LAYOUTS[ablation].title.endswith(f"(paper {entry.paper})" if entry.paper else "")
+
+
+def test_a_new_paper_table_is_one_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry alone gives the table's layout (title, header, rows and columns in the paper's order, the labels
+    a run's facts get), the paper's numbers with their sources, and its findings, with their sources and the
+    paper's contrast; make_tables lays runs of its ablation out by it."""
+    from scripts.tables import layouts
+
+    (tmp_path / "heads.yaml").write_text("""\
+paper: Table 9
+title: Heads
+about: heads x mode (product, on K)
+order: {table: 1, findings: 1}
+numbered_rows: true
+row: {name: heads, format: "{shared_head} shared"}
+col: {fact: mode, labels: {ctx: contextual}}
+metrics: [val/top1, val/top5]
+rows: [{label: True shared, sweep: shared}, {label: False shared, sweep: unshared}, {label: None shared, extra: true}]
+cols: [bias, contextual]
+cells:
+  - {row: True shared, col: bias, val/top1: 80.0}
+  - {row: False shared, col: contextual, val/top1: 81.5, val/top1_std: 0.25, n: 3}
+findings:
+  - claim: unshared contextual beats shared bias
+    plus: [[False shared, contextual]]
+    minus: [[True shared, bias]]
+""")
+    (entry,) = layouts.load_entries(tmp_path).values()
+    layout = entry.layout
+    assert (layout.title, layout.row_name) == ("Heads (paper Table 9)", "heads")
+    assert layout.metrics == ("val/top1", "val/top5")
+    assert layout.row_order == ("True shared", "False shared", "None shared")
+    assert layout.col_order == ("bias", "contextual")
+    facts = {"shared_head": False, "mode": "ctx"}
+    assert (layout.row(facts), layout.col(facts)) == ("False shared", "contextual")
+    assert layout.col({"mode": "bias"}) == "bias"  # a value without a label is its own label
+    assert [(line.label, line.sweep) for line in entry.rows][:2] == [
+        ("True shared", "shared"), ("False shared", "unshared")]
+    paper = entry.numbers
+    assert paper.text == "Table 9: heads x mode (product, on K)" and paper.extra_rows == ("None shared",)
+    assert paper.sources == {("True shared", "bias"): "Table 9, row 1",
+                             ("False shared", "contextual"): "Table 9, row 2"}
+    assert paper.text_of("False shared", "contextual", "val/top1") == "81.5 ± 0.25 (n=3)"
+    (finding,) = entry.findings
+    assert finding.source == "Table 9, rows 2, 1"
+    assert finding.contrast == (("False shared", "contextual", 1.0), ("True shared", "bias", -1.0))
+
+    # make_tables lays runs of the new ablation out by the entry, the paper's numbers beside ours
+    monkeypatch.setitem(layouts.LAYOUTS, "heads", layout)
+    monkeypatch.setitem(layouts.PAPER, "heads", paper)
+    for name, shared, mode, top1 in (("a", True, "bias", 70.0), ("b", False, "ctx", 75.0)):
+        _fake_run(tmp_path / "runs", name, {"preset": "irpe_k", "shared_head": shared, "mode": mode},
+                  metrics={"val/top1": top1}, ablation="heads", sweep="heads_mini")
+    (table,) = make_tables.build_tables(make_tables.collect([tmp_path / "runs"]))
+    assert (table.rows, table.cols) == (["True shared", "False shared"], ["bias", "contextual"])
+    markdown = make_tables.to_markdown([table])
+    assert "## Heads (paper Table 9): `heads_mini`" in markdown
+    assert "| True shared | ? | 70.00 | 80 | – |  |" in markdown, markdown
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("rows: [a, a]", "'a' is given twice"),
+    ("cells: [{row: z, col: x, val/top1: 1}]", "row 'z', col 'x' is in no cell"),
+    ("findings: [{claim: c, plus: [[a, x]], minus: [[z, x]]}]", "finding 'c' reads ('z', 'x')"),
+    ("row: {rule: nope}", "rule 'nope' is not one of"),
+    ("colour: red", "unknown key 'colour'"),
+])
+def test_a_malformed_entry_is_one_line_naming_it(tmp_path: Path, text: str, problem: str) -> None:
+    from scripts.tables import layouts
+
+    base = {"title": "T", "about": "a", "order": "{table: 1}", "row": "{fact: mode}", "col": "{label: x}",
+            "rows": "[a, b]", "cols": "[x]"}
+    key = text.split(":")[0]
+    lines = [f"{k}: {v}" for k, v in base.items() if k != key] + [text]
+    (tmp_path / "t.yaml").write_text("\n".join(lines) + "\n")
+    with pytest.raises(make_tables.TableError, match=problem.replace("(", r"\(").replace(")", r"\)")) as err:
+        layouts.load_entries(tmp_path)
+    assert str(err.value).startswith(str(tmp_path / "t.yaml")) and "\n" not in str(err.value)
+
+
 def test_every_finding_contrasts_cells_of_its_paper_grid() -> None:
     import yaml
 
@@ -301,17 +403,15 @@ def test_detr_sweep_is_table_6_with_its_schedules() -> None:
     rows = {}
     for cfg in _job_configs("detr"):
         container = _resolved(cfg)
-        rows[make_tables.LAYOUTS["detr"].row(make_tables.run_facts(container))] = (
-            container["trainer"]["max_epochs"], container["model"]["lr_drop"], container["rpe"]["index"])
+        rows[cfg.row] = (container["trainer"]["max_epochs"], container["model"]["lr_drop"], container["rpe"]["index"])
         assert cfg.data.batch_size == 2 and cfg.trainer.devices == 8 and cfg.model.backbone.name == "resnet50"
-    assert rows["sine, none, short"] == (150, 100, None)
-    assert rows["sine, ctx clip 9x9, short"] == (150, 100, "clip")
-    assert rows["sine, ctx 9x9, long"] == (300, 200, None) and rows["sine, none, long"] == (300, 200, None)
+    assert rows["sine_none_short"] == (150, 100, None)
+    assert rows["sine_ctxclip9_short"] == (150, 100, "clip")
+    assert rows["sine_ctx9_long"] == (300, 200, None) and rows["sine_none_long"] == (300, 200, None)
     mini_jobs = _job_configs("detr_mini")
-    mini = {make_tables.LAYOUTS["detr"].row(make_tables.run_facts(_resolved(c))):
-            (c.trainer.max_epochs, c.model.lr_drop) for c in mini_jobs}
+    mini = {c.row: (c.trainer.max_epochs, c.model.lr_drop) for c in mini_jobs}
     assert len(mini) == 9 and [c.seed for c in mini_jobs] == [0] * 9 + [1] * 9 + [2] * 9
-    assert mini["sine, ctx 15x15, short"] == (12, 10) and mini["sine, ctx 9x9, long"] == (24, 20)
+    assert mini["sine_ctx15_short"] == (12, 10) and mini["sine_ctx9_long"] == (24, 20)
 
 
 def test_gpu_detr_sweep_is_table_6_on_a_16x16_grid_with_1000_val_images_and_ten_seeds() -> None:
@@ -325,9 +425,8 @@ def test_gpu_detr_sweep_is_table_6_on_a_16x16_grid_with_1000_val_images_and_ten_
 
     jobs = _job_configs("detr_gpu")
     assert len(jobs) == GPU_SWEEPS["detr_gpu"]
-    layout = make_tables.LAYOUTS["detr"]
-    rows = [layout.row(make_tables.run_facts(_resolved(c))) for c in jobs]
-    per_seed = ["sine, none, short", "sine, ctx 9x9, short", "sine, ctx clip 9x9, short"]
+    rows = [c.row for c in jobs]
+    per_seed = ["sine_none_short", "sine_ctx9_short", "sine_ctxclip9_short"]
     assert rows == per_seed * 10 and [c.seed for c in jobs] == [s for s in range(10) for _ in per_seed]
     # detr_mini's data and model but for these
     mini = _compose(["sweep=detr_mini", "row=sine_none_short", "data.root=/x"])
@@ -736,8 +835,8 @@ def test_missing_jobs_of_a_row_sweep_get_their_own_row_labels(tmp_path: Path) ->
     runs = make_tables.collect([sweep])
     assert [r.status for r in runs] == ["missing", "missing"]
     (table,) = make_tables.build_tables(runs)
-    assert sorted(table.rows) == ["none, ctx 9x9, short", "sine, none, long"]
-    assert table.paper.value("sine, none, long", "ours", "val/AP") == 40.6  # Table 6, row 8
+    assert sorted(table.rows) == sorted([_label("detr", "sine_none_long"), _label("detr", "none_ctx9_short")])
+    assert table.paper.value(_label("detr", "sine_none_long"), "ours", "val/AP") == 40.6  # Table 6, row 8
 
 
 def test_archive_refuses_a_run_of_another_config(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 from models.lifecycle.records import FINDINGS_DIR
 from scripts.tables.cells import Table
 from scripts.tables.collect import IMAGES, TableError
-from scripts.tables.layouts import DIRECTED, LAYOUTS, OWN_VAL, PAPER
+from scripts.tables.layouts import ENTRIES, LAYOUTS, OWN_VAL, PAPER
 
 ALPHA = 0.05  # family-wise error rate of the verdicts
 LEVEL = 0.95  # of the confidence intervals
@@ -97,10 +97,6 @@ class Finding:
         return self.source if self.reference == IRPE else f"{self.reference}, {self.source}"
 
 
-def _mean_of(cells: list[tuple[str, str]], weight: float) -> tuple[tuple[str, str, float], ...]:
-    return tuple((row, col, weight / len(cells)) for row, col in cells)
-
-
 def _paper_sum(ablation: str, contrast: tuple[tuple[str, str, float], ...]) -> float | None:
     """``sum(weight * cell)`` of the paper's own numbers in ``ablation``'s table; None where one is missing."""
     paper, metric = PAPER.get(ablation), LAYOUTS[ablation].metrics[0]
@@ -111,57 +107,16 @@ def _paper_sum(ablation: str, contrast: tuple[tuple[str, str, float], ...]) -> f
 
 
 def _paper_text(ablation: str, contrast: tuple[tuple[str, str, float], ...], source: str) -> str:
-    """The paper's contrast (of ``ablation``'s ImageNet table) as the text of a finding judged elsewhere."""
-    return f"{_paper_sum(ablation, contrast):+.2f} ({'COCO' if ablation == 'detr' else 'ImageNet'}, {source})"
+    """The paper's contrast (of ``ablation``'s table, on the paper's dataset) as the text of a finding judged
+    elsewhere."""
+    return f"{_paper_sum(ablation, contrast):+.2f} ({ENTRIES[ablation].dataset}, {source})"
 
 
-_METHOD_ROWS = [f"{m} ({d})" for m, d in DIRECTED.items()]
-_CTX_MINUS_BIAS = (_mean_of([(r, "ctx") for r in _METHOD_ROWS], 1) + _mean_of([(r, "bias") for r in _METHOD_ROWS], -1))
-_DIRECTED_MINUS_UNDIRECTED = (_mean_of([("cross (directed)", "ctx"), ("product (directed)", "ctx")], 1)
-                              + _mean_of([("euclidean (undirected)", "ctx"), ("quant (undirected)", "ctx")], -1))
-# The paper's findings on the paper-scale and mini tables of its ablations (configs/sweep/<ablation>*.yaml).
-FINDINGS: tuple[Finding, ...] = (
-    Finding("contextual beats bias (mean over the four methods)", "method_mode", _CTX_MINUS_BIAS, source="Table 1"),
-    Finding("directed beats undirected in contextual mode", "method_mode", _DIRECTED_MINUS_UNDIRECTED,
-            source="Table 1"),
-    Finding("sharing heads hurts bias mode (per head minus shared)", "shared_head",
-            (("bias", "per head", 1.0), ("bias", "shared", -1.0)), source="Table 2"),
-    Finding("sharing heads costs more in bias than in contextual mode", "shared_head",
-            (("bias", "per head", 1.0), ("bias", "shared", -1.0), ("ctx", "per head", -1.0), ("ctx", "shared", 1.0)),
-            source="Table 2"),
-    Finding("more buckets help up to ~50 (49 minus 9 buckets)", "buckets",
-            (("49 (ratio 1.9)", "ours", 1.0), ("9 (ratio 0.5)", "ours", -1.0)), source="Figure 3",
-            paper_text="rises (Figure 3: 79.9 without RPE to 80.9 at 50)"),
-    Finding("the gain saturates past ~50 (gain 9->49 exceeds gain 49->121)", "buckets",
-            (("49 (ratio 1.9)", "ours", 2.0), ("9 (ratio 0.5)", "ours", -1.0), ("121 (ratio 2.9)", "ours", -1.0)),
-            source="Figure 3", paper_text="flat after 50 (Figure 3)"),
-    Finding("keys carry more than values (mean over both APE columns)", "where",
-            _mean_of([("k", "with APE"), ("k", "no APE")], 1) + _mean_of([("v", "with APE"), ("v", "no APE")], -1),
-            source="Table 4"),
-    Finding("RPE replaces APE: QKV without APE beats APE alone", "where",
-            (("qkv", "no APE", 1.0), ("none", "with APE", -1.0)), source="Table 4"),
-    Finding("RPE helps DETR (contextual 9x9 minus none, sine APE)", "detr",
-            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, none, short", "ours", -1.0)), source="Table 6, rows 6, 1"),
-    Finding("RPE helps DETR at the long schedule too (contextual 9x9 minus none, sine APE)", "detr",
-            (("sine, ctx 9x9, long", "ours", 1.0), ("sine, none, long", "ours", -1.0)), source="Table 6, rows 9, 8"),
-    Finding("detection needs the absolute encoding (sine minus none, no RPE)", "detr",
-            (("sine, none, short", "ours", 1.0), ("none, none, short", "ours", -1.0)), source="Table 6, rows 1, 2"),
-    Finding("piecewise beats clip for detection", "detr",
-            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, ctx clip 9x9, short", "ours", -1.0)),
-            source="Table 6, rows 6, 5"),
-    Finding("contextual beats bias for detection (9x9, sine APE)", "detr",
-            (("sine, ctx 9x9, short", "ours", 1.0), ("sine, bias 9x9, short", "ours", -1.0)),
-            source="Table 6, rows 6, 3"),
-    Finding("iRPE-K beats CPVT's conditional encoding", "compare", (("irpe_k", "ours", 1.0), ("cpvt", "ours", -1.0)),
-            source="Table 5"),
-    Finding("iRPE-QKV beats the best earlier relative encoding (Huang's)", "compare",
-            (("irpe_qkv", "ours", 1.0), ("huang", "ours", -1.0)), source="Table 5"),
-    Finding("Swin's bias beats no RPE on Swin", "swin", (("swin", "ours", 1.0), ("none", "ours", -1.0)),
-            source="Supplement, Swin-T"),
-    Finding("contextual iRPE-QKV beats Swin's bias on Swin", "swin",
-            (("rpe-1.9-product-ctx-1-qkv", "ours", 1.0), ("swin", "ours", -1.0)), source="Supplement, Swin-T"),
-)
-
+# The paper's findings on the paper-scale and mini tables of its ablations (configs/sweep/<ablation>*.yaml):
+# those of each entry of scripts/paper_tables/, in the entries' order of findings.
+FINDINGS: tuple[Finding, ...] = tuple(
+    Finding(f.claim, entry.ablation, f.contrast, source=f.source, sign=f.sign, paper_text=f.paper_text)
+    for entry in sorted(ENTRIES.values(), key=lambda e: e.order[1]) for f in entry.findings)
 
 
 # ----------------------------------------------------------------------------- pre-registered findings
@@ -183,7 +138,7 @@ def _paper_of(spec: Any, source: str, where: str) -> str:
             cells = ()
         total = _paper_sum(spec["table"], cells) if cells else None
         if total is not None:
-            return f"{total:+.2f} (ImageNet, {source})"
+            return f"{total:+.2f} ({ENTRIES[spec['table']].dataset}, {source})"
     raise TableError(f"{where}: paper {spec!r} is not <table>/<claim> or {{table, cells: [[row, col, weight]]}}"
                      f" of the paper's numbers (tables: {', '.join(sorted(PAPER))})")
 

@@ -10,7 +10,7 @@ from typing import Any
 from scripts.tables.cells import NOT_COUNTED, Table, _natural
 from scripts.tables.collect import ENV_KEYS, STATUSES, TableError
 from scripts.tables.findings import findings_markdown, resolving_power, resolving_text, verdicts
-from scripts.tables.layouts import ABLATION_SCALE
+from scripts.tables.layouts import ABLATION_SCALE, DEFAULT_SCALE
 
 STATUS_COLUMNS = tuple(s.replace(" ", "_") for s in STATUSES)  # a count per status ("no result": no_result)
 CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLUMNS, "paper", "used", "same_as",
@@ -116,7 +116,7 @@ def to_markdown(tables: list[Table], family: list[Table] | None = None) -> str:
         single = " (one seed: cells have no std, and a finding drawn from this table stays not resolved)"
         out.write(f"Seeds: {', '.join(map(str, seeds))}{single if len(seeds) == 1 else ''}.\n")
         if table.paper is not None:
-            scale = ABLATION_SCALE.get(table.ablation, "top-1 on ImageNet-1k (DeiT-S)")
+            scale = ABLATION_SCALE.get(table.ablation, DEFAULT_SCALE)
             out.write(f"Paper: {table.paper.text}; {scale}. Beside ours, never subtracted from them: the paper's"
                       " data, model and scale are not these runs' (the findings compare directions).\n")
         if table.layout.note:
