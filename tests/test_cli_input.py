@@ -1233,3 +1233,16 @@ def test_optuna_params_given_as_a_mapping_name_one_key_an_override(tmp_path: Pat
         " a sweep (choice, range, interval) inside a mapping; valid: one key an override, each given on its own:"
         " 'seed=choice(0,-1)' 'rpe.mode=choice(bias,ctx)' (the sweeper takes a swept key given on the command line"
         " over its params entry)")
+
+
+def test_the_optuna_plugins_own_sweeper_is_refused_naming_ours(tmp_path: Path) -> None:
+    """``hydra/sweeper=optuna`` is the plugin's sweeper, whose first failed trial ends the study with a traceback:
+    one line naming ``optuna_rpe`` before the sweep dir; ``optuna_rpe`` itself passes the same check."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    base = ["-m", "debug=fast", "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'sw'}"]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([*base, "hydra/sweeper=optuna", "hydra.sweeper.direction=maximize"], "train")
+    assert str(err.value).startswith("hydra/sweeper=optuna (the plugin's own sweeper) ends the whole study") \
+        and "valid: hydra/sweeper=optuna_rpe" in str(err.value)
+    assert not (tmp_path / "sw").exists()
+    cli.check_overrides([*base, "hydra/sweeper=optuna_rpe"], "train", make=False)

@@ -1083,6 +1083,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             check_buildable(cfg)
             data_roots = check_data_root(cfg)
             if sweeping:
+                _check_sweeper_class(cfg)
                 _check_sweeper_storage(cfg, data_roots)
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
                 _refuse_shared_job_dirs(cfg, overrides, config_name)
@@ -1247,6 +1248,20 @@ def _refuse_plugins_that_cannot_start(cfg: DictConfig) -> None:
             choice = cfg.hydra.runtime.choices.get(f"hydra/{kind}")
             raise CommandLineError(f"hydra/{kind}={choice} cannot be started: {one_line(cause).splitlines()[0]};"
                                    f" valid: its settings as documented (hydra.{kind}.*), or leave them out") from None
+
+
+# The optuna plugin's own sweeper: a trial whose job fails ends its whole study with a traceback (it tells optuna
+# a NaN value); `hydra/sweeper=optuna_rpe` is the same sweeper telling such a trial as failed and going on.
+PLUGIN_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+def _check_sweeper_class(cfg: DictConfig) -> None:
+    """Refuse the optuna plugin's own sweeper (``hydra/sweeper=optuna``) in one line naming ``optuna_rpe``."""
+    sweeper = cfg.hydra.get("sweeper") or {}
+    if hasattr(sweeper, "get") and sweeper.get("_target_") == PLUGIN_OPTUNA_SWEEPER:
+        raise CommandLineError("hydra/sweeper=optuna (the plugin's own sweeper) ends the whole study at the first"
+                               " trial whose job fails; valid: hydra/sweeper=optuna_rpe, the same sweeper and"
+                               " settings, which records such a trial as failed and goes on")
 
 
 def _check_sweeper_storage(cfg: DictConfig, data_roots: tuple[Any, ...]) -> None:
