@@ -116,18 +116,22 @@ def _holds_image(folder: str, seen: set[str] | None = None, depth: int | None = 
 SPLITS = ("train", "val")
 
 
+LAYOUT_DEPTH = 3  # folder levels below a class folder that `has_image_folder_layout` looks into
+
+
 def has_image_folder_layout(root: str | os.PathLike) -> bool:
     """Whether ``root`` is an ImageFolder dataset by its layout: a split folder (``train/`` or ``val/``) with a
     class folder (`class_folders`) holding an image file (`_holds_image`), as the data module reads a dataset.
 
-    Only the class folders' own entries are looked at (the images of every dataset made by hand or generated
-    lie there), so that asking about any folder costs a few directory listings, never a walk of a big tree.
-    A split folder this user may not list is no dataset to this test: the loader could not read it either.
+    A class folder is looked into `LAYOUT_DEPTH` levels deep (the loader reads it at any depth; images kept in
+    sub-folders of a class, such as batches, lie within a level or two), so that asking about any folder costs a
+    few directory listings, never a walk of a big tree. A split folder this user may not list is no dataset to
+    this test: the loader could not read it either.
     """
     for split in SPLITS:
         split_dir = Path(root, split)
         try:
-            if split_dir.is_dir() and any(_holds_image(str(split_dir / name), depth=0)
+            if split_dir.is_dir() and any(_holds_image(str(split_dir / name), depth=LAYOUT_DEPTH)
                                           for name in class_folders(split_dir)):
                 return True
         except OSError:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -120,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             # before any run is read: never into a run dir or a data root (OUT.md and the others are written
             # into OUT's folder), and never a name whose listing would lie
             check_destination(Path(args.out).parent, "--out", given=args.out)
-        tables = build_tables(collect(args.dirs))
+        runs = collect(args.dirs)
+        if args.out:  # nor into the data a run of the tables trained on, whatever its layout or split names
+            check_destination(Path(args.out).parent, "--out", given=args.out, data_roots=run_data_roots(runs))
+        tables = build_tables(runs)
         family = build_tables(collect([*args.dirs, *args.family])) if args.family else None
         if args.readme:
             from models.lifecycle.files import atomic_write_bytes
@@ -143,6 +147,25 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(c.count(s) for t in tables for c in t.cells.values()) for s in STATUSES}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "ok"), file=sys.stderr)
     return 0
+
+
+def run_data_roots(runs: list[Any]) -> list[str]:
+    """The ``data.root`` of each run read (its config as written; a root that is an interpolation or missing is
+    left out, as is a run whose config cannot be read, which the tables name already)."""
+    from scripts.tables.collect import TableError, read_config
+
+    roots = []
+    for run in runs:
+        if run.status == "missing":
+            continue
+        try:
+            data = read_config(Path(run.path) / "config.yaml").get("data")
+        except TableError:
+            continue
+        root = data.get("root") if isinstance(data, dict) else None
+        if isinstance(root, str) and "${" not in root:
+            roots.append(root)
+    return roots
 
 
 if __name__ == "__main__":

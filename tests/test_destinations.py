@@ -412,3 +412,85 @@ def test_an_output_path_with_control_or_format_characters_is_refused(tmp_path: P
     assert not any(out.iterdir())
     with pytest.raises(cli.CommandLineError, match="is not a run name"):  # the run names' rule, the same test
         cli.check_run_location(f"a{char}b", tmp_path / "runs")
+
+
+def test_dot_dot_after_a_link_is_refused_by_every_writer(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``x/lnk/..`` where ``lnk`` is a link: the system goes up from the link's target (here a dataset's class
+    folder, so its ``..`` is the dataset's train/), a path made absolute first drops ``lnk/..``. Checked on the
+    latter, tables, archives and run dirs landed in the dataset: every writer refuses it in one line."""
+    from scripts import archive_runs, make_tables
+
+    hand = _hand_root(tmp_path / "hand")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "lnk").symlink_to(hand / "train" / "0_E", target_is_directory=True)
+    via = tmp_path / "x" / "lnk" / ".."
+    before = _tree(hand)
+    with pytest.raises(DestinationError) as err:
+        check_destination(via / "t", "--out")
+    assert f"has '..' after a link: the system reads it as {hand / 'train' / 't'}" in str(err.value)
+    sweep = _fake_sweep(tmp_path / "runs")
+    for main, argv in ((make_tables.main, [str(sweep), "--out", str(via / "tab")]),
+                       (archive_runs.main, [str(sweep), "--to", str(via / "arch")])):
+        assert main(argv) == 2
+        err_text = capsys.readouterr().err
+        assert err_text.startswith("error: ") and err_text.count("\n") == 1 and "after a link" in err_text, err_text
+    with pytest.raises(ValueError) as refused:
+        cli.check_overrides(["debug=fast", f"paths.log_dir={via}", "run_name=r",
+                             f"paths.data_dir={tmp_path / 'data'}"], "train")
+    assert "after a link" in str(refused.value)
+    with pytest.raises(ValueError) as refused:  # data to generate there: refused before the run dir is made
+        cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'logs'}", "run_name=r",
+                             f"paths.data_dir={tmp_path / 'data'}", f"data.root={via / 'gen'}"], "train")
+    assert str(refused.value).startswith("data.root=") and "after a link" in str(refused.value)
+    assert _tree(hand) == before and not (tmp_path / "logs").exists()
+
+
+def test_images_in_sub_folders_of_a_class_make_a_dataset(tmp_path: Path) -> None:
+    """The loader reads a class folder at any depth (batch1/x.png): such a dataset is one to the destination rule."""
+    from data.datamodule import LAYOUT_DEPTH, has_image_folder_layout
+
+    hand = tmp_path / "hand"
+    (hand / "train" / "0_E" / "batch1").mkdir(parents=True)
+    (hand / "train" / "0_E" / "batch1" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    assert has_image_folder_layout(hand)
+    with pytest.raises(DestinationError, match=f"is inside the data root {hand},"):
+        check_destination(hand / "train" / "0_E" / "tab", "--out")
+    deep = tmp_path / "deep"
+    folder = deep / "train" / "0_E" / "/".join(f"d{i}" for i in range(LAYOUT_DEPTH + 1))
+    folder.mkdir(parents=True)
+    (folder / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    assert not has_image_folder_layout(deep)  # the look is bounded: a few listings, never a walk of a big tree
+
+
+def test_tables_stay_out_of_the_data_their_runs_trained_on(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A dataset with split names of its own (training/, validation/) is no dataset by layout, but it is the data
+    root of a run the tables are made of (its config's data.root): make_tables writes nothing into it."""
+    from omegaconf import OmegaConf
+
+    from scripts import make_tables
+
+    data = tmp_path / "mine"
+    for split in ("training", "validation"):
+        (data / split / "0_E").mkdir(parents=True)
+        (data / split / "0_E" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    sweep = _fake_sweep(tmp_path / "runs")
+    config = sweep / "seed=0" / "config.yaml"
+    cfg = OmegaConf.load(config)
+    OmegaConf.update(cfg, "data.root", str(data), force_add=True)
+    OmegaConf.save(cfg, config)
+    before = _tree(data)
+    assert make_tables.main([str(sweep), "--out", str(data / "training" / "0_E" / "tab")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"is inside the data root {data}," in err, err
+    assert _tree(data) == before
+    assert make_tables.main([str(sweep), "--out", str(tmp_path / "tabs" / "t")]) == 0  # elsewhere: written
+
+
+def test_paths_output_dir_is_not_a_setting(tmp_path: Path) -> None:
+    """``++paths.output_dir=<another run>`` sent the checkpoints and logs of a new run into another run's folder
+    (overwriting its best.ckpt) while its own dir stayed empty: one line before any dir."""
+    for given in (f"++paths.output_dir={tmp_path / 'other'}", "paths.output_dir=${paths.log_dir}/x"):
+        with pytest.raises(ValueError) as err:  # a SettingError: train.py prints it as its one line, exit 2
+            cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path}", "run_name=r", given], "train")
+        assert str(err.value).startswith("paths.output_dir=") and "is not a setting" in str(err.value), str(err.value)
+    assert list(tmp_path.iterdir()) == []

@@ -404,7 +404,8 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
                                "its parents or /); valid: a path such as runs/<name> (paths.log_dir and run_name "
                                "make one)")
     try:
-        check_destination(folder, key, run_dir=key == "hydra.run.dir", data_roots=data_roots, trains=True)
+        # the text as given (relative to the working dir): `check_destination` reads its `..` as the system does
+        check_destination(text, key, run_dir=key == "hydra.run.dir", data_roots=data_roots, trains=True)
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
     if folder.is_dir():

@@ -112,6 +112,11 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     typed = os.fspath(path if given is None else given)
     check_path_text(typed, what)
     target = real(path)
+    physical = Path(os.path.realpath(os.fspath(path)))
+    if physical != target:  # `..` after a link: the system goes up from the link's target, a normalised path not
+        raise DestinationError(f"{what}={typed!r} has '..' after a link: the system reads it as {physical}, a path"
+                               f" made absolute first reads it as {target}, so a write would land in either;"
+                               f" valid: the path without '..' after a link, e.g. {physical}")
     if SWEEP_GRID.fullmatch(target.name) and entry_exists(target):
         raise DestinationError(f"{what}={typed!r} is the grid record of the sweep {target.parent}, which its tables and"
                                " reruns read; valid: a file or folder of its own")

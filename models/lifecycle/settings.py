@@ -686,9 +686,28 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
     _check_root_keys(cfg, config_name)
+    _check_output_dir_setting(cfg)
     _check_checkpoint_callbacks(cfg)
     _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
+
+
+# ``paths.output_dir`` is the dir Hydra made for the job (paths.log_dir/run_name, a sweep's job dir): every record,
+# checkpoint and logger folder of the run goes there, so a value of its own would write them into another folder
+# (another run's, whose checkpoints it would overwrite) while the run's own dir stayed empty.
+OUTPUT_DIR = "${hydra:runtime.output_dir}"
+
+
+def _check_output_dir_setting(cfg: DictConfig) -> None:
+    """Refuse a ``paths.output_dir`` other than `OUTPUT_DIR` in one line naming the keys that place a run."""
+    paths = cfg.get("paths")
+    if not isinstance(paths, DictConfig) or "output_dir" not in paths:
+        return
+    raw = OmegaConf.to_container(paths, resolve=False).get("output_dir")
+    if raw != OUTPUT_DIR:
+        raise SettingError(f"paths.output_dir={raw!r} is not a setting: it is the dir Hydra makes for the run"
+                           f" ({OUTPUT_DIR}), where its records and checkpoints go; valid: paths.log_dir=<folder>"
+                           " run_name=<name> (a sweep: hydra.sweep.dir=<folder>)")
 
 
 def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
@@ -747,7 +766,8 @@ def job_path(cfg: DictConfig, path: Any) -> str:
     text = str(path)
     chdir = OmegaConf.select(cfg, "hydra.job.chdir", default=None, throw_on_resolution_failure=False)
     run_dir = run_dir_of(cfg) if chdir is True else None
-    return os.path.abspath(os.path.join(run_dir, text) if run_dir is not None else text)
+    # joined, not normalised: a `..` after a link stays for `check_destination` to read as the system does
+    return os.path.join(run_dir if run_dir is not None else os.getcwd(), text)
 
 
 def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
@@ -764,8 +784,8 @@ def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
     folder = run_dir_of(cfg)
     if dirpath is None or folder is None:
         return  # the run dir is not known here (a sweep job's): the job checks its own config again
-    run_dir = Path(folder)
-    target = Path(job_path(cfg, dirpath))
+    run_dir = Path(os.path.realpath(folder))
+    target = Path(os.path.realpath(job_path(cfg, dirpath)))  # `..` and links read as the system reads them
     if target != run_dir and run_dir not in target.parents:
         raise SettingError(f"callbacks.{name}.dirpath={text} lies outside the run's dir ({run_dir}): a callback"
                            " writes only into its own run's dir; valid: a folder inside it, e.g."
