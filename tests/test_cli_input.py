@@ -1211,6 +1211,11 @@ def test_values_optuna_draws_and_a_sweepers_params_are_checked_before_the_sweep_
         with pytest.raises(cli.CommandLineError) as err:
             cli.check_overrides([*optuna, swept, *common], "train")
         assert str(err.value).startswith(f"the sweep's job with {line}"), err.value
+    with pytest.raises(cli.CommandLineError) as err:  # optuna's own refusal was a traceback after the sweep dir
+        cli.check_overrides([*optuna, "rpe.ratio=interval(3.0,0.5)", *common], "train")
+    assert str(err.value).startswith("rpe.ratio=interval(3.0,0.5): interval(3.0,0.5) starts above its end; valid:"
+                                     " interval(low,high) with low <= high"), err.value
+    assert not sweep_dir.exists()
     cli.check_overrides([*optuna, "rpe.ratio=interval(0.5,100.0)", *common], "train")  # both ends are ratios
     shutil.rmtree(sweep_dir)
     with pytest.raises(cli.CommandLineError) as err:  # a row no row of the sweep, given through its params

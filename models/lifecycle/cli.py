@@ -631,6 +631,10 @@ def _drawn_bounds(override: Any) -> list[str] | None:
 
     sweep = override.value() if override.is_sweep_override() else None
     if isinstance(sweep, IntervalSweep):
+        if sweep.start > sweep.end:  # optuna's distribution would refuse it with a traceback, after the sweep dir
+            raise CommandLineError(f"{override.input_line}: interval({sweep.start},{sweep.end}) starts above its end;"
+                                   f" valid: interval(low,high) with low <= high, e.g. interval({sweep.end},"
+                                   f"{sweep.start})")
         return [str(sweep.start), str(sweep.end)]
     if isinstance(sweep, RangeSweep) and not sweep.shuffle and sweep.start is not None and sweep.stop is not None:
         step = sweep.step or 1
