@@ -91,6 +91,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
     mine=$(for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do printf '%s,' "${all_seeds[$i]}"; done)
     "$PY" train.py "sweep=$sweep" "seed=${mine%,}" "${trainer[@]}" > "runs/$sweep.lane$lane.log" 2>&1 &
     pids+=($!)
+    children+=($!)
     echo "lane $lane: seeds ${mine%,} (log runs/$sweep.lane$lane.log)"
     # Hydra writes the launch's grid (multirun.yaml) before it prints "Launching"; the next lane keeps it
     for _ in $(seq 240); do
@@ -136,6 +137,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
         fi
       ) > "runs/$sweep.eval$lane.log" 2>&1 &
       pids+=($!)
+      children+=($!)
       echo "evaluation lane $lane (log runs/$sweep.eval$lane.log)"
     done
     for pid in "${pids[@]}"; do

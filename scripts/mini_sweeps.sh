@@ -44,7 +44,7 @@ check_jobs "${commands[@]}"
 status=0
 for sweep in "${sweeps[@]}"; do
   echo "=== sweep=${sweep}_mini ($(date +%H:%M:%S))"
-  if ! "$PY" train.py "sweep=${sweep}_mini" "${trainer[@]}"; then
+  if ! run_child "$PY" train.py "sweep=${sweep}_mini" "${trainer[@]}"; then
     echo "sweep ${sweep}_mini had failed jobs (see above)"
     status=1
   elif ! sweep_finished "runs/sweeps/${sweep}_mini"; then

@@ -124,3 +124,30 @@ else:
   echo "sweep $1 did not finish: ${said:-PY printed no answer}${2:+; $2}"
   return 1
 }
+
+# The processes this script started (training lanes, evaluations, a sweep): a stop signal to the script (Ctrl-C,
+# SIGTERM from a scheduler, a closed terminal) is passed on to each, which saves its run at the next batch and
+# records it interrupted; the script waits for them, says so in one line and exits 128 + the signal's number.
+# Without this the children lived on after the script had ended.
+children=()
+stop_children() {
+  trap - TERM INT HUP
+  local pid
+  for pid in "${children[@]}"; do  # a lane of evaluations is a subshell: its own child gets the signal too
+    pkill -"$1" -P "$pid" 2>/dev/null
+    kill -"$1" "$pid" 2>/dev/null
+  done
+  wait
+  echo "error: stopped by SIG$1; the runs in progress saved their state: run the same command again to go on" >&2
+  exit "$2"
+}
+trap 'stop_children TERM 143' TERM
+trap 'stop_children INT 130' INT
+trap 'stop_children HUP 129' HUP
+
+# run_child CMD...: CMD as a child the stop signals reach (`stop_children`); its exit status.
+run_child() {
+  "$@" &
+  children+=($!)
+  wait $!
+}

@@ -34,6 +34,8 @@ case "$*" in *"import torch, hydra, timm"*) echo "torch hydra timm" ;; esac
 case "$*" in *sweeper*) echo 0,1 ;; esac
 case "$*" in "train.py --check"*) [ -z "${STUB_CHECK_REFUSES:-}" ] || { echo "a warning" >&2;
   echo "error: $STUB_CHECK_REFUSES" >&2; exit 2; } ;; esac
+case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_SLEEPS:-}" ] || {
+  trap 'echo "got TERM" >> "$(dirname "$0")/calls.log"; kill $!; exit 143' TERM; sleep 60 & wait; } ;; esac
 case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_FAILS:-}" ] || exit 2
   [ -n "${STUB_TRAINS_NOTHING:-}" ] || mkdir -p "runs/sweeps/${2#sweep=}" ;; esac
 case "$*" in *collect*) [ -z "${STUB_REAL_PYTHON:-}" ] || exec "$STUB_REAL_PYTHON" "$@"; echo finished ;; esac
@@ -284,3 +286,27 @@ def test_all_and_a_py_relative_to_the_callers_folder(copy: Path) -> None:
                               "where method_mode shared_head index buckets compare swin cost detr".split()]
     done = _run(copy, "shift", cwd=copy / "repo" / "configs", PY="../../python", LANES="1", TRAINER="")
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("script", [SCRIPT, MINI], ids=["benchmark_tasks", "mini_sweeps"])
+def test_a_stop_signal_to_the_script_reaches_its_training_and_is_one_line(copy: Path, script: Path) -> None:
+    """SIGTERM to the script (a scheduler's stop, Ctrl-C's kin) ended the script and left its training lanes or
+    sweep running on their own: the signal is passed on to them, the script waits, says so, exits 143."""
+    import signal
+    import time
+
+    environ = {k: v for k, v in os.environ.items() if k not in ("PY", "LANES", "TRAINER") and not k.startswith("STUB")}
+    env = environ | {"PY": str(copy / "python"), "LANES": "1", "TRAINER": "", "STUB_TRAIN_SLEEPS": "1"}
+    task = "shift" if script == SCRIPT else "where"
+    started = subprocess.Popen(["bash", str(copy / "repo" / "scripts" / script.name), task], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not any(call.startswith("train.py sweep=") for call in _calls(copy)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the stub has set its trap
+    started.send_signal(signal.SIGTERM)
+    _, err = started.communicate(timeout=60)
+    assert started.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == ("error: stopped by SIGTERM; the runs in progress saved their state: run the"
+                                            " same command again to go on")
+    assert "got TERM" in _calls(copy)  # the training got the signal (it saves its run and records it interrupted)

@@ -494,3 +494,15 @@ def test_paths_output_dir_is_not_a_setting(tmp_path: Path) -> None:
             cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path}", "run_name=r", given], "train")
         assert str(err.value).startswith("paths.output_dir=") and "is not a setting" in str(err.value), str(err.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_data_root_that_is_a_symlink_loop_is_one_line_before_the_run_dir(tmp_path: Path) -> None:
+    """A hand data root (no generator) that is a link to itself gave a traceback from the run's identity and left
+    a run dir holding only its lock."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'logs'}", "run_name=r", "data.generator=null",
+                             f"data.root={tmp_path / 'loop'}"], "train")
+    assert str(err.value).startswith(f"data.root='{tmp_path / 'loop'}' cannot be read: {tmp_path / 'loop'} is a"
+                                     " symlink loop"), str(err.value)
+    assert not (tmp_path / "logs").exists()

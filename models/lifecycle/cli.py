@@ -1336,6 +1336,10 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     if given is None:
         return ()
     root = Path(job_path(cfg, os.path.expanduser(str(given))))
+    loop = symlink_loop(root)
+    if loop is not None:  # every reader of the root (its identity, the loader) would fail on it with a traceback
+        raise CommandLineError(f"data.root={str(given)!r} cannot be read: {loop} is a symlink loop (its links lead"
+                               " back to themselves); valid: a data root whose path has no link loop")
     if data.get("generator") is not None:
         _check_root_length(given, root)
     try:

@@ -254,7 +254,13 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
 
     folder = tempfile.mkdtemp(prefix="rpe-ddp-config-")  # mode 0700: only this user reads or replaces it
     job.worker_config = Path(folder)
-    atomic_write_bytes(job.worker_config / f"{CONFIG}", OmegaConf.to_yaml(cfg, resolve=True).encode())
+    from models.lifecycle.settings import OUTPUT_DIR
+
+    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    if isinstance(resolved.get("paths"), DictConfig) and "output_dir" in resolved.paths:
+        # the run dir stays Hydra's (the workers' hydra.run.dir is this run's dir), as the settings require
+        resolved.paths.output_dir = OUTPUT_DIR
+    atomic_write_bytes(job.worker_config / f"{CONFIG}", OmegaConf.to_yaml(resolved).encode())
     os.environ[DDP_WORKER_CONFIG] = folder  # copied into each worker's environment by Lightning's launcher
     os.environ[DDP_WORKER_RETEST] = "1" if retest else "0"  # the workers must not fit while this process tests
     os.environ[DDP_WORKER_RUN_DIR] = str(job.run_dir)
