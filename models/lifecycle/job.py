@@ -921,17 +921,40 @@ def code_version() -> str:
     return f"{commit}+dirty" if dirty else commit or "unknown"
 
 
+@functools.cache
+def cpu_kernels() -> str:
+    """Which CPU kernels torch runs here, as ``<vendor> <capability> bf16:<path>`` (``GenuineIntel AVX512
+    bf16:onednn``, ``AuthenticAMD AVX2 bf16:native``): the vendor (MKL picks its code paths by it), ATen's
+    vector width, and whether a bf16 matrix product goes to oneDNN (CPUs with AVX-512) or to ATen's own
+    kernel. Two machines that differ in any of these round differently, so the same config trained on both
+    gives slightly different numbers; on one kind of machine it gives the same numbers bit for bit."""
+    vendor = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip() or vendor
+                break
+    if vendor == "unknown":
+        import platform
+
+        vendor = platform.machine() or vendor
+    bf16 = "onednn" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() \
+        else "native"
+    return f"{vendor} {torch.backends.cpu.get_cpu_capability()} bf16:{bf16}"
+
+
 def provenance(cfg: DictConfig, resumes: list[Any] | None) -> dict[str, Any]:
     """What can still change a result of the same identity, recorded beside it (make_tables flags a cell
-    whose runs differ in any): the code's commit, the torch version, the CPU thread count, the device, the
-    precision, and the steps this run was resumed at (empty: trained in one sitting)."""
+    whose runs differ in any): the code's commit, the torch version, the CPU thread count, the CPU's kernels
+    (`cpu_kernels`), the device, the precision, and the steps this run was resumed at (empty: trained in one
+    sitting)."""
     trainer_cfg = cfg.get("trainer") or {}
     device = str(trainer_cfg.get("accelerator", "cpu"))
     if device in ("gpu", "cuda", "auto") and torch.cuda.is_available():
         device = torch.cuda.get_device_name(0)
     return {"env/code": code_version(), "env/torch": torch.__version__, "env/threads": torch.get_num_threads(),
-            "env/device": device, "env/precision": str(trainer_cfg.get("precision", "32-true")),
-            "env/resumed_at": list(resumes or [])}
+            "env/cpu": cpu_kernels(), "env/device": device,
+            "env/precision": str(trainer_cfg.get("precision", "32-true")), "env/resumed_at": list(resumes or [])}
 
 
 def trained_whole_epochs(limit: Any, trainer: L.Trainer, datamodule: Any) -> bool:

@@ -461,7 +461,7 @@ def check_record(run_dir: Path, cfg: dict[str, Any], state: str) -> None:
 
 
 # what metrics.json records of the things outside a run's identity that can still change its numbers
-ENV_KEYS = ("env/code", "env/torch", "env/threads", "env/device", "env/precision", "env/resumed_at")
+ENV_KEYS = ("env/code", "env/torch", "env/threads", "env/cpu", "env/device", "env/precision", "env/resumed_at")
 
 
 def registered_fingerprints(run_dir: Path) -> frozenset[str]:
