@@ -36,7 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data.errors import DataConfigError
 from models.deit import ModelConfigError
-from models.lifecycle.files import describe_non_file, entry_exists
+from models.lifecycle.files import RunFileError, describe_non_file, entry_exists
 
 # Each allowed target is imported from its own module when used; no name from the file is ever imported.
 DATA_MODULES: dict[str, tuple[str, str]] = {
@@ -108,8 +108,9 @@ def _walk(node: Any, path: str, source: str, only: str | None = None) -> None:
             _walk(value, full, source)
 
 
-def load_run_config(path: str | Path) -> DictConfig:
-    """Load and check a run's ``config.yaml``; raises `RunConfigError` (one line) on anything unsafe."""
+def read_bounded_yaml(path: str | Path) -> Any:
+    """The YAML of a plain file of bounded size, nesting and aliases, as OmegaConf builds it (nothing resolved);
+    raises `RunConfigError` (one line) where it is not one."""
     from data.bounded_json import JsonBoundsError, read_json_bytes
     from models.lifecycle.files import check_plain_file, yaml_problem
 
@@ -120,7 +121,7 @@ def load_run_config(path: str | Path) -> DictConfig:
         problem = yaml_problem(text)
         if problem:  # before OmegaConf builds it: an alias bomb or deep nesting never gets built
             raise RunConfigError(f"{path} is not a readable run config: {problem}")
-        cfg = OmegaConf.load(io.StringIO(text))
+        return OmegaConf.load(io.StringIO(text))
     except RunConfigError:
         raise
     except JsonBoundsError as err:
@@ -128,6 +129,12 @@ def load_run_config(path: str | Path) -> DictConfig:
     except Exception as err:  # YAML syntax, undecodable bytes, duplicate keys
         reason = " ".join(str(err).split())[:200]
         raise RunConfigError(f"{path} is not a readable run config ({type(err).__name__}: {reason})") from None
+
+
+def load_run_config(path: str | Path) -> DictConfig:
+    """Load and check a run's ``config.yaml``; raises `RunConfigError` (one line) on anything unsafe."""
+    path = Path(path)
+    cfg = read_bounded_yaml(path)
     if not isinstance(cfg, DictConfig):
         raise RunConfigError(f"{path} is not a run config: expected a mapping with data and model keys")
     present = set(cfg.keys())  # never `key in cfg` or `cfg.get`: they resolve interpolations
@@ -141,6 +148,22 @@ def load_run_config(path: str | Path) -> DictConfig:
         if "_target_" not in set(node.keys()):
             raise RunConfigError(f"{path}: {key}._target_ is missing; valid: {', '.join(ALLOWED_TARGETS[key])}")
     return cfg
+
+
+def run_data_root(run_dir: Path) -> str | None:
+    """The ``data.root`` the run's ``config.yaml`` names, where no output about the run may go (even when it was
+    read with other data). Read with the run-config bounds but without checking the rest of the config, so that
+    a config `load_run_config` refuses still keeps its data safe; None where the file cannot be read, or the
+    root is missing or an interpolation (the callers name an unreadable config in their own words)."""
+    try:
+        cfg = read_bounded_yaml(run_dir / "config.yaml")
+    except (RunConfigError, RunFileError, OSError):
+        return None
+    data = cfg._get_node("data") if isinstance(cfg, DictConfig) else None  # never resolves an interpolation
+    if not isinstance(data, DictConfig) or data._is_none() or "root" not in set(data.keys()):
+        return None
+    root = data._get_node("root")._value()
+    return root if isinstance(root, str) and "${" not in root else None
 
 
 def build_data_and_model(cfg: DictConfig, data_root: str | Path | None = None) -> tuple[Any, Any]:

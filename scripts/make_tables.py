@@ -150,22 +150,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_data_roots(runs: list[Any]) -> list[str]:
-    """The ``data.root`` of each run read (its config as written; a root that is an interpolation or missing is
-    left out, as is a run whose config cannot be read, which the tables name already)."""
-    from scripts.tables.collect import TableError, read_config
+    """The ``data.root`` of each run read (`models.run_config.run_data_root`; a run whose config cannot be read is
+    left out, as the tables name it already)."""
+    from models.run_config import run_data_root
 
-    roots = []
-    for run in runs:
-        if run.status == "missing":
-            continue
-        try:
-            data = read_config(Path(run.path) / "config.yaml").get("data")
-        except TableError:
-            continue
-        root = data.get("root") if isinstance(data, dict) else None
-        if isinstance(root, str) and "${" not in root:
-            roots.append(root)
-    return roots
+    roots = (run_data_root(Path(run.path)) for run in runs if run.status != "missing")
+    return [root for root in roots if root is not None]
 
 
 if __name__ == "__main__":

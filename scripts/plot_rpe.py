@@ -59,7 +59,7 @@ from torch import Tensor, nn  # noqa: E402
 
 from models.lifecycle.files import RunFileError, guarded, os_error_line, plain_file_exists  # noqa: E402
 from models.lifecycle.records import PLOTS  # noqa: E402
-from models.run_config import backbone  # noqa: E402
+from models.run_config import backbone, run_data_root  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
 
@@ -360,21 +360,6 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
     except RunConfigError as err:
         raise PlotError(str(err)) from None
     return datamodule, module
-
-
-def run_data_root(run_dir: Path) -> str | None:
-    """The run's own ``data.root`` (its ``config.yaml``), where no plot may go even when ``--data-root`` names
-    other data; None where the config cannot be read, which `load_run` then names in one line."""
-    from models.run_config import RunConfigError, load_run_config
-
-    config = run_dir / "config.yaml"
-    try:
-        if not plain_file_exists(config):
-            return None
-        root = load_run_config(config).data.get("root")  # a checked config holds no interpolation to resolve
-    except (RunConfigError, RunFileError, OSError):
-        return None
-    return None if root is None else str(root)
 
 
 def validation_image(
