@@ -33,6 +33,12 @@ class CommandLineError(ValueError):
     """A bad command-line choice, reported in one line."""
 
 
+# What this command's checks changed in a sweep dir before Hydra started, by sweep dir: the topmost folder they made
+# (None: the sweep dir was there), its ``multirun.yaml`` before (None: none) and the copy of it kept. A sweep none
+# of whose jobs could be submitted takes these back (`take_back_sweep_dir`).
+SWEEP_DIRS_BEFORE: dict[Path, tuple[Path | None, bytes | None, Path | None]] = {}
+
+
 def job_dirname(overrides: str) -> str:
     """One path component naming a sweep job by its overrides (``hydra.job.override_dirname``).
 
@@ -426,8 +432,11 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
             raise CommandLineError(f"{key}={text!r} cannot be used: permission denied ({above} is not writable);"
                                    " valid: a writable folder")
         return
+    topmost = next(p for p in (*reversed(folder.parents), folder) if not os.path.lexists(p))
     try:
         folder.mkdir(parents=True)
+        if key == "hydra.sweep.dir":
+            SWEEP_DIRS_BEFORE[folder] = (topmost, None, None)
         probe = folder / f".write-check-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -1105,7 +1114,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                                                OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"),
                                                cfg.hydra)
                 if make:
-                    keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
+                    _record_sweep_dir(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)
@@ -1486,6 +1495,57 @@ def compose_checked(config_name: str, overrides: list[str], devices: bool = True
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _record_sweep_dir(sweep_dir: Path) -> None:
+    """Keep the sweep dir's earlier grid (`keep_earlier_grid`) and note what this command changed in the dir
+    (`SWEEP_DIRS_BEFORE`)."""
+    from models.lifecycle.files import guarded
+
+    folder = Path(os.path.abspath(sweep_dir))
+    made = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))[0]
+    grid = folder / "multirun.yaml"
+    with guarded(grid, "read"):
+        earlier = grid.read_bytes() if grid.is_file() else None
+    SWEEP_DIRS_BEFORE[folder] = (made, earlier, keep_earlier_grid(folder))
+
+
+def take_back_sweep_dir(sweep_dir: Path, submitit_before: set[str] | None) -> bool:
+    """Undo what this command wrote into ``sweep_dir`` when none of its jobs was submitted: its grid
+    (``multirun.yaml``, the earlier one put back), submitit's files that are not in ``submitit_before`` (the
+    names ``.submitit/`` held before; None: no ``.submitit/``), and the folders the checks made, if left empty.
+    Anything else in the dir stays. True when the sweep dir is gone."""
+    folder = Path(os.path.abspath(sweep_dir))
+    made, earlier, copy_kept = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))
+    grid = folder / "multirun.yaml"
+    with contextlib.suppress(OSError):
+        if earlier is None:
+            grid.unlink(missing_ok=True)
+        else:
+            from models.lifecycle.files import atomic_write_bytes
+
+            atomic_write_bytes(grid, earlier)
+            if copy_kept is not None:
+                copy_kept.unlink(missing_ok=True)  # the copy is the grid put back
+    submitit = folder / ".submitit"
+    if submitit.is_dir() and not submitit.is_symlink():
+        for name in set(os.listdir(submitit)) - (submitit_before or set()):
+            entry = submitit / name
+            with contextlib.suppress(OSError):
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if submitit_before is None:
+            with contextlib.suppress(OSError):
+                submitit.rmdir()
+    if made is None:
+        return False
+    for level in (folder, *folder.parents):  # the folders the checks made, innermost first, while empty
+        try:
+            level.rmdir()
+        except OSError:
+            return False
+        if level == made:
+            return True
+    return False
 
 
 def keep_earlier_grid(sweep_dir: Path) -> Path | None:
