@@ -183,6 +183,7 @@ def check_deletions(argv: list[str], config_name: str) -> None:
     defaults = root_defaults(config_name)
     root = {k: v for k, v in (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).items()
             if k not in ("defaults", "hydra")}
+    values: dict[str, str] = {}  # ``~a.b`` of single values: judged against the config composed without them
     for arg in argv:
         deleted = re.fullmatch(r"~([A-Za-z_]\w*)((?:\.[\w-]+)*)(=.*)?", arg)
         if deleted is None:
@@ -190,6 +191,8 @@ def check_deletions(argv: list[str], config_name: str) -> None:
         key, below = deleted.group(1), deleted.group(2).lstrip(".")
         if below:
             _refuse_deleting_a_node(arg, key, below, defaults)
+            if key != "hydra":
+                values[arg] = f"{key}.{below}"
             continue
         if key in defaults and key not in REMOVABLE_GROUPS and defaults[key] is not None and key != "hydra":
             raise CommandLineError(f"{arg} would leave out the {key} config group, which every run of"
@@ -200,6 +203,82 @@ def check_deletions(argv: list[str], config_name: str) -> None:
             raise CommandLineError(f"{arg} would delete {key}, which every run of"
                                    f" {SCRIPTS.get(config_name, config_name)} reads; valid: {key}=<value>, or leave"
                                    f" it out for the default ({key}={root[key]})")
+    if values:
+        _refuse_deleting_a_value(values, [a for a in argv if a not in values], config_name)
+
+
+def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_name: str) -> None:
+    """``~a.b`` (``{override: key}`` in ``values``) on a value a run cannot do without, judged on the config
+    composed with the ``others`` overrides and not the deletions: a value another one reads (``hydra.run.dir``
+    reads ``${paths.log_dir}``), one whose default follows other settings (a checkpoint ``dirpath`` inside the
+    run dir: Hydra's delete resolves it, and fails outside a run), an argument the ``_target_`` it is given to
+    has no default for (``data.root``), or one of a node without ``_target_``, which the code reads by name.
+    An argument with a default of its own may be deleted (``~trainer.max_epochs``: Lightning's default)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            composed = compose(config_name, overrides=_first_of_sweeps(others), return_hydra_config=True)
+        plain = OmegaConf.to_container(composed, resolve=False)
+    except Exception:  # noqa: BLE001 - another override is bad: the full check composes again and names it
+        return
+    finally:
+        GlobalHydra.instance().clear()
+    script = SCRIPTS.get(config_name, config_name)
+    for arg, key in values.items():
+        parts = key.split(".")
+        default = _nested(plain, *parts)
+        if default is None or isinstance(default, dict | list):
+            continue  # null already (Hydra's own message says so), absent, or a node (`_refuse_deleting_a_node`)
+        why = _why_a_run_needs(plain, parts, script)
+        if why is None:
+            continue
+        entry = (f", or ~{'.'.join(parts[:2])} to leave out the whole {parts[0]} entry"
+                 if parts[0] in ENTRY_GROUPS and len(parts) > 2 else "")
+        raise CommandLineError(f"{arg} would delete {key}, {why}; valid: {key}=<value>{entry}, or leave it out for"
+                               f" the default ({key}={default})")
+
+
+def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> str | None:
+    """Why a run cannot do without the value at ``parts`` of the composed config ``plain`` (unresolved), or
+    None when its deletion leaves the library's own default (`_refuse_deleting_a_value`)."""
+    # ${a}, ${a.b}, ... ${a.b.c.d}: an interpolation of the value, of a node holding it, or of a value inside it
+    inside = "".join(rf"(?:\.{re.escape(p)}" for p in parts[1:]) + r"(?:\.[\w.-]+)?" + ")?" * (len(parts) - 1)
+    reads = re.compile(r"\$\{\s*" + re.escape(parts[0]) + inside + r"\s*\}")
+    others = copy.deepcopy(plain)
+    _nested(others, *parts[:-1]).pop(parts[-1])  # the value's own text does not count as a reader
+    reader = _key_that_reads(others, reads)
+    if reader is not None:
+        return f"which {reader} reads"
+    holder_at = next((i for i in range(len(parts) - 1, 0, -1)
+                      if isinstance(_nested(plain, *parts[:i]), dict) and "_target_" in _nested(plain, *parts[:i])),
+                     None)
+    if holder_at == len(parts) - 1:  # an argument of the target itself (not of a plain mapping given to it)
+        needed = _required_argument(str(_nested(plain, *parts[:-1])["_target_"]), parts[-1])
+        if needed is not None:
+            return needed
+    default = _nested(plain, *parts)
+    if isinstance(default, str) and "${" in default:
+        return f"whose default is wired to other settings ({default}), so the run relies on it"
+    if holder_at is None:
+        return f"which every run of {script} reads"
+    return None
+
+
+def _required_argument(target: str, name: str) -> str | None:
+    """``which <target> needs ...`` when the class or function ``target`` takes ``name`` with no default."""
+    import inspect
+
+    from hydra._internal.utils import _locate
+
+    try:
+        parameter = inspect.signature(_locate(target)).parameters.get(name)
+    except Exception:  # noqa: BLE001 - a target that cannot be imported here is the build check's to report
+        return None
+    if parameter is None or parameter.default is not inspect.Parameter.empty:
+        return None
+    return f"which {target} needs (it has no default of its own)"
 
 
 # Groups whose node is a set of entries the job goes through one by one: an entry may be left out (~callbacks.early)
