@@ -22,7 +22,7 @@ import models.lifecycle.cli as cli
 from models import ModelConfigError, create_model
 from models.swin import swin_grid_problem
 from rpe import PRESETS
-from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
+from tests.helpers import SMALL_RELATIONAL, compose_config, file_modes_hold, run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -1279,3 +1279,22 @@ def test_the_optuna_plugins_own_sweeper_is_refused_naming_ours(tmp_path: Path) -
         and "valid: hydra/sweeper=optuna_rpe" in str(err.value)
     assert not (tmp_path / "sw").exists()
     cli.check_overrides([*base, "hydra/sweeper=optuna_rpe"], "train", make=False)
+
+
+def test_a_log_folder_this_user_may_not_look_into_is_named(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_name=locked/x`` under a mode-000 ``locked/``: the line named ``locked/x/multirun.yaml``, a file the
+    user never gave (looked for to tell whether the run dir lies in a sweep), not the folder that cannot be used."""
+    locked = tmp_path / "runs" / "locked"
+    locked.mkdir(parents=True)
+    locked.chmod(0)
+    try:
+        with file_modes_hold():
+            line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}",
+                                                 f"paths.data_dir={tmp_path}", "run_name=locked/x"], capsys,
+                                                monkeypatch)
+    finally:
+        locked.chmod(0o755)
+    assert line == (f"error: cannot use {locked}: permission denied (a folder this user may not look into); valid: a"
+                    " folder this user may read and write (chmod u+rwx), or another")
+    assert list(locked.iterdir()) == []
