@@ -1298,3 +1298,31 @@ def test_a_log_folder_this_user_may_not_look_into_is_named(tmp_path: Path, capsy
     assert line == (f"error: cannot use {locked}: permission denied (a folder this user may not look into); valid: a"
                     " folder this user may read and write (chmod u+rwx), or another")
     assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("locked", ["train/class_000", "val", "train/class_001/0000.png"])
+def test_data_this_user_may_not_read_is_one_line_before_the_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    locked: str) -> None:
+    """A mode-000 class folder, split folder or image of a data root: each was found by the data module only
+    after the run dir was made (the image once a batch drew it; the split in a raw ``[Errno 13]`` text)."""
+    from data.fake import make_fake_imagefolder
+
+    root = tmp_path / "hand"
+    make_fake_imagefolder(root, num_classes=2, per_class=2, img_size=32)
+    (root / locked).chmod(0)
+    runs = tmp_path / "runs"
+    try:
+        with file_modes_hold():
+            line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", f"paths.data_dir={tmp_path}",
+                                                 "data.generator=null", "data.num_classes=null", "data.batch_size=2",
+                                                 f"data.root={root}",
+                                                 "run_name=r"], capsys,
+                                                monkeypatch)
+    finally:
+        (root / locked).chmod(0o755)
+    what = "image" if locked.endswith(".png") else "folder"
+    verb = "read" if what == "image" else "listed"
+    assert line == (f"error: data.root='{root}' cannot be read: {what} {root / locked} cannot be {verb} (permission"
+                    f" denied); valid: make it readable (chmod -R u+rX {root}), or data.root=<another folder>")
+    assert not runs.exists()

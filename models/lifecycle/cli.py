@@ -1443,7 +1443,40 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
                                    " run's; valid: a folder outside every run dir")
     _check_existing_generation(data, root)
     _check_data_location(cfg, data, root)
+    _refuse_unreadable_data(given, root, data)
     return (str(root),)
+
+
+def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
+    """An existing data root whose split or class folders this process may not list, or an image it may not read
+    (a mode-000 folder or file): one line naming it, before the run dir. The data module met each only after
+    the run dir was made (an image only when a batch drew it). One listing per folder and an access check per
+    file, about what the job's fingerprint of the data costs; folders reached through links are the data
+    module's to walk (it guards against their loops)."""
+    if not root.is_dir():
+        return  # still to be generated, or named by the data module's own checks
+    effective = os.access in os.supports_effective_ids
+    valid = f"valid: make it readable (chmod -R u+rX {root}), or data.root=<another folder>"
+
+    def listed(folder: Path) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(folder) as entries:
+                return [e for e in entries if not e.name.startswith(".")]
+        except OSError as err:
+            raise CommandLineError(f"data.root={str(given)!r} cannot be read: folder {folder} cannot be listed"
+                                   f" ({(err.strerror or type(err).__name__).lower()}); {valid}") from None
+
+    listed(root)
+    splits = dict.fromkeys(str(data.get(key) or default) for key, default in (("train_split", "train"),
+                                                                               ("val_split", "val")))
+    folders = [root / split for split in splits if (root / split).is_dir()]
+    while folders:
+        for entry in listed(folders.pop()):
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+            elif entry.is_file() and not os.access(entry.path, os.R_OK, effective_ids=effective):
+                raise CommandLineError(f"data.root={str(given)!r} cannot be read: image {entry.path} cannot be read"
+                                       f" (permission denied); {valid}")
 
 
 def _check_root_length(given: Any, root: Path) -> None:
