@@ -231,6 +231,7 @@ def entries_named(root: str | os.PathLike, *names: str,
 
     for folder, dirs, files in os.walk(root, onerror=refuse):
         here = Path(folder)
+        is_leaf = leaf is not None and leaf(here)
         for name in names:
             first = Path(name).parts[0]
             if first != name:  # e.g. .hydra/config.yaml: looked up where its first folder is (a link to one too)
@@ -238,10 +239,12 @@ def entries_named(root: str | os.PathLike, *names: str,
                     if first in dirs and entry_exists(here / name):
                         found.append(here / name)
                 except OSError as err:
-                    raise unreadable_folder(here / first, err) from err
+                    if not is_leaf:
+                        raise unreadable_folder(here / first, err) from err
+                    found.append(here / name)  # a run's own folder: its reader names what it cannot read
             elif name in files or name in dirs:
                 found.append(here / name)
-        if leaf is not None and leaf(here):
+        if is_leaf:
             dirs.clear()  # os.walk goes top-down: an emptied list is not descended into
     return sorted(set(found))
 
