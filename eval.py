@@ -38,22 +38,32 @@ other images under the run's class names are what ``data_root=`` is for.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from pathlib import Path
-from typing import Any
+import starting
 
-import hydra
-import torch
-from omegaconf import DictConfig
-from torch.utils.flop_counter import FlopCounterMode
+starting.guard_imports(__name__)  # Ctrl-C during the imports below: one line, exit 130
 
-from models.lifecycle.cli import cli, report_user_error, say, user_error_types
-from models.lifecycle.files import RunFileError, describe_non_file, entry_exists, own_folder_problem, plain_file_exists
-from models.lifecycle.job import build_trainer, scalar_metrics
-from models.lifecycle.records import BEST as BEST_CHECKPOINT
-from models.lifecycle.records import run_status
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import hydra  # noqa: E402
+import torch  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from models.lifecycle.cli import cli, report_user_error, say, user_error_types  # noqa: E402
+from models.lifecycle.files import (  # noqa: E402
+    RunFileError,
+    describe_non_file,
+    entry_exists,
+    own_folder_problem,
+    plain_file_exists,
+)
+from models.lifecycle.job import build_trainer, scalar_metrics  # noqa: E402
+from models.lifecycle.records import BEST as BEST_CHECKPOINT  # noqa: E402
+from models.lifecycle.records import run_status  # noqa: E402
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -438,4 +448,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    starting.imported()
     cli(main, "eval")

@@ -7,13 +7,17 @@ for the run lifecycle (run dirs, resume, records, stop signals).
 
 from __future__ import annotations
 
-from pathlib import Path
+import starting
 
-import hydra
-from omegaconf import DictConfig
+starting.guard_imports(__name__)  # Ctrl-C during the imports below: one line, exit 130
 
-from models.lifecycle.cli import cli
-from models.lifecycle.job import after_sweep, interrupted_outside_a_job, run_job
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from models.lifecycle.cli import cli  # noqa: E402
+from models.lifecycle.job import after_sweep, interrupted_outside_a_job, run_job  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
@@ -22,4 +26,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    starting.imported()
     cli(main, "train", after=after_sweep, interrupted=interrupted_outside_a_job)

@@ -36,7 +36,7 @@ from torchvision.ops import box_convert
 from torchvision.transforms import v2
 
 from data.datamodule import evaluation_order, make_loader, trainer_world
-from data.errors import DataConfigError, load_rgb_image
+from data.errors import DataConfigError, absent_folder, load_rgb_image
 from data.generation import ensure_generated
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -672,7 +672,7 @@ class CocoDataModule(L.LightningDataModule):
 
     def _check(self, split: str) -> tuple[Path, Path]:
         if not self.root.is_dir():
-            raise CocoLayoutError(f"data.root={self.root} does not exist; {LAYOUT}")
+            raise CocoLayoutError(f"data.root={self.root} {absent_folder(self.root)}; {LAYOUT}")
         folder, ann = self.paths(split)
         if not folder.is_dir() or not ann.is_file():
             raise CocoLayoutError(

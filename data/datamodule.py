@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
-from data.errors import DataConfigError, load_rgb_image
+from data.errors import DataConfigError, absent_folder, load_rgb_image, not_regular
 from data.generation import Generator, _plain, class_folders, ensure_generated, read_marker, resolve_generator
 from data.memory import decoded
 
@@ -193,22 +192,6 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _not_regular(path: str) -> str | None:
-    """What stands at ``path`` (links followed) when it is neither a regular file nor a folder, else None (a
-    missing target is the dangling-link check's)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-
-
 def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], dangling: list[str] | None = None,
                        links: list[tuple[str, str]] | None = None) -> list[tuple[str, list[str]]]:
     """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: what
@@ -261,7 +244,7 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
                     regular = entry.is_file()  # the entry's own type, a link's target's through a stat
                 except OSError:
                     regular = False
-                kind = None if regular else _not_regular(entry.path)
+                kind = None if regular else not_regular(entry.path)
                 if kind is not None:
                     through = f" (a symlink to {os.path.realpath(entry.path)})" if entry.is_symlink() else ""
                     raise DataConfigError(f"{entry.path}{through} is {kind}, not a regular file: reading it as an image"
@@ -670,7 +653,7 @@ class ImageFolderDataModule(L.LightningDataModule):
     def _check_split_dir(self, split: str) -> Path:
         if not self.root.is_dir():
             hint = " (did prepare_data run? data.generator is set)" if self.generator is not None else ""
-            raise DataConfigError(f"data.root={self.root} does not exist{hint}; {self._layout_hint()}")
+            raise DataConfigError(f"data.root={self.root} {absent_folder(self.root)}{hint}; {self._layout_hint()}")
         split_dir = self.root / split
         if not split_dir.is_dir():
             raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {self._layout_hint()}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from PIL import Image
@@ -67,3 +69,30 @@ def _too_large(path: str | Path, size: str) -> DataConfigError:
         f"image {path} is too large to decode safely ({size}; PIL's decompression-bomb limit is "
         f"{Image.MAX_IMAGE_PIXELS} pixels, PIL.Image.MAX_IMAGE_PIXELS); downscale or remove it"
     )
+
+
+def not_regular(path: str) -> str | None:
+    """What stands at ``path`` (links followed) when it is neither a regular file nor a folder, else None (a
+    missing target is the dangling-link check's)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def absent_folder(path: str | os.PathLike) -> str:
+    """Why no folder is at ``path``, in words after its name: ``does not exist``, or ``is not a folder (it is a
+    FIFO (named pipe))`` where something else stands there (a file, a FIFO): never "does not exist" of a path
+    that exists."""
+    if not os.path.lexists(path):
+        return "does not exist"
+    if not os.path.exists(path):
+        return f"is a dangling symlink (to {os.readlink(path)})"
+    return f"is not a folder (it is {not_regular(os.fspath(path)) or 'a file'})"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from data.bounded_json import JsonBoundsError, loads_bounded, read_json_bytes
-from data.errors import DataConfigError
+from data.errors import DataConfigError, absent_folder
 
 try:  # POSIX only; without it we still rely on marker + atomic rename.
     import fcntl
@@ -177,8 +177,8 @@ def read_marker(root: str | Path) -> dict[str, Any] | None:
     """
     marker = Path(root) / MARKER_NAME
     if Path(root).exists() and not Path(root).is_dir():
-        raise DataConfigError(f"data.root={root} is a file, where the generated data's folder belongs; move it away"
-                              " (then the data is generated there), or point data.root elsewhere")
+        raise DataConfigError(f"data.root={root} {absent_folder(root)}, where the generated data's folder belongs;"
+                              " move it away (then the data is generated there), or point data.root elsewhere")
     if marker.exists() and not marker.is_file():
         raise DataConfigError(f"the completion marker {marker} is not a file (a folder?); delete {Path(root)} to"
                               " regenerate it")

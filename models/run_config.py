@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from data.errors import DataConfigError
+from data.errors import DataConfigError, absent_folder
 from models.deit import ModelConfigError
 from models.lifecycle.files import RunFileError, describe_non_file, entry_exists
 
@@ -334,8 +334,8 @@ def require_existing_data(datamodule: Any, source: str, override: str, remedy: s
             raise RunDataError(f"data.generator of {source}: {' '.join(str(err).split())}") from None
     if generator is None:
         if not root.is_dir():
-            raise RunDataError(f"data.root={root} named by {source} does not exist; pass {override} pointing at"
-                               " existing data")
+            raise RunDataError(f"data.root={root} named by {source} {absent_folder(root)}; pass {override} pointing"
+                               " at existing data")
     else:
         try:
             marker = read_marker(root)
@@ -343,7 +343,7 @@ def require_existing_data(datamodule: Any, source: str, override: str, remedy: s
             reason = " ".join(str(err).split()) or type(err).__name__
             raise RunDataError(f"data.root={root} named by {source}: {reason}; {remedy}") from None
         if marker is None:
-            where = "does not exist" if not root.exists() else f"has no {MARKER_NAME} completion marker"
+            where = absent_folder(root) if not root.is_dir() else f"has no {MARKER_NAME} completion marker"
             raise RunDataError(f"data.root={root} named by {source} {where}: no complete generated dataset;"
                                f" {remedy}")
         diff = _generator_differences(marker.get("generator"), describe_generator(generator))

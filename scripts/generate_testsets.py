@@ -77,6 +77,17 @@ def refuse_shared_roots(roots: dict[str, Path | None]) -> None:
         seen[name] = root
 
 
+def refuse_destination(name: str, cfg: DictConfig) -> None:
+    """The test set ``name``'s own root (composed in ``cfg``) lies in no run dir and no other data root, as its
+    generation checks again: refused (naming the test set) before any test set is generated."""
+    from models.lifecycle.destinations import DestinationError, check_destination
+
+    try:
+        check_destination(str(cfg.testset.data.root), "testset.data.root", data_root=True)
+    except DestinationError as err:
+        raise DestinationError(f"{name}: {err}") from None
+
+
 def generate(name: str, extra: list[str]) -> Path:
     from models.testsets import generate_testset_data
 
@@ -105,8 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise ValueError(f"{unknown[0]} is not a test set; valid: {', '.join(generated_testsets())}")
         names = list(dict.fromkeys(names))  # a test set named twice is made (and reported) once
-        # an unknown --set key, a bad value or one folder for two test sets: one line (rc 2) before any data is written
-        refuse_shared_roots({name: own_root(compose_checked("eval", [f"testset={name}", *args.set])) for name in names})
+        # an unknown --set key, a bad value, a root where no data may go or one folder for two test sets: one line
+        # (rc 2) before any data is written
+        configs = {name: compose_checked("eval", [f"testset={name}", *args.set]) for name in names}
+        roots = {name: own_root(cfg) for name, cfg in configs.items()}
+        for name, root in roots.items():
+            if root is not None:
+                refuse_destination(name, configs[name])
+        refuse_shared_roots(roots)
     except user_error_types() as err:
         say(f"error: {one_line(err)}", stream=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ import models.lifecycle.cli as cli
 from models import ModelConfigError, create_model
 from models.swin import swin_grid_problem
 from rpe import PRESETS
-from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
+from tests.helpers import SMALL_RELATIONAL, compose_config, file_modes_hold, run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
 
@@ -611,6 +611,20 @@ def test_names_alike_after_unicode_normalisation_are_refused(tmp_path: Path) -> 
                          " valid: set its keys (model.optimizer.<key>=...), or model.optimizer=null where the model"
                          " takes none"),
     ("~data.generator", "~data.generator would delete the node data.generator, which the data is built from; "),
+    # a single value: one another setting reads, a constructor's required argument, one wired to the run dir
+    ("~paths.log_dir", "~paths.log_dir would delete paths.log_dir, which hydra.run.dir reads; valid: paths.log_dir="
+                       "<value>, or leave it out for the default (paths.log_dir=runs)"),
+    ("~data.img_size", "~data.img_size would delete data.img_size, which model.net.img_size reads; "),
+    ("~data.root", "~data.root would delete data.root, which data.ImageFolderDataModule needs (it has no default of"
+                   " its own); valid: data.root=<value>, or leave it out for the default (data.root="
+                   "${paths.data_dir}/relational_v2)"),
+    ("~callbacks.model_checkpoint.dirpath", "~callbacks.model_checkpoint.dirpath would delete callbacks."
+                                            "model_checkpoint.dirpath, whose default is wired to other settings"
+                                            " (${paths.output_dir}/checkpoints), so the run relies on it; valid:"
+                                            " callbacks.model_checkpoint.dirpath=<value>, or"
+                                            " ~callbacks.model_checkpoint to leave out the whole callbacks entry, or"
+                                            " leave it out for the default"),
+    ("~rpe.preset", "~rpe.preset would delete rpe.preset, which every run of train.py reads; "),
 ])
 def test_deleting_a_node_a_run_needs_is_refused(override: str, expected: str) -> None:
     """``~trainer`` left the trainer node a plain dict and every job failed on it after its run dir was made."""
@@ -626,9 +640,23 @@ def test_a_sweep_deleting_a_node_is_refused_before_its_first_job(tmp_path: Path,
                                         monkeypatch)
     assert line.startswith("error: ~trainer would leave out the trainer config group")
     assert list(tmp_path.iterdir()) == []
-    for fine in ("~logger", "~experiment", "~callbacks.early", "~trainer.max_epochs", "~hydra.sweeper.params.seed"):
-        cli.check_deletions([fine], "train")  # an optional group, an empty one, an entry, a single value
+    for fine in ("~logger", "~experiment", "~callbacks.early", "~trainer.max_epochs", "~hydra.sweeper.params.seed",
+                 "~data.generator.num_train"):
+        cli.check_deletions([fine], "train")  # an optional group, an empty one, an entry, values with defaults
     cli.check_deletions(["~testset"], "eval")
+
+
+def test_deleting_a_value_a_run_reads_is_refused_before_any_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~data.root`` was a constructor's TypeError after the run dir was made; ``~paths.log_dir`` blamed paths=default;
+    ``~callbacks.model_checkpoint.dirpath`` was Hydra's "HydraConfig was not set"."""
+    for deletion, named in (("~data.root", "which data.ImageFolderDataModule needs"),
+                            ("~paths.log_dir", "which hydra.run.dir reads"),
+                            ("~callbacks.model_checkpoint.dirpath", "whose default is wired to other settings")):
+        line = _refused_by_the_command_line(["debug=fast", f"paths.data_dir={tmp_path}", "run_name=deleted_x",
+                                             deletion], capsys, monkeypatch)
+        assert line.startswith(f"error: {deletion} would delete {deletion[1:]}, {named}"), line
+    assert list(tmp_path.iterdir()) == [] and not (cli.CONFIG_DIR.parent / "runs" / "deleted_x").exists()
 
 
 def test_a_list_for_a_group_that_takes_one_option_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture,
@@ -1251,3 +1279,50 @@ def test_the_optuna_plugins_own_sweeper_is_refused_naming_ours(tmp_path: Path) -
         and "valid: hydra/sweeper=optuna_rpe" in str(err.value)
     assert not (tmp_path / "sw").exists()
     cli.check_overrides([*base, "hydra/sweeper=optuna_rpe"], "train", make=False)
+
+
+def test_a_log_folder_this_user_may_not_look_into_is_named(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_name=locked/x`` under a mode-000 ``locked/``: the line named ``locked/x/multirun.yaml``, a file the
+    user never gave (looked for to tell whether the run dir lies in a sweep), not the folder that cannot be used."""
+    locked = tmp_path / "runs" / "locked"
+    locked.mkdir(parents=True)
+    locked.chmod(0)
+    try:
+        with file_modes_hold():
+            line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}",
+                                                 f"paths.data_dir={tmp_path}", "run_name=locked/x"], capsys,
+                                                monkeypatch)
+    finally:
+        locked.chmod(0o755)
+    assert line == (f"error: cannot use {locked}: permission denied (a folder this user may not look into); valid: a"
+                    " folder this user may read and write (chmod u+rwx), or another")
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("locked", ["train/class_000", "val", "train/class_001/0000.png"])
+def test_data_this_user_may_not_read_is_one_line_before_the_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    locked: str) -> None:
+    """A mode-000 class folder, split folder or image of a data root: each was found by the data module only
+    after the run dir was made (the image once a batch drew it; the split in a raw ``[Errno 13]`` text)."""
+    from data.fake import make_fake_imagefolder
+
+    root = tmp_path / "hand"
+    make_fake_imagefolder(root, num_classes=2, per_class=2, img_size=32)
+    (root / locked).chmod(0)
+    runs = tmp_path / "runs"
+    try:
+        with file_modes_hold():
+            line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", f"paths.data_dir={tmp_path}",
+                                                 "data.generator=null", "data.num_classes=null", "data.batch_size=2",
+                                                 f"data.root={root}",
+                                                 "run_name=r"], capsys,
+                                                monkeypatch)
+    finally:
+        (root / locked).chmod(0o755)
+    what = "image" if locked.endswith(".png") else "folder"
+    verb = "read" if what == "image" else "listed"
+    assert line == (f"error: data.root='{root}' cannot be read: {what} {root / locked} cannot be {verb} (permission"
+                    f" denied); valid: make it readable (chmod -R u+rX {root}), or data.root=<another folder>")
+    assert not runs.exists()

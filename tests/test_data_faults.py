@@ -250,6 +250,28 @@ def test_a_shapes_root_without_its_marker_is_refused_where_it_is_read(tmp_path: 
     assert require_existing_data(datamodule, "testset=x", "data_root=<folder>") is not None  # its own: read
 
 
+def test_a_data_root_that_is_no_folder_is_not_called_missing(tmp_path: Path) -> None:
+    """``plot_rpe.py --data-root <a FIFO>`` said the FIFO "does not exist"; a file in its place the same."""
+    from models.run_config import RunDataError, require_existing_data
+
+    fifo, file = tmp_path / "fifo", tmp_path / "file"
+    os.mkfifo(fifo)
+    file.write_text("x")
+    for root, kind, generator in ((fifo, "a FIFO (named pipe)", None), (file, "a file", None),
+                                  (fifo, "a FIFO (named pipe)", SHAPES)):
+        datamodule = (CocoDataModule(root=str(root), generator=generator, num_workers=0) if generator else
+                      ImageFolderDataModule(root=str(root), num_workers=0))
+        with pytest.raises(RunDataError) as err:
+            require_existing_data(datamodule, "--data-root", "--data-root DIR")
+        line = _one_line(err)
+        assert line.startswith(f"data.root={root} named by --data-root") and "does not exist" not in line, line
+        assert f"{root} is not a folder (it is {kind})" in line or f"{root} named by --data-root is not a folder (it" \
+            f" is {kind})" in line, line
+    with pytest.raises(DataConfigError) as err:  # the data module's own layout check
+        ImageFolderDataModule(root=str(fifo), num_workers=0).prepare_data()
+    assert _one_line(err).startswith(f"data.root={fifo} is not a folder (it is a FIFO (named pipe));")
+
+
 # ------------------------------------------------------------------------------------ ensure_generated
 FAKE = functools.partial(make_fake_imagefolder, num_classes=3, per_class=2, img_size=8)
 
@@ -960,7 +982,8 @@ def test_a_file_for_the_data_folder_or_a_folder_for_its_marker_is_named(tmp_path
     from data.generation import MARKER_NAME, ensure_generated
 
     (tmp_path / "relational").write_text("not a folder")
-    with pytest.raises(DataConfigError, match=f"^data.root={tmp_path / 'relational'} is a file, where the generated"):
+    with pytest.raises(DataConfigError, match=f"^data.root={tmp_path / 'relational'} is not a folder"
+                                              r" \(it is a file\), where the generated"):
         ensure_generated(tmp_path / "relational", FAKE)
     (tmp_path / "other" / MARKER_NAME).mkdir(parents=True)
     with pytest.raises(DataConfigError, match=f"^the completion marker {tmp_path / 'other' / MARKER_NAME} is not a"

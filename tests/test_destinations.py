@@ -103,7 +103,8 @@ def test_a_test_set_root_inside_a_run_is_refused(tmp_path: Path, capsys: pytest.
     code = generate_testsets.main(["relational_right", "--set", f"paths.data_dir={tmp_path / 'data'}",
                                    f"testset.data.root={run / 'tsdata'}"])
     err = capsys.readouterr().err
-    assert code != 0 and f"is inside the run dir {run}" in err and "Traceback" not in err, err
+    assert code == 2 and f"is inside the run dir {run}" in err and "Traceback" not in err, err
+    assert err.startswith("error: relational_right: testset.data.root=") and err.count("\n") == 1, err
     assert sorted(p.name for p in run.iterdir()) == ["run.json"]  # no data, no generation lock beside it
 
 
@@ -346,10 +347,10 @@ def test_scripts_write_nothing_into_a_hand_made_dataset(tmp_path: Path, capsys: 
     hand = _hand_root(tmp_path / "hand")
     before = _tree(hand)
     sweep = _fake_sweep(tmp_path / "runs")
-    # generate_testsets exits 1 where a named test set could not be made (each is tried)
+    # each an up-front refusal: exit 2, as for every bad setting of the scripts
     for main, argv, code in ((generate_testsets.main, ["relational_right", "--set",
                                                        f"paths.data_dir={tmp_path / 'data'}",
-                                                       f"testset.data.root={hand / 'train' / 'ts'}"], 1),
+                                                       f"testset.data.root={hand / 'train' / 'ts'}"], 2),
                              (archive_runs.main, [str(sweep), "--to", str(hand / "train")], 2),
                              (make_tables.main, [str(sweep), "--out", str(hand / "train" / "0_E" / "tab")], 2)):
         assert main(argv) == code

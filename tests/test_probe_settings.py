@@ -152,6 +152,19 @@ def test_detr_has_no_cosine_schedule_nor_fixed_input_size(tmp_path: Path) -> Non
     check_schedule(cfg)  # StepLR in epochs: no length needed
 
 
+def test_a_head_count_that_does_not_divide_the_width_names_both_keys_and_the_counts_that_fit(tmp_path: Path) -> None:
+    """DETR ``model.nheads=3`` at width 128 was the transformer's "width 128 is not divisible by 3 heads"."""
+    cfg = _compose(tmp_path, ["experiment=detr_shapes", "model.nheads=3"])
+    with pytest.raises(SettingError) as err:
+        check_settings(cfg)
+    assert str(err.value) == ("model.nheads=3 must divide model.hidden_dim=128 (each attention head gets an equal"
+                              " share of the width); valid: model.nheads=<one of: 1, 2, 4, 8, 16, 32, 64, 128>, or a"
+                              " model.hidden_dim that 3 divides")
+    check_settings(_compose(tmp_path, ["experiment=detr_shapes", "model.nheads=4"]))
+    with pytest.raises(SettingError, match=r"^model.net.num_heads=5 must divide model.net.embed_dim=64 "):
+        check_settings(_compose(tmp_path, ["debug=fast", "+model.net.num_heads=5", "+model.net.embed_dim=64"]))
+
+
 # ------------------------------------------------------------------ 4, 5, 6: single settings
 SETTINGS_BAD = [
     ("trainer.val_check_interval=0", "trainer.val_check_interval=0 must be an integer >= 1 (batches), a fraction "

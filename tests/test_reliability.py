@@ -295,6 +295,31 @@ def test_ctrl_c_while_the_command_line_is_checked_is_one_line(monkeypatch: pytes
                                            " any run or evaluation began: run the same command again\n")
 
 
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_ctrl_c_while_the_entry_point_imports_is_one_line(script: str) -> None:
+    """Ctrl-C during the seconds train.py and eval.py import torch and Lightning was a 25-line KeyboardInterrupt
+    traceback through the import machinery: exit 130 and one line. The signal goes once torch's library is
+    being loaded (seen in the process's memory maps), in the middle of the imports."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT, _sigint_as_at_a_terminal
+
+    process = subprocess.Popen([sys.executable, str(ROOT / script), "--check", "debug=fast"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_sigint_as_at_a_terminal)
+    maps = Path(f"/proc/{process.pid}/maps")
+    deadline = time.monotonic() + 120
+    while process.poll() is None and "libtorch" not in maps.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT, stderr[-3000:]
+    assert stderr == ("error: interrupted by SIGINT while starting, before anything was checked or written: run the"
+                      " same command again\n")
+
+
 @pytest.mark.slow  # one more train.py run; the SIGTERM path above is in `make test`
 def test_ctrl_c_is_one_line_naming_the_run_and_exits_as_a_shell_does(tmp_path: Path, data_dir: Path) -> None:
     """SIGINT: Lightning shuts the fit down and exits 1 on its own; the job says what happened, like a stop signal."""

@@ -181,6 +181,44 @@ def test_slurm_without_slurm_is_refused_before_the_sweep_dir(tmp_path: Path) -> 
     assert not sweep.exists()
 
 
+def test_a_submission_sbatch_refuses_is_one_line_and_leaves_no_sweep_dir(tmp_path: Path) -> None:
+    """sbatch on PATH but refusing the jobs: submitit's 35-line traceback, exit 1, and a sweep dir left holding
+    multirun.yaml and .submitit/ with no job in it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for command in ("sbatch", "srun"):
+        (bin_dir / command).write_text('#!/bin/sh\necho "sbatch: error: invalid partition" >&2; exit 1\n')
+        (bin_dir / command).chmod(0o755)
+    sweep = tmp_path / "made" / "sw"
+    result = run_cli("train.py", ["-m", "seed=0,1", "hydra/launcher=slurm", "debug=fast", f"hydra.sweep.dir={sweep}",
+                                  f"paths.log_dir={tmp_path / 'runs'}", f"paths.data_dir={tmp_path}"],
+                     env_extra={**ENV, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and result.stderr.count("invalid partition") == 1  # not echoed first
+    lines = _error_lines(result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: sbatch refused the sweep's jobs: sbatch: error: invalid"
+                                                   " partition; nothing was submitted"), result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["bin"]  # the sweep dir and the folder made for it are gone
+
+
+def test_a_refused_submission_puts_an_existing_sweep_dir_back(tmp_path: Path) -> None:
+    """Into a sweep dir that was there: its earlier grid is put back and only this launch's submitit files go."""
+    from models.lifecycle import cli
+
+    sweep = tmp_path / "sw"
+    (sweep / ".submitit" / "123").mkdir(parents=True)
+    (sweep / "0").mkdir()
+    (sweep / "multirun.yaml").write_text("earlier grid\n")
+    cli._record_sweep_dir(sweep)
+    (sweep / "multirun.yaml").write_text("this launch's grid\n")  # as Hydra's sweeper writes it
+    (sweep / ".submitit" / "a.pkl").write_bytes(b"")
+    (sweep / ".submitit" / ".submission_file_a.sh").write_text("")
+    assert cli.take_back_sweep_dir(sweep, {"123"}) is False
+    assert (sweep / "multirun.yaml").read_text() == "earlier grid\n"
+    assert sorted(os.listdir(sweep)) == [".submitit", "0", "multirun.yaml"]  # the kept copy is the grid put back
+    assert os.listdir(sweep / ".submitit") == ["123"]
+
+
 def test_slurm_is_left_to_submitit_where_slurm_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _compose("hydra/launcher=slurm")
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")

@@ -559,6 +559,31 @@ def test_a_run_without_usable_overrides_fills_the_grid_point_of_its_config(tmp_p
 
 
 # ----------------------------------------------------------------------------- folders that cannot be looked into
+def test_a_run_whose_hydra_folder_cannot_be_looked_into_is_listed_and_the_table_built(tmp_path: Path,
+                                                                                     capsys) -> None:
+    """One job's ``.hydra/`` at mode 000 stopped make_tables with no table at all (its other job lost with it):
+    a run's own folder is that run's business. The table is built, the job counted by its config and listed
+    with its unreadable overrides; archive_runs, which needs them, says so in one line."""
+    from tests.helpers import file_modes_hold
+
+    sweep = _two_seed_sweep(tmp_path / "runs")
+    locked = sweep / f"{K},seed=0" / ".hydra"
+    locked.chmod(0)
+    try:
+        with file_modes_hold():
+            assert make_tables.main([str(sweep), "--out", str(tmp_path / "t")]) == 0
+            out, err = capsys.readouterr()
+            assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 2
+            archived = capsys.readouterr().err
+    finally:
+        locked.chmod(0o755)
+    table = (tmp_path / "t.md").read_text()
+    assert "| k | 49 | 81.00 ± 1.41 (n=2) | 80.9 |" in table  # both seeds counted
+    assert f"- `{locked.parent}`: cannot read {locked / 'overrides.yaml'}: Permission denied" in table
+    assert archived.strip().splitlines() == [f"error: cannot read {locked / 'overrides.yaml'}: Permission denied"]
+    assert not (tmp_path / "archive").exists()
+
+
 def test_a_folder_that_cannot_be_looked_into_is_one_line_never_a_run_left_out(tmp_path: Path, capsys) -> None:
     """Probe 4, cases 71, 72: Path.rglob skips a folder it may not read without a word, so make_tables built the
     table of the readable seed only ("1 ok") and, on a root holding only such a folder, said "no runs". The run

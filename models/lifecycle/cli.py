@@ -33,6 +33,12 @@ class CommandLineError(ValueError):
     """A bad command-line choice, reported in one line."""
 
 
+# What this command's checks changed in a sweep dir before Hydra started, by sweep dir: the topmost folder they made
+# (None: the sweep dir was there), its ``multirun.yaml`` before (None: none) and the copy of it kept. A sweep none
+# of whose jobs could be submitted takes these back (`take_back_sweep_dir`).
+SWEEP_DIRS_BEFORE: dict[Path, tuple[Path | None, bytes | None, Path | None]] = {}
+
+
 def job_dirname(overrides: str) -> str:
     """One path component naming a sweep job by its overrides (``hydra.job.override_dirname``).
 
@@ -177,6 +183,7 @@ def check_deletions(argv: list[str], config_name: str) -> None:
     defaults = root_defaults(config_name)
     root = {k: v for k, v in (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).items()
             if k not in ("defaults", "hydra")}
+    values: dict[str, str] = {}  # ``~a.b`` of single values: judged against the config composed without them
     for arg in argv:
         deleted = re.fullmatch(r"~([A-Za-z_]\w*)((?:\.[\w-]+)*)(=.*)?", arg)
         if deleted is None:
@@ -184,6 +191,8 @@ def check_deletions(argv: list[str], config_name: str) -> None:
         key, below = deleted.group(1), deleted.group(2).lstrip(".")
         if below:
             _refuse_deleting_a_node(arg, key, below, defaults)
+            if key != "hydra":
+                values[arg] = f"{key}.{below}"
             continue
         if key in defaults and key not in REMOVABLE_GROUPS and defaults[key] is not None and key != "hydra":
             raise CommandLineError(f"{arg} would leave out the {key} config group, which every run of"
@@ -194,6 +203,82 @@ def check_deletions(argv: list[str], config_name: str) -> None:
             raise CommandLineError(f"{arg} would delete {key}, which every run of"
                                    f" {SCRIPTS.get(config_name, config_name)} reads; valid: {key}=<value>, or leave"
                                    f" it out for the default ({key}={root[key]})")
+    if values:
+        _refuse_deleting_a_value(values, [a for a in argv if a not in values], config_name)
+
+
+def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_name: str) -> None:
+    """``~a.b`` (``{override: key}`` in ``values``) on a value a run cannot do without, judged on the config
+    composed with the ``others`` overrides and not the deletions: a value another one reads (``hydra.run.dir``
+    reads ``${paths.log_dir}``), one whose default follows other settings (a checkpoint ``dirpath`` inside the
+    run dir: Hydra's delete resolves it, and fails outside a run), an argument the ``_target_`` it is given to
+    has no default for (``data.root``), or one of a node without ``_target_``, which the code reads by name.
+    An argument with a default of its own may be deleted (``~trainer.max_epochs``: Lightning's default)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            composed = compose(config_name, overrides=_first_of_sweeps(others), return_hydra_config=True)
+        plain = OmegaConf.to_container(composed, resolve=False)
+    except Exception:  # noqa: BLE001 - another override is bad: the full check composes again and names it
+        return
+    finally:
+        GlobalHydra.instance().clear()
+    script = SCRIPTS.get(config_name, config_name)
+    for arg, key in values.items():
+        parts = key.split(".")
+        default = _nested(plain, *parts)
+        if default is None or isinstance(default, dict | list):
+            continue  # null already (Hydra's own message says so), absent, or a node (`_refuse_deleting_a_node`)
+        why = _why_a_run_needs(plain, parts, script)
+        if why is None:
+            continue
+        entry = (f", or ~{'.'.join(parts[:2])} to leave out the whole {parts[0]} entry"
+                 if parts[0] in ENTRY_GROUPS and len(parts) > 2 else "")
+        raise CommandLineError(f"{arg} would delete {key}, {why}; valid: {key}=<value>{entry}, or leave it out for"
+                               f" the default ({key}={default})")
+
+
+def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> str | None:
+    """Why a run cannot do without the value at ``parts`` of the composed config ``plain`` (unresolved), or
+    None when its deletion leaves the library's own default (`_refuse_deleting_a_value`)."""
+    # ${a}, ${a.b}, ... ${a.b.c.d}: an interpolation of the value, of a node holding it, or of a value inside it
+    inside = "".join(rf"(?:\.{re.escape(p)}" for p in parts[1:]) + r"(?:\.[\w.-]+)?" + ")?" * (len(parts) - 1)
+    reads = re.compile(r"\$\{\s*" + re.escape(parts[0]) + inside + r"\s*\}")
+    others = copy.deepcopy(plain)
+    _nested(others, *parts[:-1]).pop(parts[-1])  # the value's own text does not count as a reader
+    reader = _key_that_reads(others, reads)
+    if reader is not None:
+        return f"which {reader} reads"
+    holder_at = next((i for i in range(len(parts) - 1, 0, -1)
+                      if isinstance(_nested(plain, *parts[:i]), dict) and "_target_" in _nested(plain, *parts[:i])),
+                     None)
+    if holder_at == len(parts) - 1:  # an argument of the target itself (not of a plain mapping given to it)
+        needed = _required_argument(str(_nested(plain, *parts[:-1])["_target_"]), parts[-1])
+        if needed is not None:
+            return needed
+    default = _nested(plain, *parts)
+    if isinstance(default, str) and "${" in default:
+        return f"whose default is wired to other settings ({default}), so the run relies on it"
+    if holder_at is None:
+        return f"which every run of {script} reads"
+    return None
+
+
+def _required_argument(target: str, name: str) -> str | None:
+    """``which <target> needs ...`` when the class or function ``target`` takes ``name`` with no default."""
+    import inspect
+
+    from hydra._internal.utils import _locate
+
+    try:
+        parameter = inspect.signature(_locate(target)).parameters.get(name)
+    except Exception:  # noqa: BLE001 - a target that cannot be imported here is the build check's to report
+        return None
+    if parameter is None or parameter.default is not inspect.Parameter.empty:
+        return None
+    return f"which {target} needs (it has no default of its own)"
 
 
 # Groups whose node is a set of entries the job goes through one by one: an entry may be left out (~callbacks.early)
@@ -426,8 +511,11 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
             raise CommandLineError(f"{key}={text!r} cannot be used: permission denied ({above} is not writable);"
                                    " valid: a writable folder")
         return
+    topmost = next(p for p in (*reversed(folder.parents), folder) if not os.path.lexists(p))
     try:
         folder.mkdir(parents=True)
+        if key == "hydra.sweep.dir":
+            SWEEP_DIRS_BEFORE[folder] = (topmost, None, None)
         probe = folder / f".write-check-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -1105,7 +1193,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                                                OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"),
                                                cfg.hydra)
                 if make:
-                    keep_earlier_grid(Path(str(cfg.hydra.sweep.dir)))
+                    _record_sweep_dir(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)
@@ -1355,7 +1443,40 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
                                    " run's; valid: a folder outside every run dir")
     _check_existing_generation(data, root)
     _check_data_location(cfg, data, root)
+    _refuse_unreadable_data(given, root, data)
     return (str(root),)
+
+
+def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
+    """An existing data root whose split or class folders this process may not list, or an image it may not read
+    (a mode-000 folder or file): one line naming it, before the run dir. The data module met each only after
+    the run dir was made (an image only when a batch drew it). One listing per folder and an access check per
+    file, about what the job's fingerprint of the data costs; folders reached through links are the data
+    module's to walk (it guards against their loops)."""
+    if not root.is_dir():
+        return  # still to be generated, or named by the data module's own checks
+    effective = os.access in os.supports_effective_ids
+    valid = f"valid: make it readable (chmod -R u+rX {root}), or data.root=<another folder>"
+
+    def listed(folder: Path) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(folder) as entries:
+                return [e for e in entries if not e.name.startswith(".")]
+        except OSError as err:
+            raise CommandLineError(f"data.root={str(given)!r} cannot be read: folder {folder} cannot be listed"
+                                   f" ({(err.strerror or type(err).__name__).lower()}); {valid}") from None
+
+    listed(root)
+    splits = dict.fromkeys(str(data.get(key) or default) for key, default in (("train_split", "train"),
+                                                                               ("val_split", "val")))
+    folders = [root / split for split in splits if (root / split).is_dir()]
+    while folders:
+        for entry in listed(folders.pop()):
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+            elif entry.is_file() and not os.access(entry.path, os.R_OK, effective_ids=effective):
+                raise CommandLineError(f"data.root={str(given)!r} cannot be read: image {entry.path} cannot be read"
+                                       f" (permission denied); {valid}")
 
 
 def _check_root_length(given: Any, root: Path) -> None:
@@ -1486,6 +1607,57 @@ def compose_checked(config_name: str, overrides: list[str], devices: bool = True
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _record_sweep_dir(sweep_dir: Path) -> None:
+    """Keep the sweep dir's earlier grid (`keep_earlier_grid`) and note what this command changed in the dir
+    (`SWEEP_DIRS_BEFORE`)."""
+    from models.lifecycle.files import guarded
+
+    folder = Path(os.path.abspath(sweep_dir))
+    made = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))[0]
+    grid = folder / "multirun.yaml"
+    with guarded(grid, "read"):
+        earlier = grid.read_bytes() if grid.is_file() else None
+    SWEEP_DIRS_BEFORE[folder] = (made, earlier, keep_earlier_grid(folder))
+
+
+def take_back_sweep_dir(sweep_dir: Path, submitit_before: set[str] | None) -> bool:
+    """Undo what this command wrote into ``sweep_dir`` when none of its jobs was submitted: its grid
+    (``multirun.yaml``, the earlier one put back), submitit's files that are not in ``submitit_before`` (the
+    names ``.submitit/`` held before; None: no ``.submitit/``), and the folders the checks made, if left empty.
+    Anything else in the dir stays. True when the sweep dir is gone."""
+    folder = Path(os.path.abspath(sweep_dir))
+    made, earlier, copy_kept = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))
+    grid = folder / "multirun.yaml"
+    with contextlib.suppress(OSError):
+        if earlier is None:
+            grid.unlink(missing_ok=True)
+        else:
+            from models.lifecycle.files import atomic_write_bytes
+
+            atomic_write_bytes(grid, earlier)
+            if copy_kept is not None:
+                copy_kept.unlink(missing_ok=True)  # the copy is the grid put back
+    submitit = folder / ".submitit"
+    if submitit.is_dir() and not submitit.is_symlink():
+        for name in set(os.listdir(submitit)) - (submitit_before or set()):
+            entry = submitit / name
+            with contextlib.suppress(OSError):
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if submitit_before is None:
+            with contextlib.suppress(OSError):
+                submitit.rmdir()
+    if made is None:
+        return False
+    for level in (folder, *folder.parents):  # the folders the checks made, innermost first, while empty
+        try:
+            level.rmdir()
+        except OSError:
+            return False
+        if level == made:
+            return True
+    return False
 
 
 def keep_earlier_grid(sweep_dir: Path) -> Path | None:

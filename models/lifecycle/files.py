@@ -54,8 +54,25 @@ def writable_folder(path: str | os.PathLike) -> bool:
     return os.access(path, os.W_OK | os.X_OK, effective_ids=effective)
 
 
+def closed_folder(path: str | os.PathLike) -> Path | None:
+    """The first folder on ``path`` (from the top, ``path`` itself left out) that this process may not look
+    into (no search permission), else None: what a permission error on ``path`` is about when the user gave
+    only the folder (a run dir under a locked folder, looked at for its records)."""
+    effective = os.access in os.supports_effective_ids
+    for folder in reversed(Path(os.path.abspath(path)).parents):
+        if os.path.isdir(folder) and not os.access(folder, os.X_OK, effective_ids=effective):
+            return folder
+    return None
+
+
 def os_error_line(err: OSError) -> str:
-    """One line naming the path of an operating-system error (``cannot use <path>: <reason>``)."""
+    """One line naming the path of an operating-system error (``cannot use <path>: <reason>``); a permission
+    error names the folder of the path that may not be looked into, where one is."""
+    closed = closed_folder(err.filename) if err.filename is not None and err.errno in (errno.EACCES,
+                                                                                       errno.EPERM) else None
+    if closed is not None:
+        return (f"cannot use {closed}: permission denied (a folder this user may not look into); valid: a folder"
+                " this user may read and write (chmod u+rwx), or another")
     where = f" {err.filename}" if err.filename is not None else ""
     return f"cannot use{where}: {_reason(err)}"
 
@@ -214,6 +231,7 @@ def entries_named(root: str | os.PathLike, *names: str,
 
     for folder, dirs, files in os.walk(root, onerror=refuse):
         here = Path(folder)
+        is_leaf = leaf is not None and leaf(here)
         for name in names:
             first = Path(name).parts[0]
             if first != name:  # e.g. .hydra/config.yaml: looked up where its first folder is (a link to one too)
@@ -221,10 +239,12 @@ def entries_named(root: str | os.PathLike, *names: str,
                     if first in dirs and entry_exists(here / name):
                         found.append(here / name)
                 except OSError as err:
-                    raise unreadable_folder(here / first, err) from err
+                    if not is_leaf:
+                        raise unreadable_folder(here / first, err) from err
+                    found.append(here / name)  # a run's own folder: its reader names what it cannot read
             elif name in files or name in dirs:
                 found.append(here / name)
-        if leaf is not None and leaf(here):
+        if is_leaf:
             dirs.clear()  # os.walk goes top-down: an emptied list is not descended into
     return sorted(set(found))
 

@@ -690,6 +690,26 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     _check_checkpoint_callbacks(cfg)
     _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
+    _check_head_widths(cfg)
+
+
+# (heads, width): attention splits the width into equal shares, one per head (DETR's transformer; DeiT's blocks)
+HEAD_WIDTHS = (("model.nheads", "model.hidden_dim"), ("model.net.num_heads", "model.net.embed_dim"))
+
+
+def _check_head_widths(cfg: DictConfig) -> None:
+    """A head count that does not divide its width: the model's own check came only as "width 128 is not
+    divisible by 3 heads", naming neither setting nor the counts that fit."""
+    for heads_key, width_key in HEAD_WIDTHS:
+        heads = OmegaConf.select(cfg, heads_key, default=None, throw_on_resolution_failure=False)
+        width = OmegaConf.select(cfg, width_key, default=None, throw_on_resolution_failure=False)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, width)) or \
+                width % heads == 0:
+            continue  # a list per stage (Swin), unset, or out of range (its own rule names it)
+        fits = [str(n) for n in range(1, width + 1) if width % n == 0]
+        raise SettingError(f"{heads_key}={heads} must divide {width_key}={width} (each attention head gets an equal"
+                           f" share of the width); valid: {heads_key}=<one of: {', '.join(fits)}>, or a"
+                           f" {width_key} that {heads} divides")
 
 
 # ``paths.output_dir`` is the dir Hydra made for the job (paths.log_dir/run_name, a sweep's job dir): every record,

@@ -501,8 +501,11 @@ def read_overrides(run_dir: Path, cfg: dict[str, Any] | None = None,
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     path = run_dir / OVERRIDES
-    if not entry_exists(path):
-        return None
+    try:
+        if not entry_exists(path):
+            return None
+    except OSError as err:  # its .hydra/ may not be looked into: as an unreadable file, the run's own problem
+        raise TableError(f"cannot read {path}: {err.strerror or type(err).__name__}") from None
     overrides = _yaml(path)
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise TableError(f"{path} is damaged: it is not a list of overrides")

@@ -1,0 +1,1 @@
+"""Hydra launchers of this project (Hydra makes launchers only of classes under ``hydra_plugins``)."""
