@@ -63,9 +63,17 @@ def _checkpoint_write_failure(tmp: Path, err: RuntimeError) -> str:
 def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:
     """Load a Lightning checkpoint on the CPU without unpickling arbitrary objects.
 
-    ``mmap=True`` maps the tensors instead of reading them: cheap for checking a large checkpoint.
+    ``mmap=True`` maps the tensors instead of reading them: cheap for checking a large checkpoint. A file that
+    loads but holds no Lightning checkpoint (a list, a bare state dict, a step count that is no integer) raises
+    ``ValueError`` naming it, as an unreadable one raises torch's error: callers treat both as unreadable.
     """
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
+        raise ValueError(f"{path} holds no Lightning checkpoint (a {type(saved).__name__} without a state_dict)")
+    for key in ("epoch", "global_step"):
+        if key in saved and (isinstance(saved[key], bool) or not isinstance(saved[key], int)):
+            raise ValueError(f"{path} holds no Lightning checkpoint: its {key} is {saved[key]!r}, not a count")
+    return saved
 
 
 # ----------------------------------------------------------------------------- resume and faults

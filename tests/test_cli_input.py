@@ -1326,3 +1326,26 @@ def test_data_this_user_may_not_read_is_one_line_before_the_run_dir(tmp_path: Pa
     assert line == (f"error: data.root='{root}' cannot be read: {what} {root / locked} cannot be {verb} (permission"
                     f" denied); valid: make it readable (chmod -R u+rX {root}), or data.root=<another folder>")
     assert not runs.exists()
+
+
+@pytest.mark.parametrize("flags", [["-r", "-m"], ["--multirun", "--cfg", "job"], ["--info", "--run"]])
+def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Path, flags: list[str]) -> None:
+    """Hydra runs one of --run, --multirun, --cfg, --info per command; two were its traceback, after an empty sweep
+    dir was made."""
+    from models.lifecycle.cli import CommandLineError, check_command
+
+    with pytest.raises(CommandLineError) as err:
+        check_command([*flags, "debug=fast", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train", make=True)
+    assert "cannot be given together" in str(err.value) and "valid:" in str(err.value), str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--cfg job --resolve`` with an unset environment variable was Hydra's 128-line traceback."""
+    from models.lifecycle.cli import CommandLineError, check_command
+
+    monkeypatch.delenv("RPE_TEST_UNSET", raising=False)
+    with pytest.raises(CommandLineError) as err:
+        check_command(["--cfg", "job", "--resolve", "debug=fast", "seed=${oc.env:RPE_TEST_UNSET}"], "train")
+    assert "RPE_TEST_UNSET" in str(err.value) and "\n" not in str(err.value), str(err.value)
+    check_command(["--cfg", "job", "--resolve", "debug=fast", "seed=3"], "train")  # resolvable: Hydra prints it

@@ -676,3 +676,20 @@ def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, mo
     monkeypatch.setattr(cli, "check_job_dir", lambda *_: None)  # no sweep dir here to be inside of
     value = job.run_job(compose_config(TINY, tmp_path / "run", data_dir), ROOT / "train.py")
     assert math.isnan(value) and records.run_status(tmp_path / "run").metrics["train_complete"] is False
+
+
+@pytest.mark.parametrize("content", [[1, 2, 3], {"epoch": 1, "global_step": 4},
+                                     {"state_dict": {}, "epoch": 1, "global_step": "4"}],
+                         ids=["a list", "no state_dict", "a step that is text"])
+def test_a_file_that_loads_but_holds_no_lightning_checkpoint_is_unreadable(tmp_path: Path, content: object) -> None:
+    """A ``last.ckpt`` holding a list made the resume of an extended run (``trainer.max_epochs`` raised) a
+    traceback that marked the finished run failed: every reader now takes such a file as unreadable, which the
+    resume treats as a damaged checkpoint (falls back to best.ckpt with a warning, or one line)."""
+    path = tmp_path / "last.ckpt"
+    torch.save(content, path)
+    with pytest.raises(ValueError, match="holds no Lightning checkpoint"):
+        load_checkpoint(path)
+    assert job._checkpoint_facts(path) is None
+    (tmp_path / "checkpoints").mkdir()
+    shutil.move(path, tmp_path / "checkpoints" / "last.ckpt")
+    assert job.holds_results(tmp_path)  # unreadable checkpoints are kept, to be safe

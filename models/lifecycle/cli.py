@@ -821,17 +821,32 @@ def prints_only(argv: list[str]) -> bool:
     return any(arg.split("=", 1)[0] in PRINT_ONLY_FLAGS for arg in argv)
 
 
+# Hydra runs one command per invocation: a run, a multirun, printing the config, its info or shell completion
+COMMAND_FLAGS = {"-r": "--run", "--run": "--run", "-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg",
+                 "--cfg": "--cfg", "-i": "--info", "--info": "--info", "-sc": "--shell-completion",
+                 "--shell-completion": "--shell-completion"}
+
+
 def check_flags(argv: list[str]) -> None:
-    """One line for an option Hydra does not have (its parser would print its usage), and for the options
-    that compose a run from another config folder or a pickled config (`FOREIGN_CONFIG_FLAGS`)."""
+    """One line for an option Hydra does not have (its parser would print its usage), for two of Hydra's commands
+    at once (`COMMAND_FLAGS`: its traceback), and for the options that compose a run from another config folder
+    or a pickled config (`FOREIGN_CONFIG_FLAGS`)."""
     worker = is_ddp_worker(argv)
     skip = False
+    commands: dict[str, str] = {}
     for arg in argv:
         if skip:
             skip = False
-            continue
+            if not arg.startswith("-"):  # a flag's value (argparse never takes an option for one)
+                continue
         if arg.startswith("-"):
             flag = arg.split("=", 1)[0]
+            if flag in COMMAND_FLAGS:
+                commands.setdefault(COMMAND_FLAGS[flag], flag)
+                if len(commands) > 1:
+                    raise CommandLineError(f"{' and '.join(commands.values())} cannot be given together: Hydra runs"
+                                           " one of them per command; valid: one of -m/--multirun, -r/--run,"
+                                           " --cfg job|hydra|all, --info, --shell-completion")
             if flag not in HYDRA_FLAGS:
                 raise CommandLineError(f"{arg} is not an option; valid: -m/--multirun, --cfg job|hydra|all,"
                                        f" --help, --hydra-help, --info, {CHECK_FLAG}; settings are key=value")
@@ -1962,7 +1977,46 @@ def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple
     check_flags(argv)
     check_group_choices(argv, config_name)
     check_repeated_keys(argv)
+    check_printed_config_resolves(argv, config_name)
     return argv, check_overrides(argv, config_name, make)
+
+
+def _overrides_among_flags(argv: list[str]) -> list[str]:
+    """The overrides of ``argv``: what is neither one of Hydra's flags nor the value of one (`VALUE_FLAGS`)."""
+    overrides, skip = [], False
+    for arg in argv:
+        if arg.startswith("-"):  # argparse never takes an option for a flag's value
+            skip = arg.split("=", 1)[0] in VALUE_FLAGS and "=" not in arg
+        elif skip:
+            skip = False
+        else:
+            overrides.append(arg)
+    return overrides
+
+
+def check_printed_config_resolves(argv: list[str], config_name: str) -> None:
+    """``--cfg ... --resolve`` prints the config with every interpolation resolved: one that cannot be (an unset
+    environment variable, a missing key) is one line naming it, not Hydra's traceback. Without ``--resolve``,
+    or where the composition itself fails (Hydra's own short error), Hydra prints as it does."""
+    if "--resolve" not in argv or not prints_only(argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=_overrides_among_flags(argv), return_hydra_config=True)
+    except Exception:  # noqa: BLE001 - Hydra names a bad override itself when it composes again
+        return
+    finally:
+        GlobalHydra.instance().clear()
+    try:
+        HydraConfig.instance().set_config(cfg)
+        # the job's part: Hydra's own node holds values it fills only when it runs (hydra.job.num)
+        OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]), resolve=True)
+    except OmegaConfBaseException as err:
+        raise CommandLineError(f"--resolve cannot print the config: {one_line(err)}") from None
 
 
 def check_only_commands(argv: list[str]) -> list[list[str]]:
