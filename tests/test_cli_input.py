@@ -1349,3 +1349,20 @@ def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytes
         check_command(["--cfg", "job", "--resolve", "debug=fast", "seed=${oc.env:RPE_TEST_UNSET}"], "train")
     assert "RPE_TEST_UNSET" in str(err.value) and "\n" not in str(err.value), str(err.value)
     check_command(["--cfg", "job", "--resolve", "debug=fast", "seed=3"], "train")  # resolvable: Hydra prints it
+
+
+def test_a_sweep_over_many_seeds_is_checked_value_by_value_without_composing_each(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``-m seed=range(0,100000)`` sat silent for many minutes while each value was composed and its model built:
+    once a seed is seen to change nothing else, its other values are checked by their rule alone (a bad one is
+    still named), and a sweep of many values says that the checks run."""
+    from models.lifecycle.cli import CommandLineError, check_command
+
+    seeds = ",".join(map(str, range(400)))
+    with pytest.raises(CommandLineError) as err:
+        check_command(["-m", "debug=fast", f"seed={seeds},-1", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train",
+                      make=False)
+    assert str(err.value).startswith("the sweep's job with seed=-1: seed=-1 must be an integer"), str(err.value)
+    assert "checking the sweep's 400 further values" in capsys.readouterr().err
+    check_command(["-m", "debug=fast", f"seed={seeds}", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train", make=False)
+    assert not (tmp_path / "sw").exists()

@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import unicodedata
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -912,7 +913,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from models.lifecycle.job import check_buildable
-    from models.lifecycle.settings import check_schedule, check_settings
+    from models.lifecycle.settings import check_schedule, check_settings, check_value
 
     sweeper = cfg.hydra.get("sweeper") or {}
     swept, whole = sweep_overrides(sweeper.get("params"), overrides)
@@ -920,8 +921,22 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
     base: DictConfig | None = None
     lines = _swept_lines(swept, whole, drawn)
     of_params = len(_swept_lines(swept[:whole], whole, drawn))  # the lines of the params come first
+    if len(lines) > MANY_SWEPT_VALUES:
+        say(f"note: checking the sweep's {len(lines)} further values before its first job starts",
+            stream=sys.stderr)
+    built: Any = None  # what the last check_buildable built from (`_build_inputs`)
+    alone: set[str] = set()  # independent keys whose values change nothing else: checked by their rule
+    parser = OverridesParser.create()
     for n, (named, value, line) in enumerate(lines):
-        override = OverridesParser.create().parse_overrides([value])[0]
+        key, _, text = value.partition("=")
+        if key.lstrip("+~") in alone:  # a plain value of an independent key (Hydra's parser costs ~1 ms a value)
+            try:
+                check_value(key.lstrip("+~"), _plain_value(text, parser, value))
+            except ValueError as err:
+                raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
+            continue
+        override = parser.parse_overrides([value])[0]
+        key = override.key_or_group.lstrip("+~")
         if is_config_group(override.key_or_group.lstrip("+~")):  # another option of a group: composed anew
             GlobalHydra.instance().clear()
             with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
@@ -938,11 +953,64 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             check_settings(cfg, config_name)
             if config_name == "train":
                 check_schedule(cfg)
-                if n >= of_params:  # a sweep config's own rows are built by its tests; each costs ~0.4 s here
+                inputs = _build_inputs(cfg)
+                if n >= of_params and inputs != built:  # each build costs ~0.4 s; the same inputs, the same model
                     check_buildable(cfg)
+                    built = inputs
                 check_data_root(cfg)  # a later value's data root: its job would generate there
         except ValueError as err:
             raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
+        if key in INDEPENDENT_KEYS and base is not None and _changed_keys(base, cfg) == {key}:
+            alone.add(key)
+
+
+# More further values of a sweep than this: a note says the checks run (each value costs up to a second)
+MANY_SWEPT_VALUES = 200
+# Settings no other check reads: once one of their values is seen to change nothing else in the resolved config
+# (no data root, run dir or model reads it), their other values are checked by their own rule alone, so a sweep
+# over thousands of seeds is checked in moments
+INDEPENDENT_KEYS = ("seed",)
+
+
+def _plain_value(text: str, parser: Any, override: str) -> Any:
+    """The value of ``override`` (``key=text``): an integer read directly, anything else as Hydra parses it."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return parser.parse_overrides([override])[0].value()
+
+
+def _resolved_job(cfg: DictConfig) -> dict[str, Any]:
+    """The job's part of a composed config (without Hydra's node), resolved, as flat ``{dotted key: value}``."""
+    def flat(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from flat(v, f"{prefix}{k}.")
+        else:
+            yield prefix[:-1], node
+
+    container = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]),
+                                       resolve=True)
+    return dict(flat(container, ""))
+
+
+def _changed_keys(base: DictConfig, cfg: DictConfig) -> set[str]:
+    """The dotted keys whose resolved values differ between two composed configs."""
+    try:
+        before, after = _resolved_job(base), _resolved_job(cfg)
+    except OmegaConfBaseException:
+        return {"<unresolvable>"}
+    return {k for k in before.keys() | after.keys() if before.get(k, ...) != after.get(k, ...)}
+
+
+def _build_inputs(cfg: DictConfig) -> Any:
+    """What `check_buildable` reads (data, model, rpe, callbacks, trainer), resolved: two configs with equal inputs
+    build the same data module and model."""
+    try:
+        return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in ("data", "model", "rpe", "callbacks",
+                                                                        "trainer") if k in cfg.keys()]),
+                                      resolve=True)
+    except OmegaConfBaseException:
+        return object()  # unresolvable here: never equal, so the build judges it
 
 
 # What a sweep job's subdir may interpolate: values that are one safe path component whatever the job's settings
@@ -1028,10 +1096,16 @@ def _job_subdirs(cfg: DictConfig, config_name: str, hydra_overrides: list[str], 
         probe = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))  # a plain copy to write the job into
         probe.hydra.sweep.subdir = template
         subdirs = []
+        named = "override_dirname" in template
+        parsed: dict[str, Any] = {}  # each override parsed once: a grid repeats them (Hydra's parser: ~1 ms each)
         for num, job in enumerate(jobs):
             probe.hydra.job.num = probe.hydra.job.id = num
-            probe.hydra.job.override_dirname = get_overrides_dirname(
-                parser.parse_overrides(job), list(naming.exclude_keys), naming.item_sep, naming.kv_sep)
+            if named:
+                for line in job:
+                    if line not in parsed:
+                        parsed[line] = parser.parse_overrides([line])[0]
+                probe.hydra.job.override_dirname = get_overrides_dirname(
+                    [parsed[line] for line in job], list(naming.exclude_keys), naming.item_sep, naming.kv_sep)
             subdirs.append(str(probe.hydra.sweep.subdir))
         return subdirs
     subdirs = []
@@ -1064,6 +1138,9 @@ def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: 
     sweeper = cfg.hydra.get("sweeper") or {}
     if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
         return
+    subdir = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"])
+    if re.search(r"\$\{\s*hydra[.:]\s*job\.(num|id)\s*\}", subdir):
+        return  # a dir per job number (the id is the number in a basic sweep): no two jobs share one
     parsed = OverridesParser.create().parse_overrides(overrides)
     params = sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}

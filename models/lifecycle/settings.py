@@ -619,6 +619,11 @@ def _non_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
+def check_value(key: str, value: Any) -> None:
+    """The rule of ``key`` (`rule_for`) on one value, alone: `SettingError` (one line) where it refuses it."""
+    _check(key, value)
+
+
 def _check(key: str, value: Any) -> None:
     rule = rule_for(key)
     if rule is not None:
