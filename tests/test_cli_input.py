@@ -1054,6 +1054,7 @@ def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_pa
     assert not sweep.exists()
 
 
+@pytest.mark.slow
 def test_the_optuna_storage_is_a_destination_and_is_opened_before_the_sweep(tmp_path: Path) -> None:
     """Probe 4 case 70: ``hydra.sweeper.storage=sqlite:///<a finished run>/optuna.db`` wrote the study's database
     into that run, then failed inside the multirun with a traceback. The storage is a destination like any
@@ -1220,6 +1221,7 @@ def test_hydra_uses_the_dir_the_check_made(args: list[str], key: str, tmp_path: 
     assert Path(str(again.hydra.sweep.dir if key == "hydra.sweep.dir" else again.hydra.run.dir)) == made
 
 
+@pytest.mark.slow
 def test_values_optuna_draws_and_a_sweepers_params_are_checked_before_the_sweep_dir(tmp_path: Path) -> None:
     """Each end of a range optuna draws from (both are values a trial may get), and each value of a key swept
     through ``hydra.sweeper.params`` (a sweep config's, or one given on the command line), is checked like a

@@ -61,6 +61,7 @@ def test_unknown_group_option_is_one_line(tmp_path: Path) -> None:
     assert "deit_huge" in line and "deit_small" in line and "deit_micro" in line
 
 
+@pytest.mark.slow
 def test_bad_rpe_value_is_one_line(tmp_path: Path) -> None:
     line = _one_line_error(run_cli("train.py", ["rpe.method=spiral", f"paths.log_dir={tmp_path}",
                                                 "print_config=false"]))

@@ -45,6 +45,7 @@ def _main(sweep: Path, data_dir: Path, *args: str) -> int:
                                    "testset.data.generator.num_val=16", "throughput_batch=2"])
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_every_finished_run_is_evaluated_once_and_kept_on_the_next_call(sweep: Path, data_dir: Path,
                                                                        capsys) -> None:

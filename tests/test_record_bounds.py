@@ -136,6 +136,7 @@ def unnamed_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tup
     return log_dir, args
 
 
+@pytest.mark.slow
 def test_a_run_without_run_name_leaves_only_its_own_run_dir(unnamed_run: tuple[Path, list[str]]) -> None:
     log_dir, _ = unnamed_run
     [name] = list(log_dir.iterdir())  # ${name}: deit_micro_irpe_k

@@ -61,6 +61,7 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tu
 
 
 # ----------------------------------------------------------------------------- run identity
+@pytest.mark.slow
 def test_another_config_never_writes_into_a_finished_run(finished_run) -> None:
     run_dir, args = finished_run
     state = json.loads((run_dir / "run.json").read_text())
@@ -75,6 +76,7 @@ def test_another_config_never_writes_into_a_finished_run(finished_run) -> None:
         assert _fingerprint(run_dir) == before  # not config.yaml, not .hydra/, not a checkpoint
 
 
+@pytest.mark.slow
 def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None:
     run_dir, args = finished_run
     before = _fingerprint(run_dir)
@@ -93,6 +95,7 @@ def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None
     os.close(records.lock_run_dir(run_dir)[0])  # released with the fd
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_not_trained_again(finished_run) -> None:
     run_dir, args = finished_run
     before = _fingerprint(run_dir)
@@ -253,8 +256,9 @@ def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_weights(tmp_pa
 
 
 # ----------------------------------------------------------------------------- signals
-# SIGTERM (what SLURM and Kubernetes send) in `make test`; SIGUSR1 takes the same path, in `make slow`
-@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)])
+# SIGTERM (what SLURM and Kubernetes send) and SIGUSR1, which takes the same path: trained runs, in `make slow`
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
 def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir: Path, signum: int) -> None:
     marker = tmp_path / "marker"
     args = _args(tmp_path, data_dir, "run_name=preempted", "trainer.max_epochs=2", *_fault(4, marker, signum))
@@ -352,6 +356,7 @@ def test_sigterm_stops_a_sweep_and_reports_the_interrupted_job(tmp_path: Path, d
 
 
 # ----------------------------------------------------------------------------- finite or stop
+@pytest.mark.slow
 def test_a_nan_loss_stops_the_run_without_a_checkpoint(tmp_path: Path, data_dir: Path) -> None:
     result = run_cli("train.py", _args(tmp_path, data_dir, "run_name=nan", "model.optimizer.lr=1e6",
                                        "trainer.max_epochs=2"), env_extra=ENV)

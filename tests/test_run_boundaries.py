@@ -152,6 +152,7 @@ def test_a_logger_folder_outside_the_run_dir_is_refused(override: str, key: str)
     assert key in str(err.value).replace("'", "")
 
 
+@pytest.mark.slow
 def test_a_logger_pointed_into_another_run_is_refused_before_the_run_dir(tmp_path: Path) -> None:
     """Probe case 57: the CSV log of a new run landed in a finished run's dir."""
     other = tmp_path / "runs" / "base1"
@@ -165,6 +166,7 @@ def test_a_logger_pointed_into_another_run_is_refused_before_the_run_dir(tmp_pat
 
 
 # ----------------------------------------------------------------------------- 3: a launcher that cannot run here
+@pytest.mark.slow
 def test_slurm_without_slurm_is_refused_before_the_sweep_dir(tmp_path: Path) -> None:
     """Probe case 82: submitit's traceback, exit 1, after multirun.yaml was written."""
     bin_dir = tmp_path / "bin"

@@ -157,6 +157,7 @@ def test_every_job_of_every_sweep_composes(sweep: str) -> None:
     assert sorted({f["seed"] for f in facts}) == list(range(len(configs) // len(EXPECTED_CELLS[ablation])))
 
 
+@pytest.mark.slow
 def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the_references() -> None:
     """sweep=shift_mini: 29 rows x seeds 0-11; every row a valid encoding; the recipe is the benchmark one
     with the objects in the left half; only the reference rows have an absolute encoding."""

@@ -457,6 +457,7 @@ def test_a_config_reads_as_omegaconf_reads_it(tmp_path: Path, text: str) -> None
     assert repr(read_config(path)) == repr(expected)
 
 
+@pytest.mark.slow
 def test_archived_configs_read_as_omegaconf_reads_them() -> None:
     """Every tenth archived run config (all 976 were compared once, 2026-12-05: identical, 14x faster)."""
     import io

@@ -428,6 +428,7 @@ def test_eval_cli_bad_testset_or_ape_is_one_line(tmp_path: Path, args: list[str]
     assert result.stderr.startswith("error: ") and expected in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_swin_and_learned_deit_runs_on_a_larger_canvas(tmp_path: Path) -> None:
     data = tmp_path / "data"

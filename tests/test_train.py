@@ -84,6 +84,7 @@ class _RecordStart(L.Callback):
         self.start_lr = trainer.optimizers[0].param_groups[0]["lr"]
 
 
+@pytest.mark.slow
 def test_resume_continues_at_the_step_it_stopped(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     """A crash at step 6 (second epoch) resumes from last.ckpt of the first epoch's end (step 4).
 
