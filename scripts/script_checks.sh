@@ -49,7 +49,8 @@ check_names() {
 
 # TRAINER: words of Hydra overrides (key=value, +key=value, ~key), split on spaces and never globbed; trainer=<name>
 # one of configs/trainer; a GPU trainer only where torch sees a GPU (train.py would refuse every job); never the
-# keys the scripts set for each sweep (sweep, seed), which would replace a sweep's own. Unset: the GPU where torch
+# keys the scripts set for each sweep (sweep, seed), which would replace a sweep's own, nor where the jobs write
+# (hydra.*, paths.*, run_name), which the scripts read back. Unset: the GPU where torch
 # sees one (in float32, like on a CPU), else the CPU. Sets the array `trainer`. The values themselves are
 # train.py's to judge (check_jobs).
 check_trainer() {
@@ -72,6 +73,9 @@ check_trainer() {
     [[ "$key" != sweep && "$key" != seed ]] \
       || usage_error "TRAINER='$TRAINER': $key is set by the script for each sweep (its sweep config and seeds), and" \
         "$word would replace it; $hint"
+    [[ "$key" != hydra && "$key" != hydra[./]* && "$key" != paths && "$key" != paths[./]* && "$key" != run_name ]] \
+      || usage_error "TRAINER='$TRAINER': $key decides where the jobs write, and the script evaluates and archives" \
+        "its sweeps where it puts them (runs/sweeps/<task>_mini), so $word would send them elsewhere; $hint"
     if [ "$key" = trainer ] && [[ "$word" == *=* ]]; then
       [[ " $choices " == *" $value "* ]] || usage_error "TRAINER='$TRAINER': trainer=$value is not a trainer; $hint"
       [[ "$value" == gpu || "$value" == ddp ]] && gpu=1

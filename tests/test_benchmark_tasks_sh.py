@@ -90,6 +90,11 @@ def _trained(copy: Path) -> list[str]:
                                                                     " seeds), and seed=0 would replace it;"
                                                                     f" {TRAINER_HINT}"),
     (("shift",), {"PY": "{stub}", "TRAINER": "+sweep=x"}, "TRAINER='+sweep=x': sweep is set by the script"),
+    # a key that moves the jobs away from the sweep dir the script then evaluates and archives
+    (("shift",), {"PY": "{stub}", "TRAINER": "trainer=cpu hydra.sweep.dir=/tmp/elsewhere"},
+     "TRAINER='trainer=cpu hydra.sweep.dir=/tmp/elsewhere': hydra.sweep.dir decides where the jobs write"),
+    (("shift",), {"PY": "{stub}", "TRAINER": "++paths.log_dir=/tmp/x"},
+     "TRAINER='++paths.log_dir=/tmp/x': paths.log_dir decides where the jobs write"),
     (("shift", "nope"), {"PY": "{stub}"}, f"task 'nope' is not a benchmark task; {VALID_TASKS}"),
     (("*",), {"PY": "{stub}"}, f"task '*' is not a benchmark task; {VALID_TASKS}"),
     (("shift",), {"PY": "{stub}", "LANES": "0"}, "LANES='0' is not a positive integer; valid: 1, 2, ..."),
