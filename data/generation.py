@@ -47,6 +47,11 @@ MARKER_NAME = ".complete.json"
 # The marker's digest of the generated images (`scan_content`): a marker without one was written by an older
 # version and is checked against a fresh generation once (`_check_by_regenerating`).
 DIGEST_KEY = "content_sha256"
+# The seal of a marker (`seal`): a sha256 over its generator record, its content and its digest together. A
+# marker whose settings were edited after generation (another test set's name and settings put on these images)
+# no longer matches its seal; such a marker, or one without a seal (an older version's), is checked against a
+# fresh generation with the settings it states once (`_check_by_regenerating`), and sealed then.
+SEAL_KEY = "generated_sha256"
 # (root, generator record, digest) of the trees this process found equal to a fresh generation: a command that
 # only reads (an evaluation of many runs on one data root) regenerates an old-marker root once, not per run.
 _MATCHED_FRESH: set[tuple[str, str, str]] = set()
@@ -142,6 +147,12 @@ def describe_generator(generator: Generator) -> dict[str, Any]:
     func, kwargs = _function_and_kwargs(generator)
     target = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
     return {"target": target, "kwargs": json.loads(json.dumps(_plain(kwargs), default=str))}
+
+
+def seal(marker: dict[str, Any]) -> str:
+    """The seal of a marker: the sha256 of its generator record, content and digest (`SEAL_KEY`)."""
+    sealed = {key: marker.get(key) for key in ("generator", "content", DIGEST_KEY)}
+    return hashlib.sha256(json.dumps(sealed, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _marker_problem(marker: Any) -> str | None:
@@ -327,20 +338,21 @@ def check_content(root: Path, marker: dict[str, Any], generator: Generator, reco
             f"data.root={root} no longer holds what was generated ({'; '.join(differences[:3])}{more}); "
             f"delete {root} to regenerate it"
         )
-    if marker.get(DIGEST_KEY) is None:
-        _check_by_regenerating(root, marker, generator, summary, digest, record)
-    elif digest != marker[DIGEST_KEY]:
+    if marker.get(DIGEST_KEY) is not None and digest != marker[DIGEST_KEY]:
         raise DataConfigError(
             f"data.root={root} no longer holds what was generated (its images differ from the content digest its"
             f" {MARKER_NAME} recorded: an image was moved to another class folder, replaced or edited); delete"
             f" {root} to regenerate it"
         )
+    if marker.get(DIGEST_KEY) is None or marker.get(SEAL_KEY) != seal(marker):
+        _check_by_regenerating(root, marker, generator, summary, digest, record)
     return digest
 
 
 def _check_by_regenerating(root: Path, marker: dict[str, Any], generator: Generator,
                            summary: dict[str, dict[str, int]], digest: str, record: bool) -> None:
-    """Check a tree whose marker (written by an older version) records no digest against a fresh generation.
+    """Check a tree whose marker records no digest (an older version's), or whose seal does not match it (its
+    settings edited, or an older version's), against a fresh generation with the settings it states.
 
     Taking the tree as it is now and recording its digest would accept for good an image moved or replaced
     before; refusing it would make every user regenerate by hand. Generators are deterministic (the same
@@ -361,18 +373,18 @@ def _check_by_regenerating(root: Path, marker: dict[str, Any], generator: Genera
                     " to regenerate it") from None
         if expected != digest:
             raise DataConfigError(
-                f"data.root={root} no longer holds what was generated (its {MARKER_NAME}, written by an older"
-                " version, records no content digest, and its images differ from a fresh generation with the same"
-                f" settings: an image was moved to another class folder, replaced or edited); delete {root} to"
-                " regenerate it"
+                f"data.root={root} does not hold what its {MARKER_NAME} says was generated (the marker is not"
+                " sealed as this version seals it, and its images differ from a fresh generation with the settings"
+                " it states: its settings were edited, or an image was moved to another class folder, replaced or"
+                f" edited); delete {root} to regenerate it"
             )
         _MATCHED_FRESH.add(key)
-        log.warning("%s matches a fresh generation of its settings (its %s, from an older version, records no"
-                    " content digest)", root, MARKER_NAME)
+        log.warning("%s matches a fresh generation of its settings (its %s was not sealed)", root, MARKER_NAME)
     if not record:  # a command that only reads data leaves the marker to train.py or generate_testsets.py
         return
     try:
-        _replace_marker(root, {**marker, "content": summary, DIGEST_KEY: digest})
+        checked = {**marker, "content": summary, DIGEST_KEY: digest}
+        _replace_marker(root, {**checked, SEAL_KEY: seal(checked)})
     except OSError as err:
         log.warning("%s: its %s could not record the content digest (%s); it is checked again in the next"
                     " process that uses it", root, MARKER_NAME, err.strerror or err)
@@ -583,6 +595,7 @@ def _generate_locked(root: Path, generator: Generator, expected: dict[str, Any],
             generator(root=str(tmp))
             summary, digest = scan_content(tmp)
             marker = {"generator": expected, "content": summary, DIGEST_KEY: digest}
+            marker[SEAL_KEY] = seal(marker)
             (tmp / MARKER_NAME).write_text(_marker_text(marker))  # the rename of tmp below publishes it
         except OSError as err:  # an image writer's error may not name its file (PIL on a full disk)
             where = f" ({err.filename})" if err.filename else ""

@@ -533,10 +533,32 @@ def test_an_old_marker_is_checked_against_a_fresh_generation(tmp_path: Path, key
     with pytest.raises(DataConfigError) as err:
         ensure_generated(other, FAKE)
     assert _one_line(err) == (
-        f"data.root={other} no longer holds what was generated (its {MARKER_NAME}, written by an older version,"
-        " records no content digest, and its images differ from a fresh generation with the same settings: an"
-        f" image was moved to another class folder, replaced or edited); delete {other} to regenerate it")
+        f"data.root={other} does not hold what its {MARKER_NAME} says was generated (the marker is not sealed as"
+        " this version seals it, and its images differ from a fresh generation with the settings it states: its"
+        " settings were edited, or an image was moved to another class folder, replaced or edited); delete"
+        f" {other} to regenerate it")
     assert DIGEST_KEY not in json.loads((other / MARKER_NAME).read_text())
+
+
+def test_a_marker_whose_settings_were_edited_is_refused(tmp_path: Path) -> None:
+    """One test set's images copied under another's name, the marker's settings replaced by the other's and its
+    digest kept, were evaluated as the other test set without a word: the seal no longer matches, and a fresh
+    generation with the stated settings makes other images."""
+    from data.generation import SEAL_KEY, describe_generator
+
+    other_settings = functools.partial(make_fake_imagefolder, num_classes=3, per_class=2, img_size=8, seed=7)
+    root = tmp_path / "left_as_right"
+    ensure_generated(root, FAKE)
+    marker = json.loads((root / MARKER_NAME).read_text())
+    assert SEAL_KEY in marker
+    marker["generator"] = describe_generator(other_settings)  # the digest and the seal kept as they were
+    (root / MARKER_NAME).write_text(json.dumps(marker))
+    with pytest.raises(DataConfigError) as err:
+        ensure_generated(root, other_settings)
+    assert "its settings were edited" in _one_line(err), _one_line(err)
+    fresh = tmp_path / "right"
+    ensure_generated(fresh, other_settings)  # the stated settings' own images: accepted, and sealed
+    assert not ensure_generated(fresh, other_settings)
 
 
 # ------------------------------------------------------------------------------------ ImageFolder
