@@ -1368,3 +1368,23 @@ def test_a_sweep_over_many_seeds_is_checked_value_by_value_without_composing_eac
     assert "checking the sweep's 400 further values" in capsys.readouterr().err
     check_command(["-m", "debug=fast", f"seed={seeds}", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train", make=False)
     assert not (tmp_path / "sw").exists()
+
+
+def test_a_sweep_into_a_folder_of_single_runs_is_refused_but_a_sweep_that_lost_its_grid_goes_on(tmp_path: Path) -> None:
+    """``-m hydra.sweep.dir=<a folder of single runs>`` wrote a sweep beside them, and its table counted the single
+    runs as its seeds. The mode Hydra recorded in each run's ``.hydra/hydra.yaml`` tells a single run from a job."""
+    def run(folder: Path, mode: str) -> None:
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  mode: {mode}\n")
+        (folder / "config.yaml").write_text("seed: 0\n")
+        (folder / "run.json").write_text("{}\n")
+
+    logs = tmp_path / "logs"
+    run(logs / "base1", "RUN")
+    run(logs / "d1", "RUN")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_sweep_dir_is_this_sweeps(logs, ["debug=fast", "seed=7"])
+    assert str(err.value).startswith(f"hydra.sweep.dir={str(logs)!r} holds runs that are no sweep's jobs (base1, d1)")
+    lost_grid = tmp_path / "sweep"
+    run(lost_grid / "0", "MULTIRUN")
+    cli.check_sweep_dir_is_this_sweeps(lost_grid, ["debug=fast", "seed=0,1"])  # its jobs: the sweep goes on

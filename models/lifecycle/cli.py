@@ -560,6 +560,7 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir
     saved = sweep_dir / "multirun.yaml"
     grid = saved_sweep_grid(saved, sweep_dir)
     if grid is None:
+        _refuse_runs_of_no_sweep(sweep_dir)
         return
     task = grid["hydra"]["overrides"]["task"]
     made_by = " ".join(map(str, task))
@@ -594,6 +595,32 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir
             f" (hydra.sweep.subdir={subdir}): this launch's job 0 would be that sweep's job 0, another config;"
             " valid: the same values again, a new hydra.sweep.dir, or job dirs named by their overrides,"
             " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
+
+
+def _refuse_runs_of_no_sweep(sweep_dir: Path) -> None:
+    """A folder without a sweep's grid that holds single runs (made by ``train.py`` without ``-m``: their
+    ``.hydra/hydra.yaml`` says ``mode: RUN``) is no sweep dir: its table would count them as the sweep's jobs, and
+    they could no longer be rerun as single runs. A sweep whose grid was lost keeps its jobs' dirs."""
+    from models.lifecycle.destinations import is_run_dir
+
+    def single_run(folder: Path) -> bool:
+        try:
+            with open(folder / ".hydra" / "hydra.yaml", "rb") as handle:  # Hydra writes it; read as text only
+                text = handle.read(2**20).decode(errors="replace")
+        except OSError:
+            return False
+        return re.search(r"(?m)^  mode: RUN\s*$", text) is not None
+
+    try:
+        runs = sorted(child.name for child in sweep_dir.iterdir()
+                      if child.is_dir() and is_run_dir(child) and single_run(child))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if runs:
+        shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+        raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds runs that are no sweep's jobs ({shown}),"
+                               " which the sweep's table would count as its own; valid: a new hydra.sweep.dir (a"
+                               " folder of its own for each sweep)")
 
 
 def saved_sweep_grid(saved: Path, sweep_dir: Path) -> dict[str, Any] | None:
