@@ -70,10 +70,16 @@ def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, An
     saved = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
         raise ValueError(f"{path} holds no Lightning checkpoint (a {type(saved).__name__} without a state_dict)")
+    if not isinstance(saved.get(LIGHTNING_VERSION_KEY), str):  # Lightning's restore reads it first
+        raise ValueError(f"{path} holds no Lightning checkpoint (no {LIGHTNING_VERSION_KEY} entry)")
     for key in ("epoch", "global_step"):
-        if key in saved and (isinstance(saved[key], bool) or not isinstance(saved[key], int)):
-            raise ValueError(f"{path} holds no Lightning checkpoint: its {key} is {saved[key]!r}, not a count")
+        if isinstance(saved.get(key), bool) or not isinstance(saved.get(key), int):
+            raise ValueError(f"{path} holds no Lightning checkpoint: its {key} is {saved.get(key)!r}, not a count")
     return saved
+
+
+# what every checkpoint Lightning writes holds, and its restore requires
+LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
 
 
 # ----------------------------------------------------------------------------- resume and faults

@@ -678,9 +678,11 @@ def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, mo
     assert math.isnan(value) and records.run_status(tmp_path / "run").metrics["train_complete"] is False
 
 
-@pytest.mark.parametrize("content", [[1, 2, 3], {"epoch": 1, "global_step": 4},
-                                     {"state_dict": {}, "epoch": 1, "global_step": "4"}],
-                         ids=["a list", "no state_dict", "a step that is text"])
+@pytest.mark.parametrize("content", [
+    [1, 2, 3], {"epoch": 1, "global_step": 4},
+    {"state_dict": {}, "epoch": 1, "global_step": "4", "pytorch-lightning_version": "2.5.0"},
+    {"state_dict": {}, "epoch": 0, "global_step": 1}],
+    ids=["a list", "no state_dict", "a step that is text", "no Lightning version"])
 def test_a_file_that_loads_but_holds_no_lightning_checkpoint_is_unreadable(tmp_path: Path, content: object) -> None:
     """A ``last.ckpt`` holding a list made the resume of an extended run (``trainer.max_epochs`` raised) a
     traceback that marked the finished run failed: every reader now takes such a file as unreadable, which the

@@ -175,7 +175,8 @@ def test_a_run_that_failed_before_training_can_be_rerun_fixed(tmp_path: Path, da
 
 def _save_checkpoint(path: Path, step: int, identity: str = "abc") -> None:
     AtomicCheckpointIO().save_checkpoint(
-        {"global_step": step, "epoch": 0, "state_dict": {"w": torch.ones(3)}, "run_identity": identity}, path)
+        {"global_step": step, "epoch": 0, "state_dict": {"w": torch.ones(3)}, "run_identity": identity,
+         "pytorch-lightning_version": "2.5.0"}, path)  # what Lightning's checkpoints hold, and its restore needs
 
 
 def test_resume_point_is_an_intact_trained_checkpoint_of_this_run(tmp_path: Path) -> None:
@@ -202,7 +203,8 @@ def test_a_resume_point_past_the_recorded_length_is_another_runs(tmp_path: Path)
     ckpts = tmp_path / "checkpoints"
     _save_checkpoint(ckpts / "best.ckpt", step=4)  # epoch 0: this run's
     AtomicCheckpointIO().save_checkpoint({"global_step": 12, "epoch": 2, "state_dict": {"w": torch.ones(3)},
-                                          "run_identity": "abc"}, ckpts / "last.ckpt")
+                                          "run_identity": "abc", "pytorch-lightning_version": "2.5.0"},
+                                         ckpts / "last.ckpt")
     recorded = {"max_epochs": 1, "max_steps": -1}
     assert job.resume_checkpoint(tmp_path, "abc") == str(ckpts / "last.ckpt")  # no record to judge it by
     assert job.resume_checkpoint(tmp_path, "abc", recorded) == str(ckpts / "best.ckpt")
