@@ -148,8 +148,9 @@ def to_markdown(tables: list[Table], family: list[Table] | None = None) -> str:
             out.write("".join(f"- `{path}`: {why}\n" for path, why in misplaced))
         mixed = mixed_environments(table)
         if mixed:
-            out.write("\nCells whose runs differ in what can change a result outside the config (torch, threads,"
-                      " device, precision, resumes):\n\n" + "".join(f"- {text}\n" for text in mixed))
+            named = ", ".join(key.removeprefix("env/") for key in ENV_KEYS)
+            out.write(f"\nCells whose runs differ in what can change a result outside the config ({named}):\n\n"
+                      + "".join(f"- {text}\n" for text in mixed))
         rejected = _testset_problems(table)
         if rejected:
             out.write("\nTest-set results not counted (the runs' own results are):\n\n")
