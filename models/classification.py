@@ -20,6 +20,7 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.optim import create_optimizer_v2
 from timm.scheduler import CosineLRScheduler
 from timm.utils import ModelEmaV3
+from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from models.config_defaults import model_config
@@ -79,6 +80,28 @@ def position_groups(net: nn.Module, weight_decay: float, pos_lr_scale: float = 1
     return groups
 
 
+
+class MeanOverImages(Metric):
+    """The mean of a per-image loss over every image of an evaluation, on any number of ranks: each batch's mean
+    times its size, and the image count, both summed over the ranks. (Lightning's ``sync_dist`` averaged the
+    ranks' means, which weights a rank with fewer images as much as one with more.) On one process it is what
+    Lightning's epoch mean computed, to the bit."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", default=torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("images", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, batch_mean: torch.Tensor, images: int) -> None:
+        """``batch_mean`` (): the loss averaged over the batch's ``images``."""
+        self.total += batch_mean.detach().float() * images
+        self.images += images
+
+    def compute(self) -> torch.Tensor:
+        return self.total / self.images
+
 class ClassificationModule(L.LightningModule):
     """Train and evaluate ``net`` on ``(images (B, 3, H, W), labels (B,))`` batches.
 
@@ -130,6 +153,7 @@ class ClassificationModule(L.LightningModule):
             label_smoothing=label_smoothing)
         self.ema = ModelEmaV3(self.net, decay=ema_decay) if ema_decay else None
         top5 = min(5, num_classes)
+        self.eval_loss = MeanOverImages()
         self.metrics = nn.ModuleDict({
             prefix: nn.ModuleDict({
                 "top1": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
@@ -180,7 +204,7 @@ class ClassificationModule(L.LightningModule):
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         images, labels = batch
         logits = self(images)
-        self.log("val/loss", F.cross_entropy(logits, labels), sync_dist=True)
+        self.eval_loss.update(F.cross_entropy(logits, labels), len(labels))
         outputs = {"val": logits}
         if self.ema is not None:
             outputs["val_ema"] = self.ema.module(images)
@@ -190,6 +214,8 @@ class ClassificationModule(L.LightningModule):
 
     def _log_eval_epoch(self) -> None:
         # torchmetrics syncs across ranks in compute(); papers report percent.
+        self.log("val/loss", self.eval_loss.compute())
+        self.eval_loss.reset()
         for prefix, metrics in self.metrics.items():
             for name, metric in metrics.items():
                 self.log(f"{prefix}/{name}", metric.compute() * 100.0, prog_bar=name == "top1")

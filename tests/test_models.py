@@ -260,3 +260,24 @@ def test_deit_pretrained_true_loads_the_weights(tmp_path: Path) -> None:
                           pretrained_cfg_overlay=dict(file=str(path)))
     for key, value in source.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_the_evaluation_loss_is_the_mean_over_every_image_of_every_rank() -> None:
+    """Three ranks with 6, 5 and 5 images: the loss is the mean over the 16 images, not the mean of the three
+    ranks' means (which a ``sync_dist`` mean of Lightning's per-rank means gave: 2.2550 where one process had
+    2.1141). The ranks' states are merged as torchmetrics merges them across processes."""
+    from models.classification import MeanOverImages
+
+    losses = [torch.tensor([3.0] * 6), torch.tensor([1.0] * 5), torch.tensor([0.5, 0.5, 0.5, 0.5, 9.0])]
+    ranks = []
+    for per_image in losses:
+        metric = MeanOverImages()
+        for batch in per_image.split(4):  # batches of 4 and the rest
+            metric.update(batch.mean(), len(batch))
+        ranks.append(metric)
+    merged = ranks[0]
+    for other in ranks[1:]:
+        merged.merge_state(other)
+    everything = torch.cat(losses)
+    assert merged.compute().item() == pytest.approx(everything.mean().item(), rel=1e-6)  # 29/16
+    assert merged.compute().item() != pytest.approx(torch.stack([x.mean() for x in losses]).mean().item())

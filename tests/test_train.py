@@ -213,6 +213,7 @@ def test_a_ddp_evaluation_reads_each_image_of_an_odd_split_once(tmp_path: Path, 
     assert metrics["test_complete"] is True
     assert metrics["val/top1"] == pytest.approx(one_process["val/top1"], abs=1e-4)
     assert metrics["val/top5"] == pytest.approx(one_process["val/top5"], abs=1e-4)
+    assert metrics["val/loss"] == pytest.approx(one_process["val/loss"], rel=1e-5)  # the mean over all 33 images
     correct = metrics["val/top1"] * 33 / 100
     assert correct == pytest.approx(round(correct), abs=1e-3)  # a count of the 33 images (4/34 is not)
 
@@ -224,6 +225,7 @@ def test_a_ddp_evaluation_reads_each_image_of_an_odd_split_once(tmp_path: Path, 
     single = eval_script.evaluate(compose_config([f"ckpt_path={best}", "testset=val_at_48", "throughput_batch=2"],
                                                  tmp_path / "eval", data_dir, config_name="eval"))
     assert record["metrics"]["val/top1"] == pytest.approx(single["val/top1"], abs=1e-4)
+    assert record["metrics"]["val/loss"] == pytest.approx(single["val/loss"], rel=1e-5)
 
 
 @pytest.mark.slow  # train.py with two gloo processes
