@@ -118,6 +118,8 @@ def expected_outcome(command: str, file: str, damage: str) -> str:
     if command == "train":  # a finished run needs no write; a record it cannot trust is rebuilt by re-testing
         if damage in ("wrong kind", "symlink elsewhere", "symlink loop"):
             return "refuse"
+        if file == "config.yaml" and not storage:  # what eval, plot_rpe and the tables read: written again
+            return "repair"
         if file in RECORDS and not storage:  # failed.json: a stray one
             return "retest"
         if damage == "mode 000" and file == "run.lock":
@@ -430,10 +432,18 @@ def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path
         if file == "failed.json":  # a stray failure record is what the re-test settles: it goes
             assert not os.path.lexists(run_dir / "failed.json")
             rewritten |= {"failed.json"}
+        if allowed == "repair":  # the config the run's record names, written again where it was damaged
+            from models.run_config import load_run_config
+
+            assert load_run_config(run_dir / "config.yaml").seed == load_run_config(runs["victim"] / "config.yaml").seed
+            rewritten |= {"config.yaml"}
         changed = {k for k in before if after.get(k) != before[k]} - rewritten
         assert not changed, changed  # checkpoints are never rewritten by a re-test
-        if allowed == "continue":  # (a missing run.lock is made, empty)
-            assert after == before | ({"run.lock": hashlib.sha1(b"").hexdigest()} if file == "run.lock" else {})
+        if allowed in ("continue", "repair"):  # (a missing run.lock is made, empty)
+            expected = before | ({"run.lock": hashlib.sha1(b"").hexdigest()} if file == "run.lock" else {})
+            repaired = {"config.yaml"} if allowed == "repair" else set()
+            assert ({k: v for k, v in after.items() if k not in repaired}
+                    == {k: v for k, v in expected.items() if k not in repaired})
         else:
             assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
     column, result_there = f"{Path(RESULT).stem}/val/top1", os.path.lexists(run_dir / RESULT)

@@ -314,6 +314,21 @@ def _watch_workers(job: Job, workers: list) -> None:
     Observer(main_pid=os.getpid(), child_processes=workers).start()
 
 
+def _repair_config(run_dir: Path, cfg: DictConfig) -> None:
+    """A finished run's ``config.yaml`` that cannot be read (truncated, garbage, gone) is written again from this
+    command's config, whose identity its ``run.json`` just matched: eval.py, plot_rpe and the tables read it."""
+    from models.run_config import RunConfigError, load_run_config
+
+    try:
+        load_run_config(run_dir / CONFIG)
+        return
+    except RunConfigError as err:
+        problem = one_line(err)
+    with guarded(run_dir / CONFIG, "write"):
+        atomic_write_bytes(run_dir / CONFIG, OmegaConf.to_yaml(cfg, resolve=True).encode())
+    say(f"note: {problem}; rewritten from this command's config, which {run_dir / RUN_RECORD} names as this run's")
+
+
 def _save_config_files(run_dir: Path, cfg: DictConfig) -> None:
     """``config.yaml`` (resolved) and what Hydra writes to ``.hydra/``, once the dir is known to be ours."""
     from hydra.core.hydra_config import HydraConfig
@@ -759,6 +774,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             stored, problem = None, (f"{run_dir / FAILURE} says the run failed, while {run_dir / RUN_RECORD} says"
                                      " finished")
         if stored is not None:  # the result was recorded from best.ckpt: it stands, whatever became of the weights
+            _repair_config(run_dir, cfg)
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
             return stored
