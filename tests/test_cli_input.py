@@ -1388,3 +1388,16 @@ def test_a_sweep_into_a_folder_of_single_runs_is_refused_but_a_sweep_that_lost_i
     lost_grid = tmp_path / "sweep"
     run(lost_grid / "0", "MULTIRUN")
     cli.check_sweep_dir_is_this_sweeps(lost_grid, ["debug=fast", "seed=0,1"])  # its jobs: the sweep goes on
+
+
+def test_a_damaged_generation_marker_is_one_line_before_the_run_dir(tmp_path: Path) -> None:
+    """A data root whose ``.complete.json`` is nested 50000 deep was refused in one line, but only after a failed
+    run dir had been left behind."""
+    root = tmp_path / "data" / "rel"
+    (root / "train").mkdir(parents=True)
+    (root / ".complete.json").write_text('{"a":' * 50000 + "1" + "}" * 50000)
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_command(["debug=fast", *SMALL_RELATIONAL[1:], f"data.root={root}",
+                           f"paths.log_dir={tmp_path / 'runs'}", "run_name=r"], "train")
+    assert f"the completion marker {root / '.complete.json'} is damaged" in str(err.value), str(err.value)
+    assert not (tmp_path / "runs").exists()

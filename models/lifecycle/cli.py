@@ -1678,8 +1678,10 @@ def _check_existing_generation(data: Any, root: Path) -> None:
         raise CommandLineError(str(err)) from None
     try:
         marker = read_marker(root)
-    except Exception:  # a damaged marker, an unreadable root: each is named by the data module's own checks,
-        return  # after the destination checks made here
+    except DataConfigError as err:  # a damaged marker: one line before the run dir (the checks above are done)
+        raise CommandLineError(str(err)) from None
+    except Exception:  # an unreadable root: `_refuse_unreadable_data` names what cannot be read
+        return
     if marker is None or generator is None:
         return
     try:
