@@ -1401,3 +1401,13 @@ def test_a_damaged_generation_marker_is_one_line_before_the_run_dir(tmp_path: Pa
                            f"paths.log_dir={tmp_path / 'runs'}", "run_name=r"], "train")
     assert f"the completion marker {root / '.complete.json'} is damaged" in str(err.value), str(err.value)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_shuffled_sweep_with_numbered_job_dirs_is_one_line(tmp_path: Path) -> None:
+    """``-m 'seed=shuffle(0,1)'`` drew another order at the relaunch, and both numbered jobs then refused their dirs
+    as another config's: one line up front; with dirs named by their overrides the order does not matter."""
+    sweep = f"hydra.sweep.dir={tmp_path / 'sw'}"
+    with pytest.raises(cli.CommandLineError, match=r"seed=shuffle\(0,1\) orders the jobs anew at every launch"):
+        cli.check_command(["-m", "debug=fast", "seed=shuffle(0,1)", sweep], "train", make=False)
+    cli.check_command(["-m", "debug=fast", "seed=shuffle(0,1)", sweep,
+                       "hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}'"], "train", make=False)

@@ -929,6 +929,23 @@ def _refuse_intervals(overrides: list[str]) -> None:
                                    " sweeper does; valid: add hydra/sweeper=optuna_rpe, or list values (a,b,c)")
 
 
+def _refuse_shuffled_numbered_jobs(overrides: list[str], cfg: DictConfig) -> None:
+    """``shuffle(...)`` orders the jobs anew at every launch: where job dirs are numbered, a relaunch (to finish
+    the sweep) would pair each dir with another config, and every job would then refuse its dir."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    subdir = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"])
+    if "override_dirname" in subdir or "job_dirname" in subdir:
+        return  # dirs named by their values: the order does not matter
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_sweep_override() and getattr(override.value(), "shuffle", False):
+            raise CommandLineError(f"{override.input_line} orders the jobs anew at every launch, and this sweep's job"
+                                   f" dirs are numbered (hydra.sweep.subdir={subdir}), so a relaunch to finish it"
+                                   " would pair each dir with another config; valid: the values in order"
+                                   " (a,b,c or range(...)), or job dirs named by their overrides,"
+                                   " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}'")
+
+
 def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig) -> None:
     """`check_settings` on each further value of each swept key (`_swept_lines`), those of the sweeper's
     ``params`` (``cfg``'s, a sweep config's or ``hydra.sweeper.params.<key>=...``) too, and for optuna on the two
@@ -1282,6 +1299,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                                    " files are written by the job, inside its own run dir; valid: leave it out")
         if multirun and "BasicSweeper" in str(cfg.hydra.get("sweeper", {}).get("_target_", "")):
             _refuse_intervals(overrides)
+            _refuse_shuffled_numbered_jobs(overrides, cfg)
         trials = cfg.hydra.get("sweeper", {}).get("n_trials")
         if multirun and trials is not None and not (isinstance(trials, int) and not isinstance(trials, bool)
                                                     and trials >= 1):
