@@ -42,6 +42,7 @@ from models.lifecycle.files import (  # noqa: E402
     describe_non_file,
     entries_named,
     entry_exists,
+    error_line,
     plain_file_exists,
 )
 from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sweep_dir} -> {Path(args.to) / sweep_dir.name}: {new} new, {replaced} replaced"
                   + (f", {len(left_out)} left out: {', '.join(left_out)}" if left_out else ""))
     except (ValueError, OSError) as err:  # TableError, and RunFileError from writing the archive
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     return 0
 

@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The public names of the parts, so that `scripts.make_tables` stays the one import of the tables.
+from models.lifecycle.files import error_line  # noqa: E402
 from scripts.tables.cells import NOT_COUNTED, Cell, Table, build_tables, split_by_config  # noqa: E402
 from scripts.tables.collect import (  # noqa: E402
     STATUSES,
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(to_markdown(tables, family))
     except (ValueError, OSError) as err:  # TableError, and RunFileError from writing the outputs
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     counts = {s: sum(c.count(s) for t in tables for c in t.cells.values()) for s in STATUSES}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "ok"), file=sys.stderr)

@@ -507,3 +507,27 @@ def test_a_data_root_that_is_a_symlink_loop_is_one_line_before_the_run_dir(tmp_p
     assert str(err.value).startswith(f"data.root='{tmp_path / 'loop'}' cannot be read: {tmp_path / 'loop'} is a"
                                      " symlink loop"), str(err.value)
     assert not (tmp_path / "logs").exists()
+
+
+def test_tables_and_archives_under_a_folder_this_user_may_not_use_name_it(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """``--out`` / ``--to`` below a mode-000 folder printed Python's ``[Errno 13] Permission denied: '.../run.json'``,
+    naming a file the user never gave: now the folder, in the words every command uses."""
+    from scripts import archive_runs, make_tables
+    from tests.helpers import file_modes_hold
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    closed.chmod(0)
+    try:
+        with file_modes_hold():
+            codes = (make_tables.main([str(sweep), "--out", str(closed / "t")]),
+                     archive_runs.main([str(sweep), "--to", str(closed / "a")]))
+    finally:
+        closed.chmod(0o755)
+    lines = capsys.readouterr().err.splitlines()
+    assert codes == (2, 2) and lines == [f"error: cannot use {closed}: permission denied (a folder this user may not"
+                                         " look into); valid: a folder this user may read and write (chmod u+rwx),"
+                                         " or another"] * 2, lines
+    assert list(closed.iterdir()) == []

@@ -2075,7 +2075,9 @@ def one_line(err: BaseException) -> str:
     env_line = _missing_env_line(str(cause), [])
     if env_line is not None:
         return env_line
-    return " ".join(str(cause).split()) or type(cause).__name__
+    from models.lifecycle.files import error_line
+
+    return error_line(cause)
 
 
 def say(*lines: str, stream: Any = None) -> None:

@@ -77,6 +77,14 @@ def os_error_line(err: OSError) -> str:
     return f"cannot use{where}: {_reason(err)}"
 
 
+def error_line(err: BaseException) -> str:
+    """One line for an error a command reports: an operating-system error as `os_error_line` (the path it could not
+    use and why, never Python's ``[Errno 13] ...`` text), any other error's own text on one line."""
+    if isinstance(err, OSError) and not isinstance(err, RunFileError) and err.errno is not None:
+        return os_error_line(err)
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 @contextlib.contextmanager
 def guarded(path: str | os.PathLike, action: str) -> Iterator[None]:
     """Turn an ``OSError`` inside the block into a one-line `RunFileError` (``cannot <action> <path>: ...``)."""
