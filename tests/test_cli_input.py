@@ -281,7 +281,7 @@ def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> Non
 def test_an_option_hydra_does_not_have_is_one_line() -> None:
     from models.lifecycle.cli import CommandLineError, check_flags
 
-    check_flags(["-m", "--cfg", "job", "a=1"])
+    check_flags(["-m", "--hydra-help", "a=1"])
     with pytest.raises(CommandLineError) as err:
         check_flags(["a=1", "--foo"])
     assert str(err.value).startswith("--foo is not an option; valid: -m/--multirun, --cfg job|hydra|all,")

@@ -1324,6 +1324,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                                        " paths.log_dir=<folder> run_name=<name>")
             if sweeping:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
+                prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots, make=False)
+                refuse_damaged_marker(cfg)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots, make)
                 pins = _pin_output_dir(cfg, sweeping=True)
                 check_sweep_dir_is_this_sweeps(Path(str(cfg.hydra.sweep.dir)), overrides,
@@ -1333,6 +1335,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                     _record_sweep_dir(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
+                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make=False)
+                refuse_damaged_marker(cfg)
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)
                 pins = _pin_output_dir(cfg, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
@@ -1696,16 +1700,33 @@ def _check_existing_generation(data: Any, root: Path) -> None:
         raise CommandLineError(str(err)) from None
     try:
         marker = read_marker(root)
-    except DataConfigError as err:  # a damaged marker: one line before the run dir (the checks above are done)
-        raise CommandLineError(str(err)) from None
-    except Exception:  # an unreadable root: `_refuse_unreadable_data` names what cannot be read
-        return
+    except Exception:  # a damaged marker (`refuse_damaged_marker`, once the destinations are checked), an
+        return  # unreadable root (`_refuse_unreadable_data`)
     if marker is None or generator is None:
         return
     try:
         check_marker(root, marker, describe_generator(generator))
     except DataConfigError as err:
         raise CommandLineError(str(err)) from None
+
+
+def refuse_damaged_marker(cfg: DictConfig) -> None:
+    """A generated data root whose completion marker is damaged: one line before the run or sweep dir is made
+    (the data module would refuse it only after), and after the checks of where the run writes, which say more."""
+    from data.errors import DataConfigError
+    from data.generation import read_marker
+    from models.lifecycle.settings import job_path
+
+    data = cfg.get("data") or {}
+    given = data.get("root") if hasattr(data, "get") else None
+    if given is None or data.get("generator") is None:
+        return
+    try:
+        read_marker(Path(job_path(cfg, os.path.expanduser(str(given)))))
+    except DataConfigError as err:
+        raise CommandLineError(str(err)) from None
+    except OSError:
+        return  # an unreadable root: `_refuse_unreadable_data` names it
 
 
 def compose_checked(config_name: str, overrides: list[str], devices: bool = True) -> DictConfig:
