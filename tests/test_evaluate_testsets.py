@@ -355,6 +355,7 @@ def test_make_tables_counts_a_whole_result_of_the_yamls_definition_and_a_partial
                               " -> 2000): evaluate it again (scripts/evaluate_testsets.py), or remove it")
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_another_precision_or_other_data_for_a_run_own_data_test_set_is_refused_or_evaluated_again(
         sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:

@@ -206,6 +206,7 @@ def test_the_paper_tables_findings_are_exploratory_unless_asked_otherwise(tmp_pa
 
 
 # ----------------------------------------------------------------------------- floor and sampling noise
+@pytest.mark.slow
 def test_the_floor_is_the_position_free_none_row_within_its_sampling_noise(tmp_path: Path) -> None:
     """none scores 12.5 on 1024 own images: two binomial SEs are 2 * sqrt(.125 * .875 / 1024) = 2.07 points.
     A side at 14.0 is within it (floor); at 15.0 it is not."""

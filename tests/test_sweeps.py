@@ -185,6 +185,7 @@ def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the
     assert seen["product_ctx_unshared"][2].shared_head is False and seen["product_ctx"][2].shared_head is True
 
 
+@pytest.mark.slow
 def test_the_canvas_task_trains_the_distance_label_at_32_px_without_an_ape_but_the_references() -> None:
     """sweep=canvas_mini: 12 rows of the benchmark rows x seeds 0-11, on data=relational_distance (4 classes,
     everywhere on the 32 px canvas); its test sets fit the runs, and only the reference rows have an APE."""
@@ -400,6 +401,7 @@ def test_every_finding_contrasts_cells_of_its_paper_grid() -> None:
         assert testsets <= set(make_tables.LAYOUTS[finding.ablation].testsets), finding.claim
 
 
+@pytest.mark.slow
 def test_detr_sweep_is_table_6_with_its_schedules() -> None:
     rows = {}
     for cfg in _job_configs("detr"):
@@ -767,6 +769,7 @@ def test_cost_table_shows_step_time_relative_to_no_rpe(tmp_path: Path) -> None:
     assert "| rpe-1.9-product-ctx-1-k | ? | 1.50 | 1.13 | 1.10 |" in make_tables.to_markdown([table])
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     result = run_cli("scripts/make_tables.py", [str(tmp_path / "nope")])  # the script's exit code and stderr
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [

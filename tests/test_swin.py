@@ -199,6 +199,7 @@ def test_checkpoint_for_another_window_size_is_resized_on_load(tmp_path: Path) -
     assert result.missing_keys and all(".attn.rpe_k." in k for k in result.missing_keys)
 
 
+@pytest.mark.slow
 def test_swin_experiment_configs_run_one_step(tmp_path: Path) -> None:
     """Every Swin experiment runs a train and a val step on a fake ImageFolder of its image size."""
     from data import make_fake_imagefolder

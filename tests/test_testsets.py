@@ -472,6 +472,7 @@ def test_an_evaluation_without_throughput_gives_the_same_numbers(tmp_path: Path)
     assert record["metrics"] == untimed
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 def test_testsets_that_do_not_fit_the_run_are_one_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
