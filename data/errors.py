@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -94,5 +95,10 @@ def absent_folder(path: str | os.PathLike) -> str:
     if not os.path.lexists(path):
         return "does not exist"
     if not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return "is a symlink loop (its links lead back to themselves)"
         return f"is a dangling symlink (to {os.readlink(path)})"
     return f"is not a folder (it is {not_regular(os.fspath(path)) or 'a file'})"

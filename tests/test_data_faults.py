@@ -270,6 +270,11 @@ def test_a_data_root_that_is_no_folder_is_not_called_missing(tmp_path: Path) -> 
     with pytest.raises(DataConfigError) as err:  # the data module's own layout check
         ImageFolderDataModule(root=str(fifo), num_workers=0).prepare_data()
     assert _one_line(err).startswith(f"data.root={fifo} is not a folder (it is a FIFO (named pipe));")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # eval.py data_root=<a link to itself> said "does not exist"
+    with pytest.raises(RunDataError) as err:
+        require_existing_data(ImageFolderDataModule(root=str(loop), num_workers=0), "--data-root", "--data-root DIR")
+    assert "is a symlink loop (its links lead back to themselves)" in _one_line(err), _one_line(err)
 
 
 # ------------------------------------------------------------------------------------ ensure_generated
