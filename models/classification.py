@@ -80,12 +80,13 @@ def position_groups(net: nn.Module, weight_decay: float, pos_lr_scale: float = 1
     return groups
 
 
-
 class MeanOverImages(Metric):
     """The mean of a per-image loss over every image of an evaluation, on any number of ranks: each batch's mean
     times its size, and the image count, both summed over the ranks. (Lightning's ``sync_dist`` averaged the
     ranks' means, which weights a rank with fewer images as much as one with more.) On one process it is what
-    Lightning's epoch mean computed, to the bit."""
+    Lightning's epoch mean computed, to the bit. Not torchmetrics' ``MeanMetric``: with NaNs kept
+    (``nan_strategy="disable"``) its 1.9 release drops the weights, and its other strategies drop a NaN loss or
+    raise on it, where a NaN evaluation must stay NaN for the lifecycle to refuse it."""
 
     full_state_update = False
 
@@ -101,6 +102,7 @@ class MeanOverImages(Metric):
 
     def compute(self) -> torch.Tensor:
         return self.total / self.images
+
 
 class ClassificationModule(L.LightningModule):
     """Train and evaluate ``net`` on ``(images (B, 3, H, W), labels (B,))`` batches.

@@ -60,6 +60,10 @@ def _checkpoint_write_failure(tmp: Path, err: RuntimeError) -> str:
     return " ".join(str(err).split())[:200]
 
 
+# what every checkpoint Lightning writes holds, and its restore requires
+LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
+
+
 def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:
     """Load a Lightning checkpoint on the CPU without unpickling arbitrary objects.
 
@@ -77,9 +81,6 @@ def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, An
             raise ValueError(f"{path} holds no Lightning checkpoint: its {key} is {saved.get(key)!r}, not a count")
     return saved
 
-
-# what every checkpoint Lightning writes holds, and its restore requires
-LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
 
 
 # ----------------------------------------------------------------------------- resume and faults

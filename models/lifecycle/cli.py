@@ -970,6 +970,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             stream=sys.stderr)
     built: Any = None  # what the last check_buildable built from (`_build_inputs`)
     alone: set[str] = set()  # independent keys whose values change nothing else: checked by their rule
+    judged: set[str] = set()  # the independent keys whose first further value was compared with the first's
     parser = OverridesParser.create()
     for n, (named, value, line) in enumerate(lines):
         key, _, text = value.partition("=")
@@ -981,7 +982,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             continue
         override = parser.parse_overrides([value])[0]
         key = override.key_or_group.lstrip("+~")
-        if is_config_group(override.key_or_group.lstrip("+~")):  # another option of a group: composed anew
+        if is_config_group(key):  # another option of a group: composed anew
             GlobalHydra.instance().clear()
             with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
                 cfg = compose(config_name, overrides=line, return_hydra_config=True)
@@ -1004,8 +1005,10 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
                 check_data_root(cfg)  # a later value's data root: its job would generate there
         except ValueError as err:
             raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
-        if key in INDEPENDENT_KEYS and base is not None and _changed_keys(base, cfg) == {key}:
-            alone.add(key)
+        if key in INDEPENDENT_KEYS and key not in judged and base is not None:  # once a key: its values agree
+            judged.add(key)
+            if _changed_keys(base, cfg) == {key}:
+                alone.add(key)
 
 
 # More further values of a sweep than this: a note says the checks run (each value costs up to a second)
@@ -1558,13 +1561,12 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     file system; returns the config's data roots, which no run dir may lie in. The root is the job's: a relative
     one is resolved as the job will (`models.lifecycle.settings.job_path`)."""
     from models.lifecycle.destinations import DestinationError, check_generated_root, real
-    from models.lifecycle.settings import job_path, run_dir_of
+    from models.lifecycle.settings import run_dir_of
 
     data = cfg.get("data") or {}
-    given = data.get("root") if hasattr(data, "get") else None
-    if given is None:
+    given, root = _job_data_root(cfg)
+    if root is None:
         return ()
-    root = Path(job_path(cfg, os.path.expanduser(str(given))))
     loop = symlink_loop(root)
     if loop is not None:  # every reader of the root (its identity, the loader) would fail on it with a traceback
         raise CommandLineError(f"data.root={str(given)!r} cannot be read: {loop} is a symlink loop (its links lead"
@@ -1710,19 +1712,27 @@ def _check_existing_generation(data: Any, root: Path) -> None:
         raise CommandLineError(str(err)) from None
 
 
+def _job_data_root(cfg: DictConfig) -> tuple[Any, Path | None]:
+    """``(data.root as given, the path the job will read it at)``; ``(None, None)`` without one. A relative root is
+    resolved as the job will (`models.lifecycle.settings.job_path`)."""
+    from models.lifecycle.settings import job_path
+
+    data = cfg.get("data") or {}
+    given = data.get("root") if hasattr(data, "get") else None
+    return (None, None) if given is None else (given, Path(job_path(cfg, os.path.expanduser(str(given)))))
+
+
 def refuse_damaged_marker(cfg: DictConfig) -> None:
     """A generated data root whose completion marker is damaged: one line before the run or sweep dir is made
     (the data module would refuse it only after), and after the checks of where the run writes, which say more."""
     from data.errors import DataConfigError
     from data.generation import read_marker
-    from models.lifecycle.settings import job_path
 
-    data = cfg.get("data") or {}
-    given = data.get("root") if hasattr(data, "get") else None
-    if given is None or data.get("generator") is None:
+    _, root = _job_data_root(cfg)
+    if root is None or cfg.data.get("generator") is None:
         return
     try:
-        read_marker(Path(job_path(cfg, os.path.expanduser(str(given)))))
+        read_marker(root)
     except DataConfigError as err:
         raise CommandLineError(str(err)) from None
     except OSError:
