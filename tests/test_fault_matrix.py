@@ -5,6 +5,9 @@ runs one command in this process and checks the outcome `expected_outcome` allow
 table as docs/reliability.md's "The fault matrix", which a test here keeps in step):
 
 * ``continue``: the command succeeds and reports the run's true result (the recorded ``val/top1``);
+* ``repair``: train.py reports the run's true result, which stands, and writes the damaged file again: a
+  ``config.yaml`` from the command's config (whose identity run.json names), a ``run.json`` from config.yaml
+  (finished: metrics.json is the finished result of that config and length);
 * ``retest``: train.py re-tests ``best.ckpt`` (evaluate_testsets.py evaluates it on the test set again) and
   writes the same result again;
 * ``refuse``: one line naming the damaged path, a non-zero exit, and no file of the run dir changed;
@@ -119,6 +122,8 @@ def expected_outcome(command: str, file: str, damage: str) -> str:
         if damage in ("wrong kind", "symlink elsewhere", "symlink loop"):
             return "refuse"
         if file == "config.yaml" and not storage:  # what eval, plot_rpe and the tables read: written again
+            return "repair"
+        if file == "run.json" and not storage:  # rebuilt from config.yaml; metrics.json, the finished result, stands
             return "repair"
         if file in RECORDS and not storage:  # failed.json: a stray one
             return "retest"
@@ -432,16 +437,20 @@ def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path
         if file == "failed.json":  # a stray failure record is what the re-test settles: it goes
             assert not os.path.lexists(run_dir / "failed.json")
             rewritten |= {"failed.json"}
-        if allowed == "repair":  # the config the run's record names, written again where it was damaged
+        if allowed == "repair" and file == "config.yaml":  # the config the run's record names, written again
             from models.run_config import load_run_config
 
             assert load_run_config(run_dir / "config.yaml").seed == load_run_config(runs["victim"] / "config.yaml").seed
             rewritten |= {"config.yaml"}
+        if allowed == "repair" and file == "run.json":  # the record, rebuilt from config.yaml: finished, as it was
+            record, truth_record = (json.loads(p.read_text()) for p in (run_dir / file, runs["victim"] / file))
+            assert {k: v for k, v in record.items() if k != "updated"} == {
+                k: v for k, v in truth_record.items() if k not in ("updated", "lengths", "findings_sha256")}
         changed = {k for k in before if after.get(k) != before[k]} - rewritten
         assert not changed, changed  # checkpoints are never rewritten by a re-test
         if allowed in ("continue", "repair"):  # (a missing run.lock is made, empty)
             expected = before | ({"run.lock": hashlib.sha1(b"").hexdigest()} if file == "run.lock" else {})
-            repaired = {"config.yaml"} if allowed == "repair" else set()
+            repaired = {file} if allowed == "repair" else set()
             assert ({k: v for k, v in after.items() if k not in repaired}
                     == {k: v for k, v in expected.items() if k not in repaired})
         else:

@@ -600,6 +600,60 @@ def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Pa
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.parametrize("damage", ["[1, 2]\n", "missing"])
+def test_a_finished_run_with_a_damaged_run_json_keeps_its_result(damage: str, finished: Path, tmp_path: Path,
+                                                                  data_dir: Path, capsys) -> None:
+    """Probe 7, B12/B51: run.json rebuilt from config.yaml is finished where metrics.json is the finished
+    result of that config and length: the result stands as it was (no re-test, no resume recorded)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    result = (run_dir / "metrics.json").read_bytes()
+    if damage == "missing":
+        (run_dir / "run.json").unlink()
+    else:
+        (run_dir / "run.json").write_text(damage)
+    metrics = job.run(compose_config(TINY, run_dir, data_dir))
+    out = capsys.readouterr().out
+    assert "is finished (same config and length): not training again" in out and "re-testing" not in out, out
+    assert (run_dir / "metrics.json").read_bytes() == result and metrics == json.loads(result)
+    rebuilt = records.read_run_record(run_dir)
+    assert rebuilt["state"] == "finished" and "rebuilt" not in rebuilt
+    assert (rebuilt["identity"], rebuilt["length"], rebuilt["resumes"]) == (record["identity"], record["length"], [])
+
+
+def test_a_rebuilt_record_is_finished_only_where_nothing_trained_after_its_result(finished: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A last.ckpt past metrics.json's step (an extension that went on after the result) or a failed.json
+    beside it: the rebuilt record's state is unknown, and the checkpoints decide what is left to do."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    (run_dir / "run.json").unlink()
+    assert job._recorded_identity(run_dir)[0]["state"] == "finished"
+    (run_dir / "failed.json").write_text('{"status": "failed", "error": "x"}\n')
+    assert job._recorded_identity(run_dir)[0]["state"] == "unknown"
+    (run_dir / "failed.json").unlink()
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    earlier = {**metrics, "global_step": metrics["global_step"] - 1, "best_step": 1}
+    atomic_write_json(run_dir / "metrics.json", with_checksum({k: v for k, v in earlier.items() if k != "checksum"}))
+    assert job._recorded_identity(run_dir)[0]["state"] == "unknown"
+
+
+@pytest.mark.slow  # a second fit (a no-op one) and a test
+def test_a_resume_from_a_checkpoint_at_the_runs_end_is_not_recorded(finished: Path, tmp_path: Path,
+                                                                    data_dir: Path) -> None:
+    """run.json and metrics.json both gone: the run resumes from last.ckpt, already at its end; that fit trains
+    nothing, so the result re-tested from best.ckpt records no resume (it was trained in one sitting)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    truth = json.loads((run_dir / "metrics.json").read_text())
+    (run_dir / "run.json").unlink()
+    (run_dir / "metrics.json").unlink()
+    metrics = job.run(compose_config(TINY, run_dir, data_dir))
+    assert metrics["val/top1"] == pytest.approx(truth["val/top1"]) and metrics["global_step"] == truth["global_step"]
+    assert metrics["env/resumed_at"] == [] and records.read_run_record(run_dir)["resumes"] == []
+
+
 def test_a_best_ckpt_of_a_shorter_run_of_the_same_config_is_no_result(tmp_path: Path, data_dir: Path) -> None:
     """The same config at 1 and at 2 epochs: the identity leaves the length out, and a 1-epoch best.ckpt is
     not past the 2-epoch run's length. Each checkpoint records the length that saved it and run.json the

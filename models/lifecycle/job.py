@@ -366,9 +366,29 @@ def holds_results(run_dir: Path) -> bool:
     return False
 
 
+def _standing_result(run_dir: Path, identity: str, length: dict[str, Any]) -> dict[str, Any] | None:
+    """``metrics.json`` where it is a finished result of this identity and ``length`` that nothing came after:
+    readable and checked (`read_metrics`), no ``failed.json`` beside it, and no ``last.ckpt`` trained past its
+    step (an extension that went on after it). ``None`` otherwise."""
+    try:
+        metrics = read_metrics(run_dir, identity, length)
+    except RunFileError:
+        return None
+    if metrics is None or entry_exists(run_dir / FAILURE):
+        return None
+    last = _checkpoint_facts(run_dir / CHECKPOINTS / LAST) if (run_dir / CHECKPOINTS / LAST).is_file() else None
+    step = metrics.get("global_step")
+    if last is not None and isinstance(step, int) and int(last["global_step"] or 0) > step:
+        return None
+    return metrics
+
+
 def _recorded_identity(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     """The run dir's earlier record, or one rebuilt from its ``config.yaml`` when ``run.json`` is missing
-    or damaged (a repair: the state is then unknown, and the run's checkpoints decide what is left to do)."""
+    or damaged (a repair). A rebuilt record is finished, of the config's length, where ``metrics.json`` is a
+    finished result of that config and length (`_standing_result`): the result then stands, as with an intact
+    record. Otherwise its state is unknown, and the run's checkpoints decide what is left to do. A rebuilt
+    record carries ``rebuilt: True`` (never written: `RunRecord` writes its own fields)."""
     from models.run_config import RunConfigError, load_run_config
 
     damage = ""
@@ -382,10 +402,19 @@ def _recorded_identity(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     if not config.is_file():
         return None, damage
     try:
-        old = identity_config(load_run_config(config))
+        loaded = load_run_config(config)
+        old = identity_config(loaded)
+        length = run_length(loaded)
     except (RunConfigError, ValueError):
         return None, damage or f"{config} is unreadable"
-    return {"identity": identity_hash(old), "config": old, "state": "unknown"}, damage
+    record = {"identity": identity_hash(old), "config": old, "state": "unknown", "rebuilt": True}
+    metrics = _standing_result(run_dir, record["identity"], length)
+    if metrics is not None:
+        resumes = metrics.get("env/resumed_at")
+        record.update(state="finished", length=length,
+                      resumes=resumes if isinstance(resumes, list) and all(
+                          isinstance(step, int) for step in resumes) else [])
+    return record, damage
 
 
 def claim_run_dir(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
@@ -775,6 +804,10 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
                                      " finished")
         if stored is not None:  # the result was recorded from best.ckpt: it stands, whatever became of the weights
             _repair_config(run_dir, cfg)
+            if earlier.get("rebuilt"):  # run.json was damaged or gone: written again, as the finished record
+                job.record = job.claimed
+                job.record.fields["resumes"] = list(earlier.get("resumes") or [])
+                job.save_state("finished")
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
                 "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
             return stored
@@ -830,16 +863,20 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     recorded = earlier.get("length") if earlier is not None else None
     resume_from = resume_checkpoint(run_dir, identity_id, recorded) if cfg.get("resume") else None
     if not finished:
+        resumed_at = None
         if resume_from:
             say(f"resuming from {resume_from}")
             if rank0 and job.record is not None:
-                facts = _checkpoint_facts(Path(resume_from)) or {}
-                job.record.fields["resumes"].append(facts.get("global_step"))
+                resumed_at = (_checkpoint_facts(Path(resume_from)) or {}).get("global_step")
+                job.record.fields["resumes"].append(resumed_at)
         StopSignals.checkpoint = resume
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         finally:
             StopSignals.checkpoint = None
+        if resumed_at is not None and trainer.global_step == resumed_at and job.record is not None:
+            # the checkpoint was already at the run's end: nothing was trained after it, so no sitting was added
+            job.record.fields["resumes"].pop()
     if StopSignals.received is not None:  # arrived after the last batch: last.ckpt is the epoch's end
         raise RunInterrupted(StopSignals.received)
     if not finished:
