@@ -794,6 +794,26 @@ def test_test_sets_that_would_share_one_data_folder_are_refused_before_anything(
     refuse_shared_roots({"a": one, "b": data / "one_b", "c": None})  # a name that only begins alike is its own
 
 
+@pytest.mark.parametrize("where", ["data_dir", "root"])
+def test_generate_testsets_names_a_symlink_loop_in_the_data_root(where: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Probe 7, A222: a loop as paths.data_dir, or above testset.data.root, was errno 40's text on a run.json
+    probe the user never gave; now one line naming the loop, exit 2, nothing made (as every destination)."""
+    from scripts.generate_testsets import main
+
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    data = tmp_path / "data"
+    settings = [f"paths.data_dir={loop}"] if where == "data_dir" else [f"paths.data_dir={data}",
+                                                                       f"testset.data.root={loop / 'ts'}"]
+    assert main(["relational_right", "--set", *settings]) == 2
+    err = capsys.readouterr().err
+    root = loop / "testsets" / "relational_right_v2" if where == "data_dir" else loop / "ts"
+    assert err == (f"error: relational_right: testset.data.root='{root}' cannot be used: {loop} is a symlink loop"
+                   " (its links lead back to themselves); valid: a path whose folders hold no link loop\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]  # nothing generated
+
+
 def test_a_test_set_result_is_of_the_best_checkpoint_only(tmp_path: Path) -> None:
     """The tables' test-set columns are the runs' results: a result of last.ckpt (another model, when an earlier
     epoch was best) is refused before anything is loaded, never written where make_tables would count it."""
