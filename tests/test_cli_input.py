@@ -1330,6 +1330,39 @@ def test_data_this_user_may_not_read_is_one_line_before_the_run_dir(tmp_path: Pa
     assert not runs.exists()
 
 
+@pytest.mark.parametrize("kind", ["fifo", "socket", "link_to_fifo"])
+def test_a_fifo_deep_in_hand_data_is_one_line_before_the_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Probe 7, A142: a FIFO deep in a class folder (``train/<class>/sub/deeper/f.png``) was refused by the data
+    module, after the run dir was made; the command line's one walk of the data root names it before."""
+    import os
+    import socket
+
+    from data.fake import make_fake_imagefolder
+
+    root = tmp_path / "hand"
+    make_fake_imagefolder(root, num_classes=2, per_class=2, img_size=32)
+    deeper = root / "train" / "class_000" / "sub" / "deeper"
+    deeper.mkdir(parents=True)
+    odd = deeper / "f.png"
+    if kind == "socket":
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(odd))
+    else:
+        os.mkfifo(tmp_path / "fifo" if kind == "link_to_fifo" else odd)
+        if kind == "link_to_fifo":
+            odd.symlink_to(tmp_path / "fifo")
+    runs = tmp_path / "runs"
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", f"paths.data_dir={tmp_path}",
+                                         "data.generator=null", "data.num_classes=null", "data.batch_size=2",
+                                         f"data.root={root}", "run_name=r"], capsys, monkeypatch)
+    what = "a socket" if kind == "socket" else "a FIFO (named pipe)"
+    through = f" (a symlink to {tmp_path / 'fifo'})" if kind == "link_to_fifo" else ""
+    assert line == (f"error: {odd}{through} is {what}, not a regular file: reading it as an image could block the"
+                    " run; remove it from the class folder")
+    assert not runs.exists()
+
+
 @pytest.mark.parametrize("flags", [["-r", "-m"], ["--multirun", "--cfg", "job"], ["--info", "--run"]])
 def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Path, flags: list[str]) -> None:
     """Hydra runs one of --run, --multirun, --cfg, --info per command; two were its traceback, after an empty sweep

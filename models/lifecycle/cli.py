@@ -1591,11 +1591,14 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
 
 
 def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
-    """An existing data root whose split or class folders this process may not list, or an image it may not read
-    (a mode-000 folder or file): one line naming it, before the run dir. The data module met each only after
-    the run dir was made (an image only when a batch drew it). One listing per folder and an access check per
-    file, about what the job's fingerprint of the data costs; folders reached through links are the data
-    module's to walk (it guards against their loops)."""
+    """An existing data root whose split or class folders this process may not list, an image it may not read
+    (a mode-000 folder or file), or an entry that is no regular file (a FIFO, socket or device, which would block
+    the run or fail when a batch drew it): one line naming it, before the run dir. The data module met each only
+    after the run dir was made (an image only when a batch drew it). One walk: a listing per folder and an
+    access check per file, about what the job's fingerprint of the data costs; folders reached through links are
+    the data module's to walk (it guards against their loops)."""
+    from data.errors import not_regular
+
     if not root.is_dir():
         return  # still to be generated, or named by the data module's own checks
     effective = os.access in os.supports_effective_ids
@@ -1617,7 +1620,13 @@ def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
         for entry in listed(folders.pop()):
             if entry.is_dir(follow_symlinks=False):
                 folders.append(Path(entry.path))
-            elif entry.is_file() and not os.access(entry.path, os.R_OK, effective_ids=effective):
+                continue
+            kind = None if entry.is_file() else not_regular(entry.path)  # links followed, as the data module does
+            if kind is not None:  # the data module's words for it
+                through = f" (a symlink to {os.path.realpath(entry.path)})" if entry.is_symlink() else ""
+                raise CommandLineError(f"{entry.path}{through} is {kind}, not a regular file: reading it as an image"
+                                       " could block the run; remove it from the class folder")
+            if entry.is_file() and not os.access(entry.path, os.R_OK, effective_ids=effective):
                 raise CommandLineError(f"data.root={str(given)!r} cannot be read: image {entry.path} cannot be read"
                                        f" (permission denied); {valid}")
 
