@@ -446,6 +446,43 @@ def test_dot_dot_after_a_link_is_refused_by_every_writer(tmp_path: Path, capsys:
     assert _tree(hand) == before and not (tmp_path / "logs").exists()
 
 
+def test_dot_dot_after_a_link_suggests_only_a_path_the_rule_accepts(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 7, A202/A206: the refusal offered the system's reading of the path as the valid one, while that was
+    a run dir (make_tables --out) or a new class folder of a dataset (paths.log_dir); and a relative
+    paths.log_dir=lnk/.. was named hydra.run.dir. The reading is offered only where the rule accepts it, and the
+    log dir is named as typed."""
+    from scripts import make_tables
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    run_dir = sweep / "seed=0"  # finished: a run dir to the rule
+    x = tmp_path / "x"
+    x.mkdir()
+    (x / "into_run").symlink_to(run_dir / "checkpoints", target_is_directory=True)
+    assert make_tables.main([str(sweep), "--out", str(x / "into_run" / ".." / "tab")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --out={str(x / 'into_run' / '..' / 'tab')!r} has '..' after a link: the system reads it as"
+                   f" {run_dir}, a path made absolute first reads it as {x}, so a write would land in either; valid: a"
+                   f" path without '..' after a link ({run_dir} itself may not be written either)\n")
+    hand = _hand_root(tmp_path / "hand")
+    (x / "lnk").symlink_to(hand / "train" / "0_E", target_is_directory=True)
+    monkeypatch.chdir(x)
+    with pytest.raises(cli.CommandLineError) as refused:
+        cli.check_overrides(["debug=fast", "paths.log_dir=lnk/..", "run_name=a206run",
+                             f"paths.data_dir={tmp_path / 'data'}"], "train")
+    assert str(refused.value) == (f"paths.log_dir='lnk/..' has '..' after a link: the system reads it as"
+                                  f" {hand / 'train'}, a path made absolute first reads it as {x}, so a write would"
+                                  f" land in either; valid: a path without '..' after a link ({hand / 'train'} itself"
+                                  " may not be written either)")
+    assert not (hand / "train" / "a206run").exists() and not (x / "a206run").exists()
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)  # a plain folder: its reading is a valid destination
+    (x / "plain").symlink_to(tmp_path / "elsewhere" / "deep", target_is_directory=True)
+    with pytest.raises(DestinationError) as err_plain:
+        check_destination("plain/../tab", "--out")
+    assert str(err_plain.value).endswith(
+        f"valid: the path without '..' after a link, e.g. {tmp_path / 'elsewhere' / 'tab'}")
+
+
 def test_images_in_sub_folders_of_a_class_make_a_dataset(tmp_path: Path) -> None:
     """The loader reads a class folder at any depth (batch1/x.png): such a dataset is one to the destination rule."""
     from data.datamodule import LAYOUT_DEPTH, has_image_folder_layout

@@ -360,8 +360,20 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     absolute = Path(os.path.abspath(root))
     refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"paths.log_dir={str(log_dir)!r}")
     refuse_unnormalised_names(absolute, parts, f"run_name={name!r}")
+    from models.lifecycle.destinations import (
+        DestinationError,
+        check_destination,
+        real,
+        refuse_dot_dot_after_link,
+        sweep_dir_of,
+    )
+
+    try:  # run_name has no '..': one after a link is the log dir's, named as the user typed it
+        refuse_dot_dot_after_link(root, "paths.log_dir", str(log_dir), lambda physical: check_destination(
+            physical.joinpath(*parts), "hydra.run.dir", run_dir=True, trains=True))
+    except DestinationError as err:
+        raise CommandLineError(str(err)) from None
     run_dir = root.joinpath(*parts)
-    from models.lifecycle.destinations import real, sweep_dir_of
 
     sweep = sweep_dir_of(real(run_dir))
     if sweep is not None:

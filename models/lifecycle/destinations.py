@@ -25,7 +25,7 @@ import errno
 import os
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,25 @@ def _symlink_loop(path: Path) -> Path | None:
     return None
 
 
+def refuse_dot_dot_after_link(path: str | os.PathLike, what: str, typed: str,
+                              check: Callable[[Path], Any]) -> None:
+    """Refuse ``path`` (typed as ``typed`` for the key ``what``) where a ``..`` follows a link: the system goes up
+    from the link's target, a path made absolute first drops the link and its ``..``, so a write would land in
+    either. The system's reading is offered as the valid path only where ``check`` (the rule the destination
+    is held to, raising `DestinationError`) accepts it: never a run dir or a dataset's folder."""
+    target = real(path)
+    physical = Path(os.path.realpath(os.fspath(path)))
+    if physical == target:
+        return
+    try:
+        check(physical)
+        valid = f"the path without '..' after a link, e.g. {physical}"
+    except DestinationError:
+        valid = f"a path without '..' after a link ({physical} itself may not be written either)"
+    raise DestinationError(f"{what}={typed!r} has '..' after a link: the system reads it as {physical}, a path made"
+                           f" absolute first reads it as {target}, so a write would land in either; valid: {valid}")
+
+
 def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
                       data_roots: Iterable[str | os.PathLike | None] = (),
                       given: str | os.PathLike | None = None, trains: bool = False) -> Path:
@@ -126,17 +145,15 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     Returns the real path.
     """
     typed = os.fspath(path if given is None else given)
+    data_roots = tuple(data_roots)  # read by the check of the system's reading of a `..` too
     check_path_text(typed, what)
     loop = _symlink_loop(Path(os.path.abspath(os.fspath(path))))
     if loop is not None:
         raise DestinationError(f"{what}={typed!r} cannot be used: {loop} {absent_folder(loop)}; valid: a path"
                                " whose folders hold no link loop")
     target = real(path)
-    physical = Path(os.path.realpath(os.fspath(path)))
-    if physical != target:  # `..` after a link: the system goes up from the link's target, a normalised path not
-        raise DestinationError(f"{what}={typed!r} has '..' after a link: the system reads it as {physical}, a path"
-                               f" made absolute first reads it as {target}, so a write would land in either;"
-                               f" valid: the path without '..' after a link, e.g. {physical}")
+    refuse_dot_dot_after_link(path, what, typed, lambda physical: check_destination(
+        physical, what, run_dir=run_dir, data_root=data_root, data_roots=data_roots, trains=trains))
     if SWEEP_GRID.fullmatch(target.name) and entry_exists(target):
         raise DestinationError(f"{what}={typed!r} is the grid record of the sweep {target.parent}, which its tables and"
                                " reruns read; valid: a file or folder of its own")
