@@ -83,6 +83,7 @@ from scripts.tables.render import (  # noqa: E402
     CSV_COLUMNS,
     README_BLOCK,
     STATUS_COLUMNS,
+    check_readme_block,
     read_csv,
     to_csv,
     to_latex,
@@ -118,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     from models.lifecycle.destinations import check_destination
 
     try:
+        check_readme_block(args.readme_block)  # before any run is read, as every other option
         if args.out:
             # before any run is read: never into a run dir or a data root (OUT.md and the others are written
             # into OUT's folder), and never a name whose listing would lie

@@ -755,6 +755,22 @@ def test_findings_go_into_the_readme_between_markers(tmp_path: Path) -> None:
         make_tables.with_findings(readme.read_text(), "x")
 
 
+@pytest.mark.parametrize("block", ["", " ", "a b", "x-->", ":start"])
+def test_a_readme_block_that_is_no_marker_name_is_one_line_naming_it(block: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    """Probe 7, B71: ``--readme-block ''`` blamed the README, which had the default markers; now the option is
+    named, with the valid names, before any run is read, and the README is left as it was."""
+    readme = tmp_path / "README.md"
+    text = "intro\n<!-- findings:start -->\nold table\n<!-- findings:end -->\n"
+    readme.write_text(text)
+    assert make_tables.main([str(tmp_path / "no_sweep"), "--readme", str(readme), "--readme-block", block]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --readme-block={block!r} is not a marker name; valid: letters, digits, '_', '.' or '-', starting"
+        " with a letter or digit (the README's markers are <!-- NAME:start --> and <!-- NAME:end -->; default:"
+        " findings)\n")
+    assert readme.read_text() == text
+
+
 def test_cost_table_shows_step_time_relative_to_no_rpe(tmp_path: Path) -> None:
     for name, preset, backend, step_ms in (("n", "none", "naive", 100.0), ("kn", "irpe_k", "naive", 150.0),
                                            ("a", "none", "auto", 90.0), ("ka", "irpe_k", "auto", 99.0)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -259,7 +260,20 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
 README_BLOCK = "findings"  # the default block: <!-- findings:start --> ... <!-- findings:end -->
 
 
+README_BLOCK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # what a marker's name may be: one plain word
+
+
+def check_readme_block(block: str) -> None:
+    """Refuse a block name (make_tables' ``--readme-block``) that makes no markers of its own: an empty one, or
+    one with spaces or ``-->``, would match or break other comments of the README."""
+    if not README_BLOCK_NAME.fullmatch(block):
+        raise TableError(f"--readme-block={block!r} is not a marker name; valid: letters, digits, '_', '.' or '-',"
+                         f" starting with a letter or digit (the README's markers are <!-- NAME:start --> and"
+                         f" <!-- NAME:end -->; default: {README_BLOCK})")
+
+
 def readme_markers(block: str = README_BLOCK) -> tuple[str, str]:
+    check_readme_block(block)
     return f"<!-- {block}:start -->", f"<!-- {block}:end -->"
 
 
