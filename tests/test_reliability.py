@@ -95,6 +95,31 @@ def test_a_run_dir_in_use_by_another_process_is_left_alone(finished_run) -> None
     os.close(records.lock_run_dir(run_dir)[0])  # released with the fd
 
 
+@pytest.mark.parametrize("held", [True, False])
+def test_a_run_lock_hard_linked_to_another_runs_lock_is_named_as_such(held: bool, tmp_path: Path) -> None:
+    """Probe 7, A64: a run.lock that is a hard link to a training run's lock was "in use by another process";
+    the lock is one file under two names, shared with the other run whether or not it holds it now: named."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    fd, _ = records.lock_run_dir(first)
+    os.link(first / "run.lock", second / "run.lock")
+    if not held:
+        os.close(fd)
+    try:
+        with pytest.raises(records.RunDirConflict) as err:
+            records.lock_run_dir(second)
+    finally:
+        if held:
+            os.close(fd)
+    assert not isinstance(err.value, records.RunDirBusy)
+    assert str(err.value) == (f"{second / 'run.lock'} is a hard link shared with another file (2 names of one file):"
+                              " the lock would be shared with that file's run, which would then seem to hold this"
+                              " one (or be held by it); nothing was written. Remove it (it holds no data: the run"
+                              " makes its own)")
+    assert sorted(p.name for p in second.iterdir()) == ["run.lock"]
+
+
 @pytest.mark.slow
 def test_a_finished_run_is_not_trained_again(finished_run) -> None:
     run_dir, args = finished_run

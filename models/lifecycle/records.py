@@ -110,6 +110,13 @@ def lock_run_dir(run_dir: Path) -> tuple[int, bool]:
             if not path.exists():  # no lock file and no way to make one: nobody can be running here
                 return -1, False
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    links = os.fstat(fd).st_nlink
+    if links > 1:  # one file under two names: its lock is the other name's too (another run's, a copy's)
+        os.close(fd)
+        raise RunDirConflict(f"{path} is a hard link shared with another file ({links} names of one file): the lock"
+                             " would be shared with that file's run, which would then seem to hold this one (or"
+                             " be held by it); nothing was written. Remove it (it holds no data: the run makes its"
+                             " own)")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
