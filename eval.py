@@ -153,14 +153,20 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     trainer.test(model, datamodule=datamodule, verbose=False)
     total = split_images(trainer.test_dataloaders)
     metrics = scalar_metrics(trainer.callback_metrics)
+    # On several ranks each process holds the test's numbers (synced over the ranks); rank 0 alone measures,
+    # writes and reports, so that one table and one result come out, with one throughput said to be its own.
+    rank0 = trainer.is_global_zero
 
     net = backbone(model).eval()
     metrics["params_M"] = sum(p.numel() for p in net.parameters()) / 1e6
     if hasattr(datamodule, "img_size"):  # fixed-size classification input; DETR's input size varies
         image_shape = (3, datamodule.img_size, datamodule.img_size)
         metrics["MACs_M"] = count_macs(net, image_shape) / 1e6
-        if cfg.throughput_batch is not None:  # timed batches beyond the test (the benchmark's evaluations skip them)
+        if cfg.throughput_batch is not None and rank0:  # timed batches beyond the test (the benchmark's skip them)
             metrics["throughput_img_s"] = measure_throughput(net, image_shape, cfg.throughput_batch)
+            if trainer.world_size > 1:
+                say(f"note: throughput_img_s is rank 0's alone: one process timing batches of {cfg.throughput_batch}"
+                    f" after the test, not a sum over the {trainer.world_size} ranks")
     require_finite_metrics(metrics, str(cfg.ckpt_path or weights))
     run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent if cfg.ckpt_path is not None else None
     status = run_status(run_dir) if run_dir is not None else None
@@ -177,13 +183,15 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         # what the Trainer ran at (Lightning's name), checked before the test from the setting
         check_test_precision({"precision": str(trainer.precision)}, result["testset"])
         path = result.pop("path")
-        write_result(path, {**result, PRECISION_KEY: str(trainer.precision), READ_KEY: counter.images,
-                            TOTAL_KEY: total, "metrics": metrics})
-        if written is not None:
+        if rank0:
+            write_result(path, {**result, PRECISION_KEY: str(trainer.precision), READ_KEY: counter.images,
+                                TOTAL_KEY: total, "metrics": metrics})
+        if written is not None and rank0:
             written.append(path)
     reasons = [partial_test_note(counter.images, total, cfg.trainer), not_the_runs]
     for why in filter(None, reasons):  # a legitimate look at a checkpoint, but not a result of the run: say so
-        say(f"note: not a result: {why}", stream=sys.stderr)
+        if rank0:
+            say(f"note: not a result: {why}", stream=sys.stderr)
         if notes is not None:
             notes.append(why)
     return metrics
@@ -381,6 +389,13 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     return datamodule, model, record
 
 
+def trainer_rank_zero() -> bool:
+    """Whether this process is rank 0 of the test's processes (the only one, without DDP)."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    return rank_zero_only.rank == 0
+
+
 def print_table(metrics: dict[str, Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -439,6 +454,8 @@ def main(cfg: DictConfig) -> None:
             metrics = evaluate(cfg, written, notes)
         except user_error_types() as err:
             report_user_error(err)
+    if not trainer_rank_zero():
+        return  # a DDP worker: rank 0 prints the one table
     title = str(cfg.ckpt_path or cfg.model.weights)
     if written:
         title += f" on testset={cfg.testset.name} (written to {written[0]})"

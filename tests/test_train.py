@@ -220,6 +220,14 @@ def test_a_ddp_evaluation_reads_each_image_of_an_odd_split_once(tmp_path: Path, 
     testset = run_cli("eval.py", [f"ckpt_path={best}", "testset=val_at_48", "trainer=ddp_cpu", "throughput_batch=2",
                                   f"paths.data_dir={data_dir}"])
     assert testset.returncode == 0, testset.stderr[-3000:]
+    # probe 7, A166: each rank printed its table, with a throughput of its own; rank 0 alone reports, and says whose
+    plain = run_cli("eval.py", [f"ckpt_path={best}", "trainer=ddp_cpu", "throughput_batch=2",
+                                f"paths.data_dir={data_dir}"])
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    for output in (plain, testset):
+        assert output.stdout.count("┏") == 1, output.stdout  # one table (rich's top-left corner)
+        assert output.stdout.count("note: throughput_img_s is rank 0's alone: one process timing batches of 2 after"
+                                   " the test, not a sum over the 2 ranks") == 1, output.stdout
     record = json.loads((run_dir / "testsets" / "val_at_48@interpolate.json").read_text())
     assert record["images_read"] == record["images_total"] == 33
     single = eval_script.evaluate(compose_config([f"ckpt_path={best}", "testset=val_at_48", "throughput_batch=2"],
