@@ -654,6 +654,36 @@ def test_a_resume_from_a_checkpoint_at_the_runs_end_is_not_recorded(finished: Pa
     assert metrics["env/resumed_at"] == [] and records.read_run_record(run_dir)["resumes"] == []
 
 
+@pytest.mark.parametrize(("code", "how"), [(-signal.SIGKILL, "was killed by signal SIGKILL"),
+                                            (1, "exited with code 1")])
+def test_a_lost_ddp_worker_is_named_not_the_collectives_socket_text(code: int, how: str, tmp_path: Path,
+                                                                     data_dir: Path, monkeypatch, capsys) -> None:
+    """Probe 7, A-C14: kill -9 of worker rank 1 during training: rank 0's collective failed with gloo's "Connection
+    reset by peer ... GLHF!" text, and that was the line, though the worker was known to have died. The line names
+    the worker, how it ended and its log; the socket error stays in failed.json's traceback."""
+    run_dir = tmp_path / "run"
+    cfg = compose_config(TINY, run_dir, data_dir)
+    (run_dir / "ddp_rank1.log").write_text("")
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:16770:"
+                        " Connection reset by peer. This is typically caused by a remote worker hanging. GLHF!")
+
+    def fit_failing_on_the_lost_peer(cfg, job_, script):
+        job_.record = records.RunRecord(run_dir, "0" * 16, {}, {})
+        raise gloo
+
+    monkeypatch.setattr(job, "_run", fit_failing_on_the_lost_peer)
+    monkeypatch.setattr(job, "end_ddp_workers", lambda: [(1, code)])
+    with pytest.raises(SystemExit) as exit_:
+        job.run_job(cfg, ROOT / "train.py")
+    assert exit_.value.code == 1
+    line = (f"error: DDP worker rank 1 {how} (its log: {run_dir / 'ddp_rank1.log'}); the run stopped (recorded in"
+            f" {run_dir})")
+    assert _errors(capsys.readouterr().err) == [line]
+    failure = json.loads((run_dir / "failed.json").read_text())
+    assert failure["error"] == line.removeprefix("error: ").removesuffix(f" (recorded in {run_dir})")
+    assert "Connection reset by peer" in failure["traceback"]
+
+
 def test_a_best_ckpt_of_a_shorter_run_of_the_same_config_is_no_result(tmp_path: Path, data_dir: Path) -> None:
     """The same config at 1 and at 2 epochs: the identity leaves the length out, and a 1-epoch best.ckpt is
     not past the 2-epoch run's length. Each checkpoint records the length that saved it and run.json the

@@ -278,10 +278,19 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
 
 
 class WorkerFailed(RuntimeError):
-    """A DDP worker process of this run exited with an error."""
+    """A DDP worker process of this run exited with an error, or was killed by a signal (``code`` ``-signum``)."""
 
-    def __init__(self, rank: int, code: int | None) -> None:
-        super().__init__(f"DDP worker rank {rank} exited with code {code} (its own output says why); the run stopped")
+    def __init__(self, rank: int, code: int | None, run_dir: Path | None = None) -> None:
+        how = f"exited with code {code}"
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        # Hydra logs each worker to <run dir>/<job name>.log, the job name being ddp_rank<local rank>
+        log = run_dir / f"ddp_rank{rank}.log" if run_dir is not None else None
+        why = f"its log: {log}" if log is not None and log.is_file() else "its own output says why"
+        super().__init__(f"DDP worker rank {rank} {how} ({why}); the run stopped")
 
 
 def _watch_workers(job: Job, workers: list) -> None:
@@ -305,7 +314,7 @@ def _watch_workers(job: Job, workers: list) -> None:
                     job.save_state("interrupted", signal=signal.Signals(signum).name)
                 say(_interruption_line(job.run_dir, signum), stream=sys.stderr)
                 os._exit(128 + signum)
-            err = WorkerFailed(rank, code)
+            err = WorkerFailed(rank, code, job.run_dir)
             with contextlib.suppress(Exception):  # best effort: the process ends whatever the storage says
                 job.record_failure(err)
             say(f"error: {err} (recorded in {job.run_dir})", stream=sys.stderr)
@@ -1156,8 +1165,10 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             job.save_state("interrupted", signal=signal.Signals(stopped).name)
             _report_interruption(job.run_dir, stopped, chain=False)
         if failed_workers and PEER_LOST.search(str(err)):  # this process lost a worker that failed: name it
-            cause, err = err, WorkerFailed(*failed_workers[0])
-            err.__cause__ = cause
+            # the lost connection stays in failed.json's traceback as the context; the line names the worker
+            # (a cause would be what `one_line` reports: the collective's socket text)
+            lost, err = err, WorkerFailed(*failed_workers[0], job.run_dir)
+            err.__context__ = lost
         message = job.record_failure(err)
         if _is_multirun():
             # One failed job must not stop the sweep: report it, keep going, summarise at the end.
