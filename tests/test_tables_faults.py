@@ -559,6 +559,27 @@ def test_a_run_without_usable_overrides_fills_the_grid_point_of_its_config(tmp_p
     assert runs[f"{K},seed=1"].overrides_problem == ""  # an older run's dir without the file: nothing wrong in it
 
 
+def test_a_job_of_another_sweep_put_in_a_sweep_is_counted_once_never_also_missing(tmp_path: Path) -> None:
+    """Probe 7, B41: a job archived elsewhere, put in a sweep in place of its grid point's job: its overrides.yaml
+    also lists the settings of its own launch (``paths.log_dir=...``), no grid point of this sweep. It was counted in
+    its cell by its config and its grid point listed as missing in the same cell; now its config fills the point."""
+    sweep = _two_seed_sweep(tmp_path / "runs")
+    job_dir = sweep / f"{K},seed=1"
+    overrides = job_dir / ".hydra" / "overrides.yaml"
+    overrides.write_text(overrides.read_text() + "- paths.log_dir=/tmp/repro/runs\n- paths.data_dir=/tmp/repro/data\n")
+    cfg = yaml.safe_load((job_dir / "config.yaml").read_text())
+    cfg["paths"] = {**cfg.get("paths", {}), "log_dir": "/tmp/repro/runs", "data_dir": "/tmp/repro/data"}
+    (job_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    runs = make_tables.collect([sweep])
+    assert [(Path(r.path).name, r.status) for r in runs] == [(f"{K},seed=0", "ok"), (f"{K},seed=1", "ok")]
+    [table] = make_tables.build_tables(runs)
+    assert table.cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2)"
+    grid = yaml.safe_load((sweep / "multirun.yaml").read_text())  # a point no run fills is still missing
+    grid["hydra"]["sweeper"]["params"]["seed"] = "0,1,2"
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(grid))
+    assert sorted(r.status for r in make_tables.collect([sweep])) == ["missing", "ok", "ok"]
+
+
 # ----------------------------------------------------------------------------- folders that cannot be looked into
 def test_a_run_whose_hydra_folder_cannot_be_looked_into_is_listed_and_the_table_built(tmp_path: Path,
                                                                                      capsys) -> None:

@@ -1018,8 +1018,9 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
     placed by their grid point; a damaged ``multirun.yaml`` is itself listed, as its grid is unknown.
 
     A run is matched to its grid point by its overrides (`read_overrides`, checked by `load_run`); one whose
-    overrides cannot be used (damaged, absent, or not the run's) fills the grid point its own config is
-    (`_grid_point_of`): a run that is there is never reported missing."""
+    overrides cannot be used (damaged, absent, or not the run's) or name no grid point of the sweep (a job of
+    another sweep, with settings of its own, put here) fills the grid point its own config is
+    (`_grid_point_of`): a run that is there and counted is never reported missing."""
     try:
         jobs = expected_jobs(sweep_dir)
     except TableError as err:
@@ -1033,11 +1034,11 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
         if not run_dir.is_relative_to(sweep_dir):
             continue
         run = loaded[run_dir]
-        if run.overrides is not None:
+        if run.overrides is not None and _normalised(run.overrides) in grid:
             done[_normalised(run.overrides)] += 1
-            if not run.facts and _normalised(run.overrides) in grid:
+            if not run.facts:
                 loaded[run_dir] = _placed(run, list(run.overrides))
-        elif run.facts:
+        elif run.facts:  # no overrides, or ones of no grid point (a job of another sweep put here): by its config
             by_config.append(run_dir)
         elif run.overrides_problem:
             damaged.append(run.overrides_problem)
