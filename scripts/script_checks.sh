@@ -133,13 +133,17 @@ else:
 # SIGTERM from a scheduler, a closed terminal) is passed on to each, which saves its run at the next batch and
 # records it interrupted; the script waits for them, says so in one line and exits 128 + the signal's number.
 # Without this the children lived on after the script had ended.
+# SIGINT is passed on as SIGTERM: a child started with & by a non-interactive bash (no job control) has SIGINT
+# ignored from its start, which no trap or handler of its own can undo, so SIGINT would never reach it and the
+# script would wait for the lanes to finish. SIGTERM is a stop signal of every child (train.py, evaluate_testsets).
 children=()
 stop_children() {
   trap - TERM INT HUP
-  local pid
+  local pid passed=$1
+  [ "$passed" != INT ] || passed=TERM
   for pid in "${children[@]}"; do  # a lane of evaluations is a subshell: its own child gets the signal too
-    pkill -"$1" -P "$pid" 2>/dev/null
-    kill -"$1" "$pid" 2>/dev/null
+    pkill -"$passed" -P "$pid" 2>/dev/null
+    kill -"$passed" "$pid" 2>/dev/null
   done
   wait
   echo "error: stopped by SIG$1; the runs in progress saved their state: run the same command again to go on" >&2
