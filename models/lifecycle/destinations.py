@@ -21,7 +21,6 @@ Every refusal is a `DestinationError`: one line naming the destination, what it 
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import unicodedata
@@ -32,6 +31,7 @@ from typing import Any
 from data.coco import has_coco_layout
 from data.datamodule import has_image_folder_layout
 from data.errors import absent_folder
+from models.lifecycle.cli import symlink_loop
 from models.lifecycle.files import entry_exists
 from models.lifecycle.records import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
@@ -99,20 +99,6 @@ def _first(folders: Iterable[Path], test) -> Path | None:
     return next((p for p in folders if test(p)), None)
 
 
-def _symlink_loop(path: Path) -> Path | None:
-    """The first folder of the absolute ``path`` (or ``path`` itself) that is a symlink loop, or None: every
-    open below it fails with ELOOP, which would otherwise name whichever file a check probed there first."""
-    for part in (*reversed(path.parents), path):
-        try:
-            os.stat(part)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                return part
-            if err.errno in (errno.ENOENT, errno.ENOTDIR):
-                return None  # the rest does not exist yet
-    return None
-
-
 def refuse_dot_dot_after_link(path: str | os.PathLike, what: str, typed: str,
                               check: Callable[[Path], Any]) -> None:
     """Refuse ``path`` (typed as ``typed`` for the key ``what``) where a ``..`` follows a link: the system goes up
@@ -147,7 +133,7 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     typed = os.fspath(path if given is None else given)
     data_roots = tuple(data_roots)  # read by the check of the system's reading of a `..` too
     check_path_text(typed, what)
-    loop = _symlink_loop(Path(os.path.abspath(os.fspath(path))))
+    loop = symlink_loop(Path(os.path.abspath(os.fspath(path))))  # every open below it: ELOOP
     if loop is not None:
         raise DestinationError(f"{what}={typed!r} cannot be used: {loop} {absent_folder(loop)}; valid: a path"
                                " whose folders hold no link loop")
