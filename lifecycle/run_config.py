@@ -36,7 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data.errors import DataConfigError, absent_folder
 from models.deit import ModelConfigError
-from models.lifecycle.files import RunFileError, describe_non_file, entry_exists
+from storage.files import RunFileError, describe_non_file, entry_exists
 
 # Each allowed target is imported from its own module when used; no name from the file is ever imported.
 DATA_MODULES: dict[str, tuple[str, str]] = {
@@ -112,7 +112,7 @@ def read_bounded_yaml(path: str | Path) -> Any:
     """The YAML of a plain file of bounded size, nesting and aliases, as OmegaConf builds it (nothing resolved);
     raises `RunConfigError` (one line) where it is not one."""
     from data.bounded_json import JsonBoundsError, read_json_bytes
-    from models.lifecycle.files import check_plain_file, yaml_problem
+    from storage.files import check_plain_file, yaml_problem
 
     path = Path(path)
     try:
@@ -222,10 +222,10 @@ def run_class_names(checkpoint: Mapping[str, Any], run_cfg: DictConfig, run_dir:
     generator settings; hand data: the files fingerprint its ``run.json`` recorded); None where neither tells."""
     from data.datamodule import class_folders, recorded_classes
     from data.generation import read_marker
-    from models.lifecycle.files import RunFileError
-    from models.lifecycle.identity import data_record
-    from models.lifecycle.records import read_run_record
-    from models.testset_definition import configured_generator
+    from lifecycle.identity import data_record
+    from lifecycle.records import read_run_record
+    from lifecycle.testset_definition import configured_generator
+    from storage.files import RunFileError
 
     recorded = recorded_classes(checkpoint)
     if recorded is not None:
@@ -442,10 +442,10 @@ def check_run_identity(run_cfg: DictConfig, config: Path, checkpoint: dict[str, 
     A config edited after training, truncated, or swapped (a symlink into another run dir), and a
     checkpoint copied from another run may still fit the model; their numbers would be another run's.
     """
-    from models.lifecycle.files import RunFileError
-    from models.lifecycle.identity import identity_config, identity_hash
-    from models.lifecycle.records import read_run_record
+    from lifecycle.identity import identity_config, identity_hash
+    from lifecycle.records import read_run_record
     from models.training import IDENTITY_KEY
+    from storage.files import RunFileError
 
     identity = identity_hash(identity_config(run_cfg))
     saved = checkpoint.get(IDENTITY_KEY)

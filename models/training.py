@@ -18,7 +18,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from models.lifecycle.files import RunFileError, guarded, replace_durably, temp_path_for
+from storage.files import RunFileError, guarded, replace_durably, temp_path_for
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.lifecycle import identity, job, records
-from models.lifecycle.files import atomic_write_json
+from lifecycle import identity, job, records
 from models.training import AtomicCheckpointIO, load_checkpoint
+from storage.files import atomic_write_json
 from tests.helpers import SMALL_RELATIONAL, run_cli
 
 TINY = ["debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3", "trainer.limit_val_batches=1"]
@@ -112,7 +112,7 @@ def test_an_unreadable_testsets_or_plots_folder_does_not_stop_a_rerun(finished_r
     no longer looks into a run dir's test-set results and plots; every other folder it still does."""
     import shutil
 
-    from models.lifecycle import cli
+    from lifecycle import cli
     from tests.helpers import ROOT, compose_config, file_modes_hold
 
     run_dir, args = finished_run
@@ -286,7 +286,7 @@ def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir
 def test_ctrl_c_while_the_command_line_is_checked_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """Before any job or evaluation has begun (train.py's and eval.py's command-line check), Ctrl-C was
     Python's KeyboardInterrupt traceback: now exit 130 and one line."""
-    from models.lifecycle import cli
+    from lifecycle import cli
 
     def interrupted(argv: list[str], config_name: str, make: bool = True) -> dict[str, str]:
         raise KeyboardInterrupt
@@ -423,7 +423,7 @@ def test_a_stop_signal_between_two_sweep_jobs_is_one_line_and_the_sweeps_exit(ca
     """A job gives the stop signals back when it ends; inside a sweep they stay the project's (train.py's `cli`
     holds them around Hydra's run), so a SIGHUP between two jobs interrupts with one line and 128 + signum, where
     the default handler ended the process without a word."""
-    from models.lifecycle.signals import StopSignals, install_stop_signals, restore_stop_signals
+    from lifecycle.signals import StopSignals, install_stop_signals, restore_stop_signals
     from models.training import RunInterrupted
 
     before = {s: signal.getsignal(s) for s in job.STOP_SIGNALS}
