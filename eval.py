@@ -257,8 +257,8 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
 def _length_not_trained(checkpoint: dict[str, Any], run_dir: Path) -> str | None:
     """Why ``checkpoint`` was saved at a length ``run_dir`` never trained at (its run.json lists them), or
     None (also when either record does not say)."""
+    from lifecycle.checkpoints import LENGTH_KEY
     from lifecycle.records import read_run_record
-    from models.training import LENGTH_KEY
 
     try:
         record = read_run_record(run_dir)

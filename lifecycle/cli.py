@@ -2225,8 +2225,8 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrup
     if interrupted is None:
         hydra_main()
     else:
+        from lifecycle.checkpoints import RunInterrupted
         from lifecycle.signals import install_stop_signals, restore_stop_signals
-        from models.training import RunInterrupted
 
         install_stop_signals()
         try:

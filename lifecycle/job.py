@@ -32,6 +32,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 from lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
 from lifecycle.identity import (
     config_differences,
@@ -71,7 +72,6 @@ from lifecycle.signals import (
     install_stop_signals,
     restore_stop_signals,
 )
-from models.training import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 from storage.destinations import check_generated_root
 from storage.files import (
     RunFileError,
@@ -724,8 +724,8 @@ def _claim_data(run_dir: Path, earlier: dict[str, Any] | None, data: dict[str, A
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
+    from lifecycle.checkpoints import ResumeCheckpoint
     from lifecycle.settings import check_schedule, check_settings, decode_environment_values, schedule_notes
-    from models.training import ResumeCheckpoint
 
     started = time.time()
     run_dir = job.run_dir

@@ -30,19 +30,16 @@ from storage.files import (
     guarded,
     read_json,
 )
+from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
-RUN_RECORD = "run.json"
 # A benchmark task's pre-registered findings (findings/<ablation>.yaml), and the copy a run takes of its
 # task's file when it starts, which shows which findings existed before the run's results did
 FINDINGS_DIR = Path(__file__).resolve().parents[1] / "findings"
 FINDINGS_SNAPSHOT = "findings.yaml"
 RUN_LOCK = "run.lock"
-METRICS = "metrics.json"
 FAILURE = "failed.json"
-CONFIG = "config.yaml"
 HYDRA_DIR = ".hydra"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
-CHECKPOINTS = "checkpoints"
 BEST = "best.ckpt"
 LAST = "last.ckpt"
 STATES = ("running", "finished", "failed", "interrupted")

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from data.datamodule import STOP_SIGNALS
-from models.training import RunInterrupted
+from lifecycle.checkpoints import RunInterrupted
 
 
 class StopSignals:

@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lifecycle.run_config import RunConfigError, first_non_finite, read_checkpoint_file
+from models.checkpoint_files import RunConfigError, first_non_finite, read_checkpoint_file
 from models.deit import RPEVisionTransformer
 from rpe import RPEConfig
 from storage.destinations import save_export

@@ -30,8 +30,8 @@ from typing import Any
 
 from data.coco import has_coco_layout
 from data.datamodule import has_image_folder_layout
-from lifecycle.records import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 from storage.files import entry_exists
+from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
 # The completion marker data/generation.py writes at the top of a generated data root (and of a test set's).
 DATA_MARKER = ".complete.json"

@@ -680,9 +680,9 @@ def test_a_run_json_whose_lengths_lack_its_own_length_is_named_damaged(run_dir: 
     run of length ..., which this run dir never trained at"). A run dir always trained at its own length, so such
     a record is damaged: eval.py evaluates the checkpoint and names run.json, as for any other damage."""
     import eval as eval_script
+    from lifecycle.checkpoints import LENGTH_KEY
     from lifecycle.identity import identity_config, identity_hash, run_length
     from lifecycle.records import RunRecord, read_run_record
-    from models.training import LENGTH_KEY
     from storage.files import RunFileError
 
     run = _copy(run_dir, tmp_path)

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from lifecycle import cli, job, records
-from models.training import load_checkpoint
+from lifecycle.checkpoints import load_checkpoint
 from storage.files import RunFileError, atomic_write_json, read_json, with_checksum
 from tests.faults import SignalIn  # noqa: F401  (loaded by Hydra through +callbacks.fault._target_)
 from tests.helpers import ROOT, compose_config, run_cli

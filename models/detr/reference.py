@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lifecycle.run_config import RunConfigError, read_checkpoint_file
+from models.checkpoint_files import RunConfigError, read_checkpoint_file
 from storage.destinations import save_export
 
 from .backbone import ResNetBackbone
