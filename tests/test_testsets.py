@@ -553,8 +553,8 @@ def test_a_result_records_its_definition_and_no_partial_test_or_other_definition
     """A whole evaluation records the hash make_tables recomputes and 16 of 16 images; a test of part of the
     set (the probe: ``trainer.limit_test_batches=1 batch_size=8`` read 8 of 64 and replaced the result) and
     a result of another definition are refused in one line, and the complete result stays byte-identical."""
+    from lifecycle import testsets
     from lifecycle.testset_definition import configured_generator, testset_sha256
-    from models import testsets
 
     data = tmp_path / "data"
     run = _fake_run(tmp_path / "run", data, RUN)
