@@ -38,16 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
-from storage.destinations import check_path_text, is_run_dir  # noqa: E402
-from storage.files import (  # noqa: E402
-    RunFileError,
-    describe_non_file,
-    entries_named,
-    entry_exists,
-    error_line,
-    plain_file_exists,
-)
-from tables.collect import (  # noqa: E402
+from reports.collect import (  # noqa: E402
     OVERRIDES,
     TESTSETS,
     JobNaming,
@@ -61,6 +52,15 @@ from tables.collect import (  # noqa: E402
     read_testsets,
     run_data_config,
     run_dirs,
+)
+from storage.destinations import check_path_text, is_run_dir  # noqa: E402
+from storage.files import (  # noqa: E402
+    RunFileError,
+    describe_non_file,
+    entries_named,
+    entry_exists,
+    error_line,
+    plain_file_exists,
 )
 
 RECORDS = (RUN_RECORD, METRICS, FAILURE)  # what a later sitting replaces, or removes where the run no longer has it

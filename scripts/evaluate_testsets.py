@@ -73,7 +73,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     depth, hidden ones included, so that both commands count the same runs), plus the path itself or a
     sub-folder of it that holds a ``checkpoints`` folder but lost its config (`_is_run_dir`); each run once
     (by its resolved path). A path that holds no run is a mistake (a typo, an empty sweep), refused."""
-    from tables.collect import run_dirs
+    from reports.collect import run_dirs
 
     runs: list[Path] = []
     seen: set[Path] = set()

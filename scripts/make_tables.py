@@ -34,7 +34,7 @@ ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line p
 parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the findings
 table between the ``findings`` markers of a README.
 
-The work is done in ``tables/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
+The work is done in ``reports/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
 paper's tables' entries, one layout per ablation), ``cells`` (cells, duplicates, statistics), ``findings`` and
 ``render``; this script is their command line, and its module names what they export.
 """
@@ -48,9 +48,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The public names of the parts, so that `scripts.make_tables` stays the one import of the tables.
-from storage.files import error_line  # noqa: E402
-from tables.cells import NOT_COUNTED, Cell, Table, build_tables, split_by_config  # noqa: E402
-from tables.collect import (  # noqa: E402
+from reports.cells import NOT_COUNTED, Cell, Table, build_tables, split_by_config  # noqa: E402
+from reports.collect import (  # noqa: E402
     STATUSES,
     Run,
     TableError,
@@ -65,7 +64,7 @@ from tables.collect import (  # noqa: E402
     run_facts,
     sweep_grid,
 )
-from tables.findings import (  # noqa: E402
+from reports.findings import (  # noqa: E402
     FINDINGS,
     Finding,
     PairedTest,
@@ -78,8 +77,8 @@ from tables.findings import (  # noqa: E402
     sign_flip_p,
     verdicts,
 )
-from tables.layouts import ENTRIES, LAYOUTS, PAPER, Entry, Layout, PaperTable, load_entries  # noqa: E402
-from tables.render import (  # noqa: E402
+from reports.layouts import ENTRIES, LAYOUTS, PAPER, Entry, Layout, PaperTable, load_entries  # noqa: E402
+from reports.render import (  # noqa: E402
     CSV_COLUMNS,
     README_BLOCK,
     STATUS_COLUMNS,
@@ -91,6 +90,7 @@ from tables.render import (  # noqa: E402
     with_findings,
     write_outputs,
 )
+from storage.files import error_line  # noqa: E402
 
 __all__ = [
     "CSV_COLUMNS", "ENTRIES", "Entry", "FINDINGS", "LAYOUTS", "NOT_COUNTED", "PAPER", "STATUSES", "STATUS_COLUMNS",

@@ -27,8 +27,8 @@ matplotlib.use("Agg")  # files only: never open a window, work without a display
 
 from matplotlib.figure import Figure  # noqa: E402
 
+from reports.render import CSV_COLUMNS, read_csv  # noqa: E402
 from storage.files import atomic_write_bytes  # noqa: E402
-from tables.render import CSV_COLUMNS, read_csv  # noqa: E402
 
 METRIC = "val/top1"
 

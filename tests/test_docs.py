@@ -15,8 +15,8 @@ README = ROOT / "README.md"
 DESIGN = ROOT / "docs" / "design.md"
 MAX_README_LINES = 300  # a README that guides: the rest lives in docs/
 # every module of these packages is listed in docs/design.md (`__init__.py` aside)
-PACKAGES = ("rpe", "rpe/encodings", "models", "models/detr", "storage", "lifecycle", "tables", "data")
-TOP_FOLDERS = ("configs", "data", "docs", "findings", "lifecycle", "models", "rpe", "scripts", "storage", "tables",
+PACKAGES = ("rpe", "rpe/encodings", "models", "models/detr", "storage", "lifecycle", "reports", "data")
+TOP_FOLDERS = ("configs", "data", "docs", "findings", "lifecycle", "models", "rpe", "scripts", "storage", "reports",
                "tests")
 GROUPS = ("experiment", "sweep", "rpe", "model", "data", "trainer", "testset", "logger", "callbacks", "debug",
           "paths", "hydra/launcher", "hydra/sweeper")

@@ -261,7 +261,7 @@ def test_runs_are_found_as_make_tables_finds_them(tmp_path: Path) -> None:
     evaluate_testsets.py now finds runs with make_tables' discovery (hidden ones, runs of nested sweeps, a run
     whose config is only in ``.hydra/``), plus a run that lost its config but kept its checkpoints (reported,
     never skipped); a ``checkpoints`` folder in the path given hides nothing."""
-    from tables.collect import run_dirs
+    from reports.collect import run_dirs
 
     root = tmp_path / "checkpoints" / "runs"
     for run, config in (("vis", "config.yaml"), (".hid", "config.yaml"), ("sweeps/a/0", "config.yaml"),
@@ -319,7 +319,7 @@ def test_make_tables_counts_a_whole_result_of_the_yamls_definition_and_a_partial
     with the 16 images these tests generate); a result that read part of the set is not counted, and the next
     call evaluates it again."""
     from lifecycle.testsets import write_result
-    from tables import collect
+    from reports import collect
 
     if (sweep / "1").exists():
         shutil.rmtree(sweep / "1")
@@ -365,7 +365,7 @@ def test_another_precision_or_other_data_for_a_run_own_data_test_set_is_refused_
     result make_tables does not count for either reason is evaluated again."""
     from data.fake import make_fake_imagefolder
     from lifecycle.testsets import write_result
-    from tables import collect
+    from reports import collect
 
     if (sweep / "1").exists():
         shutil.rmtree(sweep / "1")

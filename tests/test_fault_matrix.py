@@ -173,7 +173,7 @@ def _fingerprint(run_dir: Path) -> dict[str, str]:
 def testset_yamls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """make_tables.py compares a result with ``configs/testset/<name>.yaml``: here copies with the 16 images
     the matrix evaluates (the committed 2000 would make every result another definition's, never counted)."""
-    from tables import collect
+    from reports import collect
 
     folder = tmp_path_factory.mktemp("testset_yamls")
     for name in (TESTSET, OTHER_TESTSET):

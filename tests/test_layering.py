@@ -1,8 +1,8 @@
 """The packages' import arrows point one way (docs/design.md, "Layering"):
-``rpe``, ``data`` <- ``storage`` <- ``models`` <- ``lifecycle`` <- ``tables`` and the entry points.
+``rpe``, ``data`` <- ``storage`` <- ``models`` <- ``lifecycle`` <- ``reports`` and the entry points.
 
 Every module's imports are read with `ast`, those inside functions too (a function-level import still ties
-the two modules together; it only defers the cost): nothing below the run package imports it or the tables,
+the two modules together; it only defers the cost): nothing below the run package imports it or the reports,
 storage imports no models, and no import circle joins two packages, or two modules at import time."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("rpe", "data", "storage", "models", "lifecycle", "tables", "hydra_plugins", "scripts")
+PACKAGES = ("rpe", "data", "storage", "models", "lifecycle", "reports", "hydra_plugins", "scripts")
 ENTRY_POINTS = ("train", "eval", "starting")
 BELOW_LIFECYCLE = ("rpe", "data", "storage", "models")
 
@@ -134,10 +134,10 @@ def _upward(graph: Mapping[str, Iterable[str]], low: tuple[str, ...], high: tupl
 
 def test_nothing_below_the_run_package_imports_it_or_the_tables(graphs) -> None:
     graph = graphs[True]
-    assert {"lifecycle.job", "tables.collect", "storage.files", "models.training"} <= graph.keys()  # all read
-    assert _upward(graph, BELOW_LIFECYCLE, ("lifecycle", "tables", "scripts", *ENTRY_POINTS)) == []
+    assert {"lifecycle.job", "reports.collect", "storage.files", "models.training"} <= graph.keys()  # all read
+    assert _upward(graph, BELOW_LIFECYCLE, ("lifecycle", "reports", "scripts", *ENTRY_POINTS)) == []
     assert _upward(graph, ("storage",), ("models",)) == []
-    assert _upward(graph, ("lifecycle",), ("tables", "scripts", *ENTRY_POINTS)) == []
+    assert _upward(graph, ("lifecycle",), ("reports", "scripts", *ENTRY_POINTS)) == []
 
 
 def test_no_import_circle_between_packages_nor_between_modules_at_import_time(graphs) -> None:

@@ -21,8 +21,8 @@ from data.generation import scan_files
 from lifecycle.cli import CONFIG_DIR, CommandLineError, _refuse_unusable_launcher
 from lifecycle.identity import data_difference, data_record
 from lifecycle.settings import SettingError, check_settings
-from tables.cells import split_by_config
-from tables.collect import Run
+from reports.cells import split_by_config
+from reports.collect import Run
 from tests.helpers import run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}

@@ -214,9 +214,9 @@ def test_the_long_range_task_gives_each_index_row_its_own_buckets_on_a_16x16_gri
     need, and on this grid the rows reach 9 / 49 / 81 / 121 buckets and clip and piecewise at ratio 2.0 group the
     pairs apart. Every row a finding reads is swept."""
     from lifecycle.testsets import fitting_testsets
+    from reports.collect import _used_buckets, partition
+    from reports.findings import FINDINGS_DIR, read_findings_file
     from rpe.index import bucket_ids
-    from tables.collect import _used_buckets, partition
-    from tables.findings import FINDINGS_DIR, read_findings_file
 
     grid = _grid("longrange_mini")
     rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
@@ -240,7 +240,7 @@ def test_the_long_range_task_gives_each_index_row_its_own_buckets_on_a_16x16_gri
     clip, piecewise = seen["clip_r2"][0], seen["buckets_81"][0]
     assert (clip.index, clip.ratio, piecewise.index, piecewise.ratio) == ("clip", 2.0, "piecewise", 2.0)
     assert {r.method for r, _ in seen.values()} == {"product"} and seen["buckets_49"][0].ratio == 1.9
-    from tables.collect import _built_indexes, _fitted
+    from reports.collect import _built_indexes, _fitted
 
     def pairs(config) -> str:
         specs, _ = _built_indexes(_fitted(config, 16))
@@ -311,7 +311,7 @@ def test_a_new_paper_table_is_one_entry(tmp_path: Path, monkeypatch: pytest.Monk
     """An entry alone gives the table's layout (title, header, rows and columns in the paper's order, the labels
     a run's facts get), the paper's numbers with their sources, and its findings, with their sources and the
     paper's contrast; make_tables lays runs of its ablation out by it."""
-    from tables import layouts
+    from reports import layouts
 
     (tmp_path / "heads.yaml").write_text("""\
 paper: Table 9
@@ -373,7 +373,7 @@ findings:
     ("colour: red", "unknown key 'colour'"),
 ])
 def test_a_malformed_entry_is_one_line_naming_it(tmp_path: Path, text: str, problem: str) -> None:
-    from tables import layouts
+    from reports import layouts
 
     base = {"title": "T", "about": "a", "order": "{table: 1}", "row": "{fact: mode}", "col": "{label: x}",
             "rows": "[a, b]", "cols": "[x]"}
@@ -960,7 +960,7 @@ def test_committed_benchmark_tables_and_plots_are_what_the_archive_builds(
 def test_the_benchmark_seeds_can_decide_the_registered_findings() -> None:
     """Holm over every registered finding of every task: at the tasks' seed count a finding whose seeds all
     agree in sign clears the family's first step (a family too large for its seeds decides nothing)."""
-    from tables.findings import registered_findings, seeds_needed
+    from reports.findings import registered_findings, seeds_needed
 
     registered = registered_findings()
     assert len(registered) == 28 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS

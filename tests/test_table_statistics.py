@@ -16,10 +16,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from reports import collect, findings
+from reports.findings import Finding, judge
 from rpe.index import clip_index, piecewise_index
 from scripts import make_tables
-from tables import collect, findings
-from tables.findings import Finding, judge
 from tests.test_tables_faults import NONE, K, _run
 
 T_975_DF2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)

@@ -385,7 +385,7 @@ def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_pa
     """Hydra rewrites multirun.yaml at each launch; train.py first keeps the earlier grid beside it, so a
     launch with another seed (or one that was refused) does not make the earlier jobs unexpected."""
     from lifecycle.cli import keep_earlier_grid
-    from tables.collect import expected_jobs
+    from reports.collect import expected_jobs
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -449,7 +449,7 @@ def test_a_config_reads_as_omegaconf_reads_it(tmp_path: Path, text: str) -> None
     """collect.read_config parses with libyaml (speed); the values and their types are OmegaConf's."""
     import io
 
-    from tables.collect import read_config
+    from reports.collect import read_config
 
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -462,7 +462,7 @@ def test_archived_configs_read_as_omegaconf_reads_them() -> None:
     """Every tenth archived run config (all 976 were compared once, 2026-12-05: identical, 14x faster)."""
     import io
 
-    from tables.collect import read_config
+    from reports.collect import read_config
 
     files = sorted((Path(__file__).resolve().parents[1] / "docs").glob("**/config.yaml"))[::10]
     assert len(files) >= 20
@@ -472,7 +472,7 @@ def test_archived_configs_read_as_omegaconf_reads_them() -> None:
 
 
 def test_duplicate_keys_and_unsafe_tags_are_one_line(tmp_path: Path) -> None:
-    from tables.collect import TableError, read_config
+    from reports.collect import TableError, read_config
 
     path = tmp_path / "config.yaml"
     path.write_text("a: 1\na: 2\n")

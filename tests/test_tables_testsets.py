@@ -22,9 +22,9 @@ from omegaconf import OmegaConf
 from lifecycle.identity import identity_config, identity_hash, run_length
 from lifecycle.records import RunRecord
 from lifecycle.testsets import _NAME, result_path, write_result
+from reports import collect, layouts
 from scripts import archive_runs, make_tables
 from storage.files import with_checksum
-from tables import collect, layouts
 from tests.helpers import written_testset_fields
 
 ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "ablations_mini_runs" / "where_mini"
@@ -376,7 +376,7 @@ def test_a_finding_reads_each_terms_test_set_column(tmp_path: Path) -> None:
     """Per-seed contrasts of test-set results, worked by hand: k 80/82 own, 60/64 on the right half; none
     70/74 own, 50/51 there. The floor is judged on the runs' own metric, and two terms of one cell on two
     test sets are not "the same design"."""
-    from tables import findings
+    from reports import findings
 
     runs = _own_runs(tmp_path)
     for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 50.0, (NONE, 1): 51.0}.items():
@@ -407,7 +407,7 @@ def test_a_finding_reads_each_terms_test_set_column(tmp_path: Path) -> None:
 def test_a_run_at_chance_on_a_test_set_is_a_result_not_a_floor(tmp_path: Path) -> None:
     """A side that learned its task (80 %) and is at chance on the test set (12.5 % of 8 classes) is what a
     shift finding measures; a side at chance on its own split learned nothing (floor)."""
-    from tables import findings
+    from reports import findings
 
     runs = _own_runs(tmp_path)
     for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 12.5, (NONE, 1): 12.5}.items():

@@ -625,7 +625,7 @@ def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> No
     elsewhere = json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())
     assert elsewhere["data_root"] == str(tmp_path / "elsewhere")
     assert (elsewhere["data_sha256"], elsewhere["data_generator"]) == (marker["content_sha256"], marker["generator"])
-    from tables.collect import read_testset_result, run_data_config
+    from reports.collect import read_testset_result, run_data_config
 
     run_data = run_data_config(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
     for name in ("val_at_64@interpolate", "val_at_48@interpolate"):  # make_tables counts both

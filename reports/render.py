@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tables.cells import NOT_COUNTED, Table, _natural
-from tables.collect import ENV_KEYS, STATUSES, TableError
-from tables.findings import findings_markdown, resolving_power, resolving_text, verdicts
-from tables.layouts import ABLATION_SCALE, DEFAULT_SCALE
+from reports.cells import NOT_COUNTED, Table, _natural
+from reports.collect import ENV_KEYS, STATUSES, TableError
+from reports.findings import findings_markdown, resolving_power, resolving_text, verdicts
+from reports.layouts import ABLATION_SCALE, DEFAULT_SCALE
 
 STATUS_COLUMNS = tuple(s.replace(" ", "_") for s in STATUSES)  # a count per status ("no result": no_result)
 CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLUMNS, "paper", "used", "same_as",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tables.collect import TableError
+from reports.collect import TableError
 
 PAPER_TABLES_DIR = Path(__file__).resolve().parents[1] / "scripts" / "paper_tables"
 DEFAULT_SCALE = "top-1 on ImageNet-1k (DeiT-S)"

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.records import FINDINGS_DIR
-from tables.cells import Table
-from tables.collect import IMAGES, TableError
-from tables.layouts import ENTRIES, LAYOUTS, OWN_VAL, PAPER
+from reports.cells import Table
+from reports.collect import IMAGES, TableError
+from reports.layouts import ENTRIES, LAYOUTS, OWN_VAL, PAPER
 
 ALPHA = 0.05  # family-wise error rate of the verdicts
 LEVEL = 0.95  # of the confidence intervals

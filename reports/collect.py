@@ -480,7 +480,7 @@ def registered_fingerprints(run_dir: Path) -> frozenset[str]:
         return frozenset()
     import yaml
 
-    from tables.findings import parse_findings  # findings imports this module
+    from reports.findings import parse_findings  # findings imports this module
 
     try:
         return frozenset(f.fingerprint for f in parse_findings(yaml.safe_load(data), str(path)))
