@@ -15,12 +15,12 @@ model and data.
 
 ``python eval.py ckpt_path=<run>/checkpoints/best.ckpt testset=<name> [ape=interpolate|extend]`` evaluates
 the run on a named test set (``configs/testset/<name>.yaml``: another canvas, placement region or image
-size; `models.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>[@<ape rule>].json``
+size; `lifecycle.testsets`) and writes the one file this script writes, ``<run dir>/testsets/<name>[@<ape rule>].json``
 (atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
 ``data.root``, made once by ``python scripts/generate_testsets.py <name>`` and checked against its marker
 (the images' digest) before each test. The result records the hash of the test set's definition, the
 digest of those images, the images it read of the whole set and the precision it ran at
-(`models.testset_definition`): a test of a part of the set (``trainer.limit_test_batches``) is refused and
+(`lifecycle.testset_definition`): a test of a part of the set (``trainer.limit_test_batches``) is refused and
 never written, a ``testset.name=`` override too (a result is filed under its test set's name), so is a
 ``trainer.precision`` other than 32-true (every test-set column is measured at 32-true), and a result of
 another definition of the test set is never replaced (remove it first). A test set that reads the run's own
@@ -32,7 +32,7 @@ printed with a "not a result" note, as those of a run that has not finished or o
 
 Labels index sorted class folder names, so the data a run is evaluated on (``data_root=``, a test set's,
 or its own data changed since) must have the class names the run's model was trained on, in the same order
-(every checkpoint records them): other names are refused in one line (`models.run_config.check_run_classes`);
+(every checkpoint records them): other names are refused in one line (`lifecycle.run_config.check_run_classes`);
 other images under the run's class names are what ``data_root=`` is for.
 """
 
@@ -53,17 +53,17 @@ import torch  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from models.lifecycle.cli import cli, report_user_error, say, user_error_types  # noqa: E402
-from models.lifecycle.files import (  # noqa: E402
+from lifecycle.cli import cli, report_user_error, say, user_error_types  # noqa: E402
+from lifecycle.job import build_trainer, scalar_metrics  # noqa: E402
+from lifecycle.records import BEST as BEST_CHECKPOINT  # noqa: E402
+from lifecycle.records import run_status  # noqa: E402
+from storage.files import (  # noqa: E402
     RunFileError,
     describe_non_file,
     entry_exists,
     own_folder_problem,
     plain_file_exists,
 )
-from models.lifecycle.job import build_trainer, scalar_metrics  # noqa: E402
-from models.lifecycle.records import BEST as BEST_CHECKPOINT  # noqa: E402
-from models.lifecycle.records import run_status  # noqa: E402
 
 
 def count_macs(model: torch.nn.Module, image_shape: tuple[int, ...]) -> int:
@@ -90,17 +90,17 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     experiment; returns the metrics (and appends the test set's result file to ``written``, and each reason
     its numbers are not a result, also printed as a note, to ``notes``).
 
-    The run's ``config.yaml`` is checked and built by `models.run_config` (never Hydra's ``instantiate``),
+    The run's ``config.yaml`` is checked and built by `lifecycle.run_config` (never Hydra's ``instantiate``),
     so a run dir from elsewhere cannot run code; a weights file is only read with ``weights_only=True``.
     """
-    from models.run_config import (
+    from lifecycle.run_config import (
         backbone,
         detach_generator,
         require_existing_data,
         require_finite_metrics,
         require_finite_weights,
     )
-    from models.testsets import (
+    from lifecycle.testsets import (
         ImageCounter,
         check_ape_rule,
         check_test_precision,
@@ -134,7 +134,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     elif cfg.ckpt_path is not None:
         datamodule, model = _run_data_and_model(cfg)
     else:
-        from models.lifecycle.job import build_data_and_model
+        from lifecycle.job import build_data_and_model
 
         if not Path(weights).is_file():
             raise FileNotFoundError(f"model.weights={weights!r} does not exist")
@@ -176,8 +176,8 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         # one written now would later pass for the finished run's. Its numbers are shown, never recorded.
         not_the_runs += f"; nothing written to {result['path'].parent} (a test-set result is of a finished run)"
     elif result is not None:
-        from models.testset_definition import PRECISION_KEY, READ_KEY, TOTAL_KEY
-        from models.testsets import check_read_whole, write_result
+        from lifecycle.testset_definition import PRECISION_KEY, READ_KEY, TOTAL_KEY
+        from lifecycle.testsets import check_read_whole, write_result
 
         check_read_whole(counter.images, total, result["testset"])  # a limit no setting showed: still no result
         # what the Trainer ran at (Lightning's name), checked before the test from the setting
@@ -201,7 +201,7 @@ def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
     """Refuse, before the test, a model whose attention backend (the run's ``rpe.backend``) cannot run forward on
     a device eval.py runs it on: the Trainer's for the test, and the CPU (where Lightning returns the model
     after the test) for the MACs and throughput of fixed-size input (`check_backend_devices`)."""
-    from models.lifecycle.settings import check_backend_devices
+    from lifecycle.settings import check_backend_devices
 
     check_backend_devices(cfg, model, training=False)
     if hasattr(datamodule, "img_size"):
@@ -212,7 +212,7 @@ def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
 def not_a_result(run_dir: Path, status: Any) -> str:
     """Why numbers of ``run_dir``'s checkpoints are not a result of the run (``status``: its `run_status`; it has
     not finished, or it is a smoke run that trained or tested on part of its splits), or ''."""
-    from models.lifecycle.records import partial_run
+    from lifecycle.records import partial_run
 
     if status.state == "unreadable":  # a damaged record: which, and how, so that it can be repaired
         return f"{run_dir}'s records are unreadable ({status.problem}): these are the numbers of its checkpoint"
@@ -224,8 +224,8 @@ def not_a_result(run_dir: Path, status: Any) -> str:
 
 def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
     """``(ckpt_path, config path, run config, checkpoint)`` of ``cfg.ckpt_path``, checked to be one run's."""
-    from models.lifecycle.identity import past_run_length, run_length
-    from models.run_config import RunConfigError, check_run_identity, load_run_checkpoint, load_run_config
+    from lifecycle.identity import past_run_length, run_length
+    from lifecycle.run_config import RunConfigError, check_run_identity, load_run_checkpoint, load_run_config
 
     if not str(cfg.ckpt_path).strip():
         raise FileNotFoundError("ckpt_path is empty; give a run's checkpoint, e.g."
@@ -265,8 +265,8 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
 def _length_not_trained(checkpoint: dict[str, Any], run_dir: Path) -> str | None:
     """Why ``checkpoint`` was saved at a length ``run_dir`` never trained at (its run.json lists them), or
     None (also when either record does not say)."""
-    from models.lifecycle.records import read_run_record
-    from models.training import LENGTH_KEY
+    from lifecycle.checkpoints import LENGTH_KEY
+    from lifecycle.records import read_run_record
 
     try:
         record = read_run_record(run_dir)
@@ -281,7 +281,7 @@ def _length_not_trained(checkpoint: dict[str, Any], run_dir: Path) -> str | None
 def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     """The data module and the LightningModule of ``cfg.ckpt_path``'s run, with the checkpoint's weights
     (checked to fit the model and to be finite) and the run's data (checked to be on disk; never generated)."""
-    from models.run_config import (
+    from lifecycle.run_config import (
         build_data_and_model,
         check_run_classes,
         load_run_weights,
@@ -314,19 +314,19 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from omegaconf import OmegaConf
 
     from data.generation import read_marker
-    from models.run_config import (
+    from lifecycle.run_config import (
         build_data_and_model,
         load_run_weights,
         run_class_names,
     )
-    from models.testset_definition import (
+    from lifecycle.testset_definition import (
         DATA_DIGEST_KEY,
         DATA_GENERATOR_KEY,
         HASH_KEY,
         configured_generator,
         testset_sha256,
     )
-    from models.testsets import (
+    from lifecycle.testsets import (
         adapt_model,
         build_datamodule,
         check_classes,
@@ -363,7 +363,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     sha256 = testset_sha256(testset, generated)
     check_classes(datamodule, model, testset["name"], run_class_names(checkpoint, run_cfg, run_config.parent), own)
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
-    from models.lifecycle.identity import identity_config, identity_hash, run_length
+    from lifecycle.identity import identity_config, identity_hash, run_length
 
     path = result_path(ckpt_path, testset["name"], adapted["ape_rule"])
     problem = own_folder_problem(path.parent, "test-set results")
@@ -440,8 +440,8 @@ def check_testset_name_override(key: str, override: str) -> None:
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from models.lifecycle.settings import decode_environment_values
-    from models.lifecycle.signals import exit_when_interrupted
+    from lifecycle.settings import decode_environment_values
+    from lifecycle.signals import exit_when_interrupted
 
     written: list[Path] = []
     notes: list[str] = []

@@ -1,7 +1,7 @@
 """Train a model: ``python train.py [group=option ...] [key=value ...]`` (Hydra).
 
 Composes ``configs/train.yaml``, fits, tests the best checkpoint on the validation split and writes
-``metrics.json`` into the run dir. See docs/usage.md for the groups and the recipes, and ``models/lifecycle/``
+``metrics.json`` into the run dir. See docs/usage.md for the groups and the recipes, and ``lifecycle/``
 for the run lifecycle (run dirs, resume, records, stop signals).
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path  # noqa: E402
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from models.lifecycle.cli import cli  # noqa: E402
-from models.lifecycle.job import after_sweep, interrupted_outside_a_job, run_job  # noqa: E402
+from lifecycle.cli import cli  # noqa: E402
+from lifecycle.job import after_sweep, interrupted_outside_a_job, run_job  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

@@ -1,7 +1,7 @@
 """Bounded reading of the JSON records the project writes: run records, result files, completion markers.
 
 Here, below both ``data`` and ``models``, so that a data root's completion marker (`data.generation`) and a
-run's records (`models.lifecycle.files`) are read by the same rules without the data layer depending on the
+run's records (`storage.files`) are read by the same rules without the data layer depending on the
 run lifecycle. Standard library only.
 """
 

@@ -450,7 +450,7 @@ def make_loader(
     partial batch for training only. Training without a given ``sampler`` shuffles with a
     ``ResumableSampler`` seeded by the run's seed (``torch.initial_seed()``, set by ``seed_everything``)
     and starts at ``datamodule.resume_position = (epoch, batches done)`` when a resumed run set it
-    (``models.training.ResumeCheckpoint``).
+    (``lifecycle.checkpoints.ResumeCheckpoint``).
 
     Every loader draws its worker seeds from its own generator, so iterating a loader never moves the
     global RNG: a run resumed from a checkpoint continues with the RNG state it saved.

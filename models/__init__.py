@@ -8,8 +8,9 @@ first use: their checkpoint reading pulls in the data package, which ``import mo
 
 from typing import Any
 
+from models.builders import register_builder
 from models.deit import REFERENCE_ZOO, ModelConfigError, RPEVisionTransformer
-from models.factory import create_model, model_names, register_builder
+from models.factory import create_model, model_names
 from models.swin import RPESwinTransformer, create_swin  # noqa: F401  (registers the Swin builders)
 from models.swin_v2 import RPESwinTransformerV2, create_swin_v2  # noqa: F401  (registers the Swin-v2 builders)
 

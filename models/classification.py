@@ -123,7 +123,7 @@ class ClassificationModule(L.LightningModule):
         compile: ``torch.compile`` the backbone (keeps parameter names).
     """
 
-    # The keys of each mapping argument, for the up-front config check (`models.lifecycle.settings`).
+    # The keys of each mapping argument, for the up-front config check (`lifecycle.settings`).
     NESTED_SETTINGS = {"optimizer": tuple(OPTIMIZER_DEFAULTS), "scheduler": tuple(SCHEDULER_DEFAULTS)}
 
     def __init__(

@@ -8,15 +8,9 @@ from typing import Any
 
 import torch.nn as nn
 
-from models.deit import DEIT_ARCHS, REFERENCE_ZOO, ModelConfigError, create_deit
+from models.builders import BUILDERS as _BUILDERS
+from models.deit import REFERENCE_ZOO, ModelConfigError, create_deit
 from rpe import DEFAULT_PRESET
-
-_BUILDERS: dict[str, Any] = {name: create_deit for name in DEIT_ARCHS}
-
-
-def register_builder(name: str, builder: Any) -> None:
-    """Make ``create_model(name, rpe=..., **kwargs)`` call ``builder(name, rpe=..., **kwargs)``."""
-    _BUILDERS[name] = builder
 
 
 def model_names() -> list[str]:

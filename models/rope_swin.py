@@ -44,7 +44,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.lifecycle.destinations import save_export
 from models.rope_vit import (
     RoPEViTCheckpointError,
     check_key_sets,
@@ -56,6 +55,7 @@ from models.rope_vit import (
 )
 from models.swin import RPESwinTransformer, swin_grid_problem
 from rpe import RPEConfig
+from storage.destinations import save_export
 
 __all__ = [
     "RoPESwinCheckpointError",
@@ -181,7 +181,7 @@ def to_rope_swin_checkpoint(model: RPESwinTransformer, path: str | Path) -> Path
 
     RoPE-ViT's ``RoPESwinTransformer`` of the same shape loads ``["model"]`` with ``strict=True``;
     `from_rope_swin_checkpoint` reads it (``arch`` only where the tensors do not tell). A ``path`` inside a run's
-    dir or a data root is refused in one line (`models.lifecycle.destinations`)."""
+    dir or a data root is refused in one line (`storage.destinations`)."""
     state = rope_swin_state_dict(model)
     attn = model.layers[0].blocks[0].attn
     arch = {"img_size": list(model.patch_embed.img_size), "window_size": max(model.layers[0].blocks[0].window_size),

@@ -34,7 +34,7 @@ and would be read as one; with ``args.model`` naming another model it is refused
 Files are read with ``weights_only=True`` (``argparse.Namespace`` allowed for DeiT's ``args``); every problem is one
 `RoPEViTCheckpointError` line (a `RunConfigError`, hence a ``ValueError``): a bad hint or override, a NaN/inf tensor
 (named), an ``ape=`` that contradicts the file, an export path inside a run dir or a data root
-(`models.lifecycle.destinations`).
+(`storage.destinations`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from models.checkpoint_files import RunConfigError, first_non_finite, read_checkpoint_file
 from models.deit import RPEVisionTransformer
-from models.lifecycle.destinations import save_export
-from models.run_config import RunConfigError, first_non_finite, read_checkpoint_file
 from rpe import RPEConfig
+from storage.destinations import save_export
 
 __all__ = [
     "RoPEViTCheckpointError",
@@ -205,7 +205,7 @@ def rope_vit_arch(model: RPEVisionTransformer) -> dict[str, Any]:
 
 def to_rope_vit_checkpoint(model: RPEVisionTransformer, path: str | Path) -> Path:
     """Write ``{"model": RoPE-ViT state dict, "arch": {num_heads, img_size, theta}}`` to ``path`` atomically.
-    A ``path`` inside a run's dir or a data root is refused in one line (`models.lifecycle.destinations`).
+    A ``path`` inside a run's dir or a data root is refused in one line (`storage.destinations`).
 
     RoPE-ViT's ``rope_vit_models`` of the same shape loads ``["model"]`` with ``strict=True`` (its mixed models
     keep ``freqs_t_x`` / ``freqs_t_y``, which are written too); `from_rope_vit_checkpoint` reads ``arch`` back.

@@ -516,7 +516,7 @@ def rpe_variant_builder(cls: type[WindowRPEBackbone], variant: str, arch: dict[s
 
 
 def _register() -> None:
-    from models.factory import register_builder
+    from models.builders import register_builder
 
     for arch in SWIN_ARCHS:
         register_builder(arch, create_swin)

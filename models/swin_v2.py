@@ -252,7 +252,7 @@ def create_swin_v2(
 
 
 def _register() -> None:
-    from models.factory import register_builder
+    from models.builders import register_builder
 
     for arch in SWIN_V2_ARCHS:
         register_builder(arch, create_swin_v2)

@@ -80,7 +80,7 @@ class BackendDevices:
 # tpu). A backend not named runs on every device torch does (plain torch operations). torch's FlexAttention
 # computes forwards on CPU and MPS in eager mode but has no backward pass there (NotImplementedError at the
 # first training step); the fused Triton kernel is CUDA only (on CPU under Triton's interpreter, for tests).
-# The run's checks (`models.lifecycle.settings.check_backend_devices`) and `rpe_attention` both read it.
+# The run's checks (`lifecycle.settings.check_backend_devices`) and `rpe_attention` both read it.
 BACKEND_DEVICES: dict[str, BackendDevices] = {
     "flex": BackendDevices(("cuda",), ("cuda", "cpu", "mps"), "torch's FlexAttention",
                            train_note="it has no backward pass on CPU or MPS"),

@@ -16,9 +16,9 @@ as missing until they end).
 Every run is checked before anything is written: a damaged record or config (what ``make_tables.py`` lists as
 unreadable) stops the script with one line naming the file, as an archive must not keep a result it cannot
 place; so does a ``.hydra/overrides.yaml`` that is not the run's (a value its config does not hold, or another
-dir name than the run's: `scripts.tables.collect.read_overrides`), a file to copy that is not a plain file (a
+dir name than the run's: `tables.collect.read_overrides`), a file to copy that is not a plain file (a
 FIFO, a folder, a symlink), and a test-set result that make_tables would not count (a symlink or a file that
-is not plain, damaged, another run's or another test set's: `scripts.tables.collect.read_testset_result`). A
+is not plain, damaged, another run's or another test set's: `tables.collect.read_testset_result`). A
 run already archived under the same job name is replaced only by a run of the same identity (the same job run
 again, or extended to more epochs); a different config there stops the script with one line, as the archive
 belongs to the recipe its runs were made with (remove that sweep's archive to start it afresh).
@@ -36,18 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.destinations import check_path_text, is_run_dir  # noqa: E402
-from models.lifecycle.files import (  # noqa: E402
-    RunFileError,
-    describe_non_file,
-    entries_named,
-    entry_exists,
-    error_line,
-    plain_file_exists,
-)
-from models.lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
-from models.lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
-from scripts.tables.collect import (  # noqa: E402
+from lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
+from lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
+from reports.collect import (  # noqa: E402
     OVERRIDES,
     TESTSETS,
     JobNaming,
@@ -61,6 +52,15 @@ from scripts.tables.collect import (  # noqa: E402
     read_testsets,
     run_data_config,
     run_dirs,
+)
+from storage.destinations import check_path_text, is_run_dir  # noqa: E402
+from storage.files import (  # noqa: E402
+    RunFileError,
+    describe_non_file,
+    entries_named,
+    entry_exists,
+    error_line,
+    plain_file_exists,
 )
 
 RECORDS = (RUN_RECORD, METRICS, FAILURE)  # what a later sitting replaces, or removes where the run no longer has it
@@ -137,8 +137,8 @@ def _archived_testsets(out: Path) -> list[str]:
 
 def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
     """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out)."""
-    from models.lifecycle.destinations import ARCHIVE_MARKER, DestinationError, check_destination, check_no_links_below
-    from models.lifecycle.files import atomic_write_bytes
+    from storage.destinations import ARCHIVE_MARKER, DestinationError, check_destination, check_no_links_below
+    from storage.files import atomic_write_bytes
 
     target = dest / sweep_dir.name
     source, where = sweep_dir.resolve(), Path(os.path.abspath(target))

@@ -194,7 +194,7 @@ def check_args(args: argparse.Namespace) -> None:
     if not available:
         raise BenchError(f"--device {args.device!r} is not available on this machine; valid: {', '.join(valid)}")
     if args.json is not None:
-        from models.lifecycle.destinations import DestinationError, check_destination
+        from storage.destinations import DestinationError, check_destination
 
         try:
             check_destination(args.json, "--json")  # never into a run dir or a data root
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{row['case']:<40} {row['step_ms']:9.1f} {row['time_ratio']:7.3f} {row['memory_MB']:9.1f} "
               f"{row['memory_ratio']:7.3f} {row['params_M']:9.2f}")
     if args.json:
-        from models.lifecycle.files import atomic_write_json
+        from storage.files import atomic_write_json
 
         try:
             atomic_write_json(args.json, {"setup": setup, "rows": rows})

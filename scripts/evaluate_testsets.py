@@ -35,8 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, i
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from models.lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
-from models.lifecycle.files import (  # noqa: E402
+from lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
+from lifecycle.identity import run_length  # noqa: E402
+from lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
+from lifecycle.run_config import load_run_config  # noqa: E402
+from storage.files import (  # noqa: E402
     CHECKSUM,
     RunFileError,
     checksum_problem,
@@ -46,9 +49,6 @@ from models.lifecycle.files import (  # noqa: E402
     read_json,
     unreadable_folder,
 )
-from models.lifecycle.identity import run_length  # noqa: E402
-from models.lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
-from models.run_config import load_run_config  # noqa: E402
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -69,11 +69,11 @@ def _listed(path: Path) -> list[Path]:
 
 
 def find_runs(paths: Iterable[Path]) -> list[Path]:
-    """The run dirs under each path, found as make_tables finds them (`scripts.tables.collect.run_dirs`: at any
+    """The run dirs under each path, found as make_tables finds them (`tables.collect.run_dirs`: at any
     depth, hidden ones included, so that both commands count the same runs), plus the path itself or a
     sub-folder of it that holds a ``checkpoints`` folder but lost its config (`_is_run_dir`); each run once
     (by its resolved path). A path that holds no run is a mistake (a typo, an empty sweep), refused."""
-    from scripts.tables.collect import run_dirs
+    from reports.collect import run_dirs
 
     runs: list[Path] = []
     seen: set[Path] = set()
@@ -98,7 +98,7 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Path, dict[str, Any]] | None:
     """The result already written for test set ``name`` with ``ape_rule`` (None: the model's default rule,
     i.e. no rule or interpolate), as ``(path, record)``; None when there is none. A damaged file raises."""
-    from models.testsets import RESULT_FOLDER, result_name
+    from lifecycle.testsets import RESULT_FOLDER, result_name
 
     rules = [ape_rule] if ape_rule is not None else [None, "interpolate"]
     for rule in rules:
@@ -111,7 +111,7 @@ def existing_result(run_dir: Path, name: str, ape_rule: str | None) -> tuple[Pat
 
 def run_identity(run_dir: Path) -> str:
     """The identity of the run's config (for a result file of a run whose metrics.json predates it)."""
-    from models.lifecycle.identity import identity_config, identity_hash
+    from lifecycle.identity import identity_config, identity_hash
 
     return identity_hash(identity_config(load_run_config(run_dir / CONFIG)))
 
@@ -131,7 +131,7 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     there; returns what was done, in one line. ``run_data`` (the run's resolved data config) judges whether
     a result there of a test set that reads the run's data measured the run's data (`measured_problem`)."""
     import eval as eval_script
-    from models.testset_definition import (
+    from lifecycle.testset_definition import (
         READ_KEY,
         TOTAL_KEY,
         configured_generator,
@@ -139,7 +139,7 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         result_sha256,
         testset_sha256,
     )
-    from models.testsets import RESULT_FOLDER, load_testset
+    from lifecycle.testsets import RESULT_FOLDER, load_testset
 
     cfg = copy.deepcopy(composed)
     # set on the composed config, never as override text: Hydra would read `${...}` or quotes in a run's path
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="more eval.py overrides (paths.data_dir=..., batch_size=...)")
     args = parser.parse_args(argv)
-    from models.lifecycle.signals import exit_when_interrupted
+    from lifecycle.signals import exit_when_interrupted
 
     # from the checks on: a signal before any evaluation is the same one line and exit code as one during it
     with exit_when_interrupted("evaluate_testsets.py", "the results written so far are whole, the one in progress"
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 def _checked_and_evaluated(args: argparse.Namespace) -> int:
     """`main`'s work: every check, in one line (exit 2) before any data is made, then every evaluation."""
     try:
-        from models.testsets import check_ape_rule, testset_names
+        from lifecycle.testsets import check_ape_rule, testset_names
 
         check_ape_rule(args.ape)
         unknown = [t for t in args.testsets if t not in testset_names()]
@@ -244,10 +244,10 @@ def check_extra_overrides(extra: list[str]) -> None:
 
 def check_whole_test_settings(extra: list[str]) -> None:
     """Refuse, in one line before any data or evaluation, ``--set`` trainer settings that test a part of each
-    test set (`models.testsets.partial_test_setting`): such a result would stand for the whole set; and a
-    precision other than the one every test-set column is measured at (`models.testsets.check_test_precision`)."""
-    from models.testset_definition import TESTSET_PRECISION, precision_problem
-    from models.testsets import not_a_test_set_setting, partial_test_setting
+    test set (`lifecycle.testsets.partial_test_setting`): such a result would stand for the whole set; and a
+    precision other than the one every test-set column is measured at (`lifecycle.testsets.check_test_precision`)."""
+    from lifecycle.testset_definition import TESTSET_PRECISION, precision_problem
+    from lifecycle.testsets import not_a_test_set_setting, partial_test_setting
 
     trainer = [o for o in extra if o.lstrip("+~").split("=", 1)[0].split(".")[0].split("/")[0] == "trainer"]
     if not trainer:
@@ -288,7 +288,7 @@ def generate_missing(testsets: list[str], extra: list[str]) -> list[str]:
 
 def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]:
     """Every run x test set; returns (not evaluated, evaluated or kept)."""
-    from models.lifecycle.records import partial_run
+    from lifecycle.records import partial_run
 
     failed = generate_missing(args.testsets, args.set)
     problems = len(failed) * max(len(runs), 1)  # each error line printed makes the exit code non-zero

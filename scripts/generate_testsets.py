@@ -22,15 +22,15 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.lifecycle.cli import compose_checked, one_line, say, user_error_types  # noqa: E402
+from lifecycle.cli import compose_checked, one_line, say, user_error_types  # noqa: E402
 
 
 def generated_testsets() -> list[str]:
     """The test sets with a generator of their own (those this script makes)."""
     from omegaconf import OmegaConf
 
-    from models.lifecycle.cli import CONFIG_DIR
-    from models.testsets import testset_names
+    from lifecycle.cli import CONFIG_DIR
+    from lifecycle.testsets import testset_names
 
     return [name for name in testset_names()
             if OmegaConf.load(CONFIG_DIR / "testset" / f"{name}.yaml").get("data", {}).get("generator") is not None]
@@ -80,7 +80,7 @@ def refuse_shared_roots(roots: dict[str, Path | None]) -> None:
 def refuse_destination(name: str, cfg: DictConfig) -> None:
     """The test set ``name``'s own root (composed in ``cfg``) lies in no run dir and no other data root, as its
     generation checks again: refused (naming the test set) before any test set is generated."""
-    from models.lifecycle.destinations import DestinationError, check_destination
+    from storage.destinations import DestinationError, check_destination
 
     try:
         check_destination(str(cfg.testset.data.root), "testset.data.root", data_root=True)
@@ -89,7 +89,7 @@ def refuse_destination(name: str, cfg: DictConfig) -> None:
 
 
 def generate(name: str, extra: list[str]) -> Path:
-    from models.testsets import generate_testset_data
+    from lifecycle.testsets import generate_testset_data
 
     return generate_testset_data(compose_checked("eval", [f"testset={name}", *extra]))
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="paths.data_dir=... or testset.data.<key>=... overrides")
     args = parser.parse_args(argv)
     try:
-        from models.testsets import testset_names
+        from lifecycle.testsets import testset_names
 
         check_extra(args.set)
         names = generated_testsets() if args.all else args.names

@@ -17,7 +17,7 @@ dir name, and one whose overrides cannot be used (absent, or damaged or edited: 
 the grid point of its config instead: a run that is there is never reported missing. No run is dropped: a cell
 shows ``mean ± std (n)`` over the seeds of its ok runs and names every other run; a run that no cell can hold
 (its config is unreadable) is listed under "Runs not counted". A cell pools only runs of one `cell_key`
-(models/lifecycle/identity.py): the same identity but for the seed, and the same length; runs at one table
+(lifecycle/identity.py): the same identity but for the seed, and the same length; runs at one table
 position that differ in anything else get a row of their own, labelled with the keys that differ.
 
 The layout of each table (rows, columns, metric) follows the ablation named by the runs' ``ablation`` key (set by
@@ -34,7 +34,7 @@ ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line p
 parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the findings
 table between the ``findings`` markers of a README.
 
-The work is done in ``scripts/tables/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
+The work is done in ``reports/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
 paper's tables' entries, one layout per ablation), ``cells`` (cells, duplicates, statistics), ``findings`` and
 ``render``; this script is their command line, and its module names what they export.
 """
@@ -48,9 +48,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # The public names of the parts, so that `scripts.make_tables` stays the one import of the tables.
-from models.lifecycle.files import error_line  # noqa: E402
-from scripts.tables.cells import NOT_COUNTED, Cell, Table, build_tables, split_by_config  # noqa: E402
-from scripts.tables.collect import (  # noqa: E402
+from reports.cells import NOT_COUNTED, Cell, Table, build_tables, split_by_config  # noqa: E402
+from reports.collect import (  # noqa: E402
     STATUSES,
     Run,
     TableError,
@@ -65,7 +64,7 @@ from scripts.tables.collect import (  # noqa: E402
     run_facts,
     sweep_grid,
 )
-from scripts.tables.findings import (  # noqa: E402
+from reports.findings import (  # noqa: E402
     FINDINGS,
     Finding,
     PairedTest,
@@ -78,8 +77,8 @@ from scripts.tables.findings import (  # noqa: E402
     sign_flip_p,
     verdicts,
 )
-from scripts.tables.layouts import ENTRIES, LAYOUTS, PAPER, Entry, Layout, PaperTable, load_entries  # noqa: E402
-from scripts.tables.render import (  # noqa: E402
+from reports.layouts import ENTRIES, LAYOUTS, PAPER, Entry, Layout, PaperTable, load_entries  # noqa: E402
+from reports.render import (  # noqa: E402
     CSV_COLUMNS,
     README_BLOCK,
     STATUS_COLUMNS,
@@ -91,6 +90,7 @@ from scripts.tables.render import (  # noqa: E402
     with_findings,
     write_outputs,
 )
+from storage.files import error_line  # noqa: E402
 
 __all__ = [
     "CSV_COLUMNS", "ENTRIES", "Entry", "FINDINGS", "LAYOUTS", "NOT_COUNTED", "PAPER", "STATUSES", "STATUS_COLUMNS",
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="more sweep dirs whose runs the findings are judged on as one Holm family, with the"
                              " DIRS' own, but whose tables are not written (e.g. the other benchmark tasks)")
     args = parser.parse_args(argv)
-    from models.lifecycle.destinations import check_destination
+    from storage.destinations import check_destination
 
     try:
         check_readme_block(args.readme_block)  # before any run is read, as every other option
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         tables = build_tables(runs)
         family = build_tables(collect([*args.dirs, *args.family])) if args.family else None
         if args.readme:
-            from models.lifecycle.files import atomic_write_bytes
+            from storage.files import atomic_write_bytes
 
             readme = Path(args.readme)
             if not readme.is_file():
@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_data_roots(runs: list[Any]) -> list[str]:
-    """The ``data.root`` of each run read (`models.run_config.run_data_root`; a run whose config cannot be read is
+    """The ``data.root`` of each run read (`lifecycle.run_config.run_data_root`; a run whose config cannot be read is
     left out, as the tables name it already)."""
-    from models.run_config import run_data_root
+    from lifecycle.run_config import run_data_root
 
     roots = (run_data_root(Path(run.path)) for run in runs if run.status != "missing")
     return [root for root in roots if root is not None]

@@ -27,8 +27,8 @@ matplotlib.use("Agg")  # files only: never open a window, work without a display
 
 from matplotlib.figure import Figure  # noqa: E402
 
-from models.lifecycle.files import atomic_write_bytes  # noqa: E402
-from scripts.tables.render import CSV_COLUMNS, read_csv  # noqa: E402
+from reports.render import CSV_COLUMNS, read_csv  # noqa: E402
+from storage.files import atomic_write_bytes  # noqa: E402
 
 METRIC = "val/top1"
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             raise PlotError(f"{args.csv!r} is not a file; give the CSV that make_tables.py --out wrote")
         if not out.parent.is_dir():
             raise PlotError(f"--out {args.out!r}: its folder does not exist")
-        from models.lifecycle.destinations import DestinationError, check_destination
+        from storage.destinations import DestinationError, check_destination
 
         try:
             check_destination(out, "--out")  # never into a run dir or a data root

@@ -57,11 +57,11 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from models.lifecycle.files import RunFileError, guarded, os_error_line, plain_file_exists  # noqa: E402
-from models.lifecycle.records import PLOTS  # noqa: E402
-from models.run_config import backbone, run_data_root  # noqa: E402
+from lifecycle.records import PLOTS  # noqa: E402
+from lifecycle.run_config import backbone, run_data_root  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
+from storage.files import RunFileError, guarded, os_error_line, plain_file_exists  # noqa: E402
 
 PLOT_CHOICES = ("all", "tables", "attention")
 
@@ -286,7 +286,7 @@ def draw_attention(
 
 def save_figure(fig: Figure, path: Path) -> None:
     """Render to PNG and replace ``path`` atomically (temp file in the same folder + ``os.replace``)."""
-    from models.lifecycle.files import atomic_write_bytes
+    from storage.files import atomic_write_bytes
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
@@ -323,11 +323,11 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
     """``(datamodule, LightningModule)`` of a run dir with the checkpoint's weights loaded (checked to fit
     the model and to be finite); ``data_root`` replaces the run's ``data.root``.
 
-    The run's config is checked and built by `models.run_config`: nothing named in the run dir is called,
+    The run's config is checked and built by `lifecycle.run_config`: nothing named in the run dir is called,
     and the datamodule never generates data.
     """
-    from models.lifecycle.cli import user_error_types as _user_error_types
-    from models.run_config import (
+    from lifecycle.cli import user_error_types as _user_error_types
+    from lifecycle.run_config import (
         RunConfigError,
         build_data_and_model,
         check_run_identity,
@@ -367,10 +367,10 @@ def validation_image(
 ) -> tuple[Tensor, Tensor, str]:
     """``(normalised (3, H, W), displayable (H, W, 3) in [0, 1], label name)`` of validation image ``index``.
 
-    The data must be on disk (`models.run_config.require_existing_data`); ``source`` names the config
+    The data must be on disk (`lifecycle.run_config.require_existing_data`); ``source`` names the config
     that names it.
     """
-    from models.run_config import require_existing_data
+    from lifecycle.run_config import require_existing_data
 
     try:
         require_existing_data(datamodule, source, "--data-root DIR")
@@ -472,14 +472,14 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
     if out_path.exists() and not out_path.is_dir():  # found before the run is loaded, not at the first save
         raise PlotError(f"--out {out_path} is a file, not a folder; valid: a folder (made if missing)")
     if args.out is not None:  # the default, <run dir>/plots, is the run's own folder of plots
-        from models.lifecycle.destinations import DestinationError, check_destination
+        from storage.destinations import DestinationError, check_destination
 
         try:
             check_destination(out_path, "--out", data_roots=[args.data_root, run_data_root(run_dir)])
         except DestinationError as err:
             raise PlotError(str(err)) from None
     else:
-        from models.lifecycle.files import own_folder_problem
+        from storage.files import own_folder_problem
 
         problem = own_folder_problem(out_path, "plots")  # a link there would take the PNGs into its target
         if problem:

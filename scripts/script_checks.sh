@@ -106,14 +106,14 @@ check_jobs() {
 }
 
 # sweep_finished DIR [WHAT]: whether every job the sweep in DIR asked for (the grids of its launches) has a finished
-# run, read as the tables read it (scripts/tables/collect.py); else one line saying which did not (and WHAT), on
+# run, read as the tables read it (reports/collect.py); else one line saying which did not (and WHAT), on
 # stdout. Only PY's answer "finished" counts: a PY that prints nothing or crashes ran no sweep.
 sweep_finished() {
   local said
   [ -d "$1" ] || { echo "sweep $1 did not finish: train.py made no sweep dir${2:+; $2}"; return 1; }
   said=$("$PY" -c '
 import sys
-from scripts.tables.collect import TableError, collect
+from reports.collect import TableError, collect
 try:
     runs = collect(sys.argv[1:])
 except TableError as err:

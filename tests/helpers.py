@@ -42,7 +42,7 @@ def compose_config(
     The Hydra runtime (output dir, cwd) is set as ``hydra.main`` would set it, so
     ``train.run(cfg)`` behaves as on the command line.
     """
-    from models.lifecycle.cli import normalize_overrides  # `+trainer.limit_train_batches=...` as on the CLI
+    from lifecycle.cli import normalize_overrides  # `+trainer.limit_train_batches=...` as on the CLI
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
@@ -119,7 +119,7 @@ def cuda_ms_per_step(step: Callable[[], None], warmup: int = 3, steps: int = 20)
 def fit_only(cfg: DictConfig) -> dict:
     """Fit a composed config without the run lifecycle (no run dir, no checkpoints, no result): for tests
     that only check that an experiment's config trains a step. Returns the scalar metrics and global step."""
-    from models.lifecycle.job import build_data_and_model, build_trainer, scalar_metrics
+    from lifecycle.job import build_data_and_model, build_trainer, scalar_metrics
 
     datamodule, model = build_data_and_model(cfg)
     datamodule.prepare_data()
@@ -149,7 +149,7 @@ def swept_job_configs(cfg: Any) -> Iterator[Any]:
 def written_testset_fields(name: str, images: int = 2000) -> dict[str, Any]:
     """What eval.py records of test set ``name`` (``configs/testset/<name>.yaml`` as it is now, its data at
     ``/data``) in a result that read all of its ``images``: for results written by hand in tests."""
-    from models.testset_definition import configured_generator, load_definition, testset_sha256
+    from lifecycle.testset_definition import configured_generator, load_definition, testset_sha256
 
     definition = load_definition(Path(__file__).resolve().parents[1] / "configs" / "testset" / f"{name}.yaml")
     if isinstance(definition.get("data"), dict) and definition["data"].get("generator") is not None:

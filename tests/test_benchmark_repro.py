@@ -1,7 +1,7 @@
 """The same benchmark run identity gives the same numbers: two shift-task runs, trained again from the command
 line (what `scripts/benchmark_tasks.sh` runs for their grid points), give the metrics archived for this kind
 of CPU bit for bit (docs/design.md, "Reproducible runs": `threads` is part of the config; the CPU's kernels,
-`models.lifecycle.job.cpu_kernels`, are recorded as ``env/cpu``).
+`lifecycle.job.cpu_kernels`, are recorded as ``env/cpu``).
 
 Archives per kind of CPU lie in ``docs/benchmark_runs/repro/<kernels>/shift_mini/`` (made with
 `scripts/archive_runs.py` from these two runs). On a kind with no archive yet, each run is trained twice in
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from models.lifecycle.job import cpu_kernels
+from lifecycle.job import cpu_kernels
 from tests.helpers import run_cli
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmark_runs"

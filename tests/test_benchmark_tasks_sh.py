@@ -246,7 +246,7 @@ def test_a_sweep_that_ends_without_its_jobs_is_exit_1_in_one_line(copy: Path, sc
 
 @pytest.mark.slow
 def test_a_job_without_a_finished_run_is_named_by_the_tables_reading_of_the_sweep(copy: Path) -> None:
-    """The real finished-sweep check (scripts/tables/collect.py, in the real Python): a job dir whose run never
+    """The real finished-sweep check (tables/collect.py, in the real Python): a job dir whose run never
     finished is named with its state."""
     job = copy / "repo" / "runs" / "sweeps" / "where_mini" / "seed=0"
     job.mkdir(parents=True)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig
 
-import models.lifecycle.cli as cli
+import lifecycle.cli as cli
 from models import ModelConfigError, create_model
 from models.swin import swin_grid_problem
 from rpe import PRESETS
@@ -172,7 +172,7 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
 ], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     with pytest.raises(CommandLineError) as err:
         check_overrides([*args, f"paths.log_dir={tmp_path}"], "train")
@@ -181,8 +181,8 @@ def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_pa
 
 def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path) -> None:
     """Probe 57: ``foo=1`` suggested ``+foo=...``, which the root-key check then refused: the valid keys only."""
-    from models.lifecycle.cli import CommandLineError, check_overrides
-    from models.lifecycle.settings import SettingError
+    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.settings import SettingError
 
     with pytest.raises(CommandLineError) as err:
         check_overrides(["foo=1", f"paths.log_dir={tmp_path}"], "train")
@@ -198,7 +198,7 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
     was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
     from data.generation import MARKER_NAME, describe_generator, resolve_generator
     from data.relational import class_names
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     root = tmp_path / "data"
     root.mkdir()
@@ -235,7 +235,7 @@ def test_generator_settings_are_refused_before_the_run_dir(args: list[str], expe
     """Probes 227/228/230: settings the generator refuses were refused only when the data were made, after
     the run dir was claimed; the command line runs the generator's settings check first (the data root is
     new, so no marker could have caught them)."""
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     logs = tmp_path / "logs"
     with pytest.raises(CommandLineError) as err:
@@ -259,7 +259,7 @@ def test_a_registered_settings_check_gets_the_generators_defaults() -> None:
 
 
 def test_the_multirun_flag_may_come_anywhere() -> None:
-    from models.lifecycle.cli import multirun_flag_first
+    from lifecycle.cli import multirun_flag_first
 
     assert multirun_flag_first(["a=1", "-m", "seed=0,1"]) == ["-m", "a=1", "seed=0,1"]
     assert multirun_flag_first(["a=1", "--multirun"]) == ["--multirun", "a=1"]
@@ -268,7 +268,7 @@ def test_the_multirun_flag_may_come_anywhere() -> None:
 
 @pytest.mark.parametrize("sweep", ["rpe=irpe_k,irpe_qk", "seed=range(0,2)"])
 def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> None:
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     with pytest.raises(CommandLineError) as err:
         check_overrides([sweep, f"paths.log_dir={tmp_path}"], "train")
@@ -279,7 +279,7 @@ def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> Non
 
 
 def test_an_option_hydra_does_not_have_is_one_line() -> None:
-    from models.lifecycle.cli import CommandLineError, check_flags
+    from lifecycle.cli import CommandLineError, check_flags
 
     check_flags(["-m", "--hydra-help", "a=1"])
     with pytest.raises(CommandLineError) as err:
@@ -293,7 +293,7 @@ def test_an_option_hydra_does_not_have_is_one_line() -> None:
 def test_a_config_from_another_folder_or_a_pickle_is_refused(flags: list[str], monkeypatch) -> None:
     """A run is composed from configs/ and the command line only: a run folder's config (or a pickle of one)
     would get around every check and could name code to run."""
-    from models.lifecycle.cli import DDP_WORKER_CONFIG, CommandLineError, check_flags
+    from lifecycle.cli import DDP_WORKER_CONFIG, CommandLineError, check_flags
 
     monkeypatch.setenv(DDP_WORKER_CONFIG, "/elsewhere")  # a parent's worker folder, which these flags do not name
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -303,7 +303,7 @@ def test_a_config_from_another_folder_or_a_pickle_is_refused(flags: list[str], m
 
 
 def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> None:
-    from models.lifecycle.cli import DDP_WORKER_CONFIG, check_flags, check_overrides, is_ddp_worker
+    from lifecycle.cli import DDP_WORKER_CONFIG, check_flags, check_overrides, is_ddp_worker
 
     worker = ["--config-path", "/tmp/rpe-ddp-config-x", "--config-name", "config", "hydra.run.dir=/r"]
     assert not is_ddp_worker(worker)  # nobody named that folder
@@ -317,7 +317,7 @@ def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> N
 
 def test_run_mode_flag_does_not_skip_the_checks(tmp_path: Path) -> None:
     """``-r`` runs the task like a plain command: its settings are checked all the same."""
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     with pytest.raises(CommandLineError, match="run_name"):
         check_overrides(["-r", "run_name=../x", f"paths.log_dir={tmp_path}"], "train")
@@ -491,7 +491,7 @@ def test_a_monitor_the_model_does_not_log_is_refused_before_training(
     what the model's validation logs (each name below is one the module's code logs)."""
     from omegaconf import OmegaConf
 
-    from models.lifecycle.job import build_data_and_model, check_monitored_metrics
+    from lifecycle.job import build_data_and_model, check_monitored_metrics
 
     cfg = compose_config(overrides, tmp_path, tmp_path / "data")
     _, model = build_data_and_model(cfg)
@@ -515,7 +515,7 @@ def test_settings_only_the_built_model_checks_are_refused_before_a_run_dir(
         args: list[str], expected: str, tmp_path: Path) -> None:
     """Values only the model or encoding constructors can judge: refused by building them on the meta device
     before Hydra makes anything, so no run dir with a failed.json is left for the tables to list."""
-    from models.lifecycle.cli import check_overrides
+    from lifecycle.cli import check_overrides
 
     with pytest.raises(ValueError) as err:
         check_overrides(["data=digits", *args, f"paths.log_dir={tmp_path}"], "train")
@@ -808,7 +808,7 @@ def test_a_root_key_of_the_other_script_is_refused_naming_whose_it_is(config_nam
                                                                       expected: str, tmp_path: Path) -> None:
     """Probe case 49: train.py took eval.py's ``+ckpt_path=``, trained from scratch and make_tables labelled the row
     ``[ckpt_path=...]``: the root keys of every root config were declared for both scripts."""
-    from models.lifecycle.settings import SettingError
+    from lifecycle.settings import SettingError
 
     logs = tmp_path / "logs"
     given = ["run_name=r"] if config_name == "train" else ["ckpt_path=runs/base/checkpoints/best.ckpt"]
@@ -823,8 +823,8 @@ def test_an_environment_variable_is_the_value_it_spells(tmp_path: Path, monkeypa
     """Probe case 21: ``threads=${oc.env:OMP_NUM_THREADS}`` with OMP_NUM_THREADS=1 was refused as "OMP_NUM_THREADS='1'
     must be an integer >= 1" (oc.env gives the string '1'). Every setting of a typed rule takes the value its
     variable spells, in the config the run records; a variable that spells none is named with what it must spell."""
-    from models.lifecycle.identity import identity_config
-    from models.lifecycle.settings import check_settings
+    from lifecycle.identity import identity_config
+    from lifecycle.settings import check_settings
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("RPE_TEST_LR", "2e-4")
@@ -1039,7 +1039,7 @@ def test_the_sweepers_direction_must_rank_the_result_the_way_it_is_better(tmp_pa
     """Probe 3 case 101: optuna minimised val/top1 and reported the worst trial as best. The rule is the one the
     best checkpoint's mode follows (`settings.better`)."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
-    from models.lifecycle.settings import SettingError, better
+    from lifecycle.settings import SettingError, better
 
     assert (better("val/top1"), better("val/AP"), better("val/loss")) == ("max", "max", "min")
     sweep = tmp_path / "opt"
@@ -1367,7 +1367,7 @@ def test_a_fifo_deep_in_hand_data_is_one_line_before_the_run_dir(tmp_path: Path,
 def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Path, flags: list[str]) -> None:
     """Hydra runs one of --run, --multirun, --cfg, --info per command; two were its traceback, after an empty sweep
     dir was made."""
-    from models.lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import CommandLineError, check_command
 
     with pytest.raises(CommandLineError) as err:
         check_command([*flags, "debug=fast", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train", make=True)
@@ -1377,7 +1377,7 @@ def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Pa
 
 def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--cfg job --resolve`` with an unset environment variable was Hydra's 128-line traceback."""
-    from models.lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import CommandLineError, check_command
 
     monkeypatch.delenv("RPE_TEST_UNSET", raising=False)
     with pytest.raises(CommandLineError) as err:
@@ -1391,7 +1391,7 @@ def test_a_sweep_over_many_seeds_is_checked_value_by_value_without_composing_eac
     """``-m seed=range(0,100000)`` sat silent for many minutes while each value was composed and its model built:
     once a seed is seen to change nothing else, its other values are checked by their rule alone (a bad one is
     still named), and a sweep of many values says that the checks run."""
-    from models.lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import CommandLineError, check_command
 
     seeds = ",".join(map(str, range(400)))
     with pytest.raises(CommandLineError) as err:

@@ -233,7 +233,7 @@ def test_shapes_generator_uses_only_a_root_it_made_with_the_same_settings(tmp_pa
 def test_a_shapes_root_without_its_marker_is_refused_where_it_is_read(tmp_path: Path) -> None:
     """eval.py reads generated data only as its marker records it: a COCO shapes root without one (a folder
     of other data) or of other settings is one line naming it, never read as the set."""
-    from models.run_config import RunDataError, require_existing_data
+    from lifecycle.run_config import RunDataError, require_existing_data
 
     root = generate_shapes_coco(tmp_path / "shapes", **SHAPES)
     (tmp_path / "other" / "val2017").mkdir(parents=True)
@@ -252,7 +252,7 @@ def test_a_shapes_root_without_its_marker_is_refused_where_it_is_read(tmp_path: 
 
 def test_a_data_root_that_is_no_folder_is_not_called_missing(tmp_path: Path) -> None:
     """``plot_rpe.py --data-root <a FIFO>`` said the FIFO "does not exist"; a file in its place the same."""
-    from models.run_config import RunDataError, require_existing_data
+    from lifecycle.run_config import RunDataError, require_existing_data
 
     fifo, file = tmp_path / "fifo", tmp_path / "file"
     os.mkfifo(fifo)
@@ -445,7 +445,7 @@ IMAGE_CHANGES = {"swapped_between_classes": _swap, "bytes_replaced": _replace, "
 def test_images_moved_replaced_or_edited_after_generation_are_refused(tmp_path: Path, change: str) -> None:
     """The counts stay what the marker says; the digest of the images does not: training (``prepare_data``)
     and evaluation (`require_existing_data`) refuse the root in one line naming it and how to regenerate."""
-    from models.run_config import RunDataError, detach_generator, require_existing_data
+    from lifecycle.run_config import RunDataError, detach_generator, require_existing_data
 
     root = tmp_path / "rel"
     ensure_generated(root, FAKE)
@@ -511,7 +511,7 @@ def test_an_old_marker_is_checked_against_a_fresh_generation(tmp_path: Path, key
     """A marker without a digest says nothing of the images' bytes: the data is checked once against a fresh
     generation (deterministic), which then records the digest (training; an evaluation only reads), or
     refused when it differs (here: images swapped before the marker recorded any digest)."""
-    from models.run_config import detach_generator, require_existing_data
+    from lifecycle.run_config import detach_generator, require_existing_data
 
     root = tmp_path / "rel"
     ensure_generated(root, FAKE)

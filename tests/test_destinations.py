@@ -1,4 +1,4 @@
-"""One rule for where anything may be written (models/lifecycle/destinations.py), on the commands that write:
+"""One rule for where anything may be written (storage/destinations.py), on the commands that write:
 a run or sweep dir, a data or test-set root, a table and an archive never land inside another run, inside a
 data root, or through a link that leads out of their folder."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import models.lifecycle.cli as cli
-from models.lifecycle.destinations import DestinationError, check_destination, check_no_links_below
+import lifecycle.cli as cli
+from storage.destinations import DestinationError, check_destination, check_no_links_below
 from tests.test_sweeps import _fake_sweep
 
 
@@ -113,7 +113,7 @@ def test_a_data_root_no_command_line_check_saw_is_refused_before_anything_is_mad
     when the command line is checked): refused before its folders or its generation lock
     (``.<root>.lock`` beside it) are made."""
     from data.generation import generation_lock, lock_path
-    from models.lifecycle import job
+    from lifecycle import job
     from tests.helpers import compose_config
 
     run = _finished_run(tmp_path / "runs" / "base0")
@@ -174,8 +174,8 @@ def test_a_run_whose_record_is_not_a_plain_file_is_still_a_run(tmp_path: Path, c
 def test_a_folder_that_cannot_be_looked_into_is_never_taken_for_empty(tmp_path: Path) -> None:
     """``os.path.lexists`` calls anything behind an unreadable folder absent: a run dir in a mode-000 folder
     passed for none, a checkpoint in one for missing. The lifecycle's presence checks raise instead."""
-    from models.lifecycle.destinations import is_run_dir
-    from models.lifecycle.files import RunFileError, entry_exists, plain_file_exists
+    from storage.destinations import is_run_dir
+    from storage.files import RunFileError, entry_exists, plain_file_exists
     from tests.helpers import file_modes_hold
 
     locked = _finished_run(tmp_path / "locked")
@@ -230,7 +230,7 @@ def test_a_deeply_nested_or_aliased_yaml_file_is_one_line(tmp_path: Path, name: 
 
 
 def test_an_aliased_run_config_is_refused_by_eval(tmp_path: Path) -> None:
-    from models.run_config import RunConfigError, load_run_config
+    from lifecycle.run_config import RunConfigError, load_run_config
 
     (tmp_path / "config.yaml").write_text(ALIAS_BOMB)
     with pytest.raises(RunConfigError, match="is not a readable run config: it uses a YAML alias"):
@@ -299,7 +299,7 @@ def _tree(folder: Path) -> list[str]:
 def test_a_dataset_is_known_by_its_layout_without_a_marker(tmp_path: Path) -> None:
     """A hand-made (or downloaded) dataset has no generator marker: its train/ or val/ of class folders of
     images, or COCO's image folders beside their annotations, make it a data root all the same."""
-    from models.lifecycle.destinations import is_data_root
+    from storage.destinations import is_data_root
 
     hand = _hand_root(tmp_path / "hand")
     for path in (hand / "train" / "9_plots", hand / "val" / "9_gen", hand / "train" / "0_E" / "tab", hand / "train",
@@ -364,8 +364,8 @@ def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
     """An archived sweep holds its jobs' records without checkpoints: a sweep launched into it (or a run dir in it)
     would take the archived jobs for finished and write the new jobs' checkpoints into the archive. archive_runs
     marks each sweep it archives, and train.py refuses a run or sweep dir there in one line."""
-    from models.lifecycle.destinations import ARCHIVE_MARKER
     from scripts import archive_runs, make_tables
+    from storage.destinations import ARCHIVE_MARKER
 
     sweep = _fake_sweep(tmp_path / "runs")
     archive = tmp_path / "arch"

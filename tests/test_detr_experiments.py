@@ -64,7 +64,7 @@ FAST_EXPERIMENTS = ("detr_shapes", "detr_r50_rpe20_300ep")
 @pytest.mark.parametrize("experiment", [e if e in FAST_EXPERIMENTS else pytest.param(e, marks=pytest.mark.slow)
                                         for e in EXPERIMENTS])
 def test_one_train_step(experiment: str, tiny_coco: Path, r50_checkpoint: Path, tmp_path: Path) -> None:
-    import models.lifecycle.job as job
+    import lifecycle.job as job
 
     overrides = [f"experiment={experiment}", f"data.root={tiny_coco}", *SMALL_IMAGES]
     if experiment.startswith("detr_r50"):

@@ -437,7 +437,7 @@ def test_reference_weights_with_category_id_classes_are_not_trained_on(tmp_path:
     from omegaconf import OmegaConf
 
     from data.coco import CocoDataModule
-    from models.run_config import build_data_and_model
+    from lifecycle.run_config import build_data_and_model
 
     path = to_reference_checkpoint(truth_predicting_detr(4, 1), tmp_path / "ref.pth")
     small = dict(backbone={"name": "tiny", "norm": "bn", "channels": [32, 64, 128]}, hidden_dim=128, nheads=4,

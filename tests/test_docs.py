@@ -15,15 +15,16 @@ README = ROOT / "README.md"
 DESIGN = ROOT / "docs" / "design.md"
 MAX_README_LINES = 300  # a README that guides: the rest lives in docs/
 # every module of these packages is listed in docs/design.md (`__init__.py` aside)
-PACKAGES = ("rpe", "rpe/encodings", "models", "models/detr", "models/lifecycle", "data")
-TOP_FOLDERS = ("configs", "data", "docs", "findings", "models", "rpe", "scripts", "tests")
+PACKAGES = ("rpe", "rpe/encodings", "models", "models/detr", "storage", "lifecycle", "reports", "data")
+TOP_FOLDERS = ("configs", "data", "docs", "findings", "lifecycle", "models", "rpe", "scripts", "storage", "reports",
+               "tests")
 GROUPS = ("experiment", "sweep", "rpe", "model", "data", "trainer", "testset", "logger", "callbacks", "debug",
           "paths", "hydra/launcher", "hydra/sweeper")
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 LISTED_LINE = re.compile(r"^([\w/*.-]+\.py)\s")  # a file list's line: the path, then what it holds
 HEADING = re.compile(r"^#+ .*$", re.M)
-HEADING_FOLDER = re.compile(r"`([\w/]+/)`")  # "## 6. The run lifecycle (`models/lifecycle/`)"
+HEADING_FOLDER = re.compile(r"`([\w/]+/)`")  # "## 6. The run lifecycle (`lifecycle/`)"
 TABLE_FILE = re.compile(r"^\| `([\w.-]+\.py)` \|", re.M)  # a table row naming a file of that folder
 PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(TOP_FOLDERS) + r")/[\w./<>{},*-]*[\w>}*/])")
 MAKE = re.compile(r"(?<![\w.])make ([a-z][\w-]*)")
@@ -62,7 +63,7 @@ def design_list_problems(text: str, root: Path) -> list[str]:
 
 def test_design_lists_every_module_and_only_files_that_exist() -> None:
     listed = design_listed_files(DESIGN.read_text())
-    assert "rpe/registry.py" in listed and "models/lifecycle/job.py" in listed  # both lists are read
+    assert "rpe/registry.py" in listed and "lifecycle/job.py" in listed  # both lists are read
     assert design_list_problems(DESIGN.read_text(), ROOT) == []
 
 
@@ -71,11 +72,11 @@ def test_a_missing_or_unlisted_file_is_reported(tmp_path: Path) -> None:
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
     (tmp_path / "rpe" / "index.py").write_text("")
     (tmp_path / "rpe" / "stray.py").write_text("")
-    (tmp_path / "models" / "lifecycle" / "job.py").write_text("")
-    text = ("```\nrpe/index.py   ids\nrpe/gone.py    removed since\n```\n\n## 6. Lifecycle (`models/lifecycle/`)\n\n"
+    (tmp_path / "lifecycle" / "job.py").write_text("")
+    text = ("```\nrpe/index.py   ids\nrpe/gone.py    removed since\n```\n\n## 6. Lifecycle (`lifecycle/`)\n\n"
             "| module | owns |\n|---|---|\n| `job.py` | one job |\n| `cli.py` | the command line |\n")
     assert design_list_problems(text, tmp_path) == [
-        "listed but missing: rpe/gone.py", "listed but missing: models/lifecycle/cli.py", "not listed: rpe/stray.py"]
+        "listed but missing: rpe/gone.py", "listed but missing: lifecycle/cli.py", "not listed: rpe/stray.py"]
 
 
 # ----------------------------------------------------------------------------- the README

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from data.generation import MARKER_NAME
-from models.run_config import (
+from lifecycle.run_config import (
     NonFiniteResultError,
     RunConfigError,
     RunDataError,
@@ -379,8 +379,8 @@ def test_eval_batch_size_is_only_a_loading_choice(run_dir: Path, tmp_path: Path,
 
 @pytest.mark.parametrize("arg", ["batch_size=0", "batch_size=-3", "throughput_batch=0", "throughput_batch=-1"])
 def test_eval_settings_are_range_checked(arg: str) -> None:
-    from models.lifecycle.cli import CommandLineError, check_overrides
-    from models.lifecycle.settings import SettingError
+    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.settings import SettingError
 
     with pytest.raises((SettingError, CommandLineError), match=arg.split("=")[0]):
         check_overrides(["ckpt_path=x.ckpt", arg], "eval")
@@ -680,10 +680,10 @@ def test_a_run_json_whose_lengths_lack_its_own_length_is_named_damaged(run_dir: 
     run of length ..., which this run dir never trained at"). A run dir always trained at its own length, so such
     a record is damaged: eval.py evaluates the checkpoint and names run.json, as for any other damage."""
     import eval as eval_script
-    from models.lifecycle.files import RunFileError
-    from models.lifecycle.identity import identity_config, identity_hash, run_length
-    from models.lifecycle.records import RunRecord, read_run_record
-    from models.training import LENGTH_KEY
+    from lifecycle.checkpoints import LENGTH_KEY
+    from lifecycle.identity import identity_config, identity_hash, run_length
+    from lifecycle.records import RunRecord, read_run_record
+    from storage.files import RunFileError
 
     run = _copy(run_dir, tmp_path)
     cfg = OmegaConf.load(run / "config.yaml")

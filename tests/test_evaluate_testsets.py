@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from models.lifecycle import job
-from models.lifecycle.files import with_checksum
-from models.lifecycle.identity import identity_config, identity_hash
+from lifecycle import job
+from lifecycle.identity import identity_config, identity_hash
 from scripts import evaluate_testsets
+from storage.files import with_checksum
 from tests.helpers import compose_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -111,7 +111,7 @@ def test_a_symlinked_testsets_folder_is_named_and_what_it_leads_to_left_alone(sw
     link and say to replace it with a real folder; neither reads, writes nor offers to remove what it leads to
     (it once said "holds another run's result; remove it", of the other run's file)."""
     import eval as eval_script
-    from models.lifecycle.files import RunFileError
+    from storage.files import RunFileError
 
     others = tmp_path / "other_run" / "testsets"
     others.mkdir(parents=True)
@@ -261,7 +261,7 @@ def test_runs_are_found_as_make_tables_finds_them(tmp_path: Path) -> None:
     evaluate_testsets.py now finds runs with make_tables' discovery (hidden ones, runs of nested sweeps, a run
     whose config is only in ``.hydra/``), plus a run that lost its config but kept its checkpoints (reported,
     never skipped); a ``checkpoints`` folder in the path given hides nothing."""
-    from scripts.tables.collect import run_dirs
+    from reports.collect import run_dirs
 
     root = tmp_path / "checkpoints" / "runs"
     for run, config in (("vis", "config.yaml"), (".hid", "config.yaml"), ("sweeps/a/0", "config.yaml"),
@@ -318,8 +318,8 @@ def test_make_tables_counts_a_whole_result_of_the_yamls_definition_and_a_partial
     """The hash eval.py records is the one make_tables recomputes from configs/testset/<name>.yaml (here a copy
     with the 16 images these tests generate); a result that read part of the set is not counted, and the next
     call evaluates it again."""
-    from models.testsets import write_result
-    from scripts.tables import collect
+    from lifecycle.testsets import write_result
+    from reports import collect
 
     if (sweep / "1").exists():
         shutil.rmtree(sweep / "1")
@@ -364,8 +364,8 @@ def test_another_precision_or_other_data_for_a_run_own_data_test_set_is_refused_
     Another precision is refused before anything runs, other data in one line per run, nothing written; a
     result make_tables does not count for either reason is evaluated again."""
     from data.fake import make_fake_imagefolder
-    from models.testsets import write_result
-    from scripts.tables import collect
+    from lifecycle.testsets import write_result
+    from reports import collect
 
     if (sweep / "1").exists():
         shutil.rmtree(sweep / "1")

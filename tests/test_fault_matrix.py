@@ -38,8 +38,8 @@ import pytest
 import torch
 import yaml
 
-from models.lifecycle import job
-from models.lifecycle.files import with_checksum
+from lifecycle import job
+from storage.files import with_checksum
 from tests.helpers import ROOT, compose_config, file_modes_hold
 
 TESTSET, OTHER_TESTSET = "relational_right", "relational_left"  # the test set of the result, and another one
@@ -173,7 +173,7 @@ def _fingerprint(run_dir: Path) -> dict[str, str]:
 def testset_yamls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """make_tables.py compares a result with ``configs/testset/<name>.yaml``: here copies with the 16 images
     the matrix evaluates (the committed 2000 would make every result another definition's, never counted)."""
-    from scripts.tables import collect
+    from reports import collect
 
     folder = tmp_path_factory.mktemp("testset_yamls")
     for name in (TESTSET, OTHER_TESTSET):
@@ -335,7 +335,7 @@ class Refused(Exception):
 
 def _run_command(command: str, run_dir: Path, data_dir: Path, tmp_path: Path, capsys) -> dict:
     """Run ``command`` on ``run_dir`` in this process; returns what it reported, raises `Refused`."""
-    from models.lifecycle.cli import one_line, user_error_types
+    from lifecycle.cli import one_line, user_error_types
 
     if command == "train":
         cfg = compose_config(TINY, run_dir, data_dir)
@@ -438,7 +438,7 @@ def test_fault_matrix(command: str, file: str, damage: str, runs: dict[str, Path
             assert not os.path.lexists(run_dir / "failed.json")
             rewritten |= {"failed.json"}
         if allowed == "repair" and file == "config.yaml":  # the config the run's record names, written again
-            from models.run_config import load_run_config
+            from lifecycle.run_config import load_run_config
 
             assert load_run_config(run_dir / "config.yaml").seed == load_run_config(runs["victim"] / "config.yaml").seed
             rewritten |= {"config.yaml"}

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from models.lifecycle.files import with_checksum
-from models.lifecycle.identity import identity_config, identity_hash, run_length
-from models.lifecycle.records import FINDINGS_DIR, FINDINGS_SNAPSHOT, RunRecord
-from models.testsets import result_path, write_result
+from lifecycle.identity import identity_config, identity_hash, run_length
+from lifecycle.records import FINDINGS_DIR, FINDINGS_SNAPSHOT, RunRecord
+from lifecycle.testsets import result_path, write_result
+from reports import findings
 from scripts import make_tables
-from scripts.tables import findings
+from storage.files import with_checksum
 from tests.helpers import written_testset_fields
 
 ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "benchmark_runs" / "fp32" / "shift_mini"  # config templates
@@ -236,7 +236,7 @@ def _rewrite_own(run_dir: Path, top1: float) -> None:
 
 
 def test_a_run_snapshots_its_tasks_findings_file_when_it_starts(tmp_path: Path) -> None:
-    from models.lifecycle.job import save_findings_snapshot
+    from lifecycle.job import save_findings_snapshot
 
     assert save_findings_snapshot(tmp_path, "no_such_task") is None and not (tmp_path / FINDINGS_SNAPSHOT).exists()
     digest = save_findings_snapshot(tmp_path, "shift")
@@ -246,7 +246,7 @@ def test_a_run_snapshots_its_tasks_findings_file_when_it_starts(tmp_path: Path) 
 
 def test_a_cell_whose_runs_differ_outside_the_config_is_listed(tmp_path: Path) -> None:
     """metrics.json's env/* entries: a cell mixing thread counts, or resumed and unresumed runs, is named."""
-    from scripts.tables.render import mixed_environments
+    from reports.render import mixed_environments
 
     runs = _runs(tmp_path, None)
     for (row, seed), run_dir in runs.items():
@@ -265,7 +265,7 @@ def test_a_registered_finding_cites_the_paper_table_it_names() -> None:
     """A registered finding that takes the paper's contrast from a table (`paper: <table>/<claim>` or
     `{table, cells}`) cites that table as its entry (scripts/paper_tables/<table>.yaml) names it, and a
     `<table>/<claim>` reference names a finding of that entry."""
-    from scripts.tables.layouts import ENTRIES
+    from reports.layouts import ENTRIES
 
     checked = 0
     for path in sorted(FINDINGS_DIR.glob("*.yaml")):

@@ -1,4 +1,4 @@
-"""The run lifecycle (models/lifecycle): where a result may come from, records, run names, storage faults
+"""The run lifecycle (lifecycle): where a result may come from, records, run names, storage faults
 and stop signals. The fault matrix (tests/test_fault_matrix.py) covers damaged run dirs file by file."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import torch
 import yaml
 
-from models.lifecycle import cli, job, records
-from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
-from models.training import load_checkpoint
+from lifecycle import cli, job, records
+from lifecycle.checkpoints import load_checkpoint
+from storage.files import RunFileError, atomic_write_json, read_json, with_checksum
 from tests.faults import SignalIn  # noqa: F401  (loaded by Hydra through +callbacks.fault._target_)
 from tests.helpers import ROOT, compose_config, run_cli
 
@@ -163,7 +163,7 @@ def test_a_run_without_validation_has_its_last_epoch_as_result(tmp_path: Path, d
 
 # ----------------------------------------------------------------------------- records
 def test_a_record_is_never_written_without_its_identity_nor_into_a_vanished_dir(tmp_path: Path) -> None:
-    from models.lifecycle.identity import identity_hash
+    from lifecycle.identity import identity_hash
 
     identity = identity_hash({"seed": 0})
     record = records.RunRecord(tmp_path / "run", identity, {"seed": 0}, {"max_epochs": 1, "max_steps": -1})
@@ -258,7 +258,7 @@ def test_a_full_disk_while_training_is_one_line_and_the_run_resumes(tmp_path: Pa
         job.run_job(cfg, ROOT / "train.py")
     assert exit_.value.code == 2
     # once the job has ended, a stop signal is no longer the job's (one while Python exits gave a traceback)
-    from models.lifecycle import signals
+    from lifecycle import signals
 
     assert signal.getsignal(signal.SIGTERM) is not signals._on_stop_signal
     [line] = _errors(capsys.readouterr().err)
@@ -337,7 +337,7 @@ def test_a_run_that_trained_part_of_each_epoch_is_no_result() -> None:
 
     from torch.utils.data import DataLoader
 
-    from models.lifecycle.records import partial_run
+    from lifecycle.records import partial_run
 
     trainer = SimpleNamespace(train_dataloader=DataLoader(list(range(256)), batch_size=32))  # 8 batches
     assert job.trained_whole_epochs(None, trainer, None) and job.trained_whole_epochs(1.0, trainer, None)
@@ -375,7 +375,7 @@ def test_the_result_is_the_test_of_best_ckpt_only(finished: Path, tmp_path: Path
     assert untested["tested"] is False and "val/top1" not in untested and "train/loss" in untested
     retested = job.run(compose_config(TINY, run_dir, data_dir))  # asked for the test now: made from best.ckpt
     assert retested["val/top1"] == pytest.approx(metrics["val/top1"])
-    from models.lifecycle.settings import SettingError, check_schedule
+    from lifecycle.settings import SettingError, check_schedule
 
     with pytest.raises(SettingError, match="limit_test_batches=0 tests nothing"):
         check_schedule(compose_config([*TINY, "trainer.limit_test_batches=0"], tmp_path / "x", data_dir))
@@ -579,7 +579,7 @@ def test_a_run_json_from_another_run_is_named_as_the_foreign_record(finished: Pa
                                                                     data_dir: Path) -> None:
     """config.yaml and metrics.json agree on the run's identity; run.json, swapped in from another run of
     the same sweep (another seed), does not: the tables name run.json, not metrics.json."""
-    from models.lifecycle.identity import identity_config, identity_hash
+    from lifecycle.identity import identity_config, identity_hash
 
     run_dir = tmp_path / "run"
     shutil.copytree(finished, run_dir)

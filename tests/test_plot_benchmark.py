@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from reports.render import CSV_COLUMNS
 from scripts import plot_benchmark
-from scripts.tables.render import CSV_COLUMNS
 
 
 def _write_csv(path: Path, lines: list[tuple[str, str, str, float | None, float | None]]) -> None:

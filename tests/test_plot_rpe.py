@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from PIL import Image
 
-import models.lifecycle.job as job
+import lifecycle.job as job
 from rpe import RPEAttention, RPEConfig, preset_names
 from rpe.tables import CrossRelativePositionTable, RelativePositionTable
 from scripts import plot_rpe  # scripts/ is a namespace package under the repository root

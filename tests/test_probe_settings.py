@@ -15,8 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from models.lifecycle import settings
-from models.lifecycle.settings import (
+from lifecycle import settings
+from lifecycle.settings import (
     RULES,
     ListOf,
     Num,
@@ -373,7 +373,7 @@ def test_every_sweep_job_passes_the_run_checks(sweep: str, tmp_path: Path, gpus)
 
 
 def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_overrides(["sweep=shift_mini", "row=bogus_row", f"paths.log_dir={tmp_path}"], "train")
@@ -407,7 +407,7 @@ def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
                 " its full key, e.g. model.optimizer.lr); root keys: ablation, callbacks, data,"),
 ])
 def test_a_key_the_constructor_does_not_take_names_the_key(override: str, expected: str, tmp_path) -> None:
-    from models.lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import CommandLineError, check_overrides
 
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_overrides([override, f"paths.log_dir={tmp_path}"], "train")
@@ -417,8 +417,8 @@ def test_a_key_the_constructor_does_not_take_names_the_key(override: str, expect
 def test_a_root_key_that_an_interpolation_reads_is_a_setting(tmp_path) -> None:
     """A user's own root key is read when a setting interpolates it; the model's nested settings keep their
     defaults for the keys a config leaves out."""
+    from lifecycle.cli import check_overrides
     from models.classification import OPTIMIZER_DEFAULTS, SCHEDULER_DEFAULTS, ClassificationModule
-    from models.lifecycle.cli import check_overrides
 
     check_overrides(["+base_lr=0.001", "model.optimizer.lr=${base_lr}", f"paths.log_dir={tmp_path}"], "train")
     assert tuple(OPTIMIZER_DEFAULTS) == ClassificationModule.NESTED_SETTINGS["optimizer"]
@@ -462,7 +462,7 @@ def test_a_train_transform_that_timm_does_not_take_names_the_key(value, expected
 def test_a_resolved_run_config_keeps_its_checkpoint_dir() -> None:
     """A run dir's config.yaml (what DDP workers load) holds the checkpoint dir as a plain path: the run's
     own is accepted, any other is not."""
-    from models.lifecycle.settings import SettingError, _check_checkpoint_callbacks
+    from lifecycle.settings import SettingError, _check_checkpoint_callbacks
 
     def config(dirpath: str) -> DictConfig:
         return OmegaConf.create({"paths": {"output_dir": "/r/run"},
@@ -478,7 +478,7 @@ def test_a_further_checkpoint_callback_writes_only_into_its_own_run() -> None:
     """Probe 5 (read from the code): ``+callbacks.dump._target_=...ModelCheckpoint +callbacks.dump.dirpath=<another
     run>/checkpoints`` passed, as only the run's own two checkpoint callbacks were checked, and could replace that
     run's best.ckpt. Every callback's ``dirpath`` lies inside the run's dir."""
-    from models.lifecycle.settings import SettingError, _check_checkpoint_callbacks
+    from lifecycle.settings import SettingError, _check_checkpoint_callbacks
 
     def config(dirpath: str) -> DictConfig:
         return OmegaConf.create({"paths": {"output_dir": "/r/run"}, "callbacks": {"dump": {
@@ -586,7 +586,7 @@ def test_settings_that_leave_no_best_checkpoint_are_refused_before_the_run_dir(a
      f"+{BEST}.save_on_train_epoch_end=true"],
 ], ids=lambda args: " ".join(args))
 def test_the_settings_that_save_a_best_checkpoint_pass(args: list[str], tmp_path: Path) -> None:
-    from models.lifecycle.cli import check_overrides
+    from lifecycle.cli import check_overrides
 
     check_overrides([*TWO_SPLITS, f"paths.data_dir={tmp_path / 'data'}", f"paths.log_dir={tmp_path / 'logs'}",
                      "run_name=r", *args], "train")
@@ -596,7 +596,7 @@ def test_the_settings_that_save_a_best_checkpoint_pass(args: list[str], tmp_path
 def test_a_callback_dirpath_outside_the_run_dir_is_refused_before_the_run_dir(tmp_path: Path) -> None:
     """Probe 5 cases 40, 41: the command line did not know the run dir, so only the job refused such a dirpath,
     after it had claimed the run dir (a failed run left behind). The check is given the dir it makes."""
-    from models.lifecycle.cli import check_overrides
+    from lifecycle.cli import check_overrides
     from tests.test_cli_input import _refused_before_the_run_dir
 
     dump = ["+callbacks.dump._target_=lightning.pytorch.callbacks.ModelCheckpoint", "+callbacks.dump.monitor=val/top1"]

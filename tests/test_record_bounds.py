@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-import models.lifecycle.cli as cli
+import lifecycle.cli as cli
 from data import DataConfigError
 from data.bounded_json import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_depth_exceeds
 from data.generation import MARKER_NAME, read_marker
-from models.lifecycle.files import RunFileError, read_json
-from models.lifecycle.records import read_run_record, run_status
+from lifecycle.records import read_run_record, run_status
 from scripts import archive_runs
+from storage.files import RunFileError, read_json
 from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
 from tests.test_tables_faults import K, _assert_sound_cells, _runs_by_path, _sound_runs, _sweep_with_multirun, _tables
 
@@ -107,7 +107,7 @@ def test_a_deep_completion_marker_is_damaged(tmp_path: Path) -> None:
 
 
 # Which top-level packages each package may import: rpe <- data <- models <- scripts, never upwards (the bounded
-# JSON reader lives in data.bounded_json so that data.generation reads its marker without models.lifecycle).
+# JSON reader lives in data.bounded_json so that data.generation reads its marker without lifecycle).
 FORBIDDEN_IMPORTS = {"rpe": {"data", "models", "scripts"}, "data": {"models", "scripts"}, "models": {"scripts"}}
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.lifecycle import identity, job, records
-from models.lifecycle.files import atomic_write_json
-from models.training import AtomicCheckpointIO, load_checkpoint
+from lifecycle import identity, job, records
+from lifecycle.checkpoints import load_checkpoint
+from models.training import AtomicCheckpointIO
+from storage.files import atomic_write_json
 from tests.helpers import SMALL_RELATIONAL, run_cli
 
 TINY = ["debug=fast", "logger=csv", *SMALL_RELATIONAL, "trainer.limit_train_batches=3", "trainer.limit_val_batches=1"]
@@ -137,7 +138,7 @@ def test_an_unreadable_testsets_or_plots_folder_does_not_stop_a_rerun(finished_r
     no longer looks into a run dir's test-set results and plots; every other folder it still does."""
     import shutil
 
-    from models.lifecycle import cli
+    from lifecycle import cli
     from tests.helpers import ROOT, compose_config, file_modes_hold
 
     run_dir, args = finished_run
@@ -251,6 +252,29 @@ def test_identity_ignores_what_may_change_on_resume() -> None:
     assert identity.config_differences(same(base), same(changed)) == "rpe.k: 1 -> 2"
 
 
+def test_the_moved_resume_checkpoint_keeps_the_identity_archived_runs_record() -> None:
+    """``ResumeCheckpoint`` moved from models.training to lifecycle.checkpoints: today's config names the new
+    module, run dirs and the committed archives the old one, hashed into their identities. Both names give the
+    recorded identity, so a rerun resumes such a run dir and pools with the archived runs."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from lifecycle.checkpoints import ResumeCheckpoint
+
+    root = Path(__file__).resolve().parents[1]
+    today = OmegaConf.load(root / "configs" / "callbacks" / "default.yaml").last_checkpoint._target_
+    assert get_class(today) is ResumeCheckpoint
+    archives = root / "docs"
+    for run in (archives / "benchmark_runs/shift_mini/row=none,seed=0",
+                archives / "ablations_mini_runs/compare_decomposed_mini/row=decomposed,seed=0"):
+        recorded = json.loads((run / "metrics.json").read_text())["identity"]
+        archived = OmegaConf.load(run / "config.yaml")
+        assert archived.callbacks.last_checkpoint._target_ == "models.training.ResumeCheckpoint" != today
+        assert identity.identity_hash(identity.identity_config(archived)) == recorded
+        archived.callbacks.last_checkpoint._target_ = today
+        assert identity.identity_hash(identity.identity_config(archived)) == recorded, run
+
+
 # ----------------------------------------------------------------------------- exact resume
 @pytest.mark.slow  # three train.py runs
 def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_weights(tmp_path: Path, data_dir: Path) -> None:
@@ -311,7 +335,7 @@ def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir
 def test_ctrl_c_while_the_command_line_is_checked_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """Before any job or evaluation has begun (train.py's and eval.py's command-line check), Ctrl-C was
     Python's KeyboardInterrupt traceback: now exit 130 and one line."""
-    from models.lifecycle import cli
+    from lifecycle import cli
 
     def interrupted(argv: list[str], config_name: str, make: bool = True) -> dict[str, str]:
         raise KeyboardInterrupt
@@ -448,8 +472,8 @@ def test_a_stop_signal_between_two_sweep_jobs_is_one_line_and_the_sweeps_exit(ca
     """A job gives the stop signals back when it ends; inside a sweep they stay the project's (train.py's `cli`
     holds them around Hydra's run), so a SIGHUP between two jobs interrupts with one line and 128 + signum, where
     the default handler ended the process without a word."""
-    from models.lifecycle.signals import StopSignals, install_stop_signals, restore_stop_signals
-    from models.training import RunInterrupted
+    from lifecycle.checkpoints import RunInterrupted
+    from lifecycle.signals import StopSignals, install_stop_signals, restore_stop_signals
 
     before = {s: signal.getsignal(s) for s in job.STOP_SIGNALS}
     install_stop_signals()  # the sweep's hold (cli)

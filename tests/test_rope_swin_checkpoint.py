@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import models
+from lifecycle.run_config import RunConfigError
 from models.rope_swin import (
     RoPESwinCheckpointError,
     from_rope_swin_checkpoint,
@@ -24,7 +25,6 @@ from models.rope_swin import (
     to_rope_swin_checkpoint,
 )
 from models.rope_vit import RoPEViTCheckpointError
-from models.run_config import RunConfigError
 from models.swin import RPESwinTransformer
 from rpe import RPEConfig
 

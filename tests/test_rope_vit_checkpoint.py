@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import models
+from lifecycle.run_config import RunConfigError
 from models.deit import RPEVisionTransformer
 from models.rope_vit import (
     RoPEViTCheckpointError,
@@ -25,7 +26,6 @@ from models.rope_vit import (
     swap_axis_halves,
     to_rope_vit_checkpoint,
 )
-from models.run_config import RunConfigError
 from rpe import RPEConfig, build_rpe
 
 DIM, HEADS, DEPTH, PATCH, IMG, CLASSES = 32, 2, 2, 8, 16, 5  # head dim 16, a 2x2 patch grid

@@ -18,11 +18,11 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
 from data.generation import scan_files
-from models.lifecycle.cli import CONFIG_DIR, CommandLineError, _refuse_unusable_launcher
-from models.lifecycle.identity import data_difference, data_record
-from models.lifecycle.settings import SettingError, check_settings
-from scripts.tables.cells import split_by_config
-from scripts.tables.collect import Run
+from lifecycle.cli import CONFIG_DIR, CommandLineError, _refuse_unusable_launcher
+from lifecycle.identity import data_difference, data_record
+from lifecycle.settings import SettingError, check_settings
+from reports.cells import split_by_config
+from reports.collect import Run
 from tests.helpers import run_cli
 
 ENV = {"OMP_NUM_THREADS": "1"}
@@ -205,7 +205,7 @@ def test_a_submission_sbatch_refuses_is_one_line_and_leaves_no_sweep_dir(tmp_pat
 
 def test_a_refused_submission_puts_an_existing_sweep_dir_back(tmp_path: Path) -> None:
     """Into a sweep dir that was there: its earlier grid is put back and only this launch's submitit files go."""
-    from models.lifecycle import cli
+    from lifecycle import cli
 
     sweep = tmp_path / "sw"
     (sweep / ".submitit" / "123").mkdir(parents=True)

@@ -14,8 +14,8 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-import models.lifecycle.job as job
-from models.run_config import ALLOWED_TARGETS, RunConfigError, build_data_and_model, load_run_config
+import lifecycle.job as job
+from lifecycle.run_config import ALLOWED_TARGETS, RunConfigError, build_data_and_model, load_run_config
 from scripts import plot_rpe
 from tests.helpers import CONFIG_DIR, compose_config, run_cli
 

@@ -1,4 +1,4 @@
-"""`models.lifecycle.settings.check_settings`: the real configs pass, every bad value is one line naming its key."""
+"""`lifecycle.settings.check_settings`: the real configs pass, every bad value is one line naming its key."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data.errors import DataConfigError
-from models.lifecycle.settings import (
+from lifecycle.settings import (
     RULES,
     DataSettingError,
     SettingError,

@@ -189,7 +189,7 @@ def test_the_shift_task_trains_every_row_in_the_left_half_without_an_ape_but_the
 def test_the_canvas_task_trains_the_distance_label_at_32_px_without_an_ape_but_the_references() -> None:
     """sweep=canvas_mini: 12 rows of the benchmark rows x seeds 0-11, on data=relational_distance (4 classes,
     everywhere on the 32 px canvas); its test sets fit the runs, and only the reference rows have an APE."""
-    from models.testsets import fitting_testsets
+    from lifecycle.testsets import fitting_testsets
 
     grid = _grid("canvas_mini")
     rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
@@ -213,10 +213,10 @@ def test_the_long_range_task_gives_each_index_row_its_own_buckets_on_a_16x16_gri
     bins), at the benchmark recipe but 4 epochs; every row is iRPE-K without an APE, with the index the findings
     need, and on this grid the rows reach 9 / 49 / 81 / 121 buckets and clip and piecewise at ratio 2.0 group the
     pairs apart. Every row a finding reads is swept."""
-    from models.testsets import fitting_testsets
+    from lifecycle.testsets import fitting_testsets
+    from reports.collect import _used_buckets, partition
+    from reports.findings import FINDINGS_DIR, read_findings_file
     from rpe.index import bucket_ids
-    from scripts.tables.collect import _used_buckets, partition
-    from scripts.tables.findings import FINDINGS_DIR, read_findings_file
 
     grid = _grid("longrange_mini")
     rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
@@ -240,7 +240,7 @@ def test_the_long_range_task_gives_each_index_row_its_own_buckets_on_a_16x16_gri
     clip, piecewise = seen["clip_r2"][0], seen["buckets_81"][0]
     assert (clip.index, clip.ratio, piecewise.index, piecewise.ratio) == ("clip", 2.0, "piecewise", 2.0)
     assert {r.method for r, _ in seen.values()} == {"product"} and seen["buckets_49"][0].ratio == 1.9
-    from scripts.tables.collect import _built_indexes, _fitted
+    from reports.collect import _built_indexes, _fitted
 
     def pairs(config) -> str:
         specs, _ = _built_indexes(_fitted(config, 16))
@@ -311,7 +311,7 @@ def test_a_new_paper_table_is_one_entry(tmp_path: Path, monkeypatch: pytest.Monk
     """An entry alone gives the table's layout (title, header, rows and columns in the paper's order, the labels
     a run's facts get), the paper's numbers with their sources, and its findings, with their sources and the
     paper's contrast; make_tables lays runs of its ablation out by it."""
-    from scripts.tables import layouts
+    from reports import layouts
 
     (tmp_path / "heads.yaml").write_text("""\
 paper: Table 9
@@ -373,7 +373,7 @@ findings:
     ("colour: red", "unknown key 'colour'"),
 ])
 def test_a_malformed_entry_is_one_line_naming_it(tmp_path: Path, text: str, problem: str) -> None:
-    from scripts.tables import layouts
+    from reports import layouts
 
     base = {"title": "T", "about": "a", "order": "{table: 1}", "row": "{fact: mode}", "col": "{label: x}",
             "rows": "[a, b]", "cols": "[x]"}
@@ -881,7 +881,7 @@ def test_archive_refuses_a_run_of_another_config(tmp_path: Path, capsys: pytest.
 # ----------------------------------------------------------------------------- W&B
 def test_wandb_groups_by_sweep_and_logs_rpe_columns(tmp_path: Path, data_dir: Path, monkeypatch) -> None:
     pytest.importorskip("wandb")
-    import models.lifecycle.job as job
+    import lifecycle.job as job
 
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -960,7 +960,7 @@ def test_committed_benchmark_tables_and_plots_are_what_the_archive_builds(
 def test_the_benchmark_seeds_can_decide_the_registered_findings() -> None:
     """Holm over every registered finding of every task: at the tasks' seed count a finding whose seeds all
     agree in sign clears the family's first step (a family too large for its seeds decides nothing)."""
-    from scripts.tables.findings import registered_findings, seeds_needed
+    from reports.findings import registered_findings, seeds_needed
 
     registered = registered_findings()
     assert len(registered) == 28 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS
@@ -974,7 +974,7 @@ def test_an_optuna_trial_without_a_value_is_told_failed_and_the_study_goes_on(tm
     import optuna
     from hydra.core.utils import JobReturn, JobStatus
 
-    from models.lifecycle.sweeper import TrialFailureTelling, _FailuresToldFirst
+    from lifecycle.sweeper import TrialFailureTelling, _FailuresToldFirst
 
     class Jobs:  # the launcher: job n returns values[n] (NaN: a failed job)
         def __init__(self, values: list[float]) -> None:
@@ -1010,7 +1010,7 @@ def test_an_optuna_trial_without_a_value_is_told_failed_and_the_study_goes_on(tm
 def test_a_sweep_dir_is_one_study_with_one_job_naming(tmp_path: Path) -> None:
     """A second sweep into a sweep dir is refused in one line when its sweeper's settings (an optuna study's
     sampler seed), its params or its job dir naming differ; more optuna trials extend the same study."""
-    from models.lifecycle import cli
+    from lifecycle import cli
 
     def hydra(*overrides: str):
         GlobalHydra.instance().clear()

@@ -1,5 +1,5 @@
-"""The statistics behind the findings' verdicts (scripts/tables/findings.py) and the design check behind
-"cannot differ" (scripts/tables/collect.py), each against numbers worked out by hand.
+"""The statistics behind the findings' verdicts (tables/findings.py) and the design check behind
+"cannot differ" (tables/collect.py), each against numbers worked out by hand.
 
 The t distribution with 2 degrees of freedom (3 seeds) has a closed form, used for the hand-worked values:
 ``P(T >= t) = (1 - t / sqrt(t^2 + 2)) / 2`` and its quantile ``t_u = (2u - 1) / sqrt(2u(1 - u))``, so
@@ -16,10 +16,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from reports import collect, findings
+from reports.findings import Finding, judge
 from rpe.index import clip_index, piecewise_index
 from scripts import make_tables
-from scripts.tables import collect, findings
-from scripts.tables.findings import Finding, judge
 from tests.test_tables_faults import NONE, K, _run
 
 T_975_DF2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)

@@ -18,10 +18,10 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from models.lifecycle.files import with_checksum
-from models.lifecycle.identity import cell_key, identity_config, identity_hash, run_length
-from models.lifecycle.records import RunRecord, lock_run_dir, release_lock
+from lifecycle.identity import cell_key, identity_config, identity_hash, run_length
+from lifecycle.records import RunRecord, lock_run_dir, release_lock
 from scripts import archive_runs, make_tables
+from storage.files import with_checksum
 
 ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "ablations_mini_runs" / "where_mini"
 K = "model.net.ape=sincos,rpe.preset=rpe-1.9-product-ctx-1-k"  # row k, column with APE
@@ -384,8 +384,8 @@ def _grid_yaml(params: dict, task: list[str]) -> str:
 def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_path: Path) -> None:
     """Hydra rewrites multirun.yaml at each launch; train.py first keeps the earlier grid beside it, so a
     launch with another seed (or one that was refused) does not make the earlier jobs unexpected."""
-    from models.lifecycle.cli import keep_earlier_grid
-    from scripts.tables.collect import expected_jobs
+    from lifecycle.cli import keep_earlier_grid
+    from reports.collect import expected_jobs
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -412,7 +412,7 @@ def test_a_sweep_config_launch_keeps_the_earlier_grid_without_dash_m(tmp_path: P
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from models.lifecycle.cli import CONFIG_DIR, check_overrides
+    from lifecycle.cli import CONFIG_DIR, check_overrides
 
     sweep = tmp_path / "sweeps" / "shift_mini"
     sweep.mkdir(parents=True)
@@ -449,7 +449,7 @@ def test_a_config_reads_as_omegaconf_reads_it(tmp_path: Path, text: str) -> None
     """collect.read_config parses with libyaml (speed); the values and their types are OmegaConf's."""
     import io
 
-    from scripts.tables.collect import read_config
+    from reports.collect import read_config
 
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -462,7 +462,7 @@ def test_archived_configs_read_as_omegaconf_reads_them() -> None:
     """Every tenth archived run config (all 976 were compared once, 2026-12-05: identical, 14x faster)."""
     import io
 
-    from scripts.tables.collect import read_config
+    from reports.collect import read_config
 
     files = sorted((Path(__file__).resolve().parents[1] / "docs").glob("**/config.yaml"))[::10]
     assert len(files) >= 20
@@ -472,7 +472,7 @@ def test_archived_configs_read_as_omegaconf_reads_them() -> None:
 
 
 def test_duplicate_keys_and_unsafe_tags_are_one_line(tmp_path: Path) -> None:
-    from scripts.tables.collect import TableError, read_config
+    from reports.collect import TableError, read_config
 
     path = tmp_path / "config.yaml"
     path.write_text("a: 1\na: 2\n")
@@ -610,7 +610,7 @@ def test_a_folder_that_cannot_be_looked_into_is_one_line_never_a_run_left_out(tm
     """Probe 4, cases 71, 72: Path.rglob skips a folder it may not read without a word, so make_tables built the
     table of the readable seed only ("1 ok") and, on a root holding only such a folder, said "no runs". The run
     discovery of make_tables, archive_runs and evaluate_testsets (`entries_named`) names the folder instead."""
-    from models.lifecycle.files import RunFileError, entries_named
+    from storage.files import RunFileError, entries_named
     from tests.helpers import file_modes_hold
 
     sweep = _two_seed_sweep(tmp_path / "runs")

@@ -2,7 +2,7 @@
 
 Each test builds finished where_mini run dirs by hand in tmp_path (configs copied from
 docs/ablations_mini_runs, run.json written by the lifecycle's `RunRecord`) and their result files
-``testsets/<name>.json`` by eval.py's own writer (`models.testsets.write_result`), then checks the test-set
+``testsets/<name>.json`` by eval.py's own writer (`lifecycle.testsets.write_result`), then checks the test-set
 columns against numbers worked out by hand: every result that cannot be trusted is listed by name and not
 counted, the runs' own results still are, and a cell with fewer evaluated seeds than counted ones says so.
 """
@@ -19,12 +19,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from models.lifecycle.files import with_checksum
-from models.lifecycle.identity import identity_config, identity_hash, run_length
-from models.lifecycle.records import RunRecord
-from models.testsets import _NAME, result_path, write_result
+from lifecycle.identity import identity_config, identity_hash, run_length
+from lifecycle.records import RunRecord
+from lifecycle.testsets import _NAME, result_path, write_result
+from reports import collect, layouts
 from scripts import archive_runs, make_tables
-from scripts.tables import collect, layouts
+from storage.files import with_checksum
 from tests.helpers import written_testset_fields
 
 ARCHIVE = Path(__file__).resolve().parents[1] / "docs" / "ablations_mini_runs" / "where_mini"
@@ -94,13 +94,13 @@ def _assert_own_cells(table: make_tables.Table) -> None:
 
 # ----------------------------------------------------------------------------- columns
 def test_the_reader_agrees_with_eval_pys_writer(tmp_path: Path) -> None:
-    """The result folder and the test set names are spelled out in collect (models.testsets loads timm)."""
+    """The result folder and the test set names are spelled out in collect (lifecycle.testsets loads timm)."""
     folder = tmp_path / "run" / collect.TESTSETS
     assert result_path(tmp_path / "run" / "checkpoints" / "best.ckpt", RIGHT) == folder / f"{RIGHT}.json"
     best = tmp_path / "run" / "checkpoints" / "best.ckpt"
     assert result_path(best, RIGHT, "extend") == folder / f"{RIGHT}@extend.json"
     assert collect.TESTSET_NAME.pattern == _NAME.pattern
-    from models.lifecycle.cli import CONFIG_DIR
+    from lifecycle.cli import CONFIG_DIR
 
     assert collect.TESTSET_CONFIGS == CONFIG_DIR / "testset"  # the definitions eval.py composes
 
@@ -376,7 +376,7 @@ def test_a_finding_reads_each_terms_test_set_column(tmp_path: Path) -> None:
     """Per-seed contrasts of test-set results, worked by hand: k 80/82 own, 60/64 on the right half; none
     70/74 own, 50/51 there. The floor is judged on the runs' own metric, and two terms of one cell on two
     test sets are not "the same design"."""
-    from scripts.tables import findings
+    from reports import findings
 
     runs = _own_runs(tmp_path)
     for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 50.0, (NONE, 1): 51.0}.items():
@@ -407,7 +407,7 @@ def test_a_finding_reads_each_terms_test_set_column(tmp_path: Path) -> None:
 def test_a_run_at_chance_on_a_test_set_is_a_result_not_a_floor(tmp_path: Path) -> None:
     """A side that learned its task (80 %) and is at chance on the test set (12.5 % of 8 classes) is what a
     shift finding measures; a side at chance on its own split learned nothing (floor)."""
-    from scripts.tables import findings
+    from reports import findings
 
     runs = _own_runs(tmp_path)
     for (job, seed), top1 in {(K, 0): 60.0, (K, 1): 64.0, (NONE, 0): 12.5, (NONE, 1): 12.5}.items():
@@ -429,7 +429,7 @@ def test_a_run_at_chance_on_a_test_set_is_a_result_not_a_floor(tmp_path: Path) -
 def _left_filed_as_right() -> dict[str, object]:
     """What ``eval.py testset=relational_left testset.name=relational_right`` recorded before that override was
     refused: the left half's definition, named and hashed as the right half."""
-    from models.testset_definition import configured_generator, testset_sha256
+    from lifecycle.testset_definition import configured_generator, testset_sha256
 
     definition = written_testset_fields("relational_left")["testset_config"]
     definition["name"] = RIGHT  # type: ignore[index]
@@ -513,7 +513,7 @@ def _run_data(run_dir: Path) -> dict[str, object]:
 
 def _own_data_result(run_dir: Path, top1: float, **edits: object) -> Path:
     """``val_at_48@interpolate.json`` as eval.py now writes it: the run's data.root, its digest and generator."""
-    from models.testset_definition import configured_generator
+    from lifecycle.testset_definition import configured_generator
 
     data = _run_data(run_dir)
     fields = {"data_root": data["root"], "data_sha256": "d" * 64,
@@ -548,7 +548,7 @@ def test_a_run_own_data_result_counts_only_on_the_runs_data(tmp_path: Path) -> N
 
 
 def configured_generator_of(name: str) -> dict[str, object] | None:
-    from models.testset_definition import configured_generator
+    from lifecycle.testset_definition import configured_generator
 
     return configured_generator(written_testset_fields(name)["testset_config"])
 

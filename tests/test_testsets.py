@@ -19,9 +19,9 @@ from timm.models.swin_transformer import SwinTransformer
 
 from data.errors import DataConfigError
 from data.relational import placement_rates, render_relational_shapes
+from lifecycle.testsets import RESULT_FOLDER, TestsetError, adapt_model, load_testset
+from lifecycle.testsets import testset_names as all_testsets
 from models import ModelConfigError, create_model
-from models.testsets import RESULT_FOLDER, TestsetError, adapt_model, load_testset
-from models.testsets import testset_names as all_testsets
 from rpe.registry import PRESETS
 from tests.helpers import compose_config, run_cli
 
@@ -130,7 +130,7 @@ def test_every_rpe_preset_runs_on_a_larger_grid_or_says_why(preset: str) -> None
 def test_attention_memory_is_counted_by_hand_and_a_test_set_that_cannot_fit_is_one_line() -> None:
     """deit_micro (4 heads, patch 4) at 384 px: 96 x 96 patches + the class token = 9217 tokens, so
     4 x 9217^2 = 339,812,356 entries per image (16 bytes each at evaluation: 5.44 GB)."""
-    from models.testsets import attention_entries, check_attention_memory
+    from lifecycle.testsets import attention_entries, check_attention_memory
 
     deit = _deit("sincos")
     assert attention_entries(deit, (384, 384)) == 4 * 9217**2
@@ -390,7 +390,7 @@ def test_eval_cli_writes_the_testset_result_and_leaves_metrics_json(tmp_path: Pa
     assert not (tmp_path / "data" / "never_generated").exists()  # the run's own data: not needed, not made
     assert (tmp_path / "data" / "testsets" / "relational_canvas48_v2" / "val" / "0_E").is_dir()
     assert f"writtento{path}" in "".join(result.stdout.split())  # rich wraps the title
-    from models.lifecycle.identity import identity_config, identity_hash
+    from lifecycle.identity import identity_config, identity_hash
 
     assert record["identity"] == identity_hash(identity_config(OmegaConf.load(run / "config.yaml")))
     _eval(run, tmp_path / "data", "relational_canvas48", "ape=interpolate", "testset.data.generator.num_val=16")
@@ -411,7 +411,7 @@ BAD_CLI = [
 def test_bad_testset_or_ape_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
     """In-process, the checks eval.py's command line makes: the group choice before Hydra, then evaluate."""
     import eval as eval_script
-    from models.lifecycle.cli import CommandLineError, check_group_choices
+    from lifecycle.cli import CommandLineError, check_group_choices
 
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_group_choices(args)
@@ -553,8 +553,8 @@ def test_a_result_records_its_definition_and_no_partial_test_or_other_definition
     """A whole evaluation records the hash make_tables recomputes and 16 of 16 images; a test of part of the
     set (the probe: ``trainer.limit_test_batches=1 batch_size=8`` read 8 of 64 and replaced the result) and
     a result of another definition are refused in one line, and the complete result stays byte-identical."""
-    from models import testsets
-    from models.testset_definition import configured_generator, testset_sha256
+    from lifecycle import testsets
+    from lifecycle.testset_definition import configured_generator, testset_sha256
 
     data = tmp_path / "data"
     run = _fake_run(tmp_path / "run", data, RUN)
@@ -625,7 +625,7 @@ def test_val_at_64_reads_the_runs_own_data_at_another_size(tmp_path: Path) -> No
     elsewhere = json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())
     assert elsewhere["data_root"] == str(tmp_path / "elsewhere")
     assert (elsewhere["data_sha256"], elsewhere["data_generator"]) == (marker["content_sha256"], marker["generator"])
-    from scripts.tables.collect import read_testset_result, run_data_config
+    from reports.collect import read_testset_result, run_data_config
 
     run_data = run_data_config(OmegaConf.to_container(OmegaConf.load(run / "config.yaml")))
     for name in ("val_at_64@interpolate", "val_at_48@interpolate"):  # make_tables counts both
@@ -828,7 +828,7 @@ def test_a_test_set_result_is_of_the_best_checkpoint_only(tmp_path: Path) -> Non
 def test_a_test_that_counted_more_images_than_its_set_is_an_error_never_a_whole_test() -> None:
     """Probe cases 39-41: a padding sampler's repeats made 10 of 9; that was taken as whole (no note) or
     called a partial test. It is an error in the counting: never a result, and said so."""
-    from models.testsets import check_read_whole, partial_test_note
+    from lifecycle.testsets import check_read_whole, partial_test_note
 
     whole = {"limit_test_batches": None}
     assert partial_test_note(9, 9, whole) == ""
@@ -848,7 +848,7 @@ def test_a_test_set_must_name_the_runs_classes_in_the_runs_order(tmp_path: Path)
     hand data whose class 0 is A_SE would score each image against another class."""
     from data import ImageFolderDataModule
     from data.relational import generate_relational_shapes
-    from models.testsets import check_classes
+    from lifecycle.testsets import check_classes
 
     root = tmp_path / "rel"
     generate_relational_shapes(str(root), num_train=8, num_val=64)

@@ -10,7 +10,7 @@ import lightning as L
 import pytest
 import torch
 
-import models.lifecycle.job as job
+import lifecycle.job as job
 from tests.helpers import LEARNING_BUDGET, SMALL_RELATIONAL, compose_config, fit_only, run_cli
 
 FAST = ["debug=fast", "logger=csv"]

@@ -1,7 +1,7 @@
 """The project's optuna sweeper (``hydra/sweeper=optuna_rpe``), found by Hydra's plugin scan of ``hydra_plugins``.
 
 Hydra makes only classes under ``hydra_plugins`` into sweepers, so the class lives here; what it changes in
-hydra-optuna-sweeper's is in `models.lifecycle.sweeper`. Without the optional optuna plugin installed this module
+hydra-optuna-sweeper's is in `lifecycle.sweeper`. Without the optional optuna plugin installed this module
 defines nothing, and the command-line check names the sweeper that cannot start.
 """
 
@@ -20,6 +20,6 @@ else:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             # the plugin's own __init__ only builds its implementation: build ours, with the same settings
-            from models.lifecycle.sweeper import TrialFailureTelling
+            from lifecycle.sweeper import TrialFailureTelling
 
             self.sweeper = TrialFailureTelling(*args, **kwargs)

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.lifecycle.destinations import save_export
-from models.run_config import RunConfigError, read_checkpoint_file
+from models.checkpoint_files import RunConfigError, read_checkpoint_file
+from storage.destinations import save_export
 
 from .backbone import ResNetBackbone
 from .detr import DETR
@@ -163,7 +163,7 @@ def to_reference_checkpoint(model: DETR, path: str | Path, label_to_cat: list[in
     flags, e.g. ``--enc_rpe2d``, which ``args`` records). Its COCO evaluation reads a label as a category
     id: pass the data's ``label_to_cat`` to lay the class rows out that way (`reference_state_dict`);
     without it they are written as they are. A ``path`` inside a run's dir or a data root is refused in one
-    `ReferenceCheckpointError` line (`models.lifecycle.destinations`).
+    `ReferenceCheckpointError` line (`storage.destinations`).
     """
     return save_export({"model": reference_state_dict(model, label_to_cat), "args": reference_args(model)}, path,
                        "to_reference_checkpoint", ReferenceCheckpointError)

@@ -1,6 +1,6 @@
 """The optuna sweep's side of a failed trial (``hydra/sweeper=optuna_rpe``).
 
-A failed job of a sweep is listed and the sweep goes on (`models.lifecycle.job.run_job` returns NaN for it).
+A failed job of a sweep is listed and the sweep goes on (`lifecycle.job.run_job` returns NaN for it).
 hydra-optuna-sweeper 1.2 tells optuna every trial as finished with its return value; a NaN makes optuna 2.10
 refuse the value, and the plugin's own fallback then tells the failure *with* that value, which optuna refuses
 too: the sweep ended in two tracebacks and its further trials never ran. Here a trial whose job failed (or gave
@@ -20,7 +20,7 @@ from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 from omegaconf import OmegaConf
 
-from models.lifecycle.cli import one_line, say
+from lifecycle.cli import one_line, say
 
 
 def trial_value(ret: JobReturn) -> float | None:
@@ -31,7 +31,7 @@ def trial_value(ret: JobReturn) -> float | None:
     """
     import sys
 
-    from models.lifecycle.job import FAILED_JOBS
+    from lifecycle.job import FAILED_JOBS
 
     try:
         value = ret.return_value

@@ -2,7 +2,7 @@
 
 The rules a run's results rest on:
 
-* A run dir holds one run: a rerun of the same identity (`models.lifecycle.identity`) continues it, another
+* A run dir holds one run: a rerun of the same identity (`lifecycle.identity`) continues it, another
   config is refused before anything is written, and ``run.lock`` keeps a second process out.
 * A result comes only from the run's own trained weights: ``checkpoints/best.ckpt`` inside its run dir
   (never a path restored from a checkpoint, which still names the dir the run was moved from), saved by
@@ -32,19 +32,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from models.lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
-from models.lifecycle.destinations import check_generated_root
-from models.lifecycle.files import (
-    RunFileError,
-    atomic_write_bytes,
-    atomic_write_json,
-    entry_exists,
-    guarded,
-    remove_stale_temp_files,
-    with_checksum,
-    writable_folder,
-)
-from models.lifecycle.identity import (
+from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
+from lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
+from lifecycle.identity import (
     config_differences,
     data_difference,
     data_record,
@@ -53,7 +43,7 @@ from models.lifecycle.identity import (
     past_run_length,
     run_length,
 )
-from models.lifecycle.records import (
+from lifecycle.records import (
     BEST,
     CHECKPOINTS,
     CONFIG,
@@ -75,14 +65,24 @@ from models.lifecycle.records import (
     read_run_record,
     release_lock,
 )
-from models.lifecycle.signals import (
+from lifecycle.signals import (
     STOP_SIGNALS,
     StopSignals,
     chain_previous_handler,
     install_stop_signals,
     restore_stop_signals,
 )
-from models.training import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
+from storage.destinations import check_generated_root
+from storage.files import (
+    RunFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    entry_exists,
+    guarded,
+    remove_stale_temp_files,
+    with_checksum,
+    writable_folder,
+)
 
 
 class ResumeError(ValueError):
@@ -133,7 +133,7 @@ def check_buildable(cfg: DictConfig) -> None:
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
     check_monitored_metrics(cfg.get("callbacks"), model)
-    from models.lifecycle.settings import check_backend_devices, configured_world_size
+    from lifecycle.settings import check_backend_devices, configured_world_size
 
     check_backend_devices(cfg, model, training=True)  # flex or triton on the CPU: at the first step otherwise
     if hasattr(datamodule, "check_on_disk"):  # data already there: split and class folders, a batch per device
@@ -250,11 +250,11 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
     """
     from lightning.pytorch.strategies.launchers import subprocess_script
 
-    from models.lifecycle.cli import DDP_WORKER_CONFIG
+    from lifecycle.cli import DDP_WORKER_CONFIG
 
     folder = tempfile.mkdtemp(prefix="rpe-ddp-config-")  # mode 0700: only this user reads or replaces it
     job.worker_config = Path(folder)
-    from models.lifecycle.settings import OUTPUT_DIR
+    from lifecycle.settings import OUTPUT_DIR
 
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     if isinstance(resolved.get("paths"), DictConfig) and "output_dir" in resolved.paths:
@@ -326,7 +326,7 @@ def _watch_workers(job: Job, workers: list) -> None:
 def _repair_config(run_dir: Path, cfg: DictConfig) -> None:
     """A finished run's ``config.yaml`` that cannot be read (truncated, garbage, gone) is written again from this
     command's config, whose identity its ``run.json`` just matched: eval.py, plot_rpe and the tables read it."""
-    from models.run_config import RunConfigError, load_run_config
+    from lifecycle.run_config import RunConfigError, load_run_config
 
     try:
         load_run_config(run_dir / CONFIG)
@@ -398,7 +398,7 @@ def _recorded_identity(run_dir: Path) -> tuple[dict[str, Any] | None, str]:
     finished result of that config and length (`_standing_result`): the result then stands, as with an intact
     record. Otherwise its state is unknown, and the run's checkpoints decide what is left to do. A rebuilt
     record carries ``rebuilt: True`` (never written: `RunRecord` writes its own fields)."""
-    from models.run_config import RunConfigError, load_run_config
+    from lifecycle.run_config import RunConfigError, load_run_config
 
     damage = ""
     try:
@@ -727,7 +727,7 @@ def _logger_dirs(cfg: DictConfig, run_dir: Path) -> tuple[str, ...]:
     """The run dir's top folders its loggers write into (``csv``), for `check_layout`: their kind is checked
     before the run is claimed, as the checkpoints folder's is. (`settings.check_settings` has refused any
     logger folder outside the run dir.)"""
-    from models.lifecycle.settings import logger_folders
+    from lifecycle.settings import logger_folders
 
     found = []
     for _, _, folder in logger_folders(cfg, str(run_dir)):
@@ -762,8 +762,8 @@ def _claim_data(run_dir: Path, earlier: dict[str, Any] | None, data: dict[str, A
 
 def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     """Claim, fit (or resume), test ``best.ckpt``, write ``metrics.json``; returns the metrics."""
-    from models.lifecycle.settings import check_schedule, check_settings, decode_environment_values, schedule_notes
-    from models.training import ResumeCheckpoint
+    from lifecycle.checkpoints import ResumeCheckpoint
+    from lifecycle.settings import check_schedule, check_settings, decode_environment_values, schedule_notes
 
     started = time.time()
     run_dir = job.run_dir
@@ -971,7 +971,7 @@ def code_version() -> str:
     identity covers the config, not the code: the same config trained by other code can give other numbers."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                                 text=True, timeout=10, check=True).stdout.strip()
@@ -1037,7 +1037,7 @@ def run(cfg: DictConfig, script: Path | None = None) -> dict[str, Any]:
     job = Job(Path(HydraConfig.get().runtime.output_dir).resolve())
     StopSignals.reset()
     try:
-        return _run(cfg, job, script or Path(__file__).resolve().parents[2] / "train.py")
+        return _run(cfg, job, script or Path(__file__).resolve().parents[1] / "train.py")
     finally:
         job.release()
 
@@ -1123,7 +1123,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
     """
     from hydra.core.hydra_config import HydraConfig
 
-    from models.lifecycle.cli import CommandLineError, check_job_dir
+    from lifecycle.cli import CommandLineError, check_job_dir
 
     output_dir = HydraConfig.get().runtime.output_dir
     if _is_multirun():

@@ -25,8 +25,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import re
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,8 +33,8 @@ import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from data.errors import DataConfigError, absent_folder
-from models.deit import ModelConfigError
-from models.lifecycle.files import RunFileError, describe_non_file, entry_exists
+from models.checkpoint_files import RunConfigError, first_non_finite, read_checkpoint_file
+from storage.files import RunFileError
 
 # Each allowed target is imported from its own module when used; no name from the file is ever imported.
 DATA_MODULES: dict[str, tuple[str, str]] = {
@@ -63,10 +61,6 @@ ALLOWED_TARGETS: dict[str, dict[str, tuple[str, str]]] = {
 
 # The parts of a run config that rebuilding reads; trainer, callbacks and loggers are never built from it.
 USED_KEYS = ("data", "model", "rpe")
-
-
-class RunConfigError(ModelConfigError):
-    """A run dir's config or checkpoint that cannot be loaded safely; the message is one line."""
 
 
 class RunDataError(DataConfigError):
@@ -112,7 +106,7 @@ def read_bounded_yaml(path: str | Path) -> Any:
     """The YAML of a plain file of bounded size, nesting and aliases, as OmegaConf builds it (nothing resolved);
     raises `RunConfigError` (one line) where it is not one."""
     from data.bounded_json import JsonBoundsError, read_json_bytes
-    from models.lifecycle.files import check_plain_file, yaml_problem
+    from storage.files import check_plain_file, yaml_problem
 
     path = Path(path)
     try:
@@ -222,10 +216,10 @@ def run_class_names(checkpoint: Mapping[str, Any], run_cfg: DictConfig, run_dir:
     generator settings; hand data: the files fingerprint its ``run.json`` recorded); None where neither tells."""
     from data.datamodule import class_folders, recorded_classes
     from data.generation import read_marker
-    from models.lifecycle.files import RunFileError
-    from models.lifecycle.identity import data_record
-    from models.lifecycle.records import read_run_record
-    from models.testset_definition import configured_generator
+    from lifecycle.identity import data_record
+    from lifecycle.records import read_run_record
+    from lifecycle.testset_definition import configured_generator
+    from storage.files import RunFileError
 
     recorded = recorded_classes(checkpoint)
     if recorded is not None:
@@ -387,21 +381,6 @@ def state_dict_mismatch(expected: Mapping[str, Any], given: Mapping[str, Any]) -
     return "; ".join(parts)
 
 
-def first_non_finite(module: torch.nn.Module | Mapping[str, torch.Tensor]) -> tuple[str, int, int] | None:
-    """``(name, non-finite count, size)`` of the first parameter or buffer holding a NaN or inf, or None.
-    ``module`` may also be a state dict (its tensors in its order), checked before anything is loaded."""
-    if isinstance(module, torch.nn.Module):
-        tensors = [*module.named_parameters(), *module.named_buffers()]
-    else:
-        tensors = list(module.items())
-    for name, tensor in tensors:
-        if tensor.is_floating_point() or tensor.is_complex():
-            bad = int((~torch.isfinite(tensor.detach())).sum())
-            if bad:
-                return name, bad, tensor.numel()
-    return None
-
-
 def require_finite_weights(module: torch.nn.Module, source: str) -> None:
     """One `RunConfigError` line naming ``source`` and the first non-finite tensor: a diverged model has
     no result to evaluate or draw."""
@@ -442,10 +421,10 @@ def check_run_identity(run_cfg: DictConfig, config: Path, checkpoint: dict[str, 
     A config edited after training, truncated, or swapped (a symlink into another run dir), and a
     checkpoint copied from another run may still fit the model; their numbers would be another run's.
     """
-    from models.lifecycle.files import RunFileError
-    from models.lifecycle.identity import identity_config, identity_hash
-    from models.lifecycle.records import read_run_record
-    from models.training import IDENTITY_KEY
+    from lifecycle.checkpoints import IDENTITY_KEY
+    from lifecycle.identity import identity_config, identity_hash
+    from lifecycle.records import read_run_record
+    from storage.files import RunFileError
 
     identity = identity_hash(identity_config(run_cfg))
     saved = checkpoint.get(IDENTITY_KEY)
@@ -469,31 +448,6 @@ def require_finite_metrics(metrics: Mapping[str, float], source: str) -> None:
             f"evaluating {source} gave non-finite metrics ({', '.join(bad)}); that is no result (check the"
             " checkpoint and the data)"
         )
-
-
-def read_checkpoint_file(
-    path: str | Path, safe_globals: list[Any] | tuple[Any, ...] = (), error: type[Exception] = RunConfigError
-) -> Any:
-    """``torch.load(path, weights_only=True)`` allowing exactly the classes in ``safe_globals``; anything
-    unreadable (missing, truncated, random bytes, a pickle needing other code) is one ``error`` line."""
-    if not Path(path).is_file():
-        if entry_exists(path):
-            raise error(f"checkpoint {path} is not a checkpoint file: {describe_non_file(Path(path))}")
-        raise error(f"checkpoint {path} does not exist")
-    try:
-        # torch's own warnings about the pickle (its protocol) come before our one line: the error says it
-        with warnings.catch_warnings(), torch.serialization.safe_globals(list(safe_globals)):
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # never unpickle arbitrarily
-        text = str(err)
-        blocked = re.search(r"GLOBAL ([\w.]+)", text)
-        reason = (
-            f"it needs code to load (global {blocked.group(1)}), which weights_only=True refuses" if blocked
-            else "corrupt, truncated, not written by torch.save, or a pickle of objects other than tensors"
-                 f" (refused: loading it could run code): {type(err).__name__}"
-        )
-        raise error(f"checkpoint {path} is not a readable PyTorch checkpoint ({reason})") from None
 
 
 def load_run_checkpoint(path: str | Path) -> dict[str, Any]:

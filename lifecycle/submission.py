@@ -4,7 +4,7 @@ hydra-submitit-launcher hands a sweep's jobs to ``sbatch``. When sbatch refuses 
 account, a limit of the cluster), submitit raised its ``FailedJobError`` through Hydra's multirun: a traceback
 of 35 lines, exit 1, and the sweep dir left behind with its grid and submitit's files but no job. Here the
 refusal is one line naming sbatch's answer, exit 2 (a setting the scheduler does not take), and when no job of
-the command was submitted what it wrote into the sweep dir is taken back (`models.lifecycle.cli.take_back_sweep_dir`).
+the command was submitted what it wrote into the sweep dir is taken back (`lifecycle.cli.take_back_sweep_dir`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from models.lifecycle.cli import say, take_back_sweep_dir
+from lifecycle.cli import say, take_back_sweep_dir
 
 
 class SubmissionRefused(Exception):

@@ -1,8 +1,8 @@
 """What a test set measures, as one hash (``testset_sha256``), and whether a result read all of it.
 
-eval.py records the hash and the images it read in each test-set result (`models.testsets`); make_tables
+eval.py records the hash and the images it read in each test-set result (`lifecycle.testsets`); make_tables
 recomputes the hash from ``configs/testset/<name>.yaml`` and counts a result under ``<name>`` only when the
-two agree and the whole set was read (`scripts.tables.collect`). Plain Python on purpose: the tables read
+two agree and the whole set was read (`tables.collect`). Plain Python on purpose: the tables read
 results without building a model.
 
 The hash covers the test set's name and data settings, resolved, and the generator its data's completion

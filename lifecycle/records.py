@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.lifecycle.files import (
+from lifecycle.identity import identity_hash
+from storage.files import (
     CHECKSUM,
     RunFileError,
     atomic_write_json,
@@ -29,20 +30,16 @@ from models.lifecycle.files import (
     guarded,
     read_json,
 )
-from models.lifecycle.identity import identity_hash
+from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
-RUN_RECORD = "run.json"
 # A benchmark task's pre-registered findings (findings/<ablation>.yaml), and the copy a run takes of its
 # task's file when it starts, which shows which findings existed before the run's results did
-FINDINGS_DIR = Path(__file__).resolve().parents[2] / "findings"
+FINDINGS_DIR = Path(__file__).resolve().parents[1] / "findings"
 FINDINGS_SNAPSHOT = "findings.yaml"
 RUN_LOCK = "run.lock"
-METRICS = "metrics.json"
 FAILURE = "failed.json"
-CONFIG = "config.yaml"
 HYDRA_DIR = ".hydra"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
-CHECKPOINTS = "checkpoints"
 BEST = "best.ckpt"
 LAST = "last.ckpt"
 STATES = ("running", "finished", "failed", "interrupted")
@@ -325,8 +322,8 @@ def config_file_identity(run_dir: Path) -> str | None:
     """The identity hash of the run dir's ``config.yaml`` (plain YAML: nothing resolved or run), or None."""
     import yaml
 
-    from models.lifecycle.files import yaml_problem
-    from models.lifecycle.identity import identity_config
+    from lifecycle.identity import identity_config
+    from storage.files import yaml_problem
 
     try:
         text = (run_dir / CONFIG).read_text()

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from scripts.tables.cells import NOT_COUNTED, Table, _natural
-from scripts.tables.collect import ENV_KEYS, STATUSES, TableError
-from scripts.tables.findings import findings_markdown, resolving_power, resolving_text, verdicts
-from scripts.tables.layouts import ABLATION_SCALE, DEFAULT_SCALE
+from reports.cells import NOT_COUNTED, Table, _natural
+from reports.collect import ENV_KEYS, STATUSES, TableError
+from reports.findings import findings_markdown, resolving_power, resolving_text, verdicts
+from reports.layouts import ABLATION_SCALE, DEFAULT_SCALE
 
 STATUS_COLUMNS = tuple(s.replace(" ", "_") for s in STATUSES)  # a count per status ("no result": no_result)
 CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLUMNS, "paper", "used", "same_as",
@@ -288,7 +288,7 @@ def with_findings(readme: str, findings: str, block: str = README_BLOCK) -> str:
 
 def write_outputs(tables: list[Table], out: Path, family: list[Table] | None = None) -> list[Path]:
     """Write ``out.md``, ``out.csv`` and ``out.tex`` atomically; returns the paths. ``family``: `to_markdown`."""
-    from models.lifecycle.files import atomic_write_bytes, check_plain_file
+    from storage.files import atomic_write_bytes, check_plain_file
 
     outputs = [(out.with_name(out.name + suffix), text) for suffix, text in (
         (".md", to_markdown(tables, family)), (".csv", to_csv(tables)), (".tex", to_latex(tables)))]

@@ -863,7 +863,7 @@ def _check_sweeper_direction(cfg: DictConfig) -> None:
     """A sweeper that optimises (optuna: ``hydra.sweeper.direction``) must rank trials the way the objective is
     better: the objective is what train.py returns, the run's result (`HEADLINE_METRICS`, higher is better), so
     ``direction=minimize`` named the worst trial best. One objective: a list of directions is refused too."""
-    from models.lifecycle.records import HEADLINE_METRICS
+    from lifecycle.records import HEADLINE_METRICS
 
     sweeper = OmegaConf.select(cfg, "hydra.sweeper")
     if not isinstance(sweeper, DictConfig) or "direction" not in sweeper:
@@ -944,7 +944,7 @@ def _check_logger_folders(cfg: DictConfig) -> None:
     another run's dir, or outside ``paths.log_dir``, where no rerun, cleanup or table looks. And never into one
     of the run's own records or folders (`OWN_ENTRIES`): a ``name``/``version`` of ``checkpoints``/``best.ckpt``
     made a folder where best.ckpt belongs, and the run failed only when it saved it."""
-    from models.lifecycle.records import OWN_ENTRIES
+    from lifecycle.records import OWN_ENTRIES
 
     try:
         output_dir = OmegaConf.select(cfg, "paths.output_dir", throw_on_resolution_failure=True)
@@ -980,7 +980,7 @@ def declared_root_keys(config_name: str | None = None) -> frozenset[str]:
     of every ``@package _global_`` file in those groups (experiments, sweeps, debug). Each entry point reads
     only its own: eval.py's ``ckpt_path`` is nothing to train.py. ``None``: those of every entry point (a config
     composed for no script)."""
-    from models.lifecycle.cli import CONFIG_DIR, SCRIPTS, root_groups
+    from lifecycle.cli import CONFIG_DIR, SCRIPTS, root_groups
 
     if config_name is None:
         return frozenset().union(*(declared_root_keys(name) for name in SCRIPTS))
@@ -1019,7 +1019,7 @@ OTHER_SCRIPTS_KEYS = {
 
 def _other_scripts_key(key: str, config_name: str) -> str | None:
     """The one-line refusal of ``key``, a root key of another entry point than ``config_name``'s, or None."""
-    from models.lifecycle.cli import SCRIPTS
+    from lifecycle.cli import SCRIPTS
 
     owner = next((name for name in SCRIPTS if name != config_name and key in declared_root_keys(name)), None)
     if owner is None or config_name not in SCRIPTS:
@@ -1208,7 +1208,7 @@ def run_steps(cfg: DictConfig, unit: str = "steps") -> tuple[int, str] | None:
     """``(count, how)``: at most how many optimizer ``steps`` (or training ``batches``) the run trains, by its
     length (`run_length`: ``trainer.max_steps``, or ``trainer.max_epochs`` epochs of `epoch_batches`); None where
     nothing bounds it here."""
-    from models.lifecycle.identity import run_length
+    from lifecycle.identity import run_length
 
     length, trainer = run_length(cfg), cfg.get("trainer") or {}
     accumulate = _get(trainer, "accumulate_grad_batches", 1)

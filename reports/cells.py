@@ -19,8 +19,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from scripts.tables.collect import STATUSES, TESTSET_NAME, TESTSETS, Run
-from scripts.tables.layouts import LAYOUTS, PAPER, Layout, PaperTable
+from reports.collect import STATUSES, TESTSET_NAME, TESTSETS, Run
+from reports.layouts import LAYOUTS, PAPER, Layout, PaperTable
 
 NOT_COUNTED = "runs not counted"  # the table of runs that no cell can hold (their config is unreadable)
 # its cells are keyed by the runs' paths (`_not_counted`): such runs have no facts to lay out

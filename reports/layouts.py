@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.tables.collect import TableError
+from reports.collect import TableError
 
-PAPER_TABLES_DIR = Path(__file__).resolve().parents[1] / "paper_tables"
+PAPER_TABLES_DIR = Path(__file__).resolve().parents[1] / "scripts" / "paper_tables"
 DEFAULT_SCALE = "top-1 on ImageNet-1k (DeiT-S)"
 ENTRY_KEYS = {"paper", "title", "about", "scale", "dataset", "note", "metrics", "relative", "order", "row", "col",
               "rows", "cols", "numbered_rows", "cells", "findings"}

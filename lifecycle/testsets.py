@@ -7,7 +7,7 @@ model is rebuilt and loaded as in eval.py (strict, checked), then moved to the t
 windows kept, DETR as it is (its position encodings follow each input). The result goes atomically to
 ``<run dir>/testsets/<name>[@<ape rule>].json``; the run's ``metrics.json`` is never touched.
 
-A result carries its provenance (`models.testset_definition`): the hash of the test set's definition and of
+A result carries its provenance (`lifecycle.testset_definition`): the hash of the test set's definition and of
 its data's marker (``testset_sha256``), the digest of the images it read (``data_sha256``, checked against
 that marker first), and how many images the test read of how many (``images_read``, ``images_total``).
 Only a test of the whole set is written (`check_whole_test`, `ImageCounter`), at the one precision of every
@@ -37,13 +37,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.errors import DataConfigError
+from lifecycle.cli import group_options, say
+from lifecycle.identity import config_differences
+from lifecycle.records import TESTSETS
+from lifecycle.testset_definition import measured, over_read, result_sha256
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
-from models.lifecycle.cli import group_options, say
-from models.lifecycle.files import RunFileError, atomic_write_json, read_json, with_checksum
-from models.lifecycle.identity import config_differences
-from models.lifecycle.records import TESTSETS
 from models.swin import WindowRPEBackbone, swin_grid_problem
-from models.testset_definition import measured, over_read, result_sha256
+from storage.files import RunFileError, atomic_write_json, read_json, with_checksum
 
 RESULT_FOLDER = TESTSETS  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
@@ -118,7 +118,7 @@ def run_data_kinds(run_data: dict[str, Any]) -> set[str]:
 
 def fitting_testsets(run_data: dict[str, Any]) -> list[str]:
     """The test set names in ``configs/testset`` whose ``fits`` meets the run's data kinds."""
-    from models.lifecycle.cli import CONFIG_DIR
+    from lifecycle.cli import CONFIG_DIR
 
     kinds = run_data_kinds(run_data)
     names = []
@@ -159,8 +159,8 @@ def testset_data_config(run_data: dict[str, Any], testset: dict[str, Any], data_
 
 def build_datamodule(data: dict[str, Any]) -> Any:
     """A data module from a plain data config, by the same allow-listed plain calls as a run's
-    (`models.run_config`): never Hydra's ``instantiate``."""
-    from models.run_config import DATA_MODULES, GENERATORS, _load_allowed
+    (`lifecycle.run_config`): never Hydra's ``instantiate``."""
+    from lifecycle.run_config import DATA_MODULES, GENERATORS, _load_allowed
 
     data = dict(data)
     target = data.pop("_target_")
@@ -190,7 +190,7 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
     settings and unchanged since (`generate_testset_data` makes it). The run's data must be on disk as
     eval.py without a test set requires (`require_existing_data`), and a ``data_root`` folder must hold the
     run's own data (`check_run_data_root`; ``run_root`` is the run's ``data.root``)."""
-    from models.run_config import detach_generator, require_existing_data
+    from lifecycle.run_config import detach_generator, require_existing_data
 
     if own:
         return require_existing_data(
@@ -216,7 +216,7 @@ def check_run_data_root(generator: Any, run_root: Any, data_root: Any, name: str
     of the run's generated data (a marker that records the run's ``generator`` settings; its images are then
     checked against it). Hand data (no generator) is known by its folder only."""
     from data.generation import MARKER_NAME, describe_generator, read_marker
-    from models.run_config import _generator_differences
+    from lifecycle.run_config import _generator_differences
 
     given = _folder(data_root)
     if run_root is not None and given == _folder(run_root):
@@ -257,12 +257,12 @@ def generate_testset_data(cfg: DictConfig) -> Path:
     if testset["data"].get("generator") is None or not kinds:
         raise TestsetError(f"testset={testset['name']} reads the evaluated run's own data (no data.generator of its"
                            " own): there is nothing to generate; eval.py reads the run's data.root")
-    from models.lifecycle.cli import compose_checked
+    from lifecycle.cli import compose_checked
 
     base = compose_checked("eval", [f"data={GENERATED_KIND_DATA[kinds[0]]}"])
     data, _ = testset_data_config(OmegaConf.to_container(base.data, resolve=True), testset, None)
     datamodule = build_datamodule(data)
-    from models.lifecycle.destinations import check_destination
+    from storage.destinations import check_destination
 
     check_destination(datamodule.root, "testset.data.root", data_root=True)  # never inside a run or another dataset
     datamodule.prepare_data()
@@ -276,7 +276,7 @@ def input_size(datamodule: Any) -> tuple[int, int] | None:
 
 
 def _backbones(module: Any) -> list[torch.nn.Module]:
-    from models.run_config import backbone
+    from lifecycle.run_config import backbone
 
     nets = [backbone(module)]
     ema = getattr(module, "ema", None)
@@ -388,7 +388,7 @@ def check_classes(datamodule: Any, module: Any, name: str, run_classes: list[str
     names the run's model was trained on, in the same label order (labels index the same outputs).
     ``run_classes``: the run's (`run_class_names`), None where unknown; ``own``: the test set has data of its
     own (a note where the run's classes are unknown), not the run's."""
-    from models.run_config import check_run_classes
+    from lifecycle.run_config import check_run_classes
 
     datamodule.setup("test")
     head = module.hparams.get("num_classes")
@@ -446,9 +446,9 @@ def check_whole_test(trainer: Any, name: str) -> None:
 
 def check_test_precision(trainer: Any, name: str) -> None:
     """Refuse, in one line and before anything is evaluated, a test of test set ``name`` at another precision
-    than every test-set column is measured at (`models.testset_definition.TESTSET_PRECISION`): its numbers
+    than every test-set column is measured at (`lifecycle.testset_definition.TESTSET_PRECISION`): its numbers
     would stand beside 32-true ones under one name."""
-    from models.testset_definition import TESTSET_PRECISION, precision_problem
+    from lifecycle.testset_definition import TESTSET_PRECISION, precision_problem
 
     precision = trainer.get("precision")
     if precision_problem(precision):

@@ -361,3 +361,17 @@ def yaml_problem(text: str, depth: int = MAX_YAML_DEPTH) -> str:
     except yaml.YAMLError:
         return ""
     return ""
+
+
+def symlink_loop(path: Path) -> Path | None:
+    """The first folder of ``path`` (or ``path`` itself) that is a symlink loop, or None: such a path is never
+    made, and pathlib's ``resolve`` fails on it with a traceback."""
+    for part in (*reversed(path.parents), path):
+        try:
+            os.stat(part)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return part
+            if err.errno in (errno.ENOENT, errno.ENOTDIR):
+                return None  # the rest does not exist yet
+    return None

@@ -31,9 +31,8 @@ from typing import Any
 from data.coco import has_coco_layout
 from data.datamodule import has_image_folder_layout
 from data.errors import absent_folder
-from models.lifecycle.cli import symlink_loop
-from models.lifecycle.files import entry_exists
-from models.lifecycle.records import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
+from storage.files import entry_exists, symlink_loop
+from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 
 # The completion marker data/generation.py writes at the top of a generated data root (and of a test set's).
 DATA_MARKER = ".complete.json"
@@ -198,7 +197,7 @@ def save_export(checkpoint: dict[str, Any], path: str | os.PathLike, what: str, 
 
     import torch
 
-    from models.lifecycle.files import atomic_write_bytes
+    from storage.files import atomic_write_bytes
 
     path = Path(path)
     try:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from data.datamodule import STOP_SIGNALS
-from models.training import RunInterrupted
+from lifecycle.checkpoints import RunInterrupted
 
 
 class StopSignals:
@@ -105,7 +105,7 @@ def exit_when_interrupted(command: str, outcome: str) -> Iterator[None]:
     try:
         yield
     except RunInterrupted as err:
-        from models.lifecycle.cli import say
+        from lifecycle.cli import say
 
         say(f"error: {command} interrupted by {signal.Signals(err.signum).name}; {outcome}", stream=sys.stderr)
         raise SystemExit(128 + err.signum) from None

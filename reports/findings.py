@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.lifecycle.records import FINDINGS_DIR
-from scripts.tables.cells import Table
-from scripts.tables.collect import IMAGES, TableError
-from scripts.tables.layouts import ENTRIES, LAYOUTS, OWN_VAL, PAPER
+from lifecycle.records import FINDINGS_DIR
+from reports.cells import Table
+from reports.collect import IMAGES, TableError
+from reports.layouts import ENTRIES, LAYOUTS, OWN_VAL, PAPER
 
 ALPHA = 0.05  # family-wise error rate of the verdicts
 LEVEL = 0.95  # of the confidence intervals

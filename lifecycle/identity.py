@@ -35,6 +35,11 @@ VOLATILE_KEYS = (
 # The schedule's length: a finished run given a larger one is extended, in its own run dir.
 LENGTH_KEYS = ("trainer.max_epochs", "trainer.max_steps")
 SEED_KEY = "seed"
+# One name per callback class in an identity: the name run dirs and the committed archives (docs/benchmark_runs/,
+# docs/ablations_mini_runs/) record, in run.json and config.yaml, and hashed into their identities. A class
+# that moved keeps the name it was recorded under: today's config of a run then has that run's identity, so
+# it resumes the run's dir and pools with the archived runs in one table cell. New name -> recorded name.
+RECORDED_CALLBACK_TARGETS = {"lifecycle.checkpoints.ResumeCheckpoint": "models.training.ResumeCheckpoint"}
 
 
 def _finite(value: Any) -> Any:
@@ -62,10 +67,16 @@ def _pop(container: dict[str, Any], key: str) -> Any:
 
 
 def identity_config(cfg: DictConfig | dict) -> dict[str, Any]:
-    """The resolved config minus `VOLATILE_KEYS` and `LENGTH_KEYS`: what a run dir's results depend on."""
+    """The resolved config minus `VOLATILE_KEYS` and `LENGTH_KEYS`, each callback under its recorded name
+    (`RECORDED_CALLBACK_TARGETS`): what a run dir's results depend on."""
     container = _container(cfg)
     for key in VOLATILE_KEYS + LENGTH_KEYS:
         _pop(container, key)
+    callbacks = container.get("callbacks")
+    for node in callbacks.values() if isinstance(callbacks, dict) else ():
+        target = node.get("_target_") if isinstance(node, dict) else None
+        if isinstance(target, str) and target in RECORDED_CALLBACK_TARGETS:
+            node["_target_"] = RECORDED_CALLBACK_TARGETS[target]
     return container
 
 

@@ -1,6 +1,6 @@
 """The command line of train.py and eval.py: checked in one line each before Hydra starts.
 
-Bad group choices, unknown keys, values out of range (`models.lifecycle.settings`) and a run dir that would
+Bad group choices, unknown keys, values out of range (`lifecycle.settings`) and a run dir that would
 leave the log dir are refused here, before Hydra creates any folder. Errors that surface later are
 printed by `report_user_error` as one ``error: ...`` line with exit code 2.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import errno
 import hashlib
 import os
 import re
@@ -24,7 +23,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+from storage.files import symlink_loop
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 PATH_BYTES = 3900  # PATH_MAX is 4096 on Linux, less room for checkpoints/<file>
 NAME_BYTES = 200  # one path component of a run dir (file systems allow 255 bytes)
 NAME_MAX = 255  # one path component (a folder or file name), in bytes, on Linux's file systems
@@ -331,7 +332,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     dir lies in no sweep dir (the sweep's tables and archives would count it as one of its jobs), and no
     link inside it (to a folder or a file) leads out of it (the run would write through the link).
     """
-    from models.lifecycle.destinations import hidden_character
+    from storage.destinations import hidden_character
 
     name = "" if run_name is None else str(run_name)
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
@@ -360,7 +361,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     absolute = Path(os.path.abspath(root))
     refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"paths.log_dir={str(log_dir)!r}")
     refuse_unnormalised_names(absolute, parts, f"run_name={name!r}")
-    from models.lifecycle.destinations import (
+    from storage.destinations import (
         DestinationError,
         check_destination,
         real,
@@ -437,7 +438,7 @@ def _first_run_inside(folder: Path) -> Path | None:
     Where ``folder`` is a run dir (a rerun, an extension), its folders that training never reads or writes
     (`NOT_TRAINING_DIRS`: test-set results, plots) are not looked into: one this user may not read (mode 000)
     would otherwise stop a run that needs nothing from it."""
-    from models.lifecycle.records import NOT_TRAINING_DIRS
+    from lifecycle.records import NOT_TRAINING_DIRS
 
     skipped = NOT_TRAINING_DIRS if _is_run_dir(folder) else ()
     inside = os.path.realpath(folder)
@@ -456,25 +457,11 @@ def _first_run_inside(folder: Path) -> Path | None:
 
 
 def _is_run_dir(folder: Path) -> bool:
-    from models.lifecycle.destinations import is_run_dir
-    from models.lifecycle.files import guarded
+    from storage.destinations import is_run_dir
+    from storage.files import guarded
 
     with guarded(folder, "read"):  # a folder this user may not read: one line naming it, not a traceback
         return is_run_dir(folder)
-
-
-def symlink_loop(path: Path) -> Path | None:
-    """The first folder of ``path`` (or ``path`` itself) that is a symlink loop, or None: such a path is never
-    made, and pathlib's ``resolve`` fails on it with a traceback."""
-    for part in (*reversed(path.parents), path):
-        try:
-            os.stat(part)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                return part
-            if err.errno in (errno.ENOENT, errno.ENOTDIR):
-                return None  # the rest does not exist yet
-    return None
 
 
 def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), make: bool = True) -> None:
@@ -484,10 +471,10 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
     It must be a path of its own: not empty (Hydra would take the working dir, or ``/`` for
     ``${paths.log_dir}/...`` with an empty log dir), not the working dir or one of its parents, and not
     inside another run's dir. Making it here turns a read-only or full disk, or a file in its way, into
-    one line instead of Hydra's traceback. Where it may lie is `models.lifecycle.destinations`' rule (a run dir
+    one line instead of Hydra's traceback. Where it may lie is `storage.destinations`' rule (a run dir
     may be itself, a rerun; a sweep dir may not be a run dir; neither lies in a data root of ``data_roots``).
     """
-    from models.lifecycle.destinations import DestinationError, check_destination
+    from storage.destinations import DestinationError, check_destination
 
     text = "" if path is None else str(path)
     refuse_dollar(key, text)
@@ -511,13 +498,13 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
     refuse_unnormalised_names(Path(folder.anchor), folder.parts[1:], f"{key}={text!r}")
     blocking = next((p for p in (*reversed(folder.parents), folder) if os.path.lexists(p) and not p.is_dir()), None)
     if blocking is not None:
-        from models.lifecycle.files import describe_non_file
+        from storage.files import describe_non_file
 
         raise CommandLineError(f"{key}={text!r} cannot be made: {blocking} is in its way ("
                                f"{describe_non_file(blocking).removeprefix('it is ')}, where a folder belongs);"
                                " valid: a writable folder")
     if not make:
-        from models.lifecycle.files import writable_folder
+        from storage.files import writable_folder
 
         above = next(p for p in folder.parents if p.is_dir())
         if not writable_folder(above):
@@ -613,7 +600,7 @@ def _refuse_runs_of_no_sweep(sweep_dir: Path) -> None:
     """A folder without a sweep's grid that holds single runs (made by ``train.py`` without ``-m``: their
     ``.hydra/hydra.yaml`` says ``mode: RUN``) is no sweep dir: its table would count them as the sweep's jobs, and
     they could no longer be rerun as single runs. A sweep whose grid was lost keeps its jobs' dirs."""
-    from models.lifecycle.destinations import is_run_dir
+    from storage.destinations import is_run_dir
 
     def single_run(folder: Path) -> bool:
         try:
@@ -643,7 +630,7 @@ def saved_sweep_grid(saved: Path, sweep_dir: Path) -> dict[str, Any] | None:
     import yaml
 
     from data.bounded_json import JsonBoundsError, read_json_bytes
-    from models.lifecycle.files import describe_non_file, entry_exists, yaml_problem
+    from storage.files import describe_non_file, entry_exists, yaml_problem
 
     if not entry_exists(saved):
         return None
@@ -849,7 +836,7 @@ def _flag_values(argv: list[str]) -> dict[str, str]:
 
 
 def is_ddp_worker(argv: list[str]) -> bool:
-    """A DDP worker started by this project's parent run (`models.lifecycle.job`): its config path is the
+    """A DDP worker started by this project's parent run (`lifecycle.job`): its config path is the
     private folder the parent named in the environment, never a run folder."""
     given = _flag_values(argv).get("--config-path")
     expected = os.environ.get(DDP_WORKER_CONFIG)
@@ -968,8 +955,8 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from models.lifecycle.job import check_buildable
-    from models.lifecycle.settings import check_schedule, check_settings, check_value
+    from lifecycle.job import check_buildable
+    from lifecycle.settings import check_schedule, check_settings, check_value
 
     sweeper = cfg.hydra.get("sweeper") or {}
     swept, whole = sweep_overrides(sweeper.get("params"), overrides)
@@ -1294,8 +1281,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=_first_of_sweeps(overrides), return_hydra_config=True)
-        from models.lifecycle.job import check_buildable
-        from models.lifecycle.settings import check_devices, check_schedule, check_settings
+        from lifecycle.job import check_buildable
+        from lifecycle.settings import check_devices, check_schedule, check_settings
 
         HydraConfig.instance().set_config(cfg)
         sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
@@ -1642,7 +1629,7 @@ def _check_sweeper_storage(cfg: DictConfig, data_roots: tuple[Any, ...]) -> None
     with tempfile.TemporaryDirectory(prefix="rpe-storage-check-") as scratch:
         tried = storage
         if database and database != ":memory:":
-            from models.lifecycle.destinations import DestinationError, check_destination
+            from storage.destinations import DestinationError, check_destination
 
             try:
                 target = check_destination(database, key, data_roots=data_roots, given=storage)
@@ -1668,11 +1655,11 @@ def _launcher_target(path: Path) -> str:
 
 def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     """A data root that the run would generate lies outside every run dir and every other data root
-    (`models.lifecycle.destinations`), also outside the run dir this run is about to make, and its path fits the
+    (`storage.destinations`), also outside the run dir this run is about to make, and its path fits the
     file system; returns the config's data roots, which no run dir may lie in. The root is the job's: a relative
-    one is resolved as the job will (`models.lifecycle.settings.job_path`)."""
-    from models.lifecycle.destinations import DestinationError, check_generated_root, real
-    from models.lifecycle.settings import run_dir_of
+    one is resolved as the job will (`lifecycle.settings.job_path`)."""
+    from lifecycle.settings import run_dir_of
+    from storage.destinations import DestinationError, check_generated_root, real
 
     data = cfg.get("data") or {}
     given, root = _job_data_root(cfg)
@@ -1763,8 +1750,8 @@ def _check_data_location(cfg: DictConfig, data: Any, root: Path) -> None:
     may write (the data, and the generation lock beside them, are made there). The data module found both only
     after the run dir was made."""
     from data.generation import lock_path, read_marker
-    from models.lifecycle.files import writable_folder
-    from models.lifecycle.settings import env_source
+    from lifecycle.settings import env_source
+    from storage.files import writable_folder
 
     generates = data.get("generator") is not None
     blocker = next((p for p in (*reversed(root.parents), root) if p.exists() and not p.is_dir()), None)
@@ -1834,8 +1821,8 @@ def _check_existing_generation(data: Any, root: Path) -> None:
 
 def _job_data_root(cfg: DictConfig) -> tuple[Any, Path | None]:
     """``(data.root as given, the path the job will read it at)``; ``(None, None)`` without one. A relative root is
-    resolved as the job will (`models.lifecycle.settings.job_path`)."""
-    from models.lifecycle.settings import job_path
+    resolved as the job will (`lifecycle.settings.job_path`)."""
+    from lifecycle.settings import job_path
 
     data = cfg.get("data") or {}
     given = data.get("root") if hasattr(data, "get") else None
@@ -1861,8 +1848,8 @@ def refuse_damaged_marker(cfg: DictConfig) -> None:
 
 def compose_checked(config_name: str, overrides: list[str], devices: bool = True) -> DictConfig:
     """``configs/<config_name>.yaml`` with ``overrides`` as its command line composes it, checked as the
-    command line is (`models.lifecycle.settings.check_settings`; for eval.py's config, unless not ``devices``,
-    also `models.lifecycle.settings.check_devices`: an accelerator this machine lacks is one line before any
+    command line is (`lifecycle.settings.check_settings`; for eval.py's config, unless not ``devices``,
+    also `lifecycle.settings.check_devices`: an accelerator this machine lacks is one line before any
     run is touched), without Hydra's own node: for scripts that run eval.py's work in their own process."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -1870,7 +1857,7 @@ def compose_checked(config_name: str, overrides: list[str], devices: bool = True
     from hydra.errors import HydraException
     from omegaconf import open_dict
 
-    from models.lifecycle.settings import check_devices, check_settings
+    from lifecycle.settings import check_devices, check_settings
 
     GlobalHydra.instance().clear()
     cfg: DictConfig | None = None
@@ -1902,7 +1889,7 @@ def compose_checked(config_name: str, overrides: list[str], devices: bool = True
 def _record_sweep_dir(sweep_dir: Path) -> None:
     """Keep the sweep dir's earlier grid (`keep_earlier_grid`) and note what this command changed in the dir
     (`SWEEP_DIRS_BEFORE`)."""
-    from models.lifecycle.files import guarded
+    from storage.files import guarded
 
     folder = Path(os.path.abspath(sweep_dir))
     made = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))[0]
@@ -1924,7 +1911,7 @@ def take_back_sweep_dir(sweep_dir: Path, submitit_before: set[str] | None) -> bo
         if earlier is None:
             grid.unlink(missing_ok=True)
         else:
-            from models.lifecycle.files import atomic_write_bytes
+            from storage.files import atomic_write_bytes
 
             atomic_write_bytes(grid, earlier)
             if copy_kept is not None:
@@ -1955,7 +1942,7 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     ``multirun.<n>.yaml`` (unless an identical copy is kept already), so that the sweep's tables still
     expect every job an earlier launch asked for (another seed added later, or a launch refused). Returns
     the copy made."""
-    from models.lifecycle.files import atomic_write_bytes, guarded
+    from storage.files import atomic_write_bytes, guarded
 
     latest = sweep_dir / "multirun.yaml"
     with guarded(latest, "read"):
@@ -2148,7 +2135,7 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
         valid = sorted(str(k) for k in parent.keys())
         if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
-            from models.lifecycle.settings import mixup_keys
+            from lifecycle.settings import mixup_keys
 
             return (f"{full_key} is not a config key; model.mixup is null (no mixup); valid keys of model.mixup"
                     f" (timm.data.Mixup's arguments): {', '.join(mixup_keys())} (a new key needs"
@@ -2226,7 +2213,7 @@ def one_line(err: BaseException) -> str:
     env_line = _missing_env_line(str(cause), [])
     if env_line is not None:
         return env_line
-    from models.lifecycle.files import error_line
+    from storage.files import error_line
 
     return error_line(cause)
 
@@ -2331,7 +2318,7 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrup
         say(f"error: {one_line(err)}", stream=sys.stderr)
         sys.exit(2)
     except OSError as err:  # the storage's answer while checking where the run goes (an unreadable folder)
-        from models.lifecycle.files import os_error_line
+        from storage.files import os_error_line
 
         say(f"error: {os_error_line(err)}", stream=sys.stderr)
         sys.exit(2)
@@ -2345,8 +2332,8 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrup
     if interrupted is None:
         hydra_main()
     else:
-        from models.lifecycle.signals import install_stop_signals, restore_stop_signals
-        from models.training import RunInterrupted
+        from lifecycle.checkpoints import RunInterrupted
+        from lifecycle.signals import install_stop_signals, restore_stop_signals
 
         install_stop_signals()
         try:

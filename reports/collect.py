@@ -1,7 +1,7 @@
 """Find the runs under the given paths and read each one: its status, metrics, facts and cell.
 
-What a run dir's state is comes from the lifecycle (`models.lifecycle.records.run_status`), and which runs
-share a cell from its identity (`models.lifecycle.identity`): this module only reads, and names each run
+What a run dir's state is comes from the lifecycle (`lifecycle.records.run_status`), and which runs
+share a cell from its identity (`lifecycle.identity`): this module only reads, and names each run
 it cannot count instead of dropping it or failing the whole table.
 
 A finished run's results on other test sets (``eval.py testset=<name>``: ``<run dir>/testsets/<name>.json``)
@@ -12,7 +12,7 @@ absolute position table: ``relational_canvas48@interpolate/val/top1`` and
 no rule, and `cells` shows its one result in each rule's column). A result file that cannot be trusted is
 listed on the run (`Run.testset_problems`), not counted, and never costs the run its own result; so is one
 of another definition of the test set than ``configs/testset/<name>.yaml`` now gives (its
-``testset_sha256``, `models.testset_definition`), one that read a part of the set, one evaluated at another
+``testset_sha256``, `lifecycle.testset_definition`), one that read a part of the set, one evaluated at another
 precision than 32-true (every test-set column's, `TESTSET_PRECISION`), and one of a test set that reads the
 run's own data (``val_at_64``) that read other data (`run_data_problem`). A result written before eval.py
 recorded its precision is judged as before (eval.py's default was 32-true); one written before it recorded
@@ -34,21 +34,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from data.bounded_json import JsonBoundsError, read_json_bytes
-from models.lifecycle.cli import sweep_grid
-from models.lifecycle.destinations import is_run_dir
-from models.lifecycle.files import (
-    CHECKSUM,
-    RunFileError,
-    check_plain_file,
-    checksum_problem,
-    entries_named,
-    entry_exists,
-    own_folder_problem,
-    plain_file_exists,
-    read_json,
-    yaml_problem,
-)
-from models.lifecycle.identity import (
+from lifecycle.cli import sweep_grid
+from lifecycle.identity import (
     SEED_KEY,
     config_differences,
     flatten,
@@ -56,7 +43,7 @@ from models.lifecycle.identity import (
     identity_hash,
     run_length,
 )
-from models.lifecycle.records import (
+from lifecycle.records import (
     CHECKPOINTS,
     CONFIG,
     FINDINGS_SNAPSHOT,
@@ -70,7 +57,7 @@ from models.lifecycle.records import (
     read_run_record,
     run_status,
 )
-from models.testset_definition import (
+from lifecycle.testset_definition import (
     HASH_KEY,
     PROVENANCE_KEYS,
     READ_KEY,
@@ -86,6 +73,19 @@ from models.testset_definition import (
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from rpe.index import INDEX_METHODS, IndexSpec, bucket_ids, num_buckets
 from rpe.registry import encoding
+from storage.destinations import is_run_dir
+from storage.files import (
+    CHECKSUM,
+    RunFileError,
+    check_plain_file,
+    checksum_problem,
+    entries_named,
+    entry_exists,
+    own_folder_problem,
+    plain_file_exists,
+    read_json,
+    yaml_problem,
+)
 
 # A run's status in a table. ``ok``: a finished run with its result; ``failed`` (failed.json); ``unfinished``
 # (no record, no result: a run of an older version that stopped); ``interrupted``, ``running`` and ``died``
@@ -95,13 +95,13 @@ from rpe.registry import encoding
 STATUSES = ("ok", "failed", "unfinished", "missing", "interrupted", "running", "died", "no result", "unreadable",
             "duplicate")
 OVERRIDES = f"{HYDRA_DIR}/overrides.yaml"
-# The test set names `models.testsets` accepts, spelled out here: importing that module would load every model
+# The test set names `lifecycle.testsets` accepts, spelled out here: importing that module would load every model
 # (timm) only to read JSON files (tests/test_tables_testsets.py checks they agree).
 TESTSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 APE_RULE = re.compile(r"[A-Za-z0-9_-]{1,50}")  # an APE rule's name goes into a column name: no '/' nor '@'
-# The test sets' definitions (`models.lifecycle.cli.CONFIG_DIR` / testset): a result is counted under <name> only
+# The test sets' definitions (`lifecycle.cli.CONFIG_DIR` / testset): a result is counted under <name> only
 # when it is of the definition configs/testset/<name>.yaml gives now.
-TESTSET_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "testset"
+TESTSET_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "testset"
 
 
 class TableError(ValueError):
@@ -480,7 +480,7 @@ def registered_fingerprints(run_dir: Path) -> frozenset[str]:
         return frozenset()
     import yaml
 
-    from scripts.tables.findings import parse_findings  # findings imports this module
+    from reports.findings import parse_findings  # findings imports this module
 
     try:
         return frozenset(f.fingerprint for f in parse_findings(yaml.safe_load(data), str(path)))
@@ -539,7 +539,7 @@ class JobNaming:
         """The dir name of the job with the parsed overrides ``parsed``, as Hydra and `job_dirname` make it."""
         from hydra._internal.config_loader_impl import get_overrides_dirname  # the hydra-core 1.3 pin's own
 
-        from models.lifecycle.cli import job_dirname
+        from lifecycle.cli import job_dirname
 
         return job_dirname(get_overrides_dirname(parsed, list(self.exclude_keys), self.item_sep, self.kv_sep))
 
@@ -577,7 +577,7 @@ def override_disagreement(parsed: list[Any], cfg: dict[str, Any]) -> str:
     (``rpe=irpe_k``: a folder of configs/) sets no one value and is not, nor is a value that interpolates
     (``${...}``), which the config holds resolved; Hydra's own keys are not in a run's config.
     """
-    from models.lifecycle.cli import CONFIG_DIR
+    from lifecycle.cli import CONFIG_DIR
 
     for override in parsed:
         key = override.key_or_group
@@ -651,7 +651,7 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
     metric that is not a finite number or a percentage outside [0, 100]. Only JSON is parsed: nothing in the
     file is executed or resolved.
     """
-    # the file is <test set>[@<ape rule>].json (eval.py's models.testsets.result_name)
+    # the file is <test set>[@<ape rule>].json (eval.py's lifecycle.testsets.result_name)
     name, _, named_rule = path.name.removesuffix(".json").partition("@")
     if not TESTSET_NAME.fullmatch(name) or (named_rule and not APE_RULE.fullmatch(named_rule)):
         raise TableError("its name is not <test set>[@<ape rule>].json (letters, digits, '_', '.', '-')")
@@ -903,7 +903,7 @@ def _normalised(overrides: Iterable[str]) -> frozenset[str]:
 
 def grid_files(sweep_dir: Path) -> list[Path]:
     """``multirun.yaml`` (the latest launch) and the earlier launches' grids that train.py kept before Hydra
-    replaced it (``multirun.<n>.yaml``, `models.lifecycle.cli.keep_earlier_grid`), oldest first."""
+    replaced it (``multirun.<n>.yaml``, `lifecycle.cli.keep_earlier_grid`), oldest first."""
     earlier = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
                      key=lambda p: int(p.name.split(".")[1]))
     return [*earlier, sweep_dir / "multirun.yaml"]
@@ -971,7 +971,7 @@ def _grid_point(overrides: list[str]) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    config_dir = Path(__file__).resolve().parents[2] / "configs"
+    config_dir = Path(__file__).resolve().parents[1] / "configs"
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_dir), version_base="1.3"):

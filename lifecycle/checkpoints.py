@@ -1,0 +1,185 @@
+"""A run's checkpoints as the run package uses them: `ResumeCheckpoint` (``last.ckpt``, the resume point, and
+the identity, length, RNG states and loader position every checkpoint of a run carries), `load_checkpoint`
+(a Lightning checkpoint, loaded without unpickling code) and `RunInterrupted` (a stop signal ended the run)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+
+# what every checkpoint Lightning writes holds, and its restore requires
+LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
+
+
+def load_checkpoint(path: str | os.PathLike, mmap: bool = False) -> dict[str, Any]:
+    """Load a Lightning checkpoint on the CPU without unpickling arbitrary objects.
+
+    ``mmap=True`` maps the tensors instead of reading them: cheap for checking a large checkpoint. A file that
+    loads but holds no Lightning checkpoint (a list, a bare state dict, a step count that is no integer) raises
+    ``ValueError`` naming it, as an unreadable one raises torch's error: callers treat both as unreadable.
+    """
+    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    if not isinstance(saved, dict) or not isinstance(saved.get("state_dict"), dict):
+        raise ValueError(f"{path} holds no Lightning checkpoint (a {type(saved).__name__} without a state_dict)")
+    if not isinstance(saved.get(LIGHTNING_VERSION_KEY), str):  # Lightning's restore reads it first
+        raise ValueError(f"{path} holds no Lightning checkpoint (no {LIGHTNING_VERSION_KEY} entry)")
+    for key in ("epoch", "global_step"):
+        if isinstance(saved.get(key), bool) or not isinstance(saved.get(key), int):
+            raise ValueError(f"{path} holds no Lightning checkpoint: its {key} is {saved.get(key)!r}, not a count")
+    return saved
+
+
+# ----------------------------------------------------------------------------- resume and faults
+IDENTITY_KEY = "run_identity"  # checkpoint entry: the identity hash of the run that saved it
+
+
+def rng_states() -> dict[str, Any]:
+    """The global RNG states a training step draws from: Python, NumPy, torch CPU and CUDA."""
+    import random
+
+    import numpy as np
+
+    np_state = np.random.get_state()
+    states: dict[str, Any] = {
+        "python": list(random.getstate()[1]), "python_pos": random.getstate()[2],
+        "numpy": torch.from_numpy(np_state[1].copy()), "numpy_pos": int(np_state[2]),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what ``rng_states`` returned (the pieces ``weights_only`` loading accepts: lists, tensors)."""
+    import random
+
+    import numpy as np
+
+    random.setstate((3, tuple(states["python"]), states["python_pos"]))
+    np.random.set_state(("MT19937", states["numpy"].numpy().astype(np.uint32), states["numpy_pos"], 0, 0.0))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class RunInterrupted(BaseException):
+    """Raised when a stop signal stopped a run (after its checkpoint was saved, during fit).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: an ``except Exception`` on the way (Python's logging
+    prints and swallows what its handlers raise) must not turn an interrupted run into a finished one.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+LENGTH_KEY = "run_length"
+
+
+class ResumeCheckpoint(Checkpoint):
+    """Writes ``<dirpath>/last.ckpt``, the point a rerun resumes from, with everything an exact resume needs.
+
+    Saved at the end of every training epoch (whether or not the monitored metric improved), every
+    ``every_n_train_steps`` steps when set, and when a signal stops the run (``stop_signal`` set by a
+    signal handler; the run stops at the next batch boundary). Every checkpoint of the run (also
+    ``best.ckpt``) carries the run's ``identity``, the global RNG states and the training loader's
+    position (epoch, batches done); both are restored when training resumes from it.
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int | None = None, filename: str = "last") -> None:
+        if every_n_train_steps is not None and every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps={every_n_train_steps} must be >= 1 or null")
+        self.dirpath = dirpath
+        self.filename = filename
+        self.every_n_train_steps = every_n_train_steps
+        self.identity: str | None = None  # set by train.py
+        self.length: dict[str, Any] | None = None  # the run's length, set by train.py
+        self.stop_signal: int | None = None
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.dirpath, f"{self.filename}.ckpt")
+
+    def _save(self, trainer: L.Trainer) -> None:
+        # the full training state (optimizer, loops, callbacks) for resuming; naming it also keeps Lightning from
+        # logging "weights_only was not set, defaulting to False", which reads like an unsafe load
+        trainer.save_checkpoint(self.path, weights_only=False)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
+        position = getattr(trainer.datamodule, "resume_position", None)
+        if position is not None and position[1] > 0:  # the training loader's sampler did not take it
+            sampler = type(getattr(trainer.train_dataloader, "sampler", None)).__name__
+            rank_zero_warn(f"resumed in the middle of epoch {position[0]} ({position[1]} batches done), but the"
+                           f" training loader's sampler ({sampler}) cannot skip them: this epoch sees them again")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if self.stop_signal is not None:
+            if trainer.world_size > 1:
+                # Ranks may see the signal at different steps: let Lightning broadcast rank 0's flag and
+                # stop every rank together at the next step (SIGTERMException, saved in on_exception).
+                trainer._signal_connector.received_sigterm = True
+            else:
+                self._save(trainer)
+                raise RunInterrupted(self.stop_signal)
+        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+            self._save(trainer)
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        # A stop during fit's validation waits for the validation to end: stopped halfway, the epoch would
+        # resume past its validation, and best.ckpt would miss it. Lightning stops mid-validation on SIGTERM.
+        if self.stop_signal is not None and not trainer.sanity_checking:
+            trainer._signal_connector.received_sigterm = False
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer)
+        if self.stop_signal is not None:
+            # Stop at the epoch's boundary, once every on_train_epoch_end hook (best.ckpt's too) has run:
+            # Lightning raises SIGTERMException there, and on_exception saves that state.
+            trainer._signal_connector.received_sigterm = True
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # Lightning stops on SIGTERM at a loop boundary (validation, epoch end, DDP step start): a
+        # consistent state to save. Other exceptions may strike mid-step: resume from the last save.
+        if isinstance(exception, SIGTERMException) and trainer.global_step > 0:
+            self._save(trainer)
+
+    @staticmethod
+    def loader_position(trainer: L.Trainer) -> tuple[int, int]:
+        """``(epoch, batches of it trained)``: where the training loader resumes (0 batches once the
+        epoch's training part is done)."""
+        epochs = trainer.fit_loop.epoch_progress.current
+        in_epoch = epochs.started > epochs.processed
+        return epochs.processed, trainer.fit_loop.epoch_loop.batch_progress.current.processed if in_epoch else 0
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[IDENTITY_KEY] = self.identity
+        if self.length is not None:
+            checkpoint[LENGTH_KEY] = self.length  # which of a run dir's lengths (extensions) saved it
+        checkpoint["rng_states"] = rng_states()
+        checkpoint["loader_position"] = list(self.loader_position(trainer))
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        # Restored before the Trainer first builds the training loader (the datamodule hands the
+        # position to its sampler, ``data.datamodule.make_loader``); the RNG states once training starts.
+        self._rng_to_restore = checkpoint.get("rng_states")
+        if trainer.datamodule is not None and "loader_position" in checkpoint:
+            trainer.datamodule.resume_position = tuple(checkpoint["loader_position"])
+            # Lightning warns of "unreliable results" on any mid-epoch resume whose loader has no state_dict;
+            # ours resumes through its sampler, and on_train_start warns when the sampler could not
+            warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the"
+                                                      " epoch ended")
