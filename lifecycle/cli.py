@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import hashlib
 import os
 import re
@@ -139,6 +140,10 @@ def check_group_choices(argv: list[str], config_name: str | None = None) -> None
             continue
         options = group_options(group)
         _refuse_option_list(arg, group, options)
+        if "${" in value:  # an interpolation could name any file (rpe=${oc.env:X}, X=../rpe/irpe_qkv)
+            raise CommandLineError(f"{arg}: a group's option is given by its name, not through an interpolation"
+                                   f" (the run would be composed and named from text no check has seen); valid:"
+                                   f" {group}=<{'|'.join(options)}>")
         for choice in value.split(","):
             if any(ch in choice for ch in "${}*()[]") or choice.startswith(("choice", "range", "glob")):
                 continue
@@ -1293,6 +1298,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         environment.enter_context(job_environment(cfg))
         check_settings(cfg, config_name)
         _refuse_added_hydra_keys(cfg, overrides)
+        _refuse_foreign_search_path(overrides)
         run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
         if config_name == "train" and run_dir_given is not None and not sweeping:
             raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
@@ -1301,7 +1307,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         if not eval_worker:
             refuse_locked_hydra_settings(cfg, config_name, overrides)
             HydraConfig.instance().set_config(cfg)
-        _refuse_foreign_hydra_settings(cfg, overrides)
+        _refuse_logging_to_files(cfg)
         if sweeping:
             _refuse_unusable_launcher(cfg)
             _refuse_plugins_that_cannot_start(cfg)
@@ -1411,13 +1417,17 @@ def _refuse_eval_output_dirs(argv: list[str]) -> None:
                                " into the evaluated run's testsets/); valid: leave it out")
 
 
-def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> None:
-    """Hydra settings that would get around the run's checks: a config search path outside configs/, and a
-    logging choice that writes a log file into the run dir before the job has checked the dir is its own."""
+def _refuse_foreign_search_path(overrides: list[str]) -> None:
+    """A config search path outside configs/ would compose the run from files no check has seen."""
     given = next((o for o in overrides if re.match(r"[+~]*hydra\.searchpath", o)), None)
     if given is not None:
         raise CommandLineError(f"{given} is not supported: a run is composed from the project's configs/ and the"
                                " command line only; valid: a recipe of your own in configs/experiment/")
+
+
+def _refuse_logging_to_files(cfg: DictConfig) -> None:
+    """A logging option (``hydra/job_logging=default``) that writes a log file into the run dir before the job has
+    checked the dir is its own."""
     for group in ("job_logging", "hydra_logging"):
         handlers = (cfg.hydra.get(group) or {}).get("handlers") or {}
         if any("FileHandler" in str((h or {}).get("class", "")) for h in handlers.values()):
@@ -1442,9 +1452,10 @@ HYDRA_DERIVED = ("overrides", "runtime", "job.name", "job.override_dirname", "jo
 HYDRA_LOCKED_WHY = {
     "run.dir": "a run's dir is paths.log_dir/run_name, which its records, its reruns and the tables go by; valid:"
                " paths.log_dir=<folder> run_name=<name>",
-    "mode": "eval.py evaluates one checkpoint per command and makes no folder; valid: scripts/evaluate_testsets.py"
-            " <run or sweep dirs> --testsets <names> for many",
-    "sweep": "eval.py makes no folder (a test set's result goes into the evaluated run's testsets/)",
+    "eval:run": "eval.py makes no run dir (a test set's result goes into the evaluated run's testsets/)",
+    "eval:mode": "eval.py evaluates one checkpoint per command and makes no folder; valid: scripts/evaluate_testsets.py"
+                 " <run or sweep dirs> --testsets <names> for many",
+    "eval:sweep": "eval.py makes no folder (a test set's result goes into the evaluated run's testsets/)",
     "callbacks": "Hydra would make and call the objects it names around every job, outside the run's checks",
     "searchpath": "a run is composed from the project's configs/ and the command line only; valid: a recipe of your"
                   " own in configs/experiment/",
@@ -1492,6 +1503,7 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
     changed = [k for k in changed if k in given or not any(g.startswith(f"{k}.") for g in given)]
     for key in sorted(changed, key=lambda k: k not in given):
         value = given.get(key, _ABSENT)
+        value = getattr(value, "name", value) if isinstance(value, enum.Enum) else value  # hydra.mode: RunMode
         shown = "deleted" if value is _ABSENT else f"hydra.{key}={value!r}"
         if _under(key, logging_keys):
             group = key.split(".", 1)[0]
@@ -1500,8 +1512,9 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
                 f" and files are the option's own (a handler set otherwise could write a file anywhere, or fail"
                 f" inside Hydra before the job starts); valid: hydra/{group}=stdout (train's and eval's default),"
                 " none or disabled")
-        why = next((w for p, w in HYDRA_LOCKED_WHY.items() if _under(key, (p,))),
-                   "it is not one of the Hydra settings this project reads")
+        why = next((w for p, w in HYDRA_LOCKED_WHY.items() if _under(f"{config_name}:{key}", (p,))), None) or next(
+            (w for p, w in HYDRA_LOCKED_WHY.items() if _under(key, (p,))), "it is not one of the Hydra settings this"
+            " project reads")
         parts = key.split(".")
         named = {"hydra." + ".".join(parts[:i]) for i in range(1, len(parts) + 1)}
         given_as = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] in named), None)
