@@ -1357,7 +1357,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
     except AttributeError as err:
         if "full_key: hydra.sweeper.params" not in str(err):
             raise
-        given = next((o for o in overrides if o.lstrip("+~").startswith("hydra.sweeper.params=")), "hydra.sweeper.params")
+        given = next((o for o in overrides if o.lstrip("+~").startswith("hydra.sweeper.params=")),
+                     "hydra.sweeper.params")
         raise CommandLineError(f"{given} cannot be merged: this sweeper's params are null, and a mapping cannot be"
                                " merged into null; valid: the swept keys on the command line (-m 'seed=0,1'), or"
                                " hydra.sweeper.params.<key>=<values>, one key an override") from None

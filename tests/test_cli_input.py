@@ -1487,7 +1487,8 @@ def test_hydra_settings_are_judged_on_the_composed_config(args: list[str], expec
 @pytest.mark.parametrize("args", [["hydra.mode=MULTIRUN"], ["hydra.run={dir:<tmp>/evalx}"]], ids=["mode", "node"])
 @pytest.mark.parametrize("local_rank", [None, "0"], ids=["plain", "local_rank_0"])
 def test_eval_takes_no_hydra_dir_in_any_spelling(args: list[str], local_rank: str | None, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 8, A5, A6, A8: eval.py makes no folder, but ``hydra.mode=MULTIRUN``, a ``hydra.run`` node, or a
     LOCAL_RANK of 0 in the environment (as torchrun sets it) let Hydra make one in the working dir or in another
     run. Refused in one line, whatever the spelling; a DDP worker (LOCAL_RANK 1 and up) is its parent's."""
