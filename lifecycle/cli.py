@@ -1299,6 +1299,9 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         check_settings(cfg, config_name)
         _refuse_added_hydra_keys(cfg, overrides)
         _refuse_foreign_search_path(overrides)
+        if cfg.hydra.get("output_subdir") is not None:
+            raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
+                                   " files are written by the job, inside its own run dir; valid: leave it out")
         run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
         if config_name == "train" and run_dir_given is not None and not sweeping:
             raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
@@ -1311,9 +1314,6 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         if sweeping:
             _refuse_unusable_launcher(cfg)
             _refuse_plugins_that_cannot_start(cfg)
-        if cfg.hydra.get("output_subdir") is not None:
-            raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
-                                   " files are written by the job, inside its own run dir; valid: leave it out")
         if sweeping and "BasicSweeper" in str(cfg.hydra.get("sweeper", {}).get("_target_", "")):
             swept = sweep_overrides(cfg.hydra.sweeper.get("params"), overrides)[0]  # a recipe's params too
             _refuse_intervals(swept)
@@ -1443,8 +1443,8 @@ def _refuse_logging_to_files(cfg: DictConfig) -> None:
 # or working dir changed any other way (a node override ``hydra.run={dir: ...}``, ``+hydra.callbacks...``, a recipe)
 # would get around the checks, which judge paths.log_dir/run_name, the project's configs and the command line.
 HYDRA_SETTABLE = {
-    "train": ("mode", "sweep.dir", "sweep.subdir", "sweeper", "launcher", "job.config.override_dirname", "verbose",
-              "help", "hydra_help", "job_logging", "hydra_logging"),
+    "train": ("mode", "sweep.dir", "sweep.subdir", "sweeper", "launcher", "job.config.override_dirname", "job.chdir",
+              "job.env_set", "verbose", "help", "hydra_help", "job_logging", "hydra_logging"),
     "eval": ("verbose", "help", "hydra_help", "job_logging", "hydra_logging"),
 }
 # What Hydra fills in from the command itself (the overrides, the choices, the job's name and number)
@@ -1523,7 +1523,8 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
         if value is _ABSENT:
             shown = f"~hydra.{key} (deleting it)"
             source = ""
-        valid = [f"hydra.{k}" for k in settable if k not in (*logging_keys, "help", "hydra_help", "verbose")]
+        valid = [f"hydra.{k}" for k in settable
+                 if k not in (*logging_keys, "help", "hydra_help", "verbose", "job.config.override_dirname")]
         raise CommandLineError(f"{shown}{source} is not a setting of {SCRIPTS.get(config_name, config_name)}: {why};"
                                f" the Hydra settings it takes: {', '.join([*valid, 'hydra/job_logging=<option>'])}")
 
