@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import hashlib
 import os
 import re
@@ -139,6 +140,10 @@ def check_group_choices(argv: list[str], config_name: str | None = None) -> None
             continue
         options = group_options(group)
         _refuse_option_list(arg, group, options)
+        if "${" in value:  # an interpolation could name any file (rpe=${oc.env:X}, X=../rpe/irpe_qkv)
+            raise CommandLineError(f"{arg}: a group's option is given by its name, not through an interpolation"
+                                   f" (the run would be composed and named from text no check has seen); valid:"
+                                   f" {group}=<{'|'.join(options)}>")
         for choice in value.split(","):
             if any(ch in choice for ch in "${}*()[]") or choice.startswith(("choice", "range", "glob")):
                 continue
@@ -1264,7 +1269,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
     """
     if prints_only(argv) or is_ddp_worker(argv):
         return {}  # Hydra only prints; or the parent checked the worker's config
-    if config_name == "eval" and not os.environ.get("LOCAL_RANK"):  # a worker: Lightning adds its parent's run dir
+    eval_worker = config_name == "eval" and os.environ.get("LOCAL_RANK", "0") != "0"
+    if config_name == "eval" and not eval_worker:  # a worker: Lightning adds its parent's run dir
         _refuse_eval_output_dirs(argv)
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -1291,19 +1297,29 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 _give_run_dir(cfg)
         environment.enter_context(job_environment(cfg))
         check_settings(cfg, config_name)
-        _refuse_foreign_hydra_settings(cfg, overrides)
         _refuse_added_hydra_keys(cfg, overrides)
-        if sweeping:
-            _refuse_unusable_launcher(cfg)
-            _refuse_plugins_that_cannot_start(cfg)
+        _refuse_foreign_search_path(overrides)
         if cfg.hydra.get("output_subdir") is not None:
             raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
                                    " files are written by the job, inside its own run dir; valid: leave it out")
-        if multirun and "BasicSweeper" in str(cfg.hydra.get("sweeper", {}).get("_target_", "")):
-            _refuse_intervals(overrides)
-            _refuse_shuffled_numbered_jobs(overrides, cfg)
+        run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
+        if config_name == "train" and run_dir_given is not None and not sweeping:
+            raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
+                                   " which its records, its reruns and the tables go by; valid:"
+                                   " paths.log_dir=<folder> run_name=<name>")
+        if not eval_worker:
+            refuse_locked_hydra_settings(cfg, config_name, overrides)
+            HydraConfig.instance().set_config(cfg)
+        _refuse_logging_to_files(cfg)
+        if sweeping:
+            _refuse_unusable_launcher(cfg)
+            _refuse_plugins_that_cannot_start(cfg)
+        if sweeping and "BasicSweeper" in str(cfg.hydra.get("sweeper", {}).get("_target_", "")):
+            swept = sweep_overrides(cfg.hydra.sweeper.get("params"), overrides)[0]  # a recipe's params too
+            _refuse_intervals(swept)
+            _refuse_shuffled_numbered_jobs(swept, cfg)
         trials = cfg.hydra.get("sweeper", {}).get("n_trials")
-        if multirun and trials is not None and not (isinstance(trials, int) and not isinstance(trials, bool)
+        if sweeping and trials is not None and not (isinstance(trials, int) and not isinstance(trials, bool)
                                                     and trials >= 1):
             raise CommandLineError(f"hydra.sweeper.n_trials={trials} must be an integer >= 1 (the trials optuna runs)")
         if sweeping:  # -m, or a sweep config that sets Hydra's mode
@@ -1319,11 +1335,6 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 _check_sweeper_storage(cfg, data_roots)
                 _check_sweep_subdir(OmegaConf.to_container(cfg.hydra.sweep, resolve=False).get("subdir"))
                 _refuse_shared_job_dirs(cfg, overrides, config_name)
-            run_dir_given = next((o for o in overrides if re.match(r"[+~]*hydra\.run\.dir=", o)), None)
-            if run_dir_given is not None and not multirun:
-                raise CommandLineError(f"{run_dir_given} is not a setting: a run's dir is paths.log_dir/run_name,"
-                                       " which its records, its reruns and the tables go by; valid:"
-                                       " paths.log_dir=<folder> run_name=<name>")
             if sweeping:  # a sweep's jobs get their names from the sweep (job_dirname)
                 _refuse_run_name_in_sweep(overrides)
                 prepare_output_dir(cfg.hydra.sweep.dir, "hydra.sweep.dir", data_roots, make=False)
@@ -1343,6 +1354,14 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 pins = _pin_output_dir(cfg, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
+    except AttributeError as err:
+        if "full_key: hydra.sweeper.params" not in str(err):
+            raise
+        given = next((o for o in overrides if o.lstrip("+~").startswith("hydra.sweeper.params=")),
+                     "hydra.sweeper.params")
+        raise CommandLineError(f"{given} cannot be merged: this sweeper's params are null, and a mapping cannot be"
+                               " merged into null; valid: the swept keys on the command line (-m 'seed=0,1'), or"
+                               " hydra.sweeper.params.<key>=<values>, one key an override") from None
     except ValueError as err:
         if GROUP_NOT_A_STRING not in str(err):
             raise  # the checks' own one-line errors
@@ -1399,13 +1418,17 @@ def _refuse_eval_output_dirs(argv: list[str]) -> None:
                                " into the evaluated run's testsets/); valid: leave it out")
 
 
-def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> None:
-    """Hydra settings that would get around the run's checks: a config search path outside configs/, and a
-    logging choice that writes a log file into the run dir before the job has checked the dir is its own."""
+def _refuse_foreign_search_path(overrides: list[str]) -> None:
+    """A config search path outside configs/ would compose the run from files no check has seen."""
     given = next((o for o in overrides if re.match(r"[+~]*hydra\.searchpath", o)), None)
     if given is not None:
         raise CommandLineError(f"{given} is not supported: a run is composed from the project's configs/ and the"
                                " command line only; valid: a recipe of your own in configs/experiment/")
+
+
+def _refuse_logging_to_files(cfg: DictConfig) -> None:
+    """A logging option (``hydra/job_logging=default``) that writes a log file into the run dir before the job has
+    checked the dir is its own."""
     for group in ("job_logging", "hydra_logging"):
         handlers = (cfg.hydra.get(group) or {}).get("handlers") or {}
         if any("FileHandler" in str((h or {}).get("class", "")) for h in handlers.values()):
@@ -1413,6 +1436,97 @@ def _refuse_foreign_hydra_settings(cfg: DictConfig, overrides: list[str]) -> Non
             raise CommandLineError(f"hydra/{group}={choice} writes a log file into the run dir before the job has"
                                    " checked the dir is its own; valid: hydra/job_logging=stdout (the default),"
                                    " none or disabled")
+
+
+# The Hydra settings a command line or a recipe (an experiment, a sweep config) may change, by script; every other
+# ``hydra.*`` key keeps the value the project's configs give it. Hydra's run dir, log files, callbacks, search path
+# or working dir changed any other way (a node override ``hydra.run={dir: ...}``, ``+hydra.callbacks...``, a recipe)
+# would get around the checks, which judge paths.log_dir/run_name, the project's configs and the command line.
+HYDRA_SETTABLE = {
+    "train": ("mode", "sweep.dir", "sweep.subdir", "sweeper", "launcher", "job.config.override_dirname", "job.chdir",
+              "job.env_set", "verbose", "help", "hydra_help", "job_logging", "hydra_logging"),
+    "eval": ("verbose", "help", "hydra_help", "job_logging", "hydra_logging"),
+}
+# What Hydra fills in from the command itself (the overrides, the choices, the job's name and number)
+HYDRA_DERIVED = ("overrides", "runtime", "job.name", "job.override_dirname", "job.id", "job.num", "job.config_name")
+# Why a locked Hydra setting stays as it is, by key prefix (the first that matches)
+HYDRA_LOCKED_WHY = {
+    "run.dir": "a run's dir is paths.log_dir/run_name, which its records, its reruns and the tables go by; valid:"
+               " paths.log_dir=<folder> run_name=<name>",
+    "eval:run": "eval.py makes no run dir (a test set's result goes into the evaluated run's testsets/)",
+    "eval:mode": "eval.py evaluates one checkpoint per command and makes no folder; valid: scripts/evaluate_testsets.py"
+                 " <run or sweep dirs> --testsets <names> for many",
+    "eval:sweep": "eval.py makes no folder (a test set's result goes into the evaluated run's testsets/)",
+    "callbacks": "Hydra would make and call the objects it names around every job, outside the run's checks",
+    "searchpath": "a run is composed from the project's configs/ and the command line only; valid: a recipe of your"
+                  " own in configs/experiment/",
+    "output_subdir": "a run's .hydra/ files are written by the job, inside its own run dir",
+    "job.chdir": "the run's paths are resolved from the directory the command starts in",
+    "job.env_set": "the job's environment is the command's own (a worker's is set by its parent run)",
+}
+
+
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of a plain container's leaves (a list is one leaf; an empty mapping is one)."""
+    if isinstance(node, dict) and node:
+        found: dict[str, Any] = {}
+        for key, value in node.items():
+            found.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return found
+    return {prefix: node}
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(f"{p}.") for p in prefixes)
+
+
+def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: list[str]) -> None:
+    """Every ``hydra.*`` key of the composed ``cfg`` outside `HYDRA_SETTABLE` must hold the value the project's
+    configs give it, however it was changed: judged on the composition, compared with one of the project's configs
+    alone (with the same logging choices), so that no spelling of an override and no recipe gets around it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    choices = cfg.hydra.runtime.choices
+    logging = [f"hydra/{g}={choices[f'hydra/{g}']}" for g in ("job_logging", "hydra_logging")
+               if choices.get(f"hydra/{g}")]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        reference = compose(config_name, overrides=logging, return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    given = _leaves(OmegaConf.to_container(cfg.hydra, resolve=False))
+    default = _leaves(OmegaConf.to_container(reference.hydra, resolve=False))
+    settable = HYDRA_SETTABLE.get(config_name, ())
+    logging_keys = ("job_logging", "hydra_logging")
+    changed = [k for k in sorted(set(given) | set(default)) if given.get(k, _ABSENT) != default.get(k, _ABSENT)
+               and not _under(k, HYDRA_DERIVED) and not (_under(k, settable) and not _under(k, logging_keys))]
+    # a key given a value first; an empty mapping that gained keys is named by the keys it gained
+    changed = [k for k in changed if k in given or not any(g.startswith(f"{k}.") for g in given)]
+    for key in sorted(changed, key=lambda k: k not in given):
+        value = given.get(key, _ABSENT)
+        value = getattr(value, "name", value) if isinstance(value, enum.Enum) else value  # hydra.mode: RunMode
+        shown = "deleted" if value is _ABSENT else f"hydra.{key}={value!r}"
+        if _under(key, logging_keys):
+            group = key.split(".", 1)[0]
+            raise CommandLineError(
+                f"{shown} changes the logging option hydra/{group}={choices.get(f'hydra/{group}')}: its handlers"
+                f" and files are the option's own (a handler set otherwise could write a file anywhere, or fail"
+                f" inside Hydra before the job starts); valid: hydra/{group}=stdout (train's and eval's default),"
+                " none or disabled")
+        why = next((w for p, w in HYDRA_LOCKED_WHY.items() if _under(f"{config_name}:{key}", (p,))), None) or next(
+            (w for p, w in HYDRA_LOCKED_WHY.items() if _under(key, (p,))), "it is not one of the Hydra settings this"
+            " project reads")
+        parts = key.split(".")
+        named = {"hydra." + ".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        given_as = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] in named), None)
+        source = f" (from {given_as})" if given_as else " (set by a recipe or a node override)"
+        if value is _ABSENT:
+            shown = f"~hydra.{key} (deleting it)"
+            source = ""
+        valid = [f"hydra.{k}" for k in settable
+                 if k not in (*logging_keys, "help", "hydra_help", "verbose", "job.config.override_dirname")]
+        raise CommandLineError(f"{shown}{source} is not a setting of {SCRIPTS.get(config_name, config_name)}: {why};"
+                               f" the Hydra settings it takes: {', '.join([*valid, 'hydra/job_logging=<option>'])}")
 
 
 # Launchers that hand jobs to a scheduler, and the commands that scheduler needs on this machine: submitit

@@ -1445,3 +1445,91 @@ def test_a_shuffled_sweep_with_numbered_job_dirs_is_one_line(tmp_path: Path) -> 
         cli.check_command(["-m", "debug=fast", "seed=shuffle(0,1)", sweep], "train", make=False)
     cli.check_command(["-m", "debug=fast", "seed=shuffle(0,1)", sweep,
                        "hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}'"], "train", make=False)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["run_name=a7", "hydra.run={dir:<tmp>/elsewhere}"],
+     "hydra.run.dir='<tmp>/elsewhere' (from hydra.run={dir:<tmp>/elsewhere}) is not a setting of train.py: a run's"
+     " dir is paths.log_dir/run_name"),
+    (["hydra.mode=MULTIRUN", "seed=interval(0,1)", "hydra.sweep.dir=<tmp>/sw"],
+     "seed=interval(0,1) is an interval to draw values from, which only the optuna sweeper does"),
+    (["hydra.mode=MULTIRUN", "seed=shuffle(0,1)", "hydra.sweep.dir=<tmp>/sw"],
+     "seed=shuffle(0,1) orders the jobs anew at every launch"),
+    (["+hydra.job_logging.handlers.f={class:logging.handlers.RotatingFileHandler,filename:<tmp>/x.log}",
+      "hydra.job_logging.root.handlers=[console,f]"],
+     "hydra.job_logging.handlers.f.class='logging.handlers.RotatingFileHandler' changes the logging option"
+     " hydra/job_logging=stdout"),
+    (["+hydra.job_logging.handlers.f={class:os.makedirs,name:<tmp>/evil}"],
+     "hydra.job_logging.handlers.f.class='os.makedirs' changes the logging option hydra/job_logging=stdout"),
+    (["+hydra.callbacks.x._target_=os.getcwd"],
+     "hydra.callbacks.x._target_='os.getcwd' (from ++hydra.callbacks.x._target_=os.getcwd) is not a setting of"
+     " train.py: Hydra would make and call the objects it names"),
+    (["hydra.output_subdir=.hydra"], "hydra.output_subdir=.hydra is not a setting"),
+    (["-m", 'hydra.sweeper.params={seed:"0,1"}', "hydra.sweep.dir=<tmp>/sw"],
+     'hydra.sweeper.params={seed:"0,1"} cannot be merged: this sweeper\'s params are null'),
+    (["rpe=${oc.env:RPE_TEST_CHOICE}"],
+     "rpe=${oc.env:RPE_TEST_CHOICE}: a group's option is given by its name, not through an interpolation"),
+], ids=["run_dir_node", "mode_interval", "mode_shuffle", "file_handler", "not_a_handler", "hydra_callback",
+        "output_subdir", "params_node", "choice_by_env"])
+def test_hydra_settings_are_judged_on_the_composed_config(args: list[str], expected: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 8, A2-A15: a Hydra setting given as a node (``hydra.run={dir: ...}``), through ``hydra.mode`` instead of
+    ``-m``, or added below a mapping got around the checks that read the command line's text: a run dir outside
+    paths.log_dir, a shuffled numbered sweep, a traceback inside Hydra. Each is judged on the composition: one
+    line, before anything is made."""
+    monkeypatch.setenv("RPE_TEST_CHOICE", "../rpe/irpe_qkv")
+    given = [a.replace("<tmp>", str(tmp_path)) for a in args]
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}/runs", *given], capsys, monkeypatch)
+    assert line.startswith("error: " + expected.replace("<tmp>", str(tmp_path))), line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["hydra.mode=MULTIRUN"], ["hydra.run={dir:<tmp>/evalx}"]], ids=["mode", "node"])
+@pytest.mark.parametrize("local_rank", [None, "0"], ids=["plain", "local_rank_0"])
+def test_eval_takes_no_hydra_dir_in_any_spelling(args: list[str], local_rank: str | None, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 8, A5, A6, A8: eval.py makes no folder, but ``hydra.mode=MULTIRUN``, a ``hydra.run`` node, or a
+    LOCAL_RANK of 0 in the environment (as torchrun sets it) let Hydra make one in the working dir or in another
+    run. Refused in one line, whatever the spelling; a DDP worker (LOCAL_RANK 1 and up) is its parent's."""
+    if local_rank is not None:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.chdir(tmp_path)
+    given = [a.replace("<tmp>", str(tmp_path)) for a in args]
+    line = _refused_by_the_command_line([f"ckpt_path={tmp_path}/runs/r/checkpoints/best.ckpt", *given], capsys,
+                                        monkeypatch, config_name="eval")
+    assert "is not a setting of eval.py: eval.py" in line and "makes no" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_recipe_may_not_move_the_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 8, A18: an experiment of the user's own that sets ``hydra.run.dir`` put the run outside paths.log_dir,
+    where its reruns and tables never look. Every sweep config and recipe of the project passes the same check."""
+    import shutil
+
+    configs = tmp_path / "configs"
+    shutil.copytree(cli.CONFIG_DIR, configs)
+    (configs / "experiment" / "elsewhere.yaml").write_text(
+        f"# @package _global_\nhydra:\n  run:\n    dir: {tmp_path}/elsewhere\n")
+    monkeypatch.setattr(cli, "CONFIG_DIR", configs)
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}/runs", "experiment=elsewhere"],
+                                        capsys, monkeypatch)
+    assert line.startswith(f"error: hydra.run.dir='{tmp_path}/elsewhere' (set by a recipe or a node override) is not"
+                           " a setting of train.py"), line
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "runs").exists()
+
+
+def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings() -> None:
+    """The project's own recipes and sweep configs set only the Hydra settings a command may change."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    for group in ("experiment", "sweep"):
+        for option in cli.group_options(group):
+            GlobalHydra.instance().clear()
+            with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+                cfg = compose("train", overrides=[f"{group}={option}"], return_hydra_config=True)
+            cli.refuse_locked_hydra_settings(cfg, "train", [f"{group}={option}"])
+    GlobalHydra.instance().clear()
