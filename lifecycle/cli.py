@@ -2345,7 +2345,14 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrup
         sys.exit(128 + signal.SIGINT)
     sys.argv[1:] = with_pins(sys.argv[1:], pins)
     if interrupted is None:
-        hydra_main()
+        try:
+            hydra_main()
+        except KeyboardInterrupt:  # a job's own Ctrl-C is its to report; this one came while Hydra composed it
+            import signal
+
+            say("error: interrupted by SIGINT; nothing was written (a test-set result is written whole or not at"
+                " all): run the same command again", stream=sys.stderr)
+            sys.exit(128 + signal.SIGINT)
     else:
         from lifecycle.checkpoints import RunInterrupted
         from lifecycle.signals import install_stop_signals, restore_stop_signals
@@ -2355,6 +2362,10 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrup
             hydra_main()
         except RunInterrupted as err:  # a job reports its own interruption and exits: this one came between jobs
             interrupted(err.signum)
+        except KeyboardInterrupt:  # Ctrl-C while Hydra composed a job or launched the sweep, outside any job
+            import signal
+
+            interrupted(int(signal.SIGINT))
         finally:
             restore_stop_signals()
     code = after() if after is not None else 0

@@ -332,6 +332,29 @@ def test_a_stop_signal_saves_records_and_exits_non_zero(tmp_path: Path, data_dir
     assert json.loads((run_dir / "run.json").read_text())["state"] == "finished"
 
 
+def test_ctrl_c_while_hydra_composes_a_job_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Probe 8, A37c: Ctrl-C after the checks, while Hydra composed the sweep's first job (inside omegaconf), was a
+    34-frame KeyboardInterrupt traceback. train.py's is the sweep's interruption line; eval.py's says nothing was
+    written. Both exit 130."""
+    from lifecycle import cli, job
+
+    def composing() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "check_command", lambda argv, config_name, make=True: (argv, {}))
+    monkeypatch.setattr(cli.sys, "argv", ["train.py", "-m", "seed=0,1"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.cli(composing, "train", after=job.after_sweep, interrupted=job.interrupted_outside_a_job)
+    assert exit_.value.code == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "by SIGINT" in err and "Traceback" not in err, err
+    monkeypatch.setattr(cli.sys, "argv", ["eval.py", "ckpt_path=x"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.cli(composing, "eval")
+    assert exit_.value.code == 128 + signal.SIGINT
+    assert capsys.readouterr().err.startswith("error: interrupted by SIGINT; nothing was written")
+
+
 def test_ctrl_c_while_the_command_line_is_checked_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """Before any job or evaluation has begun (train.py's and eval.py's command-line check), Ctrl-C was
     Python's KeyboardInterrupt traceback: now exit 130 and one line."""
