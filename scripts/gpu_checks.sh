@@ -20,12 +20,24 @@ if [ $# -gt 0 ] && [ "$1" != table6 ]; then
   exit 2
 fi
 OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+# OUT is judged by the project's one rule for destinations (never inside a run dir or a data root) before
+# anything is written into it
+python3 - "$OUT" <<'PY' || exit 2
+import sys
+
+from storage.destinations import DestinationError, check_destination
+
+try:
+    check_destination(sys.argv[1], "OUT")
+except (DestinationError, OSError) as err:
+    sys.exit(f"error: {err}")
+PY
+mkdir -p "$OUT"
 started=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - started )) s] $*" | tee -a "$OUT/timeline.txt"; }
 
@@ -96,6 +108,9 @@ print(yaml.safe_load(open('configs/sweep/detr_gpu.yaml'))['hydra']['sweeper']['p
 # data.generator.num_val=16 trainer.limit_train_batches=2 schedules.short.epochs=1 schedules.short.lr_drop=1 ...).
 table6_step() {  # train.py overrides
   local log=${TABLE6_DIR:-/tmp/table6}/runs data=${TABLE6_DIR:-/tmp/table6}/data t0 status
+  # every check of train.py (settings, the data root and the sweep dir as destinations) before data are generated
+  python3 train.py --check sweep=detr_gpu "${TABLE6_TRAINER:-trainer=gpu}" "paths.data_dir=$data" \
+    "paths.log_dir=$log" "$@" || return 2
   mkdir -p "$log"
   stamp "T. Table 6 (DETR): sweep=detr_gpu, ${TABLE6_LANES:-10} lanes, under 480 s"
   t0=$(date +%s)

@@ -324,3 +324,41 @@ def test_a_stop_signal_to_the_script_reaches_its_training_and_is_one_line(copy: 
     assert err.strip().splitlines()[-1] == (f"error: stopped by {signame}; the runs in progress saved their state: run"
                                             " the same command again to go on")
     assert "got TERM" in _calls(copy)  # the training got the signal (it saves its run and records it interrupted)
+
+
+def _gpu_checks(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """scripts/gpu_checks.sh from the repo root, with ``python3`` the project's Python (the GPU box's is)."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_checks.sh"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PATH": path, **env})
+
+
+def test_gpu_checks_out_inside_a_run_dir_is_one_line_before_anything(tmp_path: Path) -> None:
+    """Probe 8, A40: ``OUT=<another run's dir>`` had the GPU checks write five files into that run. OUT is judged by
+    the one destination rule first: exit 2, one line, nothing written."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text('{"state": "finished"}')
+    (run / "config.yaml").write_text("seed: 0\n")
+    before = sorted(p.name for p in run.iterdir())
+    done = _gpu_checks(["table6"], {"OUT": str(run / "out"), "TABLE6_DIR": str(tmp_path / "t6")})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: OUT='{run / 'out'}' is inside the run dir {run}, whose files"
+                                                " are that run's; valid: a folder outside every run dir"]
+    assert sorted(p.name for p in run.iterdir()) == before and not (tmp_path / "t6").exists()
+
+
+@pytest.mark.slow
+def test_gpu_checks_table6_data_root_inside_a_run_dir_is_refused_before_generation(tmp_path: Path) -> None:
+    """Probe 8, A39: ``table6 data.root=<inside another run>`` generated a COCO set there: the step's data step ran
+    none of train.py's checks. train.py --check now runs first: exit 2, the check's line, nothing generated."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text('{"state": "finished"}')
+    (run / "config.yaml").write_text("seed: 0\n")
+    done = _gpu_checks(["table6", f"data.root={run}/gen", "data.generator.num_train=32", "data.generator.num_val=16"],
+                       {"OUT": str(tmp_path / "out"), "TABLE6_DIR": str(tmp_path / "t6"),
+                        "TABLE6_TRAINER": "trainer=cpu", "TABLE6_SEEDS": "0"})
+    assert done.returncode == 2, done.stderr
+    assert f"data.root='{run}/gen' is inside the run dir {run}" in done.stderr
+    assert not (run / "gen").exists() and not (tmp_path / "t6" / "runs").exists()
