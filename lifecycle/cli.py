@@ -2257,6 +2257,7 @@ def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple
     check_group_choices(argv, config_name)
     check_repeated_keys(argv)
     check_printed_config_resolves(argv, config_name)
+    refuse_sweeps_when_printing(argv)
     return argv, check_overrides(argv, config_name, make)
 
 
@@ -2296,6 +2297,24 @@ def check_printed_config_resolves(argv: list[str], config_name: str) -> None:
         OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]), resolve=True)
     except OmegaConfBaseException as err:
         raise CommandLineError(f"--resolve cannot print the config: {one_line(err)}") from None
+
+
+def refuse_sweeps_when_printing(argv: list[str]) -> None:
+    """``--cfg`` prints one config, and Hydra's advice for a swept value there (add ``--multirun``) is refused with
+    it: one line asking for one value instead."""
+    if not any(arg.split("=", 1)[0] in ("-c", "--cfg") for arg in argv):
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(_overrides_among_flags(argv))
+    except HydraException:
+        return  # Hydra names a malformed override itself
+    swept = next((o.input_line for o in parsed if o.is_sweep_override()), None)
+    if swept is not None:
+        raise CommandLineError(f"{swept} sweeps over values, and --cfg prints the config of one job: give one value"
+                               " (e.g. the first) to print that job's config")
 
 
 def check_only_commands(argv: list[str]) -> list[list[str]]:

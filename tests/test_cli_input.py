@@ -1387,6 +1387,20 @@ def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytes
     check_command(["--cfg", "job", "--resolve", "debug=fast", "seed=3"], "train")  # resolvable: Hydra prints it
 
 
+def test_printing_a_swept_config_asks_for_one_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 8, A50: ``--cfg job hydra.mode=MULTIRUN seed=0,1`` was Hydra's five-line advice to add --multirun,
+    which is itself refused with --cfg. One line asking for one value; one value prints as before."""
+    from lifecycle.cli import CommandLineError, check_command
+
+    monkeypatch.chdir(tmp_path)
+    for args in (["hydra.mode=MULTIRUN", "seed=0,1"], ["seed=range(0,3)"]):
+        with pytest.raises(CommandLineError) as err:
+            check_command(["--cfg", "job", "debug=fast", *args], "train")
+        assert "sweeps over values, and --cfg prints the config of one job" in str(err.value), str(err.value)
+    check_command(["--cfg", "job", "debug=fast", "seed=3"], "train")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_over_many_seeds_is_checked_value_by_value_without_composing_each(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """``-m seed=range(0,100000)`` sat silent for many minutes while each value was composed and its model built:
