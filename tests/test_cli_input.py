@@ -193,6 +193,29 @@ def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("key", ["data.root", "paths.data_dir"])
+def test_a_folder_key_holding_a_literal_interpolation_is_refused_before_the_run_dir(key: str, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """Probe 8, A29/A29b: ``data.root=<x>/h29_\\${oc.env:H29}`` passed the checks on the literal folder, while the
+    job resolved the interpolation and read ``h29_<H29>`` (another folder), and config.yaml recorded the template,
+    which eval.py refuses. The resolved value of every folder key is refused when it holds ``${``."""
+    from lifecycle.cli import check_overrides
+    from lifecycle.settings import SettingError
+
+    literal = tmp_path / "h29_${oc.env:H29}"
+    (literal / "relational_tiny").mkdir(parents=True)  # the folder the checks would have looked at exists
+    monkeypatch.setenv("H29", "c")
+    escaped = str(tmp_path / "h29_\\${oc.env:H29}")
+    logs = tmp_path / "logs"
+    with pytest.raises(SettingError) as err:
+        check_overrides([f"{key}={escaped}", f"paths.log_dir={logs}", "run_name=r"], "train")
+    shown = str(literal)
+    assert str(err.value) == (f"{key}={shown!r} holds '${{', which every reading of the run's config (the job's, its"
+                              " saved config.yaml) resolves as an interpolation: the run would read another folder"
+                              " than the one checked; valid: a folder path without '${'")
+    assert not logs.exists()
+
+
 def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir(tmp_path: Path) -> None:
     """Probes 26/34: ``data.img_size=64`` on a root generated at 32 px was refused only after a failed run dir
     was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
