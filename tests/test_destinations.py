@@ -360,6 +360,25 @@ def test_scripts_write_nothing_into_a_hand_made_dataset(tmp_path: Path, capsys: 
     assert not list(tmp_path.rglob("*.lock"))  # not even a generation lock beside the test set's root
 
 
+@pytest.mark.parametrize("typed", [".", "./", "../train"])
+def test_an_archive_refusal_quotes_the_to_as_typed_and_the_folder_it_names(typed: str, tmp_path: Path, monkeypatch,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """Probe 8, A25: ``--to .`` from inside a data root was refused as ``--to='swshift'`` (the sweep's name, never
+    typed): the line quotes what was typed, and the archive folder it would have made."""
+    from scripts import archive_runs
+
+    hand = _hand_root(tmp_path / "hand")
+    before = _tree(hand)
+    sweep = _fake_sweep(tmp_path / "runs")
+    monkeypatch.chdir(hand / "train")
+    assert archive_runs.main([str(sweep), "--to", typed]) == 2
+    archive = Path(os.path.abspath(Path(typed) / sweep.name))
+    assert capsys.readouterr().err == (f"error: --to={typed!r} (the archive {archive}) is inside the data root {hand},"
+                                       " where a new folder would become part of the dataset; valid: a folder outside"
+                                       " every data root\n")
+    assert _tree(hand) == before
+
+
 def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
     """An archived sweep holds its jobs' records without checkpoints: a sweep launched into it (or a run dir in it)
     would take the archived jobs for finished and write the new jobs' checkpoints into the archive. archive_runs
