@@ -98,15 +98,35 @@ def _first(folders: Iterable[Path], test) -> Path | None:
     return next((p for p in folders if test(p)), None)
 
 
+def system_reading(path: str | os.PathLike) -> Path | None:
+    """Where the system reads ``path`` when a ``..`` in it follows a link (it goes up from the link's target), if
+    that differs from the path made absolute first (which drops the link and its ``..``); else None."""
+    physical = Path(os.path.realpath(os.fspath(path)))
+    return None if physical == real(path) else physical
+
+
+def refuse_dot_dot_after_link_read(path: str | os.PathLike, what: str, typed: str | None = None) -> None:
+    """Refuse ``path``, a run or checkpoint to read (``what``: a key, ``ckpt_path``, or words), where a ``..``
+    follows a link: its readers take it apart lexically (a run dir is the checkpoint's folder's parent, a run's
+    name its last part), so a line would name a folder the system never reads. One `DestinationError` line
+    offering the system's reading."""
+    physical = system_reading(path)
+    if physical is not None:
+        typed = os.fspath(path) if typed is None else typed
+        joint = " " if " " in what else "="  # a key (ckpt_path=...) or words (the run dir ...)
+        raise DestinationError(f"{what}{joint}{typed!r} has '..' after a link: the system reads it as {physical}, a"
+                               f" path made absolute first as {real(path)}, and the two name different folders;"
+                               f" valid: {what}{joint}{physical}")
+
+
 def refuse_dot_dot_after_link(path: str | os.PathLike, what: str, typed: str,
                               check: Callable[[Path], Any]) -> None:
     """Refuse ``path`` (typed as ``typed`` for the key ``what``) where a ``..`` follows a link: the system goes up
     from the link's target, a path made absolute first drops the link and its ``..``, so a write would land in
     either. The system's reading is offered as the valid path only where ``check`` (the rule the destination
     is held to, raising `DestinationError`) accepts it: never a run dir or a dataset's folder."""
-    target = real(path)
-    physical = Path(os.path.realpath(os.fspath(path)))
-    if physical == target:
+    target, physical = real(path), system_reading(path)
+    if physical is None:
         return
     try:
         check(physical)

@@ -982,6 +982,37 @@ def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
                               " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message
 
 
+def test_a_run_path_with_dot_dot_after_a_link_is_one_line_naming_the_systems_reading(tmp_path: Path) -> None:
+    """Probe 8, A42: ``lnk/..`` (lnk -> a run's checkpoints/) is the run to the system, but eval.py and
+    evaluate_testsets.py read the path's text: their lines named ``<lnk's folder>/config.yaml`` and a run called
+    ``..``, folders the system never reads. One line offers the system's reading instead."""
+    from omegaconf import OmegaConf
+
+    import eval as eval_script
+    from scripts import evaluate_testsets
+    from storage.destinations import DestinationError
+
+    run = tmp_path / "runs" / "a42"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"not read")
+    (run / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "l42").symlink_to(run / "checkpoints", target_is_directory=True)
+    via = tmp_path / "x" / "l42" / ".."
+    with pytest.raises(DestinationError) as err:
+        eval_script._load_run(OmegaConf.create({"ckpt_path": str(via / "checkpoints" / "best.ckpt")}))
+    assert str(err.value) == (f"ckpt_path={str(via / 'checkpoints' / 'best.ckpt')!r} has '..' after a link: the"
+                              f" system reads it as {run / 'checkpoints' / 'best.ckpt'}, a path made absolute first"
+                              f" as {tmp_path / 'x' / 'checkpoints' / 'best.ckpt'}, and the two name different"
+                              f" folders; valid: ckpt_path={run / 'checkpoints' / 'best.ckpt'}")
+    with pytest.raises(DestinationError) as err:
+        evaluate_testsets.find_runs([via])
+    assert str(err.value).startswith(f"the run or sweep dir {str(via)!r} has '..' after a link: the system reads it as"
+                                     f" {run}, a path made absolute first as {tmp_path / 'x'},")
+    assert str(err.value).endswith(f"valid: the run or sweep dir {run}")
+    assert evaluate_testsets.find_runs([run]) == [run]  # the system's reading is the run
+
+
 def test_a_key_the_groups_choice_lacks_names_the_setting_and_the_choices_that_fit(tmp_path: Path) -> None:
     """Probe 3 case 8: a classification model on detection data said "a config value reads ${data.img_size}"; the
     reader is found in the composed config, and the data and model choices that fit are named."""
