@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import sys
-import unicodedata
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -405,31 +404,14 @@ def refuse_dollar(key: str, value: Any) -> None:
 
 
 def refuse_unnormalised_names(root: Path, parts: Any, given: str) -> None:
-    """Each folder of ``root/parts`` still to be made is named in Unicode's composed form (NFC), and no folder
-    beside it has a name equal to it in that form: 'ü' as one character and as 'u' plus a combining mark are
-    two folders that print alike, so two runs (or sweeps) could not be told apart in a listing or a table."""
-    folder, made = root, True
-    for part in parts:
-        here = folder / part
-        if made and os.path.lexists(here):
-            folder = here
-            continue  # an existing folder is used as it is named (a rerun)
-        composed = unicodedata.normalize("NFC", part)
-        if part != composed:
-            raise CommandLineError(f"{given}: the name {part!r} (spelled {ascii(part)}) is not in Unicode's composed"
-                                   f" form (NFC), and prints like {ascii(composed)}, another name to the file system;"
-                                   f" valid: the composed spelling {ascii(composed)}")
-        if made:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                names = []  # an unlisted folder: the checks that make the dir name it
-            twin = next((n for n in names if n != part and unicodedata.normalize("NFC", n) == composed), None)
-            if twin is not None:
-                raise CommandLineError(f"{given}: {folder / twin} exists, whose name ({ascii(twin)}) differs from"
-                                       f" {ascii(part)} only in Unicode normalisation (the two print alike); valid:"
-                                       " that folder's name as it is spelled, to use it, or another name")
-        folder, made = here, False
+    """The run names' Unicode rule (`storage.destinations.refuse_unnormalised_names`) as a command-line error."""
+    from storage.destinations import DestinationError
+    from storage.destinations import refuse_unnormalised_names as refuse
+
+    try:
+        refuse(root, parts, given)
+    except DestinationError as err:
+        raise CommandLineError(str(err)) from None
 
 
 def _first_run_inside(folder: Path) -> Path | None:

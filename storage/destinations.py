@@ -10,7 +10,8 @@ A destination is judged by its real path (links followed), its text only for the
 - a run's or a sweep's dir never lies inside an archive of runs (`ARCHIVE_MARKER`), whose records without
   checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them;
 - the path as typed holds no control or format character (a newline, a tab, a right-to-left override), which
-  would make every listing and report line of it lie;
+  would make every listing and report line of it lie, and each folder it would make is named in Unicode's
+  composed form (NFC) and is no twin of a folder beside it in that form (two folders that print alike);
 - it is never a sweep's grid record (``multirun.yaml``, ``multirun.<n>.yaml``), which its tables and reruns read;
 - a data root never lies inside a run dir or inside another data root;
 - below a destination's own folder, nothing is written through a symlink: a link there could lead into
@@ -137,6 +138,34 @@ def refuse_dot_dot_after_link(path: str | os.PathLike, what: str, typed: str,
                            f" absolute first reads it as {target}, so a write would land in either; valid: {valid}")
 
 
+def refuse_unnormalised_names(root: Path, parts: Iterable[str], given: str) -> None:
+    """Each folder of ``root/parts`` still to be made is named in Unicode's composed form (NFC), and no folder
+    beside it has a name equal to it in that form: 'ü' as one character and as 'u' plus a combining mark are
+    two folders that print alike, so two runs (or sweeps) could not be told apart in a listing or a table."""
+    folder, made = root, True
+    for part in parts:
+        here = folder / part
+        if made and os.path.lexists(here):
+            folder = here
+            continue  # an existing folder is used as it is named (a rerun)
+        composed = unicodedata.normalize("NFC", part)
+        if part != composed:
+            raise DestinationError(f"{given}: the name {part!r} (spelled {ascii(part)}) is not in Unicode's composed"
+                                   f" form (NFC), and prints like {ascii(composed)}, another name to the file system;"
+                                   f" valid: the composed spelling {ascii(composed)}")
+        if made:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                names = []  # an unlisted folder: the checks that make the dir name it
+            twin = next((n for n in names if n != part and unicodedata.normalize("NFC", n) == composed), None)
+            if twin is not None:
+                raise DestinationError(f"{given}: {folder / twin} exists, whose name ({ascii(twin)}) differs from"
+                                       f" {ascii(part)} only in Unicode normalisation (the two print alike); valid:"
+                                       " that folder's name as it is spelled, to use it, or another name")
+        folder, made = here, False
+
+
 def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
                       data_roots: Iterable[str | os.PathLike | None] = (),
                       given: str | os.PathLike | None = None, trains: bool = False) -> Path:
@@ -156,6 +185,8 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     if loop is not None:
         raise DestinationError(f"{what}={typed!r} cannot be used: {loop} {absent_folder(loop)}; valid: a path"
                                " whose folders hold no link loop")
+    absolute = Path(os.path.abspath(os.fspath(path)))
+    refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"{what}={typed!r}")
     target = real(path)
     refuse_dot_dot_after_link(path, what, typed, lambda physical: check_destination(
         physical, what, run_dir=run_dir, data_root=data_root, data_roots=data_roots, trains=trains))
