@@ -211,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", help="sweep dirs (runs/sweeps/<name>) or dirs holding them")
     parser.add_argument("--to", required=True, help="the archive (e.g. docs/ablations_mini_runs)")
     args = parser.parse_args(argv)
+    from lifecycle.signals import exit_when_interrupted
+
+    with exit_when_interrupted("archive_runs.py", "each file it archived is whole (written at once, or not at all),"
+                               " the archive may lack runs: run the same command again to finish it"):
+        return _archived(args)
+
+
+def _archived(args: argparse.Namespace) -> int:
+    """`main`'s work: each sweep's archive, one line each; 2 with one line on bad input."""
     if not args.to.strip():
         print("error: --to '' names no folder; valid: the archive folder, e.g. --to docs/ablations_mini_runs",
               file=sys.stderr)
