@@ -323,8 +323,24 @@ def multirun_flag_first(argv: list[str]) -> list[str]:
     return flags + [arg for arg in argv if arg not in ("-m", "--multirun")]
 
 
-def check_run_location(run_name: Any, log_dir: Any) -> None:
+def run_name_source(cfg: DictConfig) -> str:
+    """Where ``run_name`` came from when its value reads other keys (its default ``${name}/${now:...}``): the
+    keys it reads with their values, e.g. `` (from name='x', run_name: ${name}/${now:%Y-%m-%d_%H-%M-%S})``, so that a
+    refusal of run_name names what the user gave (``name=``); "" where run_name is a value of its own."""
+    try:
+        raw = cfg._get_node("run_name")._value() if "run_name" in cfg else None
+    except (OmegaConfBaseException, AttributeError):
+        return ""
+    if not isinstance(raw, str) or "${" not in raw:
+        return ""
+    read = [f"{key}={OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)!r}"
+            for key in dict.fromkeys(re.findall(r"\$\{([A-Za-z_][\w.]*)\}", raw))]
+    return f" (from {', '.join(read)}; run_name: {raw})" if read else f" (run_name: {raw})"
+
+
+def check_run_location(run_name: Any, log_dir: Any, source: str = "") -> None:
     """A run dir is ``<log_dir>/<run_name>``: ``run_name`` is a relative path of plain components inside it.
+    ``source``: where run_name came from where the user did not give it (`run_name_source`), in every refusal.
 
     ``..`` would leave the log dir (and rewrite whatever run lies there), an empty name would make the
     log dir itself a run dir, and a component longer than the file system allows fails only later. The run
@@ -334,6 +350,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     from storage.destinations import hidden_character
 
     name = "" if run_name is None else str(run_name)
+    given = f"run_name={name!r}{source}"
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
             "spaces at a part's start or end, or control and format characters (e.g. run_name=deit_s_irpe_k or "
             "run_name=sweep/job1)")
@@ -342,16 +359,17 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     # name of spaces (or one ending in a space) is a folder that looks empty or like another run's
     hidden = hidden_character(name) is not None or any(p != p.strip() for p in parts)
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
-        raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
+        raise CommandLineError(f"{given} is not a run name; {rule}")
     refuse_dollar("run_name", name)
     refuse_dollar("paths.log_dir", log_dir)
     too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
     if too_long is not None:
-        raise CommandLineError(f"run_name has a part of {len(too_long.encode())} bytes ({too_long[:40]}...); {rule}")
+        raise CommandLineError(f"run_name{source} has a part of {len(too_long.encode())} bytes ({too_long[:40]}...);"
+                               f" {rule}")
     root = Path(str(log_dir))
     whole = len(os.fsencode(os.path.abspath(root.joinpath(*parts))))
     if whole > PATH_BYTES:  # the file system's limit on a whole path, with room for the run's own files
-        raise CommandLineError(f"run_name makes a run dir path of {whole} bytes under paths.log_dir, more than"
+        raise CommandLineError(f"run_name{source} makes a run dir path of {whole} bytes under paths.log_dir, more than"
                                f" {PATH_BYTES}; {rule}")
     for folder in [root, *(root.joinpath(*parts[:i]) for i in range(1, len(parts)))]:
         if folder.exists() and not folder.is_dir():
@@ -359,7 +377,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
                                    "belongs; valid: a folder (or a path that does not exist yet)")
     absolute = Path(os.path.abspath(root))
     refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"paths.log_dir={str(log_dir)!r}")
-    refuse_unnormalised_names(absolute, parts, f"run_name={name!r}")
+    refuse_unnormalised_names(absolute, parts, given)
     from storage.destinations import (
         DestinationError,
         check_destination,
@@ -377,18 +395,18 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
 
     sweep = sweep_dir_of(real(run_dir))
     if sweep is not None:
-        raise CommandLineError(f"run_name={name!r} with paths.log_dir={str(log_dir)!r} puts a single run into the"
+        raise CommandLineError(f"{given} with paths.log_dir={str(log_dir)!r} puts a single run into the"
                                f" sweep dir {sweep}, whose tables and archives would count it as one of the sweep's"
                                " jobs (its multirun.yaml never named it); valid: a paths.log_dir outside every"
                                " sweep dir (a further job of the sweep: its -m command with the new value)")
     nested = _first_run_inside(run_dir) if run_dir.is_dir() else None
     if nested is not None and nested.is_symlink():
-        raise CommandLineError(f"run_name={name!r}: {nested} inside the run dir is a symlink (to"
+        raise CommandLineError(f"{given}: {nested} inside the run dir is a symlink (to"
                                f" {os.readlink(nested)}) that leads out of it, and the run would write through it"
                                " elsewhere; valid: replace the link with what it stands for (a real folder or file),"
                                " or move it away")
     if nested is not None:
-        raise CommandLineError(f"run_name={name!r}: {run_dir} holds other runs ({nested.relative_to(run_dir)}/); "
+        raise CommandLineError(f"{given}: {run_dir} holds other runs ({nested.relative_to(run_dir)}/); "
                                "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
 
 
@@ -1318,7 +1336,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 if make:
                     _record_sweep_dir(Path(str(cfg.hydra.sweep.dir)))
             else:
-                check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
+                check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"), run_name_source(cfg))
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make=False)
                 refuse_damaged_marker(cfg)
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)

@@ -564,6 +564,21 @@ def test_a_run_name_with_hidden_characters_is_refused(name: str, tmp_path: Path)
 
 
 
+def test_a_run_name_refused_by_its_default_names_the_key_the_user_gave(tmp_path: Path) -> None:
+    """Probe 8, A1: ``name=/abs/path`` (run_name's default is ``${name}/${now:...}``) was refused as
+    ``run_name='/abs/path/<time>'``, a key the user never gave: the line names ``name=`` and run_name's value."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([f"name={tmp_path / 'a1v'}", "debug=fast", f"paths.log_dir={tmp_path / 'runs'}"], "train")
+    message = str(err.value)
+    assert re.match(rf"run_name='{re.escape(str(tmp_path / 'a1v'))}/[0-9_-]+' \(from name='{re.escape(str(tmp_path))}"
+                    r"/a1v'; run_name: \$\{name\}/\$\{now:%Y-%m-%d_%H-%M-%S\}\) is not a run name; valid: a relative",
+                    message), message
+    with pytest.raises(cli.CommandLineError) as err:  # a run_name given itself is named as given
+        cli.check_overrides(["run_name=/abs", "debug=fast", f"paths.log_dir={tmp_path / 'runs'}"], "train")
+    assert str(err.value).startswith("run_name='/abs' is not a run name;")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "a1v").exists()
+
+
 def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
                                  config_name: str = "train") -> str:
     """train.py's entry point (`cli.cli`) on ``args``, in this process (a train.py process takes seconds to import
