@@ -2035,6 +2035,10 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
     if full_key and isinstance(parent, DictConfig) and unknown:
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
         valid = sorted(str(k) for k in parent.keys())
+        named = re.match(r"Key '([^']+)' (?:is )?not in", str(cause))
+        if named and "." in named.group(1) and full_key.endswith(f".{named.group(1)}"):
+            # a key holding dots, from a mapping given for its node: the node is the full key less that key
+            return _mapping_key_line(named.group(1), full_key[:-len(named.group(1)) - 1], valid, overrides or [])
         if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
             from lifecycle.settings import mixup_keys
 
@@ -2064,17 +2068,45 @@ def _params_node_line(message: str) -> str | None:
     given = re.match(r"Error merging override (\+*hydra\.sweeper\.params=\{(.*)\})", message.strip(), re.DOTALL)
     if given is None:
         return None
+    spelled = " ".join(f"'{k}={v}'" for k, v in _mapping_entries(given.group(2)))
+    return (f"{given.group(1)} cannot be merged: Hydra cannot store a sweep (choice, range, interval) inside a"
+            f" mapping; valid: one key an override, each given on its own: {spelled} (the sweeper takes a swept key"
+            " given on the command line over its params entry)")
+
+
+def _mapping_entries(body: str) -> list[tuple[str, str]]:
+    """``(key, value)`` of each entry of a mapping override's text without its braces (``a: 1, b.c: choice(1,2)``),
+    split at the commas outside brackets, each value as it is written on its own (`_unquoted`)."""
     items, depth, start = [], 0, 0
-    body = given.group(2)
-    for i, char in enumerate(body + ","):  # the mapping's entries: split at the commas outside brackets
+    for i, char in enumerate(body + ","):
         depth += (char in "([{") - (char in ")]}")
         if char == "," and depth == 0:
             items.append(body[start:i].strip())
             start = i + 1
-    spelled = " ".join(f"'{k.strip()}={v.strip()}'" for k, _, v in (item.partition(":") for item in items if item))
-    return (f"{given.group(1)} cannot be merged: Hydra cannot store a sweep (choice, range, interval) inside a"
-            f" mapping; valid: one key an override, each given on its own: {spelled} (the sweeper takes a swept key"
-            " given on the command line over its params entry)")
+    return [(k.strip(), _unquoted(v.strip())) for k, _, v in (item.partition(":") for item in items if item)]
+
+
+def _unquoted(value: str) -> str:
+    """``value`` without one level of matching quotes: a sweep quoted inside a mapping is written bare on its own
+    (quoted there, it would be a string)."""
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def _mapping_key_line(key: str, where: str, valid: list[str], overrides: list[str]) -> str:
+    """``key`` (holding dots: ``data.root``), given in a mapping for ``where`` (``hydra.sweeper.params={data.root:
+    "choice(...)"}``), is no key of ``where``, whose fixed keys Hydra's merge keeps: OmegaConf named it as a key of
+    ``where.data`` (its text split at the dot), listing ``where``'s own keys. Name ``where``'s keys and the spelling
+    that sets ``key``."""
+    given = next((o for o in overrides if re.fullmatch(rf"\+*{re.escape(where)}=\s*\{{.*\}}\s*", o, re.DOTALL)), None)
+    entries = dict(_mapping_entries(given.split("=", 1)[1].strip()[1:-1])) if given is not None else {}
+    value = entries.get(key, "<value>")
+    if where == "hydra.sweeper.params":
+        spelling = (f"'{key}={value}' given on its own (the optuna sweeper takes a swept key given on the command line"
+                    " over its params entry)")
+    else:
+        spelling = f"one of {where}'s keys, or the key {key} where it is a setting ('{key}={value}')"
+    return (f"{given or where} cannot set {key!r}: it is not a key of {where} (its keys: {', '.join(valid)}), and a"
+            f" mapping given for {where} sets only those; valid: {spelling}")
 
 
 def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str | None:

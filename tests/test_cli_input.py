@@ -1184,6 +1184,33 @@ def test_a_dotted_optuna_param_names_the_spelling_that_sets_it(tmp_path: Path) -
     assert not sweep.exists()
 
 
+def test_a_dotted_key_in_an_optuna_params_mapping_names_the_spelling_that_sets_it(tmp_path: Path) -> None:
+    """Probe 8, A44b: ``hydra.sweeper.params={data.root:"choice(...)"}`` was refused as "hydra.sweeper.params.data.root
+    is not a config key; valid keys of hydra.sweeper.params.data: rpe.method, ..." (the keys of params, not of a
+    node params.data). The line names params' keys and the spelling that sweeps data.root, which is checked in
+    turn (here: a data root inside a run dir)."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    run = tmp_path / "runs" / "a44v"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "run.json").write_text("{}")
+    sweep = tmp_path / "sw44b"
+    base = ["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=1", "debug=fast", f"paths.log_dir={tmp_path}",
+            f"hydra.sweep.dir={sweep}"]
+    given = f'hydra.sweeper.params={{data.root:"choice({run / "gen"})"}}'
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([*base, given], "train")
+    assert str(err.value) == (
+        f"{given} cannot set 'data.root': it is not a key of hydra.sweeper.params (its keys: rpe.method, rpe.mode,"
+        " rpe.ratio, rpe.shared_head), and a mapping given for hydra.sweeper.params sets only those; valid:"
+        f" 'data.root=choice({run / 'gen'})' given on its own (the optuna sweeper takes a swept key given on the"
+        " command line over its params entry)")
+    with pytest.raises(ValueError) as err:  # the spelling given: its value is checked
+        cli.check_overrides([*base, f"data.root=choice({run / 'gen'})"], "train")
+    assert f"is inside the run dir {run}" in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not sweep.exists() and sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "run.json"]
+
+
 def _sweep_config(overrides: list[str]) -> DictConfig:
     """The config a sweep launch composes (each swept key at its first value), Hydra's node included."""
     from hydra import compose, initialize_config_dir
