@@ -66,7 +66,9 @@ def _lies_in(path: Any, folder: str) -> bool:
 def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> list[str]:
     """Drop from every ModelCheckpoint state in ``checkpoint`` the file paths that do not lie directly in the
     state's ``dirpath``, and every path if that ``dirpath`` is not ``checkpoints_dir`` (the folder the
-    checkpoint is loaded from, the run's) or a folder inside it; returns the dropped paths.
+    checkpoint is loaded from, the run's) or a folder inside it. Returns the paths dropped from the states
+    whose ``dirpath`` is the run's (a state claiming the run's folder yet naming files elsewhere: damaged or
+    crafted); those of a state saved in another folder (a moved or copied run's) are dropped without a word.
 
     Lightning restores ``best_k_models`` and the best/kth/last paths from the file and later removes the
     one it replaces (its own check compares paths without resolving ``..``): a path naming another run's
@@ -74,7 +76,7 @@ def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> 
     saves anew), a dropped best path also drops its score.
     """
     run_checkpoints = os.path.realpath(checkpoints_dir)
-    dropped: list[str] = []
+    said: list[str] = []
     for state in (checkpoint.get("callbacks") or {}).values():
         if not isinstance(state, dict) or "dirpath" not in state or not any(k in state for k in _STATE_PATHS):
             continue
@@ -86,18 +88,16 @@ def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> 
         def foreign(path: Any) -> bool:
             return bool(path) and (own is None or not _lies_in(path, own))  # noqa: B023 (used at once)
 
+        dropped: list[str] = []
         top_k = state.get("best_k_models")
+        kth = state.get("kth_best_model_path")
         if isinstance(top_k, dict):
             bad = [p for p in top_k if foreign(p)]
-            kth = state.get("kth_best_model_path")
             if bad or foreign(kth) or (kth and kth not in top_k):  # a kth outside the top k: Lightning's pop fails
-                dropped += [str(p) for p in bad]
-                state["best_k_models"] = {}
-                if foreign(state.get("kth_best_model_path")):
-                    dropped.append(str(state["kth_best_model_path"]))
-                state["kth_best_model_path"] = ""
-        elif foreign(state.get("kth_best_model_path")):
-            dropped.append(str(state["kth_best_model_path"]))
+                dropped += [str(p) for p in bad] + ([str(kth)] if foreign(kth) else [])
+                state["best_k_models"], state["kth_best_model_path"] = {}, ""
+        elif foreign(kth):
+            dropped.append(str(kth))
             state["kth_best_model_path"] = ""
         for key in ("best_model_path", "last_model_path"):
             if foreign(state.get(key)):
@@ -105,7 +105,9 @@ def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> 
                 state[key] = ""
                 if key == "best_model_path":
                     state["best_model_score"] = None
-    return list(dict.fromkeys(dropped))
+        if own is not None:
+            said += dropped
+    return list(dict.fromkeys(said))
 
 
 def _note(line: str) -> None:

@@ -109,9 +109,12 @@ def test_modelcheckpoint_paths_are_kept_only_directly_in_the_runs_checkpoints_fo
         assert confine_callback_paths(saved, str(own)) == [path]
         assert saved["callbacks"]["ModelCheckpoint{}"] | {"best_model_score": None} == {
             **state, "best_k_models": {}, "kth_best_model_path": "", "last_model_path": "", "best_model_score": None}
-    # a state whose own folder is another run's: nothing it names is this run's
+    # a state saved in another folder (a moved or copied run's): nothing it names is this run's, dropped quietly
     saved = {"callbacks": {"ModelCheckpoint{}": {**state, "dirpath": str(tmp_path / "other" / "checkpoints")}}}
-    assert confine_callback_paths(saved, str(own)) == [best, last]
+    assert confine_callback_paths(saved, str(own)) == []
+    assert {k: saved["callbacks"]["ModelCheckpoint{}"][k] for k in ("best_k_models", "best_model_path",
+                                                                     "last_model_path")} == {
+        "best_k_models": {}, "best_model_path": "", "last_model_path": ""}
 
 
 def test_result_checkpoint_must_be_this_runs_trained_finite_weights(finished: Path, tmp_path: Path) -> None:
