@@ -57,6 +57,7 @@ from lifecycle.cli import cli, report_user_error, say, user_error_types  # noqa:
 from lifecycle.job import build_trainer, scalar_metrics  # noqa: E402
 from lifecycle.records import BEST as BEST_CHECKPOINT  # noqa: E402
 from lifecycle.records import run_status  # noqa: E402
+from storage.destinations import refuse_dot_dot_after_link_read  # noqa: E402
 from storage.files import (  # noqa: E402
     RunFileError,
     describe_non_file,
@@ -231,6 +232,7 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
         raise FileNotFoundError("ckpt_path is empty; give a run's checkpoint, e.g."
                                 " ckpt_path=runs/<run>/checkpoints/best.ckpt")
     ckpt_path = Path(cfg.ckpt_path)
+    refuse_dot_dot_after_link_read(ckpt_path, "ckpt_path")  # its run dir is read from the path's text below
     if ckpt_path.is_file() and ckpt_path.suffix != ".ckpt":
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint (a run's are"
                                 " runs/<run>/checkpoints/best.ckpt and last.ckpt)")

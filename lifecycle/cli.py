@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import sys
-import unicodedata
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -329,8 +328,24 @@ def multirun_flag_first(argv: list[str]) -> list[str]:
     return flags + [arg for arg in argv if arg not in ("-m", "--multirun")]
 
 
-def check_run_location(run_name: Any, log_dir: Any) -> None:
+def run_name_source(cfg: DictConfig) -> str:
+    """Where ``run_name`` came from when its value reads other keys (its default ``${name}/${now:...}``): the
+    keys it reads with their values, e.g. `` (from name='x', run_name: ${name}/${now:%Y-%m-%d_%H-%M-%S})``, so that a
+    refusal of run_name names what the user gave (``name=``); "" where run_name is a value of its own."""
+    try:
+        raw = cfg._get_node("run_name")._value() if "run_name" in cfg else None
+    except (OmegaConfBaseException, AttributeError):
+        return ""
+    if not isinstance(raw, str) or "${" not in raw:
+        return ""
+    read = [f"{key}={OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)!r}"
+            for key in dict.fromkeys(re.findall(r"\$\{([A-Za-z_][\w.]*)\}", raw))]
+    return f" (from {', '.join(read)}; run_name: {raw})" if read else f" (run_name: {raw})"
+
+
+def check_run_location(run_name: Any, log_dir: Any, source: str = "") -> None:
     """A run dir is ``<log_dir>/<run_name>``: ``run_name`` is a relative path of plain components inside it.
+    ``source``: where run_name came from where the user did not give it (`run_name_source`), in every refusal.
 
     ``..`` would leave the log dir (and rewrite whatever run lies there), an empty name would make the
     log dir itself a run dir, and a component longer than the file system allows fails only later. The run
@@ -340,6 +355,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     from storage.destinations import hidden_character
 
     name = "" if run_name is None else str(run_name)
+    given = f"run_name={name!r}{source}"
     rule = (f"valid: a relative path of names of 1-{NAME_BYTES} bytes, without '.', '..' or empty parts, "
             "spaces at a part's start or end, or control and format characters (e.g. run_name=deit_s_irpe_k or "
             "run_name=sweep/job1)")
@@ -348,16 +364,17 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
     # name of spaces (or one ending in a space) is a folder that looks empty or like another run's
     hidden = hidden_character(name) is not None or any(p != p.strip() for p in parts)
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or hidden:
-        raise CommandLineError(f"run_name={name!r} is not a run name; {rule}")
+        raise CommandLineError(f"{given} is not a run name; {rule}")
     refuse_dollar("run_name", name)
     refuse_dollar("paths.log_dir", log_dir)
     too_long = next((p for p in parts if len(p.encode()) > NAME_BYTES), None)
     if too_long is not None:
-        raise CommandLineError(f"run_name has a part of {len(too_long.encode())} bytes ({too_long[:40]}...); {rule}")
+        raise CommandLineError(f"run_name{source} has a part of {len(too_long.encode())} bytes ({too_long[:40]}...);"
+                               f" {rule}")
     root = Path(str(log_dir))
     whole = len(os.fsencode(os.path.abspath(root.joinpath(*parts))))
     if whole > PATH_BYTES:  # the file system's limit on a whole path, with room for the run's own files
-        raise CommandLineError(f"run_name makes a run dir path of {whole} bytes under paths.log_dir, more than"
+        raise CommandLineError(f"run_name{source} makes a run dir path of {whole} bytes under paths.log_dir, more than"
                                f" {PATH_BYTES}; {rule}")
     for folder in [root, *(root.joinpath(*parts[:i]) for i in range(1, len(parts)))]:
         if folder.exists() and not folder.is_dir():
@@ -365,7 +382,7 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
                                    "belongs; valid: a folder (or a path that does not exist yet)")
     absolute = Path(os.path.abspath(root))
     refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"paths.log_dir={str(log_dir)!r}")
-    refuse_unnormalised_names(absolute, parts, f"run_name={name!r}")
+    refuse_unnormalised_names(absolute, parts, given)
     from storage.destinations import (
         DestinationError,
         check_destination,
@@ -383,18 +400,18 @@ def check_run_location(run_name: Any, log_dir: Any) -> None:
 
     sweep = sweep_dir_of(real(run_dir))
     if sweep is not None:
-        raise CommandLineError(f"run_name={name!r} with paths.log_dir={str(log_dir)!r} puts a single run into the"
+        raise CommandLineError(f"{given} with paths.log_dir={str(log_dir)!r} puts a single run into the"
                                f" sweep dir {sweep}, whose tables and archives would count it as one of the sweep's"
                                " jobs (its multirun.yaml never named it); valid: a paths.log_dir outside every"
                                " sweep dir (a further job of the sweep: its -m command with the new value)")
     nested = _first_run_inside(run_dir) if run_dir.is_dir() else None
     if nested is not None and nested.is_symlink():
-        raise CommandLineError(f"run_name={name!r}: {nested} inside the run dir is a symlink (to"
+        raise CommandLineError(f"{given}: {nested} inside the run dir is a symlink (to"
                                f" {os.readlink(nested)}) that leads out of it, and the run would write through it"
                                " elsewhere; valid: replace the link with what it stands for (a real folder or file),"
                                " or move it away")
     if nested is not None:
-        raise CommandLineError(f"run_name={name!r}: {run_dir} holds other runs ({nested.relative_to(run_dir)}/); "
+        raise CommandLineError(f"{given}: {run_dir} holds other runs ({nested.relative_to(run_dir)}/); "
                                "valid: a name of its own, e.g. run_name=" + f"{name}/<new name>")
 
 
@@ -410,31 +427,14 @@ def refuse_dollar(key: str, value: Any) -> None:
 
 
 def refuse_unnormalised_names(root: Path, parts: Any, given: str) -> None:
-    """Each folder of ``root/parts`` still to be made is named in Unicode's composed form (NFC), and no folder
-    beside it has a name equal to it in that form: 'ü' as one character and as 'u' plus a combining mark are
-    two folders that print alike, so two runs (or sweeps) could not be told apart in a listing or a table."""
-    folder, made = root, True
-    for part in parts:
-        here = folder / part
-        if made and os.path.lexists(here):
-            folder = here
-            continue  # an existing folder is used as it is named (a rerun)
-        composed = unicodedata.normalize("NFC", part)
-        if part != composed:
-            raise CommandLineError(f"{given}: the name {part!r} (spelled {ascii(part)}) is not in Unicode's composed"
-                                   f" form (NFC), and prints like {ascii(composed)}, another name to the file system;"
-                                   f" valid: the composed spelling {ascii(composed)}")
-        if made:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                names = []  # an unlisted folder: the checks that make the dir name it
-            twin = next((n for n in names if n != part and unicodedata.normalize("NFC", n) == composed), None)
-            if twin is not None:
-                raise CommandLineError(f"{given}: {folder / twin} exists, whose name ({ascii(twin)}) differs from"
-                                       f" {ascii(part)} only in Unicode normalisation (the two print alike); valid:"
-                                       " that folder's name as it is spelled, to use it, or another name")
-        folder, made = here, False
+    """The run names' Unicode rule (`storage.destinations.refuse_unnormalised_names`) as a command-line error."""
+    from storage.destinations import DestinationError
+    from storage.destinations import refuse_unnormalised_names as refuse
+
+    try:
+        refuse(root, parts, given)
+    except DestinationError as err:
+        raise CommandLineError(str(err)) from None
 
 
 def _first_run_inside(folder: Path) -> Path | None:
@@ -1347,7 +1347,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 if make:
                     _record_sweep_dir(Path(str(cfg.hydra.sweep.dir)))
             else:
-                check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"))
+                check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"), run_name_source(cfg))
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make=False)
                 refuse_damaged_marker(cfg)
                 prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)
@@ -2149,6 +2149,10 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
     if full_key and isinstance(parent, DictConfig) and unknown:
         where = full_key.rsplit(".", 1)[0] if "." in full_key else "the root config"
         valid = sorted(str(k) for k in parent.keys())
+        named = re.match(r"Key '([^']+)' (?:is )?not in", str(cause))
+        if named and "." in named.group(1) and full_key.endswith(f".{named.group(1)}"):
+            # a key holding dots, from a mapping given for its node: the node is the full key less that key
+            return _mapping_key_line(named.group(1), full_key[:-len(named.group(1)) - 1], valid, overrides or [])
         if where == "model.mixup" and not valid:  # mixup is null: name timm's arguments instead of no keys
             from lifecycle.settings import mixup_keys
 
@@ -2178,17 +2182,45 @@ def _params_node_line(message: str) -> str | None:
     given = re.match(r"Error merging override (\+*hydra\.sweeper\.params=\{(.*)\})", message.strip(), re.DOTALL)
     if given is None:
         return None
+    spelled = " ".join(f"'{k}={v}'" for k, v in _mapping_entries(given.group(2)))
+    return (f"{given.group(1)} cannot be merged: Hydra cannot store a sweep (choice, range, interval) inside a"
+            f" mapping; valid: one key an override, each given on its own: {spelled} (the sweeper takes a swept key"
+            " given on the command line over its params entry)")
+
+
+def _mapping_entries(body: str) -> list[tuple[str, str]]:
+    """``(key, value)`` of each entry of a mapping override's text without its braces (``a: 1, b.c: choice(1,2)``),
+    split at the commas outside brackets, each value as it is written on its own (`_unquoted`)."""
     items, depth, start = [], 0, 0
-    body = given.group(2)
-    for i, char in enumerate(body + ","):  # the mapping's entries: split at the commas outside brackets
+    for i, char in enumerate(body + ","):
         depth += (char in "([{") - (char in ")]}")
         if char == "," and depth == 0:
             items.append(body[start:i].strip())
             start = i + 1
-    spelled = " ".join(f"'{k.strip()}={v.strip()}'" for k, _, v in (item.partition(":") for item in items if item))
-    return (f"{given.group(1)} cannot be merged: Hydra cannot store a sweep (choice, range, interval) inside a"
-            f" mapping; valid: one key an override, each given on its own: {spelled} (the sweeper takes a swept key"
-            " given on the command line over its params entry)")
+    return [(k.strip(), _unquoted(v.strip())) for k, _, v in (item.partition(":") for item in items if item)]
+
+
+def _unquoted(value: str) -> str:
+    """``value`` without one level of matching quotes: a sweep quoted inside a mapping is written bare on its own
+    (quoted there, it would be a string)."""
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" else value
+
+
+def _mapping_key_line(key: str, where: str, valid: list[str], overrides: list[str]) -> str:
+    """``key`` (holding dots: ``data.root``), given in a mapping for ``where`` (``hydra.sweeper.params={data.root:
+    "choice(...)"}``), is no key of ``where``, whose fixed keys Hydra's merge keeps: OmegaConf named it as a key of
+    ``where.data`` (its text split at the dot), listing ``where``'s own keys. Name ``where``'s keys and the spelling
+    that sets ``key``."""
+    given = next((o for o in overrides if re.fullmatch(rf"\+*{re.escape(where)}=\s*\{{.*\}}\s*", o, re.DOTALL)), None)
+    entries = dict(_mapping_entries(given.split("=", 1)[1].strip()[1:-1])) if given is not None else {}
+    value = entries.get(key, "<value>")
+    if where == "hydra.sweeper.params":
+        spelling = (f"'{key}={value}' given on its own (the optuna sweeper takes a swept key given on the command line"
+                    " over its params entry)")
+    else:
+        spelling = f"one of {where}'s keys, or the key {key} where it is a setting ('{key}={value}')"
+    return (f"{given or where} cannot set {key!r}: it is not a key of {where} (its keys: {', '.join(valid)}), and a"
+            f" mapping given for {where} sets only those; valid: {spelling}")
 
 
 def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str | None:

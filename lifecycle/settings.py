@@ -690,6 +690,10 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
             raise _named_by_environment(cfg, err) from None
     for node in CONSTRUCTED_NODES:
         _check_constructor_keys(cfg, node)
+    try:
+        _refuse_interpolation_text(cfg)
+    except SettingError as err:
+        raise _named_by_environment(cfg, err) from None
     _check_root_keys(cfg, config_name)
     _check_output_dir_setting(cfg)
     _check_checkpoint_callbacks(cfg)
@@ -733,6 +737,33 @@ def _check_output_dir_setting(cfg: DictConfig) -> None:
         raise SettingError(f"paths.output_dir={raw!r} is not a setting: it is the dir Hydra makes for the run"
                            f" ({OUTPUT_DIR}), where its records and checkpoints go; valid: paths.log_dir=<folder>"
                            " run_name=<name> (a sweep: hydra.sweep.dir=<folder>)")
+
+
+# The keys that name folders a run reads or writes: the folders (paths.*) first, so that a value a data root takes
+# from one of them is named where it was given.
+PATH_KEYS = ("paths.*", "data.root", "data_root", "testset.data.root")
+
+
+def _refuse_interpolation_text(cfg: DictConfig) -> None:
+    """A folder key whose resolved value holds ``${`` (an escaped ``\\${...}`` given on the command line, or a
+    variable's text): the checks read the literal folder, but every copy of the config a job reads back (the one
+    it trains with, its DDP workers', the saved config.yaml) resolves it as an interpolation again, so the run
+    would read another folder than the checked one, and eval.py refuses its record. One line naming the key."""
+    for pattern in PATH_KEYS:
+        parent, _, leaf = pattern.rpartition(".")
+        node = OmegaConf.select(cfg, parent, default=None, throw_on_resolution_failure=False) if parent else cfg
+        if not isinstance(node, DictConfig) or node._is_none():
+            continue
+        for key in (list(node.keys()) if leaf == "*" else [leaf] if leaf in node else []):
+            try:
+                value = node[key]
+            except OmegaConfBaseException:
+                continue  # a value that reads what is not known here (Hydra's runtime): the job's config
+            if isinstance(value, str) and "${" in value:
+                raise _fail(f"{parent}.{key}" if parent else str(key),
+                            f"{parent + '.' if parent else ''}{key}={value!r} holds '${{', which every reading of"
+                            " the run's config (the job's, its saved config.yaml) resolves as an interpolation: the"
+                            " run would read another folder than the one checked; valid: a folder path without '${'")
 
 
 def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:

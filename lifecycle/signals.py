@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from data.datamodule import STOP_SIGNALS
@@ -95,11 +95,12 @@ def restore_stop_signals() -> None:
 
 
 @contextlib.contextmanager
-def exit_when_interrupted(command: str, outcome: str) -> Iterator[None]:
-    """Around an evaluation (a ``trainer.test``, with no fit to stop at a safe point): a stop signal or Ctrl-C
-    raises `RunInterrupted` at once, which ends the process with exit code ``128 + signum`` and one line,
-    ``error: <command> interrupted by <SIGNAL>; <outcome>`` (what was written: results are written whole,
-    after their test, or not at all). The handlers the process had are back after the block."""
+def exit_when_interrupted(command: str, outcome: str | Callable[[], str]) -> Iterator[None]:
+    """Around an evaluation (a ``trainer.test``, with no fit to stop at a safe point) or a script's writing: a stop
+    signal or Ctrl-C raises `RunInterrupted` at once, which ends the process with exit code ``128 + signum`` and
+    one line, ``error: <command> interrupted by <SIGNAL>; <outcome>`` (what was written: results are written whole,
+    after their test, or not at all; a callable ``outcome`` says it when the signal came). The handlers the
+    process had are back after the block."""
     StopSignals.reset()
     install_stop_signals(interrupt=True)  # before any Trainer: Lightning then leaves SIGTERM to us
     try:
@@ -107,7 +108,8 @@ def exit_when_interrupted(command: str, outcome: str) -> Iterator[None]:
     except RunInterrupted as err:
         from lifecycle.cli import say
 
-        say(f"error: {command} interrupted by {signal.Signals(err.signum).name}; {outcome}", stream=sys.stderr)
+        said = outcome() if callable(outcome) else outcome
+        say(f"error: {command} interrupted by {signal.Signals(err.signum).name}; {said}", stream=sys.stderr)
         raise SystemExit(128 + err.signum) from None
     finally:
         restore_stop_signals()

@@ -15,6 +15,7 @@ import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
 
 from storage.files import RunFileError, guarded, replace_durably, temp_path_for
 
@@ -41,7 +42,80 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 raise
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
-        return torch.load(path, map_location=map_location or "cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location=map_location or "cpu", weights_only=True)
+        if isinstance(checkpoint, dict) and get_filesystem(path).protocol in ("file", ("file", "local")):
+            dropped = confine_callback_paths(checkpoint, os.path.dirname(os.path.abspath(path)))
+            if dropped and rank_zero_only.rank == 0:
+                _note(f"note: {path}: dropped {len(dropped)} checkpoint path(s) its ModelCheckpoint state names"
+                      f" outside the run's checkpoints folder {os.path.dirname(os.path.abspath(path))}"
+                      f" ({', '.join(map(repr, dropped[:3]))}{', ...' if len(dropped) > 3 else ''}): the run never"
+                      " reads or removes a file there")
+        return checkpoint
+
+
+# what a ModelCheckpoint state names files by: Lightning removes the previous best/kth/last file when it saves
+_STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def _lies_in(path: Any, folder: str) -> bool:
+    """Whether ``path`` is a file directly in ``folder`` (a real path) as the system resolves it: symlinks and
+    ``..`` (also ``..`` after a symlink) resolved, relative paths from the current folder."""
+    return isinstance(path, str) and bool(path) and os.path.dirname(os.path.realpath(path)) == folder
+
+
+def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> list[str]:
+    """Drop from every ModelCheckpoint state in ``checkpoint`` the file paths that do not lie directly in the
+    state's ``dirpath``, and every path if that ``dirpath`` is not ``checkpoints_dir`` (the folder the
+    checkpoint is loaded from, the run's) or a folder inside it. Returns the paths dropped from the states
+    whose ``dirpath`` is the run's (a state claiming the run's folder yet naming files elsewhere: damaged or
+    crafted); those of a state saved in another folder (a moved or copied run's) are dropped without a word.
+
+    Lightning restores ``best_k_models`` and the best/kth/last paths from the file and later removes the
+    one it replaces (its own check compares paths without resolving ``..``): a path naming another run's
+    file would delete that file. A dropped top-k entry empties the top-k bookkeeping (the next validation
+    saves anew), a dropped best path also drops its score.
+    """
+    run_checkpoints = os.path.realpath(checkpoints_dir)
+    said: list[str] = []
+    for state in (checkpoint.get("callbacks") or {}).values():
+        if not isinstance(state, dict) or "dirpath" not in state or not any(k in state for k in _STATE_PATHS):
+            continue
+        own = state.get("dirpath")
+        own = os.path.realpath(own) if isinstance(own, str) and own else None
+        if own is not None and own != run_checkpoints and not own.startswith(run_checkpoints + os.sep):
+            own = None  # a dirpath outside this run's checkpoints: nothing it names is the run's
+
+        def foreign(path: Any) -> bool:
+            return bool(path) and (own is None or not _lies_in(path, own))  # noqa: B023 (used at once)
+
+        dropped: list[str] = []
+        top_k = state.get("best_k_models")
+        kth = state.get("kth_best_model_path")
+        if isinstance(top_k, dict):
+            bad = [p for p in top_k if foreign(p)]
+            if bad or foreign(kth) or (kth and kth not in top_k):  # a kth outside the top k: Lightning's pop fails
+                dropped += [str(p) for p in bad] + ([str(kth)] if foreign(kth) else [])
+                state["best_k_models"], state["kth_best_model_path"] = {}, ""
+        elif foreign(kth):
+            dropped.append(str(kth))
+            state["kth_best_model_path"] = ""
+        for key in ("best_model_path", "last_model_path"):
+            if foreign(state.get(key)):
+                dropped.append(str(state[key]))
+                state[key] = ""
+                if key == "best_model_path":
+                    state["best_model_score"] = None
+        if own is not None:
+            said += dropped
+    return list(dict.fromkeys(said))
+
+
+def _note(line: str) -> None:
+    """Print one line, never failing (a closed terminal must not stop a resume)."""
+    try:
+        print(line, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _checkpoint_write_failure(tmp: Path, err: RuntimeError) -> str:

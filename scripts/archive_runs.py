@@ -135,24 +135,27 @@ def _archived_testsets(out: Path) -> list[str]:
                   if p.name.endswith(".json") and p.is_file() and not p.is_symlink())
 
 
-def archive_sweep(sweep_dir: Path, dest: Path) -> tuple[int, int, list[str]]:
-    """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out)."""
+def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tuple[int, int, list[str]]:
+    """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out).
+    ``typed``: ``--to`` as the user wrote it (``.``, ``x/``), quoted in a refusal with the folder it names."""
     from storage.destinations import ARCHIVE_MARKER, DestinationError, check_destination, check_no_links_below
     from storage.files import atomic_write_bytes
 
+    typed = str(dest) if typed is None else typed
     target = dest / sweep_dir.name
     source, where = sweep_dir.resolve(), Path(os.path.abspath(target))
+    shown = f"--to {typed!r} (the archive {where})"
     if where.resolve() == source or source in where.resolve().parents or where.resolve() in source.parents:
-        raise TableError(f"--to {str(dest)!r} would put the archive of {str(sweep_dir)!r} in or around the sweep "
+        raise TableError(f"{shown} would put the archive of {str(sweep_dir)!r} in or around the sweep "
                          "itself; valid: a folder outside the sweep (e.g. docs/ablations_mini_runs)")
     inside = next((p for p in (where, *where.parents) if (p / "run.json").is_file() or (p / "metrics.json").is_file()),
                   None)
     if inside is not None:
-        raise TableError(f"--to {str(dest)!r} is inside the run dir {inside}; valid: a folder outside every run dir")
+        raise TableError(f"{shown} is inside the run dir {inside}; valid: a folder outside every run dir")
     try:  # the same rule on the real path: a link on the way may lead into a run dir or a data root
-        check_destination(target, "--to")
-    except DestinationError as err:
-        raise TableError(str(err)) from None
+        check_destination(target, "--to", given=typed)
+    except DestinationError as err:  # named as typed, with the folder the archive would be
+        raise TableError(str(err).replace(f"--to={typed!r}", f"--to={typed!r} (the archive {where})", 1)) from None
 
     def write_check(path: Path) -> None:
         """Refuse ``path`` when a symlink below ``dest`` lies on its way."""
@@ -208,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", help="sweep dirs (runs/sweeps/<name>) or dirs holding them")
     parser.add_argument("--to", required=True, help="the archive (e.g. docs/ablations_mini_runs)")
     args = parser.parse_args(argv)
+    from lifecycle.signals import exit_when_interrupted
+
+    with exit_when_interrupted("archive_runs.py", "each file it archived is whole (written at once, or not at all),"
+                               " the archive may lack runs: run the same command again to finish it"):
+        return _archived(args)
+
+
+def _archived(args: argparse.Namespace) -> int:
+    """`main`'s work: each sweep's archive, one line each; 2 with one line on bad input."""
     if not args.to.strip():
         print("error: --to '' names no folder; valid: the archive folder, e.g. --to docs/ablations_mini_runs",
               file=sys.stderr)
@@ -215,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_path_text(args.to, "--to")
         for sweep_dir in [s for root in map(Path, args.dirs) for s in _sweep_dirs(root)]:
-            new, replaced, left_out = archive_sweep(sweep_dir, Path(args.to))
+            new, replaced, left_out = archive_sweep(sweep_dir, Path(args.to), args.to)
             print(f"{sweep_dir} -> {Path(args.to) / sweep_dir.name}: {new} new, {replaced} replaced"
                   + (f", {len(left_out)} left out: {', '.join(left_out)}" if left_out else ""))
     except (ValueError, OSError) as err:  # TableError, and RunFileError from writing the archive

@@ -77,7 +77,11 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
     runs: list[Path] = []
     seen: set[Path] = set()
+    from storage.destinations import refuse_dot_dot_after_link_read
+
     for path in paths:
+        # a run is named and its checkpoints found by the path's text: `lnk/..` would name `..` and read elsewhere
+        refuse_dot_dot_after_link_read(path, "the run or sweep dir")
         if not path.is_dir():
             raise FileNotFoundError(f"{path} is not a run or sweep dir")
         found = set(run_dirs(path))

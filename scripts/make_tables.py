@@ -116,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="more sweep dirs whose runs the findings are judged on as one Holm family, with the"
                              " DIRS' own, but whose tables are not written (e.g. the other benchmark tasks)")
     args = parser.parse_args(argv)
+    from lifecycle.signals import exit_when_interrupted
+
+    with exit_when_interrupted("make_tables.py", "each file it wrote is whole (written at once, or not at all):"
+                               " run the same command again to write them all"):
+        return _tables_written(args)
+
+
+def _tables_written(args: argparse.Namespace) -> int:
+    """`main`'s work: every check in one line (exit 2), then the tables and the README's findings."""
     from storage.destinations import check_destination
 
     try:

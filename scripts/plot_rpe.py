@@ -457,8 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----------------------------------------------------------------------------- main
-def plot_run(args: argparse.Namespace) -> list[Path]:
-    """Write the requested PNGs; returns their paths."""
+def plot_run(args: argparse.Namespace, written: list[Path] | None = None) -> list[Path]:
+    """Write the requested PNGs; returns their paths (``written``, where given: each path is added once its
+    file is whole, so that an interruption can say which are)."""
     if args.plots not in PLOT_CHOICES:
         raise PlotError(f"--plots {args.plots!r} is not one of: {', '.join(PLOT_CHOICES)}")
     grid_override = None
@@ -489,7 +490,7 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
     layers_all = attention_layers(net)
     layers = parse_layers(args.layers, len(layers_all))
     out_dir: Path = args.out if args.out is not None else run_dir / PLOTS
-    written: list[Path] = []
+    written = [] if written is None else written
 
     want_attention = args.plots in ("all", "attention")
     attention_ok = is_deit(net)
@@ -553,10 +554,27 @@ def plot_run(args: argparse.Namespace) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry; returns the exit code (2 with a one-line ``error:`` on bad input)."""
+    """Command-line entry; returns the exit code (2 with a one-line ``error:`` on bad input; 128 + the signal's
+    number with one line naming the plots written whole, when a stop signal or Ctrl-C ends it)."""
+    from lifecycle.signals import exit_when_interrupted
+
+    written: list[Path] = []
+
+    def outcome() -> str:
+        if not written:
+            return "no plot was written (each is written whole or not at all)"
+        plots = "the plot written is" if len(written) == 1 else f"the {len(written)} plots written are"
+        return (f"{plots} whole ({', '.join(str(p) for p in written)}), no other was written: run the same command"
+                " again for all")
+
+    with exit_when_interrupted("plot_rpe.py", outcome):
+        return _plotted(argv, written)
+
+
+def _plotted(argv: list[str] | None, written: list[Path]) -> int:
+    """`main`'s work: the plots, each path printed once all are written; 2 with one line on bad input."""
     try:
-        args = build_parser().parse_args(argv)
-        written = plot_run(args)
+        plot_run(build_parser().parse_args(argv), written)
     except (PlotError, RunFileError) as err:  # RunFileError: the plots cannot be written (full disk, read-only)
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -53,11 +53,17 @@ check_names() {
 # (hydra.*, paths.*, run_name), which the scripts read back. Unset: the GPU where torch
 # sees one (in float32, like on a CPU), else the CPU. Sets the array `trainer`. The values themselves are
 # train.py's to judge (check_jobs).
+trainer_hint() {
+  local choices
+  choices=$(cd configs/trainer 2>/dev/null && for f in [!_]*.yaml; do [ -e "$f" ] && printf '%s ' "${f%.yaml}"; done)
+  echo "valid: TRAINER= (the CPU) or words of key=value overrides of train.py, e.g." \
+    "TRAINER='trainer=gpu trainer.precision=32-true'; trainer= one of: ${choices% }"
+}
+
 check_trainer() {
   local choices hint word key value gpu=0
   choices=$(cd configs/trainer 2>/dev/null && for f in [!_]*.yaml; do [ -e "$f" ] && printf '%s ' "${f%.yaml}"; done)
-  hint="valid: TRAINER= (the CPU) or words of key=value overrides of train.py, e.g."
-  hint+=" TRAINER='trainer=gpu trainer.precision=32-true'; trainer= one of: ${choices% }"
+  hint=$(trainer_hint)
   if [ -z "${TRAINER+x}" ]; then
     TRAINER=$("$PY" -c "import torch; print('trainer=gpu trainer.precision=32-true' if torch.cuda.is_available() else '')") \
       || usage_error "PY='$PY' could not tell whether a GPU is there; set TRAINER= (CPU) or TRAINER='trainer=gpu'"
@@ -99,10 +105,76 @@ check_jobs() {
     [ ${#args[@]} -eq 0 ] || args+=(--)
     args+=("${own[@]}" "${trainer[@]}")
   done
-  said=$("$PY" train.py --check "${args[@]}" 2>&1 > /dev/null) && return 0
-  said=${said##*$'\n'}  # its one line follows any warning
-  [ -n "$said" ] || said="its check ended without a line"
-  usage_error "train.py refuses the jobs (with TRAINER='$TRAINER'): ${said#error: }"
+  if ! said=$("$PY" train.py --check "${args[@]}" 2>&1 > /dev/null); then
+    said=${said##*$'\n'}  # its one line follows any warning
+    [ -n "$said" ] || said="its check ended without a line"
+    usage_error "train.py refuses the jobs (with TRAINER='$TRAINER'): ${said#error: }"
+  fi
+  check_sweep_dirs "$@"
+}
+
+# check_sweep_dirs WORDS...: the sweep dir of each job command (WORDS, the script's own key=value words) as the
+# composed config resolves hydra.sweep.dir, with the TRAINER words and without: a word that moves it (sweep_name=,
+# an experiment or a config group that sets a sweep's name or its dir) is one line naming it. The scripts test,
+# evaluate and archive each sweep where its own words put it; a sweep written elsewhere would leave them reading
+# an older sweep dir as this sitting's. Only PY's answer "same" passes.
+check_sweep_dirs() {
+  local words own said
+  [ ${#trainer[@]} -gt 0 ] || return 0
+  for words in "$@"; do
+    read -r -a own <<< "$words"
+    said=$("$PY" -c '
+import os, re, sys
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+count = int(sys.argv[1])
+trainer, own = sys.argv[2:2 + count], sys.argv[2 + count:]
+command = " ".join(own)
+# a time in the dir name is the same time for both readings
+OmegaConf.register_new_resolver("now", lambda pattern: f"<now:{pattern}>", replace=True)
+
+
+def as_train_py_reads(words):
+    """+a.b=v sets or adds (as train.py reads it); a swept value is its first."""
+    words = ["+" + w if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", w) else w for w in words]
+    single = []
+    for override in OverridesParser.create().parse_overrides(words):
+        if not override.is_sweep_override():
+            single.append(override.input_line)
+            continue
+        try:
+            single.append(f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}")
+        except Exception:  # an interval: a drawn number, never a dir name
+            pass
+    return single
+
+
+def sweep_dir(words):
+    with initialize_config_dir(os.path.abspath("configs"), version_base="1.3"):
+        cfg = compose("train", overrides=as_train_py_reads(words), return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return str(OmegaConf.select(cfg, "hydra.sweep.dir", throw_on_resolution_failure=True))
+
+
+try:
+    mine, theirs = sweep_dir(own), sweep_dir(own + trainer)
+    if mine == theirs:
+        print("same")
+    else:
+        moving = next((w for w in trainer if sweep_dir(own + [w]) != mine), "the words together")
+        print(f"{moving} moves the sweep of {command} from {mine} to {theirs}")
+except Exception as err:
+    reason = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
+    print(f"the sweep dir of {command} with these words cannot be resolved: {reason}")
+'  "${#trainer[@]}" "${trainer[@]}" "${own[@]}" 2>&1)
+    said=${said##*$'\n'}  # the answer follows any warning
+    [ "$said" = same ] && continue
+    usage_error "TRAINER='$TRAINER': ${said:-PY printed no answer for the sweep dir}, and the script tests, evaluates" \
+      "and archives each sweep where its own words put it; $(trainer_hint)"
+  done
 }
 
 # sweep_finished DIR [WHAT]: whether every job the sweep in DIR asked for (the grids of its launches) has a finished

@@ -10,7 +10,8 @@ A destination is judged by its real path (links followed), its text only for the
 - a run's or a sweep's dir never lies inside an archive of runs (`ARCHIVE_MARKER`), whose records without
   checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them;
 - the path as typed holds no control or format character (a newline, a tab, a right-to-left override), which
-  would make every listing and report line of it lie;
+  would make every listing and report line of it lie, and each folder it would make is named in Unicode's
+  composed form (NFC) and is no twin of a folder beside it in that form (two folders that print alike);
 - it is never a sweep's grid record (``multirun.yaml``, ``multirun.<n>.yaml``), which its tables and reruns read;
 - a data root never lies inside a run dir or inside another data root;
 - below a destination's own folder, nothing is written through a symlink: a link there could lead into
@@ -98,15 +99,35 @@ def _first(folders: Iterable[Path], test) -> Path | None:
     return next((p for p in folders if test(p)), None)
 
 
+def system_reading(path: str | os.PathLike) -> Path | None:
+    """Where the system reads ``path`` when a ``..`` in it follows a link (it goes up from the link's target), if
+    that differs from the path made absolute first (which drops the link and its ``..``); else None."""
+    physical = Path(os.path.realpath(os.fspath(path)))
+    return None if physical == real(path) else physical
+
+
+def refuse_dot_dot_after_link_read(path: str | os.PathLike, what: str, typed: str | None = None) -> None:
+    """Refuse ``path``, a run or checkpoint to read (``what``: a key, ``ckpt_path``, or words), where a ``..``
+    follows a link: its readers take it apart lexically (a run dir is the checkpoint's folder's parent, a run's
+    name its last part), so a line would name a folder the system never reads. One `DestinationError` line
+    offering the system's reading."""
+    physical = system_reading(path)
+    if physical is not None:
+        typed = os.fspath(path) if typed is None else typed
+        joint = " " if " " in what else "="  # a key (ckpt_path=...) or words (the run dir ...)
+        raise DestinationError(f"{what}{joint}{typed!r} has '..' after a link: the system reads it as {physical}, a"
+                               f" path made absolute first as {real(path)}, and the two name different folders;"
+                               f" valid: {what}{joint}{physical}")
+
+
 def refuse_dot_dot_after_link(path: str | os.PathLike, what: str, typed: str,
                               check: Callable[[Path], Any]) -> None:
     """Refuse ``path`` (typed as ``typed`` for the key ``what``) where a ``..`` follows a link: the system goes up
     from the link's target, a path made absolute first drops the link and its ``..``, so a write would land in
     either. The system's reading is offered as the valid path only where ``check`` (the rule the destination
     is held to, raising `DestinationError`) accepts it: never a run dir or a dataset's folder."""
-    target = real(path)
-    physical = Path(os.path.realpath(os.fspath(path)))
-    if physical == target:
+    target, physical = real(path), system_reading(path)
+    if physical is None:
         return
     try:
         check(physical)
@@ -115,6 +136,34 @@ def refuse_dot_dot_after_link(path: str | os.PathLike, what: str, typed: str,
         valid = f"a path without '..' after a link ({physical} itself may not be written either)"
     raise DestinationError(f"{what}={typed!r} has '..' after a link: the system reads it as {physical}, a path made"
                            f" absolute first reads it as {target}, so a write would land in either; valid: {valid}")
+
+
+def refuse_unnormalised_names(root: Path, parts: Iterable[str], given: str) -> None:
+    """Each folder of ``root/parts`` still to be made is named in Unicode's composed form (NFC), and no folder
+    beside it has a name equal to it in that form: 'ü' as one character and as 'u' plus a combining mark are
+    two folders that print alike, so two runs (or sweeps) could not be told apart in a listing or a table."""
+    folder, made = root, True
+    for part in parts:
+        here = folder / part
+        if made and os.path.lexists(here):
+            folder = here
+            continue  # an existing folder is used as it is named (a rerun)
+        composed = unicodedata.normalize("NFC", part)
+        if part != composed:
+            raise DestinationError(f"{given}: the name {part!r} (spelled {ascii(part)}) is not in Unicode's composed"
+                                   f" form (NFC), and prints like {ascii(composed)}, another name to the file system;"
+                                   f" valid: the composed spelling {ascii(composed)}")
+        if made:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                names = []  # an unlisted folder: the checks that make the dir name it
+            twin = next((n for n in names if n != part and unicodedata.normalize("NFC", n) == composed), None)
+            if twin is not None:
+                raise DestinationError(f"{given}: {folder / twin} exists, whose name ({ascii(twin)}) differs from"
+                                       f" {ascii(part)} only in Unicode normalisation (the two print alike); valid:"
+                                       " that folder's name as it is spelled, to use it, or another name")
+        folder, made = here, False
 
 
 def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
@@ -136,6 +185,8 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     if loop is not None:
         raise DestinationError(f"{what}={typed!r} cannot be used: {loop} {absent_folder(loop)}; valid: a path"
                                " whose folders hold no link loop")
+    absolute = Path(os.path.abspath(os.fspath(path)))
+    refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"{what}={typed!r}")
     target = real(path)
     refuse_dot_dot_after_link(path, what, typed, lambda physical: check_destination(
         physical, what, run_dir=run_dir, data_root=data_root, data_roots=data_roots, trains=trains))

@@ -41,6 +41,7 @@ case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_SLEEPS:-}" ] || {
 case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_FAILS:-}" ] || exit 2
   [ -n "${STUB_TRAINS_NOTHING:-}" ] || mkdir -p "runs/sweeps/${2#sweep=}" ;; esac
 case "$*" in *collect*) [ -z "${STUB_REAL_PYTHON:-}" ] || exec "$STUB_REAL_PYTHON" "$@"; echo finished ;; esac
+case "$*" in *hydra.sweep.dir*) [ -z "${STUB_REAL_PYTHON:-}" ] || exec "$STUB_REAL_PYTHON" "$@"; echo same ;; esac
 exit 0
 """
 
@@ -256,6 +257,34 @@ def test_a_job_without_a_finished_run_is_named_by_the_tables_reading_of_the_swee
     assert done.returncode == 1
     assert ("sweep runs/sweeps/where_mini did not finish: 1 of its 1 jobs did not finish, e.g."
             " runs/sweeps/where_mini/seed=0 (unfinished)") in done.stdout.splitlines()
+
+
+@pytest.mark.slow  # the real Python composes each sweep's config twice
+@pytest.mark.parametrize(("script", "name", "own"), [(MINI, "where", "sweep=where_mini"),
+                                                     (SCRIPT, "shift", "sweep=shift_mini seed=0,1")])
+def test_a_trainer_word_that_moves_the_sweep_dir_is_one_line_before_anything(copy: Path, script: Path, name: str,
+                                                                             own: str) -> None:
+    """Probe 8, A16: TRAINER='sweep_name=where_new' sent the jobs to runs/sweeps/where_new while the script tested,
+    archived and tabled runs/sweeps/where_mini, an older sweep. Any word that moves the sweep dir the composed
+    config resolves (hydra.sweep.dir, with the TRAINER words and without) is now one line before any job."""
+    shutil.rmtree(copy / "repo" / "configs")
+    shutil.copytree(ROOT / "configs", copy / "repo" / "configs")
+    older = copy / "repo" / "runs" / "sweeps" / f"{name}_mini"
+    older.mkdir(parents=True)  # an older, unrelated sweep where the script would have looked
+    sweep = own.split()[0].removeprefix("sweep=")
+    done = _run(copy, name, script=script, PY=str(copy / "python"), LANES="1", STUB_REAL_PYTHON=sys.executable,
+                PYTHONPATH=str(ROOT), TRAINER="trainer.max_epochs=1 sweep_name=elsewhere")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: TRAINER='trainer.max_epochs=1 sweep_name=elsewhere': sweep_name=elsewhere moves the sweep of {own}"
+        f" from runs/sweeps/{sweep} to runs/sweeps/elsewhere, and the script tests, evaluates and archives each sweep"
+        f" where its own words put it; {TRAINER_HINT}"]
+    assert _trained(copy) == [] and not [c for c in _calls(copy) if "archive_runs" in c or "make_tables" in c]
+    assert list((copy / "repo" / "runs" / "sweeps").iterdir()) == [older]
+    # words that leave the sweep dir where it is pass, through the same real reading
+    done = _run(copy, name, script=script, PY=str(copy / "python"), LANES="1", STUB_REAL_PYTHON=sys.executable,
+                PYTHONPATH=str(ROOT), TRAINER="trainer.max_epochs=1 +trainer.limit_train_batches=2")
+    assert _trained(copy) == [f"train.py {own} trainer.max_epochs=1 +trainer.limit_train_batches=2"], done.stderr
 
 
 def test_a_script_started_through_a_link_runs_in_its_own_tree(copy: Path) -> None:

@@ -193,6 +193,29 @@ def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("key", ["data.root", "paths.data_dir"])
+def test_a_folder_key_holding_a_literal_interpolation_is_refused_before_the_run_dir(key: str, tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """Probe 8, A29/A29b: ``data.root=<x>/h29_\\${oc.env:H29}`` passed the checks on the literal folder, while the
+    job resolved the interpolation and read ``h29_<H29>`` (another folder), and config.yaml recorded the template,
+    which eval.py refuses. The resolved value of every folder key is refused when it holds ``${``."""
+    from lifecycle.cli import check_overrides
+    from lifecycle.settings import SettingError
+
+    literal = tmp_path / "h29_${oc.env:H29}"
+    (literal / "relational_tiny").mkdir(parents=True)  # the folder the checks would have looked at exists
+    monkeypatch.setenv("H29", "c")
+    escaped = str(tmp_path / "h29_\\${oc.env:H29}")
+    logs = tmp_path / "logs"
+    with pytest.raises(SettingError) as err:
+        check_overrides([f"{key}={escaped}", f"paths.log_dir={logs}", "run_name=r"], "train")
+    shown = str(literal)
+    assert str(err.value) == (f"{key}={shown!r} holds '${{', which every reading of the run's config (the job's, its"
+                              " saved config.yaml) resolves as an interpolation: the run would read another folder"
+                              " than the one checked; valid: a folder path without '${'")
+    assert not logs.exists()
+
+
 def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir(tmp_path: Path) -> None:
     """Probes 26/34: ``data.img_size=64`` on a root generated at 32 px was refused only after a failed run dir
     was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
@@ -539,6 +562,21 @@ def test_a_run_name_with_hidden_characters_is_refused(name: str, tmp_path: Path)
     with pytest.raises(cli.CommandLineError, match="is not a run name; valid: a relative path of names"):
         cli.check_run_location(name, tmp_path)
 
+
+
+def test_a_run_name_refused_by_its_default_names_the_key_the_user_gave(tmp_path: Path) -> None:
+    """Probe 8, A1: ``name=/abs/path`` (run_name's default is ``${name}/${now:...}``) was refused as
+    ``run_name='/abs/path/<time>'``, a key the user never gave: the line names ``name=`` and run_name's value."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([f"name={tmp_path / 'a1v'}", "debug=fast", f"paths.log_dir={tmp_path / 'runs'}"], "train")
+    message = str(err.value)
+    assert re.match(rf"run_name='{re.escape(str(tmp_path / 'a1v'))}/[0-9_-]+' \(from name='{re.escape(str(tmp_path))}"
+                    r"/a1v'; run_name: \$\{name\}/\$\{now:%Y-%m-%d_%H-%M-%S\}\) is not a run name; valid: a relative",
+                    message), message
+    with pytest.raises(cli.CommandLineError) as err:  # a run_name given itself is named as given
+        cli.check_overrides(["run_name=/abs", "debug=fast", f"paths.log_dir={tmp_path / 'runs'}"], "train")
+    assert str(err.value).startswith("run_name='/abs' is not a run name;")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "a1v").exists()
 
 
 def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
@@ -959,6 +997,37 @@ def test_a_symlinked_ckpt_path_names_the_link(tmp_path: Path) -> None:
                               " dir's path") and message.endswith(f"valid: ckpt_path={best}"), message
 
 
+def test_a_run_path_with_dot_dot_after_a_link_is_one_line_naming_the_systems_reading(tmp_path: Path) -> None:
+    """Probe 8, A42: ``lnk/..`` (lnk -> a run's checkpoints/) is the run to the system, but eval.py and
+    evaluate_testsets.py read the path's text: their lines named ``<lnk's folder>/config.yaml`` and a run called
+    ``..``, folders the system never reads. One line offers the system's reading instead."""
+    from omegaconf import OmegaConf
+
+    import eval as eval_script
+    from scripts import evaluate_testsets
+    from storage.destinations import DestinationError
+
+    run = tmp_path / "runs" / "a42"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"not read")
+    (run / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "l42").symlink_to(run / "checkpoints", target_is_directory=True)
+    via = tmp_path / "x" / "l42" / ".."
+    with pytest.raises(DestinationError) as err:
+        eval_script._load_run(OmegaConf.create({"ckpt_path": str(via / "checkpoints" / "best.ckpt")}))
+    assert str(err.value) == (f"ckpt_path={str(via / 'checkpoints' / 'best.ckpt')!r} has '..' after a link: the"
+                              f" system reads it as {run / 'checkpoints' / 'best.ckpt'}, a path made absolute first"
+                              f" as {tmp_path / 'x' / 'checkpoints' / 'best.ckpt'}, and the two name different"
+                              f" folders; valid: ckpt_path={run / 'checkpoints' / 'best.ckpt'}")
+    with pytest.raises(DestinationError) as err:
+        evaluate_testsets.find_runs([via])
+    assert str(err.value).startswith(f"the run or sweep dir {str(via)!r} has '..' after a link: the system reads it as"
+                                     f" {run}, a path made absolute first as {tmp_path / 'x'},")
+    assert str(err.value).endswith(f"valid: the run or sweep dir {run}")
+    assert evaluate_testsets.find_runs([run]) == [run]  # the system's reading is the run
+
+
 def test_a_key_the_groups_choice_lacks_names_the_setting_and_the_choices_that_fit(tmp_path: Path) -> None:
     """Probe 3 case 8: a classification model on detection data said "a config value reads ${data.img_size}"; the
     reader is found in the composed config, and the data and model choices that fit are named."""
@@ -1113,6 +1182,33 @@ def test_a_dotted_optuna_param_names_the_spelling_that_sets_it(tmp_path: Path) -
         cli.check_overrides([*base, "rpe.method=choice(bogus)"], "train")
     assert "bogus" in str(err.value) and "product" in str(err.value) and "\n" not in str(err.value), str(err.value)
     assert not sweep.exists()
+
+
+def test_a_dotted_key_in_an_optuna_params_mapping_names_the_spelling_that_sets_it(tmp_path: Path) -> None:
+    """Probe 8, A44b: ``hydra.sweeper.params={data.root:"choice(...)"}`` was refused as "hydra.sweeper.params.data.root
+    is not a config key; valid keys of hydra.sweeper.params.data: rpe.method, ..." (the keys of params, not of a
+    node params.data). The line names params' keys and the spelling that sweeps data.root, which is checked in
+    turn (here: a data root inside a run dir)."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    run = tmp_path / "runs" / "a44v"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (run / "run.json").write_text("{}")
+    sweep = tmp_path / "sw44b"
+    base = ["-m", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=1", "debug=fast", f"paths.log_dir={tmp_path}",
+            f"hydra.sweep.dir={sweep}"]
+    given = f'hydra.sweeper.params={{data.root:"choice({run / "gen"})"}}'
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides([*base, given], "train")
+    assert str(err.value) == (
+        f"{given} cannot set 'data.root': it is not a key of hydra.sweeper.params (its keys: rpe.method, rpe.mode,"
+        " rpe.ratio, rpe.shared_head), and a mapping given for hydra.sweeper.params sets only those; valid:"
+        f" 'data.root=choice({run / 'gen'})' given on its own (the optuna sweeper takes a swept key given on the"
+        " command line over its params entry)")
+    with pytest.raises(ValueError) as err:  # the spelling given: its value is checked
+        cli.check_overrides([*base, f"data.root=choice({run / 'gen'})"], "train")
+    assert f"is inside the run dir {run}" in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not sweep.exists() and sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "run.json"]
 
 
 def _sweep_config(overrides: list[str]) -> DictConfig:

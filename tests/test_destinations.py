@@ -360,6 +360,49 @@ def test_scripts_write_nothing_into_a_hand_made_dataset(tmp_path: Path, capsys: 
     assert not list(tmp_path.rglob("*.lock"))  # not even a generation lock beside the test set's root
 
 
+@pytest.mark.parametrize("typed", [".", "./", "../train"])
+def test_an_archive_refusal_quotes_the_to_as_typed_and_the_folder_it_names(typed: str, tmp_path: Path, monkeypatch,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """Probe 8, A25: ``--to .`` from inside a data root was refused as ``--to='swshift'`` (the sweep's name, never
+    typed): the line quotes what was typed, and the archive folder it would have made."""
+    from scripts import archive_runs
+
+    hand = _hand_root(tmp_path / "hand")
+    before = _tree(hand)
+    sweep = _fake_sweep(tmp_path / "runs")
+    monkeypatch.chdir(hand / "train")
+    assert archive_runs.main([str(sweep), "--to", typed]) == 2
+    archive = Path(os.path.abspath(Path(typed) / sweep.name))
+    assert capsys.readouterr().err == (f"error: --to={typed!r} (the archive {archive}) is inside the data root {hand},"
+                                       " where a new folder would become part of the dataset; valid: a folder outside"
+                                       " every data root\n")
+    assert _tree(hand) == before
+
+
+def test_every_destination_follows_the_run_names_unicode_rule(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 8, A75: ``--to`` spelled in NFD beside its NFC twin made a second archive folder that prints like the
+    first. Every destination (`check_destination`) now follows the rule of run names: a folder to be made is
+    composed (NFC) and no twin of one beside it; an existing folder is used as it is spelled."""
+    from scripts import archive_runs, make_tables
+
+    composed, decomposed = "arch_\u00fc", "arch_u\u0308"
+    (tmp_path / composed).mkdir()
+    sweep = _fake_sweep(tmp_path / "runs")
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / decomposed)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --to={str(tmp_path / decomposed)!r} (the archive {tmp_path / decomposed / sweep.name}): the name"
+        f" {decomposed!r} (spelled 'arch_u\\u0308') is not in Unicode's composed form (NFC), and prints like"
+        " 'arch_\\xfc', another name to the file system; valid: the composed spelling 'arch_\\xfc'\n")
+    assert make_tables.main([str(sweep), "--out", str(tmp_path / decomposed / "tab")]) == 2
+    assert "is not in Unicode's composed form (NFC)" in capsys.readouterr().err
+    (tmp_path / "nfd" / decomposed).mkdir(parents=True)  # made before destinations were checked: its NFC twin
+    with pytest.raises(DestinationError, match=r"^--out=.*\('arch_u\\u0308'\) differs from"):
+        check_destination(tmp_path / "nfd" / composed, "--out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [composed, "nfd", "runs"]
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / composed)]) == 0  # the existing folder, as spelled
+    assert check_destination(tmp_path / "nfd" / decomposed / "t", "--out") == tmp_path / "nfd" / decomposed / "t"
+
+
 def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
     """An archived sweep holds its jobs' records without checkpoints: a sweep launched into it (or a run dir in it)
     would take the archived jobs for finished and write the new jobs' checkpoints into the archive. archive_runs

@@ -59,6 +59,64 @@ def test_a_moved_run_re_tests_its_own_best_not_the_one_at_its_old_path(finished:
     assert metrics["val/top1"] == pytest.approx(truth) and metrics["best_checkpoint"] == "checkpoints/best.ckpt"
 
 
+@pytest.mark.slow  # an extension (one more epoch) of a finished run
+def test_a_checkpoints_modelcheckpoint_state_naming_another_runs_file_never_removes_it(
+        finished: Path, tmp_path: Path, data_dir: Path, capsys) -> None:
+    """A ModelCheckpoint state (best_k_models, the kth/best/last paths) naming ``<run>/checkpoints/../../other/
+    checkpoints/best.ckpt`` made Lightning delete the other run's best.ckpt when it replaced its top-k entry on
+    resume: every path not directly in the run's own checkpoints folder is dropped when a checkpoint loads."""
+    run_dir, other = tmp_path / "run", tmp_path / "other"
+    shutil.copytree(finished, run_dir)
+    shutil.copytree(finished, other)
+    victim = other / "checkpoints" / "best.ckpt"
+    victim_bytes = victim.read_bytes()
+    crafted = f"{run_dir}/checkpoints/../../other/checkpoints/best.ckpt"
+    for name in ("last.ckpt", "best.ckpt"):
+        path = run_dir / "checkpoints" / name
+        saved = torch.load(path, weights_only=True)
+        states = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint")]
+        assert states
+        for state in states:
+            state.update(dirpath=f"{run_dir}/checkpoints", best_k_models={crafted: torch.tensor(-1.0)},
+                         kth_best_model_path=crafted, kth_value=torch.tensor(-1.0), best_model_path=crafted,
+                         best_model_score=torch.tensor(-1.0), last_model_path=crafted)
+        torch.save(saved, path)
+    job.run(compose_config([*TINY, "trainer.max_epochs=2"], run_dir, data_dir))
+    assert victim.read_bytes() == victim_bytes
+    assert load_checkpoint(run_dir / "checkpoints" / "best.ckpt")["epoch"] == 1  # the extension's own best
+    notes = [line for line in capsys.readouterr().out.splitlines() if "dropped" in line]
+    assert len(notes) == 1 and "outside the run's checkpoints folder" in notes[0] and crafted in notes[0]
+
+
+def test_modelcheckpoint_paths_are_kept_only_directly_in_the_runs_checkpoints_folder(tmp_path: Path) -> None:
+    """The rule behind the resume above: a path is the run's when the system resolves it (``..``, also after a
+    symlink, and symlinks) to a file directly in the run's checkpoints folder; a run's own state loads as saved."""
+    from models.training import confine_callback_paths
+
+    own = tmp_path / "run" / "checkpoints"
+    own.mkdir(parents=True)
+    (tmp_path / "other" / "checkpoints").mkdir(parents=True)
+    (own / "link").symlink_to(tmp_path / "other" / "checkpoints")
+    best, last = str(own / "best.ckpt"), str(own / "last.ckpt")
+    state = {"dirpath": str(own), "best_k_models": {best: torch.tensor(0.5)}, "kth_best_model_path": best,
+             "best_model_path": best, "best_model_score": torch.tensor(0.5), "last_model_path": last}
+    saved = {"callbacks": {"ModelCheckpoint{}": dict(state)}}
+    assert confine_callback_paths(saved, str(own)) == [] and saved["callbacks"]["ModelCheckpoint{}"] == state
+    foreign = [str(own / "link" / "best.ckpt"), str(own / "link" / ".." / "best.ckpt"), "best.ckpt"]
+    for path in foreign:
+        saved = {"callbacks": {"ModelCheckpoint{}": {**state, "best_k_models": {path: torch.tensor(0.5)},
+                                                     "kth_best_model_path": path, "last_model_path": path}}}
+        assert confine_callback_paths(saved, str(own)) == [path]
+        assert saved["callbacks"]["ModelCheckpoint{}"] | {"best_model_score": None} == {
+            **state, "best_k_models": {}, "kth_best_model_path": "", "last_model_path": "", "best_model_score": None}
+    # a state saved in another folder (a moved or copied run's): nothing it names is this run's, dropped quietly
+    saved = {"callbacks": {"ModelCheckpoint{}": {**state, "dirpath": str(tmp_path / "other" / "checkpoints")}}}
+    assert confine_callback_paths(saved, str(own)) == []
+    assert {k: saved["callbacks"]["ModelCheckpoint{}"][k] for k in ("best_k_models", "best_model_path",
+                                                                     "last_model_path")} == {
+        "best_k_models": {}, "best_model_path": "", "last_model_path": ""}
+
+
 def test_result_checkpoint_must_be_this_runs_trained_finite_weights(finished: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(finished, run_dir)

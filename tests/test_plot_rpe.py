@@ -214,6 +214,41 @@ def test_plots_of_a_trained_run(trained_run: Path, tmp_path: Path, capsys) -> No
     assert_png(tmp_path / "attention_image0_query_2_5.png")
 
 
+@pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM", "SIGINT"])
+def test_a_stop_signal_mid_drawing_is_one_line_naming_the_whole_plots(signame: str, tmp_path: Path, monkeypatch,
+                                                                      capsys) -> None:
+    """Probe 8, A35: SIGHUP while plot_rpe drew ended it by the signal's default action, without a word; now one
+    line names the plots written whole, and the exit code is 128 + the signal's number, no temp file left."""
+    import os
+    import signal
+
+    from matplotlib.figure import Figure
+
+    signum = getattr(signal, signame)
+
+    def plot_run(args, written: list[Path]) -> list[Path]:
+        for name in ("tables_k_layer0.png", "tables_k_layer1.png"):
+            path = args.out / name
+            figure = Figure(figsize=(2, 2))
+            figure.add_subplot().plot([0, 1])
+            plot_rpe.save_figure(figure, path)
+            written.append(path)
+            os.kill(os.getpid(), signum)  # the first plot is whole: the signal comes before the second
+        raise AssertionError("the drawing went on after the signal")
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(plot_rpe, "plot_run", plot_run)
+    with pytest.raises(SystemExit) as exit_:
+        plot_rpe.main([str(tmp_path / "run"), "--out", str(tmp_path / "plots")])
+    assert exit_.value.code == 128 + signum
+    first = tmp_path / "plots" / "tables_k_layer0.png"
+    assert capsys.readouterr().err == (f"error: plot_rpe.py interrupted by {signame}; the plot written is whole"
+                                       f" ({first}), no other was written: run the same command again for all\n")
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == [first.name]
+    assert_png(first)
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
 def test_attention_of_a_trained_run_sums_to_one(trained_run: Path) -> None:
     datamodule, module = plot_rpe.load_run(trained_run, "best")
     net = module.net.eval()

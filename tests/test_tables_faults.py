@@ -642,3 +642,30 @@ def test_a_folder_that_cannot_be_looked_into_is_one_line_never_a_run_left_out(tm
     finally:
         for folder in (locked, alone):
             folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("script", ["make_tables", "archive_runs"])
+def test_a_stop_signal_to_make_tables_or_archive_runs_is_one_line(script: str, tmp_path: Path, monkeypatch,
+                                                                    capsys) -> None:
+    """Probe 8, A35 (the same for the tables' scripts): a stop signal ended them without a word; now one line
+    saying that each file written is whole, exit 128 + the signal's number."""
+    import signal
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("went on after the signal")
+
+    sweep = _sweep_with_multirun(tmp_path / "runs")
+    if script == "make_tables":
+        monkeypatch.setattr(make_tables, "collect", signalled)
+        argv, main = [str(sweep), "--out", str(tmp_path / "tab")], make_tables.main
+    else:
+        monkeypatch.setattr(archive_runs, "archive_sweep", signalled)
+        argv, main = [str(sweep), "--to", str(tmp_path / "archive")], archive_runs.main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 128 + signal.SIGTERM
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {script}.py interrupted by SIGTERM; each file it ") and err.count("\n") == 1, err
+    assert "run the same command again" in err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
