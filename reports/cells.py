@@ -207,11 +207,24 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     groups: dict[frozenset[tuple[str, str]], list[Run]] = {}
     # results on other data (`Run.data`: no generator names them, their files differ) are not one cell's
     by_data = len({run.data for run in runs if run.status == "ok"}) > 1
+
+    def data_key(run: Run) -> str:
+        return repr(run.data[:12] if run.data else "unrecorded")
+
+    # a run not counted (unreadable, a duplicate, failed) stays beside the counted runs of its config: in their
+    # group where its config's counted runs are on one data set, else in the group of its own data
+    counted_data: dict[frozenset[tuple[str, str]], set[str]] = {}
+    for run in runs:
+        if run.identity is not None and run.status == "ok":
+            counted_data.setdefault(frozenset(run.identity.items()), set()).add(data_key(run))
     for run in runs:
         if run.identity is not None:
             key = dict(run.identity)
-            if by_data and run.status == "ok":
-                key[DATA_KEY] = repr(run.data[:12] if run.data else "unrecorded")
+            if by_data:
+                of_config = counted_data.get(frozenset(run.identity.items()), set())
+                own = data_key(run)
+                key[DATA_KEY] = (own if run.status == "ok" or own in of_config or len(of_config) != 1
+                                 else next(iter(of_config)))
             groups.setdefault(frozenset(key.items()), []).append(run)
     never_ran = [run for run in runs if run.identity is None]
     if len(groups) <= 1:

@@ -134,6 +134,16 @@ def test_tables_keep_runs_on_other_data_apart() -> None:
     assert list(generated) == ["row"]
 
 
+def test_runs_not_counted_stay_in_the_row_of_their_configs_counted_runs() -> None:
+    """Probe 8, B118: in a cell whose counted runs were on two data sets, the duplicate and unreadable runs of one
+    config formed a row of their own (``data.files=<unset>``), apart from the counted runs of the same config."""
+    other = Run("h", "ok", {"seed": 0}, {"val/top1": 40.0}, identity={"model": "'h'"}, data="c" * 64)
+    duplicate = Run("a2", "duplicate", {"seed": 0}, identity={"model": "'m'"})
+    unreadable = Run("a3", "unreadable", {"seed": 2}, identity={"model": "'m'"})
+    split = split_by_config("row", [_ok("a", None, 0), _ok("b", None, 1), duplicate, unreadable, other])
+    assert sorted(sorted(r.path for r in runs) for runs in split.values()) == [["a", "a2", "a3", "b"], ["h"]]
+
+
 # ----------------------------------------------------------------------------- 2: loggers stay in the run dir
 @pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb"])
 def test_every_shipped_logger_config_passes(logger: str) -> None:
