@@ -172,10 +172,12 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     run_dir = Path(os.path.abspath(cfg.ckpt_path)).parent.parent if cfg.ckpt_path is not None else None
     status = run_status(run_dir) if run_dir is not None else None
     not_the_runs = not_a_result(run_dir, status) if run_dir is not None else ""
-    if result is not None and status is not None and status.state != "finished":
+    if result is not None and status is not None and (status.state != "finished" or not_the_runs):
         # A result records the run's identity and length, which a resumed run keeps while its best.ckpt changes:
-        # one written now would later pass for the finished run's. Its numbers are shown, never recorded.
-        not_the_runs += f"; nothing written to {result['path'].parent} (a test-set result is of a finished run)"
+        # one written now would later pass for the finished run's. A smoke run's is no result either (the tables
+        # and evaluate_testsets leave such runs out). Its numbers are shown, never recorded.
+        why = "a test-set result is of a finished run" if status.state != "finished" else "a smoke run has no result"
+        not_the_runs += f"; nothing written to {result['path'].parent} ({why})"
     elif result is not None:
         from lifecycle.testset_definition import PRECISION_KEY, READ_KEY, TOTAL_KEY
         from lifecycle.testsets import check_read_whole, write_result

@@ -440,6 +440,20 @@ def test_a_run_that_has_not_finished_gets_no_test_set_result(run_dir: Path, tmp_
     assert f"nothing written to {run / 'testsets'} (a test-set result is of a finished run)" in err, err
 
 
+def test_a_smoke_run_gets_no_test_set_result(run_dir: Path, tmp_path: Path, data_dir: Path, capsys) -> None:
+    """Probe 8, B126: eval.py wrote a test-set result for a smoke run (trained on part of its split) while its note
+    said "not a result", and evaluate_testsets left the same run out. Shown with the note; nothing written."""
+    import eval as eval_script
+
+    run = _copy(run_dir, tmp_path)
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0, "train_complete": False}))
+    metrics = eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir, "testset=val_at_48", "throughput_batch=2"))
+    assert "val/top1" in metrics and not any((run / "testsets").glob("*.json"))
+    err = capsys.readouterr().err
+    assert f"{run} is a smoke run" in err and f"nothing written to {run / 'testsets'} (a smoke run has no result)" \
+        in err, err
+
+
 def test_a_test_of_part_of_the_split_is_printed_with_a_not_a_result_note(run_dir: Path, tmp_path: Path,
                                                                         data_dir: Path, capsys) -> None:
     """Probe 2026-12-05 case 118: ``trainer.limit_test_batches=1 batch_size=8`` printed val/top1 of 8 of the
