@@ -1629,6 +1629,12 @@ def test_a_recipe_may_not_move_the_run_dir(tmp_path: Path, capsys: pytest.Captur
     assert line.startswith(f"error: hydra.run.dir='{tmp_path}/elsewhere' (set by a recipe or a node override) is not"
                            " a setting of train.py"), line
     assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "runs").exists()
+    (configs / "experiment" / "shuffled.yaml").write_text(  # A22: a recipe's own sweep, numbered dirs, shuffled
+        "# @package _global_\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n      seed: shuffle(0,1)\n")
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}/runs", "experiment=shuffled",
+                                         f"hydra.sweep.dir={tmp_path}/sw"], capsys, monkeypatch)
+    assert line.startswith("error: seed=shuffle(0,1) orders the jobs anew at every launch"), line
+    assert not (tmp_path / "sw").exists()
 
 
 def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings() -> None:
