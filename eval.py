@@ -314,6 +314,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from omegaconf import OmegaConf
 
     from data.generation import read_marker
+    from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
     from lifecycle.run_config import (
         build_data_and_model,
         load_run_weights,
@@ -321,8 +322,10 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     )
     from lifecycle.testset_definition import (
         DATA_DIGEST_KEY,
+        DATA_FILES_KEY,
         DATA_GENERATOR_KEY,
         HASH_KEY,
+        TRAINING_KEY,
         configured_generator,
         testset_sha256,
     )
@@ -331,6 +334,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         build_datamodule,
         check_classes,
         check_replaceable,
+        check_result_folder,
         input_size,
         load_testset,
         prepare_testset_data,
@@ -354,6 +358,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     datamodule = build_datamodule(data)
     data_digest = prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"],
                                        run_root=run_data.get("root"))
+    data_files = None if own else check_run_hand_data(data, run_config.parent, testset["name"])
     # what was read: the definition and, for generated data, the generator its marker records (checked above
     # to be the definition's, or the run's); not where it lies (data.root differs between machines)
     marker = read_marker(Path(datamodule.root).expanduser()) if own or data_digest is not None else None
@@ -369,6 +374,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     problem = own_folder_problem(path.parent, "test-set results")
     if problem:  # a link there may lead into another run's results: written through, or cleared, never
         raise RunFileError(f"{path.parent}: {problem} (nothing was evaluated)")
+    check_result_folder(path.parent)  # the result is written after the whole test: a folder it cannot go to, now
     check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],
@@ -384,9 +390,45 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: hand data)
         # for the run's own data at data_root=: the generator that shows it a copy of the run's (make_tables)
         DATA_GENERATOR_KEY: marker.get("generator") if marker else None,
+        DATA_FILES_KEY: data_files,  # the run's own hand data read: their fingerprint, the run's (checked above)
+        # which training's best.ckpt this measured: make_tables counts it only for the weights metrics.json is of
+        TRAINING_KEY: checkpoint.get(CHECKPOINT_TRAINING_KEY),
         "path": path,
     }
     return datamodule, model, record
+
+
+def check_run_hand_data(data: dict[str, Any], run_dir: Path, name: str) -> str | None:
+    """The fingerprint (`lifecycle.identity.data_record`) of the run's own hand data (no generator) that test
+    set ``name`` reads with data config ``data``, once it is known to be the data the run trained on (its
+    run.json records them, else its metrics.json): a folder whose files changed since is refused in one line,
+    before anything is evaluated. None for generated data (their marker's digest is checked instead)."""
+    from lifecycle.identity import data_difference, data_record
+    from lifecycle.records import METRICS, read_run_record
+    from lifecycle.testset_definition import RUN_DATA_FILES_KEY
+    from lifecycle.testsets import TestsetError
+    from storage.files import read_json
+
+    now = data_record(data)
+    if now is None:
+        return None
+    try:
+        recorded = (read_run_record(run_dir) or {}).get("data")
+    except RunFileError:
+        recorded = None  # a damaged run.json: its metrics.json still says what the run trained on
+    if not isinstance(recorded, dict):
+        try:
+            metrics = read_json(run_dir / METRICS) or {}
+        except RunFileError:
+            metrics = {}
+        files = metrics.get(RUN_DATA_FILES_KEY) if isinstance(metrics, dict) else None
+        recorded = {"root": metrics.get("data/root"), "files": files, "count": "?"} if files else None
+    difference = data_difference(recorded, now)
+    if difference is not None:
+        raise TestsetError(f"testset={name} measures the run's own data, and data.root={now['root']} holds other"
+                           f" files than the run trained on ({difference}); nothing was evaluated; valid: restore"
+                           " the run's data there (or evaluate a run trained on these data)")
+    return now["files"]
 
 
 def trainer_rank_zero() -> bool:

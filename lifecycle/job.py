@@ -33,6 +33,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
+from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
 from lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
 from lifecycle.identity import (
     config_differences,
@@ -55,6 +56,7 @@ from lifecycle.records import (
     LAST,
     METRICS,
     RUN_RECORD,
+    TESTSETS,
     RunDirConflict,
     RunRecord,
     check_layout,
@@ -72,6 +74,7 @@ from lifecycle.signals import (
     install_stop_signals,
     restore_stop_signals,
 )
+from lifecycle.testset_definition import TRAINING_KEY
 from storage.destinations import check_generated_root
 from storage.files import (
     RunFileError,
@@ -361,7 +364,44 @@ def _checkpoint_facts(path: Path) -> dict[str, Any] | None:
     except Exception:
         return None
     return {"identity": saved.get(IDENTITY_KEY), "global_step": saved.get("global_step", 0),
-            "epoch": saved.get("epoch", 0)}
+            "epoch": saved.get("epoch", 0), "training": saved.get(CHECKPOINT_TRAINING_KEY)}
+
+
+def training_token(resume_from: str | None) -> str:
+    """The token of the training that continues from checkpoint ``resume_from`` (its own; None: a new
+    training, which gets a new one, as does one resumed from a checkpoint saved before tokens were recorded)."""
+    import uuid
+
+    facts = _checkpoint_facts(Path(resume_from)) if resume_from else None
+    token = (facts or {}).get("training")
+    return token if isinstance(token, str) and token else uuid.uuid4().hex[:16]
+
+
+def set_aside_testset_results(run_dir: Path) -> Path | None:
+    """Move the test-set results of ``run_dir`` (``testsets/*.json``) into ``testsets/stale-<UTC time>/``
+    when a training starts from scratch there: they measured weights that are gone (make_tables would not
+    count them either: they record another training, `lifecycle.testset_definition.training_problem`). Kept,
+    not deleted; returns the folder, or None when there was nothing to move. A folder that cannot be used
+    is a warning: the training goes on, and those results stay uncounted."""
+    folder = run_dir / TESTSETS
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return None
+        results = sorted(p for p in folder.iterdir()
+                         if p.name.endswith(".json") and not p.name.startswith(".") and not p.is_symlink())
+        if not results:
+            return None
+        aside = folder / f"stale-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        aside.mkdir(exist_ok=True)
+        for path in results:
+            os.replace(path, aside / path.name)
+    except OSError as err:
+        say(f"warning: cannot set aside the test-set results in {folder} ({err.strerror or type(err).__name__}):"
+            " they are of weights trained before, and are not counted for this training", stream=sys.stderr)
+        return None
+    say(f"note: {len(results)} test-set result(s) of weights trained before moved to {aside}: this training"
+        " starts from scratch; evaluate its best.ckpt again (scripts/evaluate_testsets.py)")
+    return aside
 
 
 def holds_results(run_dir: Path) -> bool:
@@ -559,7 +599,9 @@ def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | Non
                 if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
     if bad is not None:
         raise NoResultError(f"no result: {path} has non-finite weights ({bad})")
-    return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"])}
+    token = saved.get(CHECKPOINT_TRAINING_KEY)
+    return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"]),
+                  "training": token if isinstance(token, str) else None}
 
 
 def _shorter(new: Any, old: Any) -> bool:
@@ -871,6 +913,10 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
     recorded = earlier.get("length") if earlier is not None else None
     resume_from = resume_checkpoint(run_dir, identity_id, recorded) if cfg.get("resume") else None
+    if resume is not None:
+        resume.training = training_token(resume_from)
+    if rank0 and not finished and resume_from is None:
+        set_aside_testset_results(run_dir)
     if not finished:
         resumed_at = None
         if resume_from:
@@ -919,6 +965,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         wall_time_s=round(time.time() - started, 1),
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )
+    if steps["training"] is not None:  # which training's weights (best.ckpt) the result is of
+        metrics[TRAINING_KEY] = steps["training"]
     metrics.update(provenance(cfg, job.record.fields.get("resumes") if job.record else None))
     recorded_data = job.record.fields.get("data") if job.record else None
     if isinstance(recorded_data, dict):  # what data it trained on, where no generator names them (make_tables)

@@ -652,6 +652,36 @@ def test_a_resume_from_a_checkpoint_at_the_runs_end_is_not_recorded(finished: Pa
     metrics = job.run(compose_config(TINY, run_dir, data_dir))
     assert metrics["val/top1"] == pytest.approx(truth["val/top1"]) and metrics["global_step"] == truth["global_step"]
     assert metrics["env/resumed_at"] == [] and records.read_run_record(run_dir)["resumes"] == []
+    assert metrics["training"] == truth["training"]  # a resume continues the training: its results still count
+
+
+@pytest.mark.slow  # a second training
+def test_a_training_anew_in_a_run_dir_has_a_new_token_and_sets_the_old_test_set_results_aside(
+        finished: Path, tmp_path: Path, data_dir: Path, capsys) -> None:
+    """Probe 8 case B6: checkpoints/, run.json and metrics.json deleted and the run trained again: the old
+    testsets/ results (of the deleted weights) were counted for the new ones. Every checkpoint of a training
+    carries its token, metrics.json the one of the best.ckpt it tested (a result records the one it read,
+    `training_problem`); a training from scratch gets a new token and moves the old results aside."""
+    from lifecycle.checkpoints import TRAINING_KEY
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    before = json.loads((run_dir / "metrics.json").read_text())
+    best = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
+    assert before["training"] == best[TRAINING_KEY] == load_checkpoint(run_dir / "checkpoints" / "last.ckpt")[
+        TRAINING_KEY] and len(before["training"]) == 16
+    (run_dir / "testsets").mkdir()
+    result = {"testset": "val_at_48", "training": before["training"]}
+    (run_dir / "testsets" / "val_at_48@interpolate.json").write_text(json.dumps(result))
+    for name in ("checkpoints", "run.json", "metrics.json"):
+        shutil.rmtree(run_dir / name) if name == "checkpoints" else (run_dir / name).unlink()
+    after = job.run(compose_config(TINY, run_dir, data_dir))
+    assert after["training"] != before["training"]
+    assert after["training"] == load_checkpoint(run_dir / "checkpoints" / "best.ckpt")[TRAINING_KEY]
+    [aside] = (run_dir / "testsets").iterdir()
+    assert aside.name.startswith("stale-") and [p.name for p in aside.iterdir()] == ["val_at_48@interpolate.json"]
+    assert json.loads((aside / "val_at_48@interpolate.json").read_text()) == result
+    assert f"note: 1 test-set result(s) of weights trained before moved to {aside}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("code", "how"), [(-signal.SIGKILL, "was killed by signal SIGKILL"),
