@@ -135,6 +135,47 @@ def test_a_symlinked_testsets_folder_is_named_and_what_it_leads_to_left_alone(sw
     assert json.loads(theirs.read_text())["identity"] == "0" * 16  # read by neither, written by neither
 
 
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(("mode", "cannot"), [(0o000, "list and read"), (0o555, "write")])
+def test_a_testsets_folder_that_cannot_be_used_is_named_before_any_test(
+        mode: int, cannot: str, sweep: Path, data_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Probe 8 cases B10, B11: ``<run>/testsets`` of mode 000 or 555: eval.py refused only after the whole test
+    (writing the result), and evaluate_testsets named a file that is not the result's (``relational_right.json``,
+    where the result is ``relational_right@interpolate.json``). Both name the folder, before any test."""
+    import eval as eval_script
+    from storage.files import RunFileError
+    from tests.helpers import file_modes_hold
+
+    def tested(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the test ran")
+
+    run = tmp_path / "run"
+    shutil.copytree(sweep / RUN, run, ignore=shutil.ignore_patterns("testsets"))
+    folder = run / "testsets"
+    folder.mkdir()
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0  # the test set's data made
+    capsys.readouterr()
+    for result in folder.iterdir():
+        result.unlink()
+    monkeypatch.setattr(eval_script, "build_trainer", tested)
+    expected = (f"cannot {cannot} {folder}: permission denied (read-only storage, or a folder this user may not use);"
+                " nothing was evaluated; valid: make it readable and writable")
+    cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_right",
+                          "testset.data.generator.num_val=16", "throughput_batch=2"], tmp_path / "eval", data_dir,
+                         config_name="eval")
+    folder.chmod(mode)
+    try:
+        with file_modes_hold():
+            assert _main(run, data_dir, "--testsets", "relational_right") == 1
+            assert capsys.readouterr().err.strip().splitlines() == [f"error: run / relational_right: {expected}"]
+            with pytest.raises(RunFileError) as err:
+                eval_script.evaluate(cfg)
+    finally:
+        folder.chmod(0o755)
+    assert str(err.value) == expected
+    assert list(folder.iterdir()) == []
+
+
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_leftish"]) == 2
     err = capsys.readouterr().err.strip()
