@@ -123,8 +123,9 @@ def check_buildable(cfg: DictConfig) -> None:
     and run the checks that need them: a bad model, RPE or monitor setting, an attention backend the run's
     device cannot train with, and for data already on disk a missing split folder, empty or mismatched class
     folders or a batch larger than the training split, are then refused before a run dir exists.
-    An error that is not a setting's (a layer that cannot be built on the meta device) is left to the job, which
-    builds the model for real."""
+    Another error (a layer that cannot be built on the meta device, or a constructor's own ``TypeError`` or
+    ``IndexError`` at settings that do not fit each other) is tried again on the CPU: one that stays is the
+    settings', one line naming the model's settings (`unbuildable`); one that goes is left to the job."""
     try:
         with torch.device("meta"):
             datamodule, model = build_data_and_model(cfg)
@@ -132,6 +133,10 @@ def check_buildable(cfg: DictConfig) -> None:
         cause = root_cause(err)
         if isinstance(cause, ValueError):
             raise cause from None
+        try:
+            build_data_and_model(cfg)  # weights allocated, on this rare path only
+        except Exception as again:  # noqa: BLE001  (the same build, off the meta device: the settings')
+            raise unbuildable(cfg, root_cause(again)) from None
         return
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
@@ -144,6 +149,18 @@ def check_buildable(cfg: DictConfig) -> None:
             datamodule.check_on_disk(configured_world_size(cfg))
         except OSError:  # an unreadable folder: the data module names it when it reads the data
             pass
+
+
+def unbuildable(cfg: DictConfig, cause: BaseException) -> ValueError:
+    """The one-line error of settings whose model (or data module) its constructor could not build, naming the
+    constructor's complaint and the ``model.net`` settings (an error that is a setting's own passes as it is)."""
+    if isinstance(cause, ValueError):
+        return cause
+    net = OmegaConf.select(cfg, "model.net", default=None, throw_on_resolution_failure=False)
+    given = OmegaConf.to_container(net, resolve=True) if OmegaConf.is_dict(net) else {}
+    shown = ", ".join(f"model.net.{k}={v}" for k, v in given.items())
+    return ValueError(f"the model cannot be built with these settings ({shown}): {type(cause).__name__}:"
+                      f" {one_line(cause)}; check the values that must fit each other (head counts, widths, stages)")
 
 
 def check_monitored_metrics(callbacks_cfg: DictConfig | None, model: L.LightningModule) -> None:

@@ -24,7 +24,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from models.config_defaults import model_config
-from models.errors import ModelConfigError
+from models.errors import BackboneOptionError, ModelConfigError
 from models.factory import create_model
 from rpe import DEFAULT_PRESET
 from rpe.base import position_parameters
@@ -147,6 +147,8 @@ class ClassificationModule(L.LightningModule):
         except ModelConfigError as err:  # an option the backbone does not take: name it by its config key
             if " is not an option of backbone " in str(err):
                 raise ModelConfigError(f"model.net.{err}") from None
+            if isinstance(err, BackboneOptionError):  # options that do not fit each other: by their config keys
+                raise ModelConfigError(err.named("model.net.")) from None
             raise
         self.optimizer_cfg = _settings("optimizer", optimizer, OPTIMIZER_DEFAULTS, "AdamW")
         self.scheduler_cfg = _settings("scheduler", scheduler, SCHEDULER_DEFAULTS, "the warm-up + cosine schedule")
