@@ -125,6 +125,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
             " model.weights=<reference-layout DETR checkpoint>"
             + (" (not both)" if weights is not None else "")
         )
+    check_eval_trainer(cfg.trainer)
     result = None
     if testset is not None:
         name = testset.get("name") if hasattr(testset, "get") else testset
@@ -195,6 +196,20 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         if notes is not None:
             notes.append(why)
     return metrics
+
+
+# Trainer settings that take away what eval.py reads its numbers from: the metrics the model logs
+NOT_EVAL_TRAINER_SETTINGS = {"barebones": "it turns off the logging eval.py reads the test's metrics from"}
+
+
+def check_eval_trainer(trainer: Any) -> None:
+    """Refuse, before anything is built, a ``trainer.*`` setting that is no eval setting (`NOT_EVAL_TRAINER_SETTINGS`),
+    in one line naming it (Lightning's own refusal names neither the key nor why)."""
+    for key, why in NOT_EVAL_TRAINER_SETTINGS.items():
+        value = trainer.get(key) if hasattr(trainer, "get") else None
+        if value not in (None, False):
+            raise ValueError(f"trainer.{key}={value} is not an eval setting: {why}; valid: drop it (trainer.{key}"
+                             "=false)")
 
 
 def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
