@@ -506,6 +506,27 @@ def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:
         " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
 
 
+def test_a_sweep_given_a_longer_schedule_is_named_an_extension_and_how_to_get_one(tmp_path: Path) -> None:
+    """Probe 8 case B23: ``-m seed=0,1 trainer.max_epochs=2`` into the sweep dir of ``-m seed=0,1`` said "holds
+    another sweep". It is the same sweep at another length: the line says so, and what is valid."""
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": ["seed=0,1", "debug=fast"]}}}))
+    expected = (f"hydra.sweep.dir={str(sweep)!r} holds this sweep at another length (trainer.max_epochs: <default> ->"
+                f" 2; {sweep / 'multirun.yaml'}): a longer schedule extends each of its runs, which a sweep does not do"
+                " in place (its multirun.yaml names the grid the tables read); valid: the sweep's own command again"
+                " (it stands, or resumes), or the longer sweep in a new hydra.sweep.dir (its runs trained from"
+                " scratch)")
+    for subdir in (None, "${hydra.job.num}"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1", "trainer.max_epochs=2"], subdir)
+        assert str(err.value) == expected
+    with pytest.raises(cli.CommandLineError, match="holds another sweep"):  # more than the length: another sweep
+        cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1", "trainer.max_epochs=2", "rpe=none"])
+
+
 def test_a_generator_drawn_for_another_patch_size_is_refused(tmp_path: Path, data_dir: Path) -> None:
     job.build_data_and_model(compose_config(TINY, tmp_path / "ok", data_dir))  # patch 4 for a patch-4 model
     with pytest.raises(ValueError) as err:
