@@ -514,19 +514,20 @@ def check_read_whole(read: int, total: int | None, name: str) -> None:
                            " the whole set: no trainer batch limit)")
 
 
-def check_result_folder(folder: Path) -> None:
+def check_result_folder(folder: Path, write: bool = True) -> None:
     """Refuse, in one line naming it, a run's folder of test-set results (``<run>/testsets``) that this process
-    cannot list, read and write (a folder of mode 000 or 555, read-only storage), or, where it is missing, a
-    run dir it cannot make it in: before the test, not after it."""
+    cannot list and read, or (``write``) write: a folder of mode 000 or 555, read-only storage; where it is
+    missing, a run dir it cannot make it in. Before the test, not after it."""
     effective = os.access in os.supports_effective_ids
     where = folder if folder.is_dir() else folder.parent
     readable = os.access(where, os.R_OK | os.X_OK, effective_ids=effective)
-    if readable and writable_folder(where):
+    if readable and (not write or writable_folder(where)):
         return
     what = "list and read" if not readable else "write"
     made = "" if where == folder else f" (to make {folder.name}/ in it)"
+    valid = "make it readable and writable" if write else "make it readable"
     raise RunFileError(f"cannot {what} {where}{made}: permission denied (read-only storage, or a folder this user"
-                       " may not use); nothing was evaluated; valid: make it readable and writable")
+                       f" may not use); nothing was evaluated; valid: {valid}")
 
 
 def check_replaceable(path: Path, sha256: str, testset: dict[str, Any]) -> None:

@@ -153,7 +153,9 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     problem = own_folder_problem(folder, "test-set results")
     if problem:  # a link there leads to another folder's results: never read as this run's, nor to be removed
         raise RunFileError(f"{folder}: {problem} (nothing was evaluated)")
-    check_result_folder(folder)  # one line naming the folder, not a result file in it, before any test
+    # one line naming the folder, not a result file in it; eval.py checks it can write there before the test (a
+    # sound result there is kept without a write)
+    check_result_folder(folder, write=False)
     found = existing_result(run_dir, testset, ape_rule)
     stale = ""
     if found is not None:
