@@ -178,6 +178,29 @@ def test_a_testsets_folder_that_cannot_be_used_is_named_before_any_test(
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_a_result_of_an_earlier_training_is_evaluated_again(sweep: Path, data_dir: Path, tmp_path: Path,
+                                                             capsys) -> None:
+    """Probe 8 case B6: a result whose training token is not the one metrics.json records (weights trained
+    before in this run dir) is no result make_tables counts: evaluate_testsets evaluates it again, saying why;
+    the new one records the token of the run's best.ckpt."""
+    run = tmp_path / "run"
+    shutil.copytree(sweep / RUN, run, ignore=shutil.ignore_patterns("testsets"))
+    trained = json.loads((run / "metrics.json").read_text())["training"]
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    result = run / "testsets" / "relational_right@interpolate.json"
+    record = json.loads(result.read_text())
+    assert record["training"] == trained
+    record.pop("checksum")
+    record["training"] = "0" * 16
+    result.write_text(json.dumps(with_checksum(record)))
+    capsys.readouterr()
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    assert ("(replacing a result that is not counted: it measured the weights of an earlier training in this run dir"
+            f" (training '{'0' * 16}'; the run's best.ckpt is of training '{trained}'))") in capsys.readouterr().out
+    assert json.loads(result.read_text())["training"] == trained
+
+
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_leftish"]) == 2
     err = capsys.readouterr().err.strip()
