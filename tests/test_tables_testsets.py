@@ -620,6 +620,8 @@ def test_a_result_of_weights_trained_before_in_the_run_dir_is_not_counted(
     [(file, reason)] = problems
     assert file == f"testsets/{INTERPOLATE}.json" and reason.startswith(why)
     assert reason.endswith(": evaluate it again (scripts/evaluate_testsets.py)")
+    with pytest.raises(collect.TableError, match="is not a result make_tables counts: " + why[:40]):
+        archive_runs._testset_files(runs[(K, 1)], "finished", tmp_path / "archive")  # nor archived as one
 
 
 def test_a_result_of_the_runs_hand_data_changed_since_is_not_counted(tmp_path: Path) -> None:
