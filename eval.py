@@ -19,13 +19,15 @@ size; `lifecycle.testsets`) and writes the one file this script writes, ``<run d
 (atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
 ``data.root``, made once by ``python scripts/generate_testsets.py <name>`` and checked against its marker
 (the images' digest) before each test. The result records the hash of the test set's definition, the
-digest of those images, the images it read of the whole set and the precision it ran at
+digest of those images, the images it read of the whole set, the precision it ran at and the token of the
+training whose best.ckpt it read (make_tables counts it only for the weights metrics.json is of)
 (`lifecycle.testset_definition`): a test of a part of the set (``trainer.limit_test_batches``) is refused and
 never written, a ``testset.name=`` override too (a result is filed under its test set's name), so is a
 ``trainer.precision`` other than 32-true (every test-set column is measured at 32-true), and a result of
 another definition of the test set is never replaced (remove it first). A test set that reads the run's own
 data (``val_at_64``) reads it at the run's ``data.root``; ``data_root=`` may point at a copy of the run's
-generated data (checked against its marker), never at other data.
+generated data (checked against its marker), never at other data; the run's hand data must still be the files
+it trained on (their fingerprint, `lifecycle.identity.data_record`, recorded in the result).
 
 Without a test set, numbers of a test that read a part of the split (``trainer.limit_test_batches``) are
 printed with a "not a result" note, as those of a run that has not finished or of a smoke run.
