@@ -19,13 +19,15 @@ size; `lifecycle.testsets`) and writes the one file this script writes, ``<run d
 (atomically; ``metrics.json`` untouched). A test set with a generator of its own reads its own
 ``data.root``, made once by ``python scripts/generate_testsets.py <name>`` and checked against its marker
 (the images' digest) before each test. The result records the hash of the test set's definition, the
-digest of those images, the images it read of the whole set and the precision it ran at
+digest of those images, the images it read of the whole set, the precision it ran at and the token of the
+training whose best.ckpt it read (make_tables counts it only for the weights metrics.json is of)
 (`lifecycle.testset_definition`): a test of a part of the set (``trainer.limit_test_batches``) is refused and
 never written, a ``testset.name=`` override too (a result is filed under its test set's name), so is a
 ``trainer.precision`` other than 32-true (every test-set column is measured at 32-true), and a result of
 another definition of the test set is never replaced (remove it first). A test set that reads the run's own
 data (``val_at_64``) reads it at the run's ``data.root``; ``data_root=`` may point at a copy of the run's
-generated data (checked against its marker), never at other data.
+generated data (checked against its marker), never at other data; the run's hand data must still be the files
+it trained on (their fingerprint, `lifecycle.identity.data_record`, recorded in the result).
 
 Without a test set, numbers of a test that read a part of the split (``trainer.limit_test_batches``) are
 printed with a "not a result" note, as those of a run that has not finished or of a smoke run.
@@ -126,6 +128,7 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
             " model.weights=<reference-layout DETR checkpoint>"
             + (" (not both)" if weights is not None else "")
         )
+    check_eval_trainer(cfg.trainer)
     result = None
     if testset is not None:
         name = testset.get("name") if hasattr(testset, "get") else testset
@@ -198,6 +201,20 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
         if notes is not None:
             notes.append(why)
     return metrics
+
+
+# Trainer settings that take away what eval.py reads its numbers from: the metrics the model logs
+NOT_EVAL_TRAINER_SETTINGS = {"barebones": "it turns off the logging eval.py reads the test's metrics from"}
+
+
+def check_eval_trainer(trainer: Any) -> None:
+    """Refuse, before anything is built, a ``trainer.*`` setting that is no eval setting (`NOT_EVAL_TRAINER_SETTINGS`),
+    in one line naming it (Lightning's own refusal names neither the key nor why)."""
+    for key, why in NOT_EVAL_TRAINER_SETTINGS.items():
+        value = trainer.get(key) if hasattr(trainer, "get") else None
+        if value not in (None, False):
+            raise ValueError(f"trainer.{key}={value} is not an eval setting: {why}; valid: drop it (trainer.{key}"
+                             "=false)")
 
 
 def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
@@ -318,6 +335,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from omegaconf import OmegaConf
 
     from data.generation import read_marker
+    from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
     from lifecycle.run_config import (
         build_data_and_model,
         load_run_weights,
@@ -325,8 +343,10 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     )
     from lifecycle.testset_definition import (
         DATA_DIGEST_KEY,
+        DATA_FILES_KEY,
         DATA_GENERATOR_KEY,
         HASH_KEY,
+        TRAINING_KEY,
         configured_generator,
         testset_sha256,
     )
@@ -335,6 +355,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         build_datamodule,
         check_classes,
         check_replaceable,
+        check_result_folder,
         input_size,
         load_testset,
         prepare_testset_data,
@@ -358,6 +379,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     datamodule = build_datamodule(data)
     data_digest = prepare_testset_data(datamodule, own, run_config, cfg.get("data_root"), testset["name"],
                                        run_root=run_data.get("root"))
+    data_files = None if own else check_run_hand_data(data, run_config.parent, testset["name"])
     # what was read: the definition and, for generated data, the generator its marker records (checked above
     # to be the definition's, or the run's); not where it lies (data.root differs between machines)
     marker = read_marker(Path(datamodule.root).expanduser()) if own or data_digest is not None else None
@@ -373,6 +395,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     problem = own_folder_problem(path.parent, "test-set results")
     if problem:  # a link there may lead into another run's results: written through, or cleared, never
         raise RunFileError(f"{path.parent}: {problem} (nothing was evaluated)")
+    check_result_folder(path.parent)  # the result is written after the whole test: a folder it cannot go to, now
     check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],
@@ -388,9 +411,45 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: hand data)
         # for the run's own data at data_root=: the generator that shows it a copy of the run's (make_tables)
         DATA_GENERATOR_KEY: marker.get("generator") if marker else None,
+        DATA_FILES_KEY: data_files,  # the run's own hand data read: their fingerprint, the run's (checked above)
+        # which training's best.ckpt this measured: make_tables counts it only for the weights metrics.json is of
+        TRAINING_KEY: checkpoint.get(CHECKPOINT_TRAINING_KEY),
         "path": path,
     }
     return datamodule, model, record
+
+
+def check_run_hand_data(data: dict[str, Any], run_dir: Path, name: str) -> str | None:
+    """The fingerprint (`lifecycle.identity.data_record`) of the run's own hand data (no generator) that test
+    set ``name`` reads with data config ``data``, once it is known to be the data the run trained on (its
+    run.json records them, else its metrics.json): a folder whose files changed since is refused in one line,
+    before anything is evaluated. None for generated data (their marker's digest is checked instead)."""
+    from lifecycle.identity import data_difference, data_record
+    from lifecycle.records import METRICS, read_run_record
+    from lifecycle.testset_definition import RUN_DATA_FILES_KEY
+    from lifecycle.testsets import TestsetError
+    from storage.files import read_json
+
+    now = data_record(data)
+    if now is None:
+        return None
+    try:
+        recorded = (read_run_record(run_dir) or {}).get("data")
+    except RunFileError:
+        recorded = None  # a damaged run.json: its metrics.json still says what the run trained on
+    if not isinstance(recorded, dict):
+        try:
+            metrics = read_json(run_dir / METRICS) or {}
+        except RunFileError:
+            metrics = {}
+        files = metrics.get(RUN_DATA_FILES_KEY) if isinstance(metrics, dict) else None
+        recorded = {"root": metrics.get("data/root"), "files": files, "count": "?"} if files else None
+    difference = data_difference(recorded, now)
+    if difference is not None:
+        raise TestsetError(f"testset={name} measures the run's own data, and data.root={now['root']} holds other"
+                           f" files than the run trained on ({difference}); nothing was evaluated; valid: restore"
+                           " the run's data there (or evaluate a run trained on these data)")
+    return now["files"]
 
 
 def trainer_rank_zero() -> bool:

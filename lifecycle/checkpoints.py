@@ -85,6 +85,10 @@ class RunInterrupted(BaseException):
 
 
 LENGTH_KEY = "run_length"
+# checkpoint entry: the token of the training that saved it, new for each training from scratch and kept by a
+# resume; ``metrics.json`` and each test-set result record the one of the ``best.ckpt`` they measured, so that
+# results of weights since deleted and trained again are never counted for the new ones (make_tables)
+TRAINING_KEY = "run_training"
 
 
 class ResumeCheckpoint(Checkpoint):
@@ -105,6 +109,7 @@ class ResumeCheckpoint(Checkpoint):
         self.every_n_train_steps = every_n_train_steps
         self.identity: str | None = None  # set by train.py
         self.length: dict[str, Any] | None = None  # the run's length, set by train.py
+        self.training: str | None = None  # the training's token (`TRAINING_KEY`), set by train.py
         self.stop_signal: int | None = None
         self._rng_to_restore: dict[str, Any] | None = None
 
@@ -170,6 +175,8 @@ class ResumeCheckpoint(Checkpoint):
         checkpoint[IDENTITY_KEY] = self.identity
         if self.length is not None:
             checkpoint[LENGTH_KEY] = self.length  # which of a run dir's lengths (extensions) saved it
+        if self.training is not None:
+            checkpoint[TRAINING_KEY] = self.training
         checkpoint["rng_states"] = rng_states()
         checkpoint["loader_position"] = list(self.loader_position(trainer))
 

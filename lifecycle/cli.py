@@ -586,6 +586,7 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir
 
     if keys(list(map(str, task))) != keys(overrides):
         this = " ".join(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/")))
+        _refuse_sweep_extension(sweep_dir, saved, list(map(str, task)), overrides)
         raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({saved} was made by "
                                f"{made_by!r}, this launch sweeps {this!r}); valid: the same command again, or a new"
                                " hydra.sweep.dir")
@@ -594,11 +595,43 @@ def check_sweep_dir_is_this_sweeps(sweep_dir: Path, overrides: list[str], subdir
         return {o.lstrip("+~") for o in items if not o.lstrip("+~").startswith(("hydra.", "hydra/"))}
 
     if subdir is not None and "job_dirname" not in str(subdir) and values(list(map(str, task))) != values(overrides):
+        _refuse_sweep_extension(sweep_dir, saved, list(map(str, task)), overrides)
         raise CommandLineError(
             f"hydra.sweep.dir={str(sweep_dir)!r} holds a sweep made by {made_by!r} whose job dirs are numbered"
             f" (hydra.sweep.subdir={subdir}): this launch's job 0 would be that sweep's job 0, another config;"
             " valid: the same values again, a new hydra.sweep.dir, or job dirs named by their overrides,"
             " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
+
+
+def _refuse_sweep_extension(sweep_dir: Path, saved: Path, task: list[str], overrides: list[str]) -> None:
+    """Refuse, naming it as such, a launch that is the sweep of ``saved`` with another schedule length
+    (`lifecycle.identity.LENGTH_KEYS` set, changed or dropped, nothing else): it would extend every job, which a
+    sweep does not do in place (its multirun.yaml, the grid the tables read, would name the new length before a
+    job has trained to it); a run of its own is never put into a sweep dir either."""
+    from lifecycle.identity import LENGTH_KEYS
+
+    def split(items: list[str]) -> tuple[set[str], dict[str, str]]:
+        rest, length = set(), {}
+        for item in items:
+            key, _, value = item.lstrip("+~").partition("=")
+            if key.startswith(("hydra.", "hydra/")):
+                continue
+            if key in LENGTH_KEYS:
+                length[key] = value
+            else:
+                rest.add(item.lstrip("+~"))
+        return rest, length
+
+    (then, then_length), (now, now_length) = split(task), split(overrides)
+    if then != now or then_length == now_length:
+        return
+    changed = ", ".join(f"{k}: {then_length.get(k, '<default>')} -> {now_length.get(k, '<default>')}"
+                        for k in LENGTH_KEYS if then_length.get(k) != now_length.get(k))
+    raise CommandLineError(
+        f"hydra.sweep.dir={str(sweep_dir)!r} holds this sweep at another length ({changed}; {saved}): a longer"
+        " schedule extends each of its runs, which a sweep does not do in place (its multirun.yaml names the grid"
+        " the tables read); valid: the sweep's own command again (it stands, or resumes), or the longer sweep in a"
+        " new hydra.sweep.dir (its runs trained from scratch)")
 
 
 def _refuse_runs_of_no_sweep(sweep_dir: Path) -> None:

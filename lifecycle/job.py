@@ -33,6 +33,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
+from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
 from lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
 from lifecycle.identity import (
     config_differences,
@@ -55,6 +56,7 @@ from lifecycle.records import (
     LAST,
     METRICS,
     RUN_RECORD,
+    TESTSETS,
     RunDirConflict,
     RunRecord,
     check_layout,
@@ -72,6 +74,7 @@ from lifecycle.signals import (
     install_stop_signals,
     restore_stop_signals,
 )
+from lifecycle.testset_definition import TRAINING_KEY
 from storage.destinations import check_generated_root
 from storage.files import (
     RunFileError,
@@ -120,8 +123,9 @@ def check_buildable(cfg: DictConfig) -> None:
     and run the checks that need them: a bad model, RPE or monitor setting, an attention backend the run's
     device cannot train with, and for data already on disk a missing split folder, empty or mismatched class
     folders or a batch larger than the training split, are then refused before a run dir exists.
-    An error that is not a setting's (a layer that cannot be built on the meta device) is left to the job, which
-    builds the model for real."""
+    Another error (a layer that cannot be built on the meta device, or a constructor's own ``TypeError`` or
+    ``IndexError`` at settings that do not fit each other) is tried again on the CPU: one that stays is the
+    settings', one line naming the model's settings (`unbuildable`); one that goes is left to the job."""
     try:
         with torch.device("meta"):
             datamodule, model = build_data_and_model(cfg)
@@ -129,6 +133,10 @@ def check_buildable(cfg: DictConfig) -> None:
         cause = root_cause(err)
         if isinstance(cause, ValueError):
             raise cause from None
+        try:
+            build_data_and_model(cfg)  # weights allocated, on this rare path only
+        except Exception as again:  # noqa: BLE001  (the same build, off the meta device: the settings')
+            raise unbuildable(cfg, root_cause(again)) from None
         return
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
@@ -141,6 +149,18 @@ def check_buildable(cfg: DictConfig) -> None:
             datamodule.check_on_disk(configured_world_size(cfg))
         except OSError:  # an unreadable folder: the data module names it when it reads the data
             pass
+
+
+def unbuildable(cfg: DictConfig, cause: BaseException) -> ValueError:
+    """The one-line error of settings whose model (or data module) its constructor could not build, naming the
+    constructor's complaint and the ``model.net`` settings (an error that is a setting's own passes as it is)."""
+    if isinstance(cause, ValueError):
+        return cause
+    net = OmegaConf.select(cfg, "model.net", default=None, throw_on_resolution_failure=False)
+    given = OmegaConf.to_container(net, resolve=True) if OmegaConf.is_dict(net) else {}
+    shown = ", ".join(f"model.net.{k}={v}" for k, v in given.items())
+    return ValueError(f"the model cannot be built with these settings ({shown}): {type(cause).__name__}:"
+                      f" {one_line(cause)}; check the values that must fit each other (head counts, widths, stages)")
 
 
 def check_monitored_metrics(callbacks_cfg: DictConfig | None, model: L.LightningModule) -> None:
@@ -361,7 +381,44 @@ def _checkpoint_facts(path: Path) -> dict[str, Any] | None:
     except Exception:
         return None
     return {"identity": saved.get(IDENTITY_KEY), "global_step": saved.get("global_step", 0),
-            "epoch": saved.get("epoch", 0)}
+            "epoch": saved.get("epoch", 0), "training": saved.get(CHECKPOINT_TRAINING_KEY)}
+
+
+def training_token(resume_from: str | None) -> str:
+    """The token of the training that continues from checkpoint ``resume_from`` (its own; None: a new
+    training, which gets a new one, as does one resumed from a checkpoint saved before tokens were recorded)."""
+    import uuid
+
+    facts = _checkpoint_facts(Path(resume_from)) if resume_from else None
+    token = (facts or {}).get("training")
+    return token if isinstance(token, str) and token else uuid.uuid4().hex[:16]
+
+
+def set_aside_testset_results(run_dir: Path) -> Path | None:
+    """Move the test-set results of ``run_dir`` (``testsets/*.json``) into ``testsets/stale-<UTC time>/``
+    when a training starts from scratch there: they measured weights that are gone (make_tables would not
+    count them either: they record another training, `lifecycle.testset_definition.training_problem`). Kept,
+    not deleted; returns the folder, or None when there was nothing to move. A folder that cannot be used
+    is a warning: the training goes on, and those results stay uncounted."""
+    folder = run_dir / TESTSETS
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return None
+        results = sorted(p for p in folder.iterdir()
+                         if p.name.endswith(".json") and not p.name.startswith(".") and not p.is_symlink())
+        if not results:
+            return None
+        aside = folder / f"stale-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        aside.mkdir(exist_ok=True)
+        for path in results:
+            os.replace(path, aside / path.name)
+    except OSError as err:
+        say(f"warning: cannot set aside the test-set results in {folder} ({err.strerror or type(err).__name__}):"
+            " they are of weights trained before, and are not counted for this training", stream=sys.stderr)
+        return None
+    say(f"note: {len(results)} test-set result(s) of weights trained before moved to {aside}: this training"
+        " starts from scratch; evaluate its best.ckpt again (scripts/evaluate_testsets.py)")
+    return aside
 
 
 def holds_results(run_dir: Path) -> bool:
@@ -559,7 +616,9 @@ def result_checkpoint(run_dir: Path, identity: str, length: dict[str, Any] | Non
                 if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())), None)
     if bad is not None:
         raise NoResultError(f"no result: {path} has non-finite weights ({bad})")
-    return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"])}
+    token = saved.get(CHECKPOINT_TRAINING_KEY)
+    return path, {"epoch": int(saved.get("epoch", 0)) + 1, "global_step": int(saved["global_step"]),
+                  "training": token if isinstance(token, str) else None}
 
 
 def _shorter(new: Any, old: Any) -> bool:
@@ -871,6 +930,10 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         _ = logger.version  # fix the log version now, so fit and test (even in spawned workers) share it
     recorded = earlier.get("length") if earlier is not None else None
     resume_from = resume_checkpoint(run_dir, identity_id, recorded) if cfg.get("resume") else None
+    if resume is not None:
+        resume.training = training_token(resume_from)
+    if rank0 and not finished and resume_from is None:
+        set_aside_testset_results(run_dir)
     if not finished:
         resumed_at = None
         if resume_from:
@@ -919,6 +982,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         wall_time_s=round(time.time() - started, 1),
         params=sum(p.numel() for p in model.parameters() if p.requires_grad),
     )
+    if steps["training"] is not None:  # which training's weights (best.ckpt) the result is of
+        metrics[TRAINING_KEY] = steps["training"]
     metrics.update(provenance(cfg, job.record.fields.get("resumes") if job.record else None))
     recorded_data = job.record.fields.get("data") if job.record else None
     if isinstance(recorded_data, dict):  # what data it trained on, where no generator names them (make_tables)

@@ -397,7 +397,8 @@ RULES: tuple[Rule, ...] = (
     Rule("model.net.patch_size", POSITIVE),
     Rule("model.net.embed_dim", POSITIVE),
     Rule("model.net.depth", POSITIVE),
-    Rule("model.net.num_heads", POSITIVE),
+    Rule("model.net.num_heads", POSITIVE, list_of(POSITIVE)),  # a list: one count per stage (Swin)
+    Rule("model.net.depths", list_of(POSITIVE)),  # blocks per stage (Swin)
     Rule("model.net.window_size", POSITIVE),
     Rule("model.net.mlp_ratio", POS),
     Rule("model.optimizer.lr", POS),
@@ -709,6 +710,11 @@ HEAD_WIDTHS = (("model.nheads", "model.hidden_dim"), ("model.net.num_heads", "mo
 def _check_head_widths(cfg: DictConfig) -> None:
     """A head count that does not divide its width: the model's own check came only as "width 128 is not
     divisible by 3 heads", naming neither setting nor the counts that fit."""
+    heads = OmegaConf.select(cfg, "model.net.num_heads", default=None, throw_on_resolution_failure=False)
+    name = str(OmegaConf.select(cfg, "model.net.name", default="", throw_on_resolution_failure=False))
+    if OmegaConf.is_list(heads) and "swin" not in name:  # a count per stage: Swin's (its backbone checks them)
+        raise SettingError(f"model.net.num_heads={list(heads)} is a list (one head count per stage), which only Swin's"
+                           f" stages take; {name} has one head count for every block: valid: an integer >= 1")
     for heads_key, width_key in HEAD_WIDTHS:
         heads = OmegaConf.select(cfg, heads_key, default=None, throw_on_resolution_failure=False)
         width = OmegaConf.select(cfg, width_key, default=None, throw_on_resolution_failure=False)

@@ -42,6 +42,37 @@ DATA_GENERATOR_KEY = "data_generator"
 # (bf16-mixed moves val/loss, while top-1 may stay the same).
 PRECISION_KEY = "precision"
 TESTSET_PRECISION = "32-true"
+# The token of the training whose best.ckpt was measured (`lifecycle.checkpoints.TRAINING_KEY`), in a run's
+# metrics.json and in each test-set result: a result of weights that were deleted and trained again in the
+# same run dir (same config, same length) is told apart from one of the weights metrics.json is of.
+TRAINING_KEY = "training"
+# The fingerprint (`lifecycle.identity.data_record`) of the hand data a result read where its test set reads
+# the run's own data: the run's, as metrics.json records it under `RUN_DATA_FILES_KEY`, or another data set.
+DATA_FILES_KEY = "data_files"
+RUN_DATA_FILES_KEY = "data/files"
+
+
+def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+    """Why the test-set result ``record`` is not of the weights the run's ``metrics`` (metrics.json) are of, or
+    ''. Each records the token of the training whose best.ckpt it measured (`TRAINING_KEY`); results and
+    metrics written before tokens were recorded (the committed archives) have none, and pair only with each
+    other: a result without one beside metrics.json with one was evaluated before this run's weights were
+    trained. A result of the run's own hand data must have read the data its metrics.json records."""
+    made, now = record.get(TRAINING_KEY), metrics.get(TRAINING_KEY)
+    if made != now:
+        if now is None:
+            return (f"it records training {made!r}, while the run's metrics.json records none: it is not of the"
+                    " weights that result is of")
+        if made is None:
+            return ("it was evaluated before the run's weights were trained (it records no training, the run's"
+                    f" metrics.json {now!r}): it measured weights since deleted")
+        return (f"it measured the weights of an earlier training in this run dir (training {made!r}; the run's"
+                f" best.ckpt is of training {now!r})")
+    read, trained = record.get(DATA_FILES_KEY), metrics.get(RUN_DATA_FILES_KEY)
+    if read is not None and trained is not None and read != trained:
+        return (f"it read other data than the run trained on (fingerprint {str(read)[:12]}, the run's"
+                f" {str(trained)[:12]}): its data.root was changed since")
+    return ""
 # Lightning's names of that precision (an int 32 reads as "32"); null is Lightning's default, 32-true
 SAME_PRECISION = ("32", "32-true", "None")
 

@@ -43,7 +43,7 @@ from lifecycle.records import TESTSETS
 from lifecycle.testset_definition import measured, over_read, result_sha256
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
 from models.swin import WindowRPEBackbone, swin_grid_problem
-from storage.files import RunFileError, atomic_write_json, read_json, with_checksum
+from storage.files import RunFileError, atomic_write_json, read_json, with_checksum, writable_folder
 
 RESULT_FOLDER = TESTSETS  # <run dir>/testsets/<name>[@<ape rule>].json
 TESTSET_KEYS = ("name", "description", "fits", "data")
@@ -512,6 +512,22 @@ def check_read_whole(read: int, total: int | None, name: str) -> None:
         raise TestsetError(f"the test read {read} of {total if total is not None else 'an unknown number of'} images"
                            f" of testset={name}; a partial test is no result, so nothing was written (valid: test"
                            " the whole set: no trainer batch limit)")
+
+
+def check_result_folder(folder: Path, write: bool = True) -> None:
+    """Refuse, in one line naming it, a run's folder of test-set results (``<run>/testsets``) that this process
+    cannot list and read, or (``write``) write: a folder of mode 000 or 555, read-only storage; where it is
+    missing, a run dir it cannot make it in. Before the test, not after it."""
+    effective = os.access in os.supports_effective_ids
+    where = folder if folder.is_dir() else folder.parent
+    readable = os.access(where, os.R_OK | os.X_OK, effective_ids=effective)
+    if readable and (not write or writable_folder(where)):
+        return
+    what = "list and read" if not readable else "write"
+    made = "" if where == folder else f" (to make {folder.name}/ in it)"
+    valid = "make it readable and writable" if write else "make it readable"
+    raise RunFileError(f"cannot {what} {where}{made}: permission denied (read-only storage, or a folder this user"
+                       f" may not use); nothing was evaluated; valid: {valid}")
 
 
 def check_replaceable(path: Path, sha256: str, testset: dict[str, Any]) -> None:

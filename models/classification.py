@@ -9,6 +9,7 @@ an optional EMA of the weights that is evaluated too, and weight-decay groups as
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -24,7 +25,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from models.config_defaults import model_config
-from models.errors import ModelConfigError
+from models.errors import BackboneOptionError, ModelConfigError
 from models.factory import create_model
 from rpe import DEFAULT_PRESET
 from rpe.base import position_parameters
@@ -104,6 +105,18 @@ class MeanOverImages(Metric):
         return self.total / self.images
 
 
+def check_data_given_options(net: Mapping[str, Any]) -> None:
+    """Refuse backbone options the data decide, in one line naming the key: ``num_classes`` (the data's class
+    folders; timm said "got multiple values for keyword argument") and ``in_chans`` other than 3 (every image is
+    read as RGB; the first convolution failed at the first batch, after the run dir was made)."""
+    if "num_classes" in net:
+        raise ModelConfigError(f"model.net.num_classes={net['num_classes']} is not a setting: the number of classes"
+                               " comes from the data (its class folders); valid: drop it")
+    if net.get("in_chans", 3) != 3:
+        raise ModelConfigError(f"model.net.in_chans={net['in_chans']} does not fit the data: every image is read as"
+                               " RGB, 3 channels; valid: drop it (or model.net.in_chans=3)")
+
+
 class ClassificationModule(L.LightningModule):
     """Train and evaluate ``net`` on ``(images (B, 3, H, W), labels (B,))`` batches.
 
@@ -142,11 +155,14 @@ class ClassificationModule(L.LightningModule):
         self.save_hyperparameters()
         net = dict(net)
         name = net.pop("name")
+        check_data_given_options(net)
         try:
             self.net = create_model(name, rpe=rpe, num_classes=num_classes, **net)
         except ModelConfigError as err:  # an option the backbone does not take: name it by its config key
             if " is not an option of backbone " in str(err):
                 raise ModelConfigError(f"model.net.{err}") from None
+            if isinstance(err, BackboneOptionError):  # options that do not fit each other: by their config keys
+                raise ModelConfigError(err.named("model.net.")) from None
             raise
         self.optimizer_cfg = _settings("optimizer", optimizer, OPTIMIZER_DEFAULTS, "AdamW")
         self.scheduler_cfg = _settings("scheduler", scheduler, SCHEDULER_DEFAULTS, "the warm-up + cosine schedule")

@@ -472,6 +472,36 @@ def load_swin_checkpoint(
     return model.load_state_dict(type(model).filter_checkpoint(checkpoint, model), strict=strict)
 
 
+def check_stages(name: str, settings: Mapping[str, Any]) -> None:
+    """Refuse, in one line naming the options, stage settings timm's window backbones cannot build: a
+    ``num_heads`` list of another length than ``depths`` (timm indexed past its end: "tuple index out of
+    range"), and a stage whose width (``embed_dim`` doubled per stage) its head count does not divide."""
+    from models.errors import BackboneOptionError
+
+    depths, heads, width = settings.get("depths"), settings.get("num_heads"), settings.get("embed_dim")
+    if not isinstance(depths, (list, tuple)) or not isinstance(width, int):
+        return
+    if not isinstance(heads, (list, tuple)):
+        heads = [heads] * len(depths) if isinstance(heads, int) else None
+    if heads is None:
+        return
+    first = heads[0] if heads and isinstance(heads[0], int) else 1
+    doubling = [first * 2**i for i in range(len(depths))]
+    if len(heads) != len(depths):
+        raise BackboneOptionError(
+            f"num_heads={list(heads)} has {len(heads)} stages, depths={list(depths)} has {len(depths)} ({name}):"
+            f" give one head count per stage; valid: num_heads={doubling} (doubling with the width), or depths of"
+            f" {len(heads)} stages", ("num_heads", "depths"))
+    for stage, count in enumerate(heads):
+        dim = width * 2**stage
+        if isinstance(count, int) and count > 0 and dim % count:
+            fits = [str(n) for n in range(1, dim + 1) if dim % n == 0]
+            raise BackboneOptionError(
+                f"num_heads={list(heads)}: stage {stage + 1}'s {count} heads must divide its width {dim} (embed_dim="
+                f"{width} doubled per stage; {dim} % {count} = {dim % count}); valid head counts of stage"
+                f" {stage + 1}: {', '.join(fits)}", ("num_heads", "embed_dim"))
+
+
 def build_window_backbone(cls: type[WindowRPEBackbone], archs: Mapping[str, dict[str, Any]], name: str, rpe: Any,
                           pretrained: bool, **kwargs: Any) -> nn.Module:
     """Backbone ``name`` of ``archs`` as ``cls`` with ``rpe``. Names timm knows go through ``build_model_with_cfg``
@@ -480,6 +510,7 @@ def build_window_backbone(cls: type[WindowRPEBackbone], archs: Mapping[str, dict
     if name not in archs:
         raise ModelConfigError(f"{cls.FAMILY} model {name!r} is not one of: {', '.join(archs)}")
     kwargs = dict(archs[name], rpe=rpe, **kwargs)
+    check_stages(name, kwargs)
     if "_micro_" in name:
         if pretrained:
             refuse_pretrained(name, archs, "load_swin_checkpoint")

@@ -69,6 +69,7 @@ from lifecycle.testset_definition import (
     over_read,
     result_sha256,
     testset_sha256,
+    training_problem,
 )
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from rpe.index import INDEX_METHODS, IndexSpec, bucket_ids, num_buckets
@@ -638,16 +639,18 @@ def testset_column(name: str, ape_rule: str | None) -> str:
 
 
 def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None = None,
-                        run_data: dict[str, Any] | None = None) -> tuple[str | None, dict[str, float]]:
-    """``(ape_rule, metrics)`` of the result file ``path`` of the run whose identity hash is ``identity`` and
-    whose data config is ``run_data`` (None: its data is not compared).
+                        run_data: dict[str, Any] | None = None, run_metrics: dict[str, Any] | None = None
+                        ) -> tuple[str | None, dict[str, float]]:
+    """``(ape_rule, metrics)`` of the result file ``path`` of the run whose identity hash is ``identity``,
+    whose data config is ``run_data`` and whose ``metrics.json`` is ``run_metrics`` (None: not compared).
 
     Anything that makes the numbers not this run's on this test set is a `TableError` saying why, without
     the path (the caller names the file): a symlink or a file that is not plain (never followed), damaged
     or non-JSON, not an object, a ``testset`` other than its file name (renamed or copied), another run's
     ``identity`` (a file without one, written before eval.py recorded it, is taken as the run's), an
     ``ape_rule`` that is no rule name, another definition of the test set or a part of it read
-    (`_check_provenance`), another precision or other data than the column's (`_check_measured`), and a
+    (`_check_provenance`), another precision or other data than the column's (`_check_measured`), weights of
+    another training than metrics.json's or other hand data than the run's (`training_problem`), and a
     metric that is not a finite number or a percentage outside [0, 100]. Only JSON is parsed: nothing in the
     file is executed or resolved.
     """
@@ -680,6 +683,9 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
                          " evaluate it again (scripts/evaluate_testsets.py)")
     _check_provenance(value, name)
     _check_measured(value, name, run_data)
+    stale = training_problem(value, run_metrics) if run_metrics is not None else ""
+    if stale:
+        raise TableError(f"{stale}: evaluate it again (scripts/evaluate_testsets.py)")
     metrics = value.get("metrics")
     if not isinstance(metrics, dict) or not metrics:
         raise TableError("the file is damaged: it has no metrics")
@@ -772,13 +778,13 @@ def run_data_config(cfg: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = None,
-                  run_data: dict[str, Any] | None = None
+                  run_data: dict[str, Any] | None = None, run_metrics: dict[str, Any] | None = None
                   ) -> tuple[dict[str, float], dict[str, str | None], tuple[tuple[str, str], ...]]:
     """A finished run's results on other test sets: ``(metrics, testsets, problems)``.
 
     ``metrics``: ``<column>/<metric>`` of every result counted (`testset_column`: the file's stem);
     ``testsets``: column -> its APE rule; ``problems``: ``(file, why)`` of each result not counted
-    (`read_testset_result`, given the run's ``run_data``). Read are the plain ``*.json`` files of
+    (`read_testset_result`, given the run's ``run_data`` and ``run_metrics``). Read are the plain ``*.json`` files of
     ``run_dir/testsets`` (hidden ones, e.g. an atomic write's leftover, are not results); that folder must be
     the run's own, not a symlink into another run dir.
     """
@@ -797,7 +803,7 @@ def read_testsets(run_dir: Path, identity: str, length: dict[str, Any] | None = 
     problems: list[tuple[str, str]] = []
     for file in names:
         try:
-            rule, numbers = read_testset_result(folder / file, identity, length, run_data)
+            rule, numbers = read_testset_result(folder / file, identity, length, run_data, run_metrics)
         except TableError as err:
             problems.append((f"{TESTSETS}/{file}", str(err)))
             continue
@@ -883,7 +889,7 @@ def _read_run(run_dir: Path) -> tuple[Run, dict[str, Any] | None]:
         # the test-set files must be this config's results: its identity hash, as eval.py writes it (and as
         # run.json records it, checked above)
         tested, testsets, testset_problems = read_testsets(run_dir, identity_hash(identity_config(cfg)),
-                                                           run_length(cfg), run_data_config(cfg))
+                                                           run_length(cfg), run_data_config(cfg), values)
         env = {key: values.get(key) for key in ENV_KEYS if key in values}
         data = values.get("data/files")
         return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,

@@ -112,7 +112,7 @@ def _testset_files(run_dir: Path, state: str, out: Path) -> list[str]:
         return []
     cfg = read_config(run_dir / CONFIG)
     _, testsets, problems = read_testsets(run_dir, identity_hash(identity_config(cfg)), run_length(cfg),
-                                          run_data_config(cfg))
+                                          run_data_config(cfg), run_status(run_dir).metrics)
     if problems:
         file, why = problems[0]
         if file == TESTSETS:  # the folder itself: its problem says what to do (a link: replace it, never clear it)

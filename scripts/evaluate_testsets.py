@@ -130,10 +130,13 @@ def testset_config(testset: str, ape_rule: str | None, extra: list[str]) -> Dict
 
 
 def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: str | None, identity: str,
-                 length: dict[str, Any], run_data: dict[str, Any] | None = None) -> str:
+                 length: dict[str, Any], run_data: dict[str, Any] | None = None,
+                 run_metrics: dict[str, Any] | None = None) -> str:
     """Evaluate one run on ``testset``, whose config ``composed`` is (`testset_config`), unless its result is
     there; returns what was done, in one line. ``run_data`` (the run's resolved data config) judges whether
-    a result there of a test set that reads the run's data measured the run's data (`measured_problem`)."""
+    a result there of a test set that reads the run's data measured the run's data (`measured_problem`), and
+    ``run_metrics`` (its metrics.json) whether it measured the weights the run's result is of
+    (`training_problem`)."""
     import eval as eval_script
     from lifecycle.testset_definition import (
         READ_KEY,
@@ -142,8 +145,9 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         measured_problem,
         result_sha256,
         testset_sha256,
+        training_problem,
     )
-    from lifecycle.testsets import RESULT_FOLDER, load_testset
+    from lifecycle.testsets import RESULT_FOLDER, check_result_folder, load_testset
 
     cfg = copy.deepcopy(composed)
     # set on the composed config, never as override text: Hydra would read `${...}` or quotes in a run's path
@@ -153,6 +157,9 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     problem = own_folder_problem(folder, "test-set results")
     if problem:  # a link there leads to another folder's results: never read as this run's, nor to be removed
         raise RunFileError(f"{folder}: {problem} (nothing was evaluated)")
+    # one line naming the folder, not a result file in it; eval.py checks it can write there before the test (a
+    # sound result there is kept without a write)
+    check_result_folder(folder, write=False)
     found = existing_result(run_dir, testset, ape_rule)
     stale = ""
     if found is not None:
@@ -164,6 +171,7 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         # changed after eval.py wrote it (make_tables does not count it): no result to keep, evaluated again
         damage = checksum_problem(record) if CHECKSUM in record else ""
         other, _ = measured_problem(record, definition, run_data)  # make_tables would not count it: evaluated again
+        other = other or (training_problem(record, run_metrics) if run_metrics is not None else "")
         if ours and same_definition and record.get("length") in (None, length) and whole and not damage \
                 and not other:
             return f"kept {path}"
@@ -331,7 +339,8 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             continue
         for testset, composed in testsets:
             try:
-                outcome = evaluate_run(run_dir, testset, composed, args.ape, identity, length, run_data)
+                outcome = evaluate_run(run_dir, testset, composed, args.ape, identity, length, run_data,
+                                       status.metrics)
                 say(f"{run_dir.name} / {testset}: {outcome}")
                 done += 1
             except user_error_types() as err:

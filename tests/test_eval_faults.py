@@ -386,6 +386,20 @@ def test_eval_settings_are_range_checked(arg: str) -> None:
         check_overrides(["ckpt_path=x.ckpt", arg], "eval")
 
 
+def test_trainer_barebones_is_refused_as_no_eval_setting(run_dir: Path, tmp_path: Path, data_dir: Path,
+                                                         monkeypatch) -> None:
+    """Probe 8 case B1: ``+trainer.barebones=true`` gave Lightning's "`Trainer(barebones=True,
+    log_every_n_steps=10)` was passed...": one line naming the key and why eval.py cannot take it, before anything
+    is built."""
+    import eval as eval_script
+
+    monkeypatch.setattr(eval_script, "_run_data_and_model", lambda cfg: pytest.fail("the run was built"))
+    with pytest.raises(ValueError) as err:
+        eval_script.evaluate(_eval_cfg(run_dir, tmp_path, data_dir, "+trainer.barebones=true"))
+    assert str(err.value) == ("trainer.barebones=True is not an eval setting: it turns off the logging eval.py reads"
+                              " the test's metrics from; valid: drop it (trainer.barebones=false)")
+
+
 def test_plot_grid_is_bounded(run_dir: Path, capsys) -> None:
     err = _plot_error(run_dir, capsys, "--grid", "2000,2000", "--out", str(run_dir.parent / "plots_grid"))
     assert "--grid 2000,2000 is out of range; valid: H,W with 1 <= H, W <=" in err

@@ -135,6 +135,72 @@ def test_a_symlinked_testsets_folder_is_named_and_what_it_leads_to_left_alone(sw
     assert json.loads(theirs.read_text())["identity"] == "0" * 16  # read by neither, written by neither
 
 
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(("mode", "cannot"), [(0o000, "list and read"), (0o555, "write")])
+def test_a_testsets_folder_that_cannot_be_used_is_named_before_any_test(
+        mode: int, cannot: str, sweep: Path, data_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Probe 8 cases B10, B11: ``<run>/testsets`` of mode 000 or 555: eval.py refused only after the whole test
+    (writing the result), and evaluate_testsets named a file that is not the result's (``relational_right.json``,
+    where the result is ``relational_right@interpolate.json``). Both name the folder, before any test."""
+    import eval as eval_script
+    from storage.files import RunFileError
+    from tests.helpers import file_modes_hold
+
+    def tested(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the test ran")
+
+    run = tmp_path / "run"
+    shutil.copytree(sweep / RUN, run, ignore=shutil.ignore_patterns("testsets"))
+    folder = run / "testsets"
+    folder.mkdir()
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0  # the test set's data made
+    capsys.readouterr()
+    for result in folder.iterdir():
+        result.unlink()
+    monkeypatch.setattr(eval_script, "build_trainer", tested)
+    expected = (f"cannot {cannot} {folder}: permission denied (read-only storage, or a folder this user may not use);"
+                " nothing was evaluated; valid: make it readable and writable")
+    # evaluate_testsets first reads what is there (a sound result is kept without a write), then evaluates
+    listed = expected.replace("readable and writable", "readable") if cannot == "list and read" else expected
+    cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "testset=relational_right",
+                          "testset.data.generator.num_val=16", "throughput_batch=2"], tmp_path / "eval", data_dir,
+                         config_name="eval")
+    folder.chmod(mode)
+    try:
+        with file_modes_hold():
+            assert _main(run, data_dir, "--testsets", "relational_right") == 1
+            assert capsys.readouterr().err.strip().splitlines() == [f"error: run / relational_right: {listed}"]
+            with pytest.raises(RunFileError) as err:
+                eval_script.evaluate(cfg)
+    finally:
+        folder.chmod(0o755)
+    assert str(err.value) == expected
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_result_of_an_earlier_training_is_evaluated_again(sweep: Path, data_dir: Path, tmp_path: Path,
+                                                             capsys) -> None:
+    """Probe 8 case B6: a result whose training token is not the one metrics.json records (weights trained
+    before in this run dir) is no result make_tables counts: evaluate_testsets evaluates it again, saying why;
+    the new one records the token of the run's best.ckpt."""
+    run = tmp_path / "run"
+    shutil.copytree(sweep / RUN, run, ignore=shutil.ignore_patterns("testsets"))
+    trained = json.loads((run / "metrics.json").read_text())["training"]
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    result = run / "testsets" / "relational_right@interpolate.json"
+    record = json.loads(result.read_text())
+    assert record["training"] == trained
+    record.pop("checksum")
+    record["training"] = "0" * 16
+    result.write_text(json.dumps(with_checksum(record)))
+    capsys.readouterr()
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    assert ("(replacing a result that is not counted: it measured the weights of an earlier training in this run dir"
+            f" (training '{'0' * 16}'; the run's best.ckpt is of training '{trained}'))") in capsys.readouterr().out
+    assert json.loads(result.read_text())["training"] == trained
+
+
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_leftish"]) == 2
     err = capsys.readouterr().err.strip()

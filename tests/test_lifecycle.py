@@ -564,6 +564,27 @@ def test_a_sweep_dir_holds_one_sweep(tmp_path: Path) -> None:
         " hydra.sweep.subdir='${job_dirname:${hydra.job.override_dirname}}' (as configs/sweep/ names them)")
 
 
+def test_a_sweep_given_a_longer_schedule_is_named_an_extension_and_how_to_get_one(tmp_path: Path) -> None:
+    """Probe 8 case B23: ``-m seed=0,1 trainer.max_epochs=2`` into the sweep dir of ``-m seed=0,1`` said "holds
+    another sweep". It is the same sweep at another length: the line says so, and what is valid."""
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": ["seed=0,1", "debug=fast"]}}}))
+    expected = (f"hydra.sweep.dir={str(sweep)!r} holds this sweep at another length (trainer.max_epochs: <default> ->"
+                f" 2; {sweep / 'multirun.yaml'}): a longer schedule extends each of its runs, which a sweep does not do"
+                " in place (its multirun.yaml names the grid the tables read); valid: the sweep's own command again"
+                " (it stands, or resumes), or the longer sweep in a new hydra.sweep.dir (its runs trained from"
+                " scratch)")
+    for subdir in (None, "${hydra.job.num}"):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1", "trainer.max_epochs=2"], subdir)
+        assert str(err.value) == expected
+    with pytest.raises(cli.CommandLineError, match="holds another sweep"):  # more than the length: another sweep
+        cli.check_sweep_dir_is_this_sweeps(sweep, ["debug=fast", "seed=0,1", "trainer.max_epochs=2", "rpe=none"])
+
+
 def test_a_generator_drawn_for_another_patch_size_is_refused(tmp_path: Path, data_dir: Path) -> None:
     job.build_data_and_model(compose_config(TINY, tmp_path / "ok", data_dir))  # patch 4 for a patch-4 model
     with pytest.raises(ValueError) as err:
@@ -710,6 +731,36 @@ def test_a_resume_from_a_checkpoint_at_the_runs_end_is_not_recorded(finished: Pa
     metrics = job.run(compose_config(TINY, run_dir, data_dir))
     assert metrics["val/top1"] == pytest.approx(truth["val/top1"]) and metrics["global_step"] == truth["global_step"]
     assert metrics["env/resumed_at"] == [] and records.read_run_record(run_dir)["resumes"] == []
+    assert metrics["training"] == truth["training"]  # a resume continues the training: its results still count
+
+
+@pytest.mark.slow  # a second training
+def test_a_training_anew_in_a_run_dir_has_a_new_token_and_sets_the_old_test_set_results_aside(
+        finished: Path, tmp_path: Path, data_dir: Path, capsys) -> None:
+    """Probe 8 case B6: checkpoints/, run.json and metrics.json deleted and the run trained again: the old
+    testsets/ results (of the deleted weights) were counted for the new ones. Every checkpoint of a training
+    carries its token, metrics.json the one of the best.ckpt it tested (a result records the one it read,
+    `training_problem`); a training from scratch gets a new token and moves the old results aside."""
+    from lifecycle.checkpoints import TRAINING_KEY
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    before = json.loads((run_dir / "metrics.json").read_text())
+    best = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
+    assert before["training"] == best[TRAINING_KEY] == load_checkpoint(run_dir / "checkpoints" / "last.ckpt")[
+        TRAINING_KEY] and len(before["training"]) == 16
+    (run_dir / "testsets").mkdir()
+    result = {"testset": "val_at_48", "training": before["training"]}
+    (run_dir / "testsets" / "val_at_48@interpolate.json").write_text(json.dumps(result))
+    for name in ("checkpoints", "run.json", "metrics.json"):
+        shutil.rmtree(run_dir / name) if name == "checkpoints" else (run_dir / name).unlink()
+    after = job.run(compose_config(TINY, run_dir, data_dir))
+    assert after["training"] != before["training"]
+    assert after["training"] == load_checkpoint(run_dir / "checkpoints" / "best.ckpt")[TRAINING_KEY]
+    [aside] = (run_dir / "testsets").iterdir()
+    assert aside.name.startswith("stale-") and [p.name for p in aside.iterdir()] == ["val_at_48@interpolate.json"]
+    assert json.loads((aside / "val_at_48@interpolate.json").read_text()) == result
+    assert f"note: 1 test-set result(s) of weights trained before moved to {aside}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("code", "how"), [(-signal.SIGKILL, "was killed by signal SIGKILL"),

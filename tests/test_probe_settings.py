@@ -165,6 +165,82 @@ def test_a_head_count_that_does_not_divide_the_width_names_both_keys_and_the_cou
         check_settings(_compose(tmp_path, ["debug=fast", "+model.net.num_heads=5", "+model.net.embed_dim=64"]))
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    # probe 8 B30: timm's "tuple index out of range", after the run dir was made
+    (["+model.net.depths=[2,2,2,2]"],
+     "model.net.num_heads=[2, 4] has 2 stages, model.net.depths=[2, 2, 2, 2] has 4 (swin_micro_patch4_window4_32):"
+     " give one head count per stage; valid: model.net.num_heads=[2, 4, 8, 16] (doubling with the width), or"
+     " depths of 2 stages"),
+    # probe 8 B29: "must be an integer >= 1" of Swin's own per-stage form
+    (["+model.net.num_heads=[3,3]"],
+     "model.net.num_heads=[3, 3]: stage 1's 3 heads must divide its width 64 (model.net.embed_dim=64 doubled per"
+     " stage; 64 % 3 = 1); valid head counts of stage 1: 1, 2, 4, 8, 16, 32, 64"),
+    # probe 8 B96: timm truncated the head width (63 // 2) and trained another attention width than asked
+    (["+model.net.embed_dim=63"],
+     "model.net.num_heads=[2, 4]: stage 1's 2 heads must divide its width 63 (model.net.embed_dim=63 doubled per"
+     " stage; 63 % 2 = 1); valid head counts of stage 1: 1, 3, 7, 9, 21, 63"),
+])
+def test_swin_stage_settings_that_do_not_fit_are_one_line_before_the_run_dir(
+        overrides: list[str], message: str, tmp_path: Path) -> None:
+    """Swin's num_heads is a list, one count per stage (the settings rule took only an integer), and must have
+    as many stages as depths: the command line's build check names both, before any run dir exists."""
+    from lifecycle.job import check_buildable
+
+    cfg = _compose(tmp_path, ["debug=fast", "model=swin_micro", *overrides])
+    check_settings(cfg)  # a list is Swin's valid form
+    with pytest.raises(ValueError) as err:
+        check_buildable(cfg)
+    assert str(err.value) == message
+    good = _compose(tmp_path, ["debug=fast", "model=swin_micro", "+model.net.num_heads=[2,4]"])
+    check_settings(good)
+    check_buildable(good)
+
+
+def test_a_constructor_error_of_settings_that_do_not_fit_is_one_line_naming_the_model_settings(
+        tmp_path: Path) -> None:
+    """A model constructor's TypeError or IndexError on the meta device was left to the job, which failed after
+    the run dir was made ("unsupported operand type(s) for %"): the build is tried on the CPU, and an error that
+    stays there is the settings', in one line. A list of heads is Swin's form only (the settings rule says so)."""
+    from lifecycle import job
+
+    cfg = _compose(tmp_path, ["debug=fast", "+model.net.num_heads=[2,2]"])
+    assert _refused(check_settings, cfg) == (
+        "model.net.num_heads=[2, 2] is a list (one head count per stage), which only Swin's stages take;"
+        " deit_micro_patch4_32 has one head count for every block: valid: an integer >= 1")
+    with pytest.raises(ValueError) as err:
+        job.check_buildable(cfg)
+    assert str(err.value).startswith("the model cannot be built with these settings (model.net.name="
+                                     "deit_micro_patch4_32, ") and "model.net.num_heads=[2, 2]): TypeError: " in str(
+        err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    # probe 8 B94: "create_model() got multiple values for keyword argument 'num_classes'", after the run dir
+    ("+model.net.num_classes=10", "model.net.num_classes=10 is not a setting: the number of classes comes from the"
+                                  " data (its class folders); valid: drop it"),
+    # probe 8 B92: a 90-line traceback of the first convolution at the first batch, after the run dir
+    ("+model.net.in_chans=1", "model.net.in_chans=1 does not fit the data: every image is read as RGB, 3 channels;"
+                              " valid: drop it (or model.net.in_chans=3)"),
+])
+def test_a_backbone_option_the_data_decide_is_one_line_before_the_run_dir(override: str, message: str,
+                                                                           tmp_path: Path) -> None:
+    from lifecycle.job import check_buildable
+
+    with pytest.raises(ValueError) as err:
+        check_buildable(_compose(tmp_path, ["debug=fast", override]))
+    assert str(err.value) == message
+
+
+def test_a_constructor_assertion_is_one_line_naming_the_model_settings(tmp_path: Path) -> None:
+    """Probe 8 B93: ``+model.net.class_token=false`` was timm's bare "Token pooling needs the class token."
+    after the run dir was made."""
+    from lifecycle.job import check_buildable
+
+    with pytest.raises(ValueError) as err:
+        check_buildable(_compose(tmp_path, ["debug=fast", "+model.net.class_token=false"]))
+    assert "model.net.class_token=False): AssertionError: Token pooling needs the class token." in str(err.value)
+
+
 # ------------------------------------------------------------------ 4, 5, 6: single settings
 SETTINGS_BAD = [
     ("trainer.val_check_interval=0", "trainer.val_check_interval=0 must be an integer >= 1 (batches), a fraction "

@@ -584,3 +584,55 @@ def test_a_result_at_another_precision_is_not_counted(tmp_path: Path, precision:
     assert _counted(table, VAL48, 1) == ((60.0, None, 1), ((f"testsets/{INTERPOLATE}.json", why),
                                                            (f"testsets/{VAL48}.json", why)))
     assert _counted(table, INTERPOLATE, 1)[0] == (50.0, None, 1)
+
+
+def _train_again(run_dir: Path, training: str | None, data_files: str | None = None) -> None:
+    """``metrics.json`` as a job writes it after training ``run_dir`` (again): its best.ckpt's training token
+    and, for hand data, the fingerprint of the data it trained on."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics.pop("checksum")
+    for key, value in (("training", training), ("data/files", data_files)):
+        if value is not None:
+            metrics[key] = value
+    (run_dir / "metrics.json").write_text(json.dumps(with_checksum(metrics)) + "\n")
+
+
+@pytest.mark.parametrize(("result_training", "run_training", "why"), [
+    ("a" * 16, "b" * 16, f"it measured the weights of an earlier training in this run dir (training {'a' * 16!r};"
+                         f" the run's best.ckpt is of training {'b' * 16!r})"),
+    (None, "b" * 16, "it was evaluated before the run's weights were trained (it records no training, the run's"
+                     f" metrics.json {'b' * 16!r}): it measured weights since deleted"),
+    ("a" * 16, None, f"it records training {'a' * 16!r}, while the run's metrics.json records none"),
+])
+def test_a_result_of_weights_trained_before_in_the_run_dir_is_not_counted(
+        tmp_path: Path, result_training: str | None, run_training: str | None, why: str) -> None:
+    """Probe 8 case B6: a run dir's checkpoints and records deleted and the run trained again (same config,
+    same length): the old testsets/ result, of the deleted weights, was counted for the new ones. Each result
+    and metrics.json record the training token of the best.ckpt they measured; only equal ones pair (both
+    absent: results and runs from before the token, as the committed archives)."""
+    runs = _own_runs(tmp_path)
+    _result(runs[(K, 0)], 60.0, training="c" * 16)
+    _train_again(runs[(K, 0)], "c" * 16)  # the same training: counted
+    _result(runs[(K, 1)], 12.5, training=result_training)
+    _train_again(runs[(K, 1)], run_training)
+    stats, problems = _counted(_table(tmp_path), INTERPOLATE, 1)
+    assert stats == (60.0, None, 1)
+    [(file, reason)] = problems
+    assert file == f"testsets/{INTERPOLATE}.json" and reason.startswith(why)
+    assert reason.endswith(": evaluate it again (scripts/evaluate_testsets.py)")
+    with pytest.raises(collect.TableError, match="is not a result make_tables counts: " + why[:40]):
+        archive_runs._testset_files(runs[(K, 1)], "finished", tmp_path / "archive")  # nor archived as one
+
+
+def test_a_result_of_the_runs_hand_data_changed_since_is_not_counted(tmp_path: Path) -> None:
+    """Probe 8 case B4: a result that read the run's own hand data after its files changed (another
+    fingerprint than metrics.json's data/files) is not counted; the same fingerprint is."""
+    runs = _own_runs(tmp_path)
+    for seed, files in ((0, "f" * 64), (1, "e" * 64)):
+        _own_data_result(runs[(K, seed)], 60.0 + seed, data_sha256=None, data_generator=None, data_files=files)
+        _train_again(runs[(K, seed)], None, data_files="f" * 64)
+    stats, problems = _counted(_table(tmp_path), VAL48, 1)
+    assert stats == (60.0, None, 1)
+    assert problems == ((f"testsets/{VAL48}.json", "it read other data than the run trained on (fingerprint"
+                         " eeeeeeeeeeee, the run's ffffffffffff): its data.root was changed since: evaluate it"
+                         " again (scripts/evaluate_testsets.py)"),)

@@ -702,6 +702,43 @@ def test_a_hand_data_run_reads_only_its_own_folder_on_a_run_own_data_test_set(tm
 
 
 @pytest.mark.filterwarnings("ignore")
+def test_a_run_own_data_test_set_refuses_the_runs_hand_data_changed_since(tmp_path: Path) -> None:
+    """Probe 8 case B4: a hand-data run's val folder replaced by other images under the same class names, and
+    ``testset=val_at_48`` (the run's own data) evaluated them and wrote a result that make_tables counted.
+    The data read must have the fingerprint the run recorded (metrics.json's data/files): else one line before
+    anything is evaluated. A result records that fingerprint and the training token of the best.ckpt read."""
+    from data.fake import make_fake_imagefolder
+    from lifecycle.identity import data_record
+
+    data = tmp_path / "data"
+    own = make_fake_imagefolder(data / "hand", num_classes=8, per_class=2)
+    run = _fake_run(tmp_path / "run", data, ["data.root=${paths.data_dir}/hand", "data.generator=null",
+                                              "data.batch_size=16", "debug=fast"])
+    trained = data_record(OmegaConf.load(run / "config.yaml").data)
+    (run / "metrics.json").write_text(json.dumps({"val/top1": 99.0, "data/root": trained["root"],
+                                                  "data/files": trained["files"]}))
+    best = run / "checkpoints" / "best.ckpt"
+    torch.save({**torch.load(best), "run_training": "t" * 16}, best)
+    _eval(run, data, "val_at_48")
+    result = run / RESULT_FOLDER / "val_at_48@interpolate.json"
+    record = json.loads(result.read_text())
+    assert (record["data_files"], record["training"]) == (trained["files"], "t" * 16)
+
+    other = make_fake_imagefolder(tmp_path / "other", num_classes=8, per_class=2, seed=1)
+    shutil.rmtree(own / "val")
+    shutil.copytree(other / "val", own / "val")
+    with pytest.raises(TestsetError) as err:
+        _eval(run, data, "val_at_48")
+    text = str(err.value)
+    assert text.startswith(f"testset=val_at_48 measures the run's own data, and data.root={own} holds other files"
+                           f" than the run trained on ({own} (? files, fingerprint {trained['files'][:12]}) -> {own}"
+                           " (32 files, fingerprint "), text
+    assert text.endswith("; nothing was evaluated; valid: restore the run's data there (or evaluate a run trained"
+                         " on these data)") and "\n" not in text
+    assert json.loads(result.read_text()) == record  # the earlier result, untouched
+
+
+@pytest.mark.filterwarnings("ignore")
 def test_a_test_set_at_another_precision_is_refused_before_anything(tmp_path: Path) -> None:
     """Probe 2026-12-05 case 128: ``testset=val_at_48 trainer.precision=bf16-mixed`` wrote a result with no
     precision, counted beside 32-true ones (val/loss 2.11351 vs 2.11357). Every test-set column is measured
