@@ -761,6 +761,8 @@ def _refuse_interpolation_text(cfg: DictConfig) -> None:
         if not isinstance(node, DictConfig) or node._is_none():
             continue
         for key in (list(node.keys()) if leaf == "*" else [leaf] if leaf in node else []):
+            if f"{parent}.{key}" == "paths.log_dir":
+                continue  # any '$' in a run's or sweep's dir is refused with the run dir (`cli.refuse_dollar`)
             try:
                 value = node[key]
             except OmegaConfBaseException:
