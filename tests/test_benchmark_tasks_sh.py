@@ -341,11 +341,12 @@ def test_a_stop_signal_to_the_script_reaches_its_training_and_is_one_line(copy: 
     environ = {k: v for k, v in os.environ.items() if k not in ("PY", "LANES", "TRAINER") and not k.startswith("STUB")}
     env = environ | {"PY": str(copy / "python"), "LANES": "1", "TRAINER": "", "STUB_TRAIN_SLEEPS": "1"}
     task = "shift" if script == SCRIPT else "where"
-    # the script starts as from a terminal, with SIGINT at its default (pytest-xdist's workers ignore it, and a
-    # signal ignored when bash starts can never be trapped)
+    from tests.helpers import _sigint_as_at_a_terminal
+
+    # the script starts as from a terminal, with SIGINT at its default (a suite run in the background inherits it
+    # ignored, and a signal ignored when bash starts can never be trapped)
     started = subprocess.Popen(["bash", str(copy / "repo" / "scripts" / script.name), task], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 60
     while not any(call.startswith("train.py sweep=") for call in _calls(copy)) and time.monotonic() < deadline:
         time.sleep(0.1)
