@@ -171,7 +171,7 @@ def md5(path):
 
 def detr_model():
     """The DETR of run detr1 (its module's .model), built from its config.yaml by plain calls."""
-    from models.run_config import build_data_and_model, load_run_config
+    from lifecycle.run_config import build_data_and_model, load_run_config
     _, module = build_data_and_model(load_run_config(f"{P}/runs/detr1/config.yaml"))
     return module.model
 EOF
