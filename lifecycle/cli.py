@@ -1482,14 +1482,16 @@ HYDRA_SETTABLE = {
 }
 # What Hydra fills in from the command itself (the overrides, the choices, the job's name and number)
 HYDRA_DERIVED = ("overrides", "runtime", "job.name", "job.override_dirname", "job.id", "job.num", "job.config_name")
-# Why a locked Hydra setting stays as it is, by key prefix (the first that matches)
+# Why a locked Hydra setting stays as it is, by key prefix (the first that matches): eval.py's own reasons first
+HYDRA_LOCKED_WHY_EVAL = {
+    "run": "eval.py makes no run dir (a test set's result goes into the evaluated run's testsets/)",
+    "mode": "eval.py evaluates one checkpoint per command and makes no folder; valid: scripts/evaluate_testsets.py"
+            " <run or sweep dirs> --testsets <names> for many",
+    "sweep": "eval.py makes no folder (a test set's result goes into the evaluated run's testsets/)",
+}
 HYDRA_LOCKED_WHY = {
     "run.dir": "a run's dir is paths.log_dir/run_name, which its records, its reruns and the tables go by; valid:"
                " paths.log_dir=<folder> run_name=<name>",
-    "eval:run": "eval.py makes no run dir (a test set's result goes into the evaluated run's testsets/)",
-    "eval:mode": "eval.py evaluates one checkpoint per command and makes no folder; valid: scripts/evaluate_testsets.py"
-                 " <run or sweep dirs> --testsets <names> for many",
-    "eval:sweep": "eval.py makes no folder (a test set's result goes into the evaluated run's testsets/)",
     "callbacks": "Hydra would make and call the objects it names around every job, outside the run's checks",
     "searchpath": "a run is composed from the project's configs/ and the command line only; valid: a recipe of your"
                   " own in configs/experiment/",
@@ -1538,7 +1540,7 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
     for key in sorted(changed, key=lambda k: k not in given):
         value = given.get(key, _ABSENT)
         value = getattr(value, "name", value) if isinstance(value, enum.Enum) else value  # hydra.mode: RunMode
-        shown = "deleted" if value is _ABSENT else f"hydra.{key}={value!r}"
+        shown = f"~hydra.{key} (deleting it)" if value is _ABSENT else f"hydra.{key}={value!r}"
         if _under(key, logging_keys):
             group = key.split(".", 1)[0]
             raise CommandLineError(
@@ -1546,16 +1548,14 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
                 f" and files are the option's own (a handler set otherwise could write a file anywhere, or fail"
                 f" inside Hydra before the job starts); valid: hydra/{group}=stdout (train's and eval's default),"
                 " none or disabled")
-        why = next((w for p, w in HYDRA_LOCKED_WHY.items() if _under(f"{config_name}:{key}", (p,))), None) or next(
-            (w for p, w in HYDRA_LOCKED_WHY.items() if _under(key, (p,))), "it is not one of the Hydra settings this"
-            " project reads")
+        reasons = {**HYDRA_LOCKED_WHY_EVAL, **HYDRA_LOCKED_WHY} if config_name == "eval" else HYDRA_LOCKED_WHY
+        why = next((w for p, w in reasons.items() if _under(key, (p,))),
+                   "it is not one of the Hydra settings this project reads")
         parts = key.split(".")
         named = {"hydra." + ".".join(parts[:i]) for i in range(1, len(parts) + 1)}
         given_as = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] in named), None)
-        source = f" (from {given_as})" if given_as else " (set by a recipe or a node override)"
-        if value is _ABSENT:
-            shown = f"~hydra.{key} (deleting it)"
-            source = ""
+        source = ("" if value is _ABSENT else f" (from {given_as})" if given_as
+                  else " (set by a recipe or a node override)")
         valid = [f"hydra.{k}" for k in settable
                  if k not in (*logging_keys, "help", "hydra_help", "verbose", "job.config.override_dirname")]
         raise CommandLineError(f"{shown}{source} is not a setting of {SCRIPTS.get(config_name, config_name)}: {why};"
