@@ -1387,14 +1387,13 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 pins = _pin_output_dir(cfg, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
-    except AttributeError as err:
-        if "full_key: hydra.sweeper.params" not in str(err):
+    except (AttributeError, AssertionError):  # OmegaConf's, setting into the basic sweeper's null params
+        given = next((o for o in overrides if o.lstrip("+~").startswith("hydra.sweeper.params")), None)
+        if given is None or any(o.startswith("hydra/sweeper=") for o in overrides):  # the basic sweeper's only
             raise
-        given = next((o for o in overrides if o.lstrip("+~").startswith("hydra.sweeper.params=")),
-                     "hydra.sweeper.params")
-        raise CommandLineError(f"{given} cannot be merged: this sweeper's params are null, and a mapping cannot be"
-                               " merged into null; valid: the swept keys on the command line (-m 'seed=0,1'), or"
-                               " hydra.sweeper.params.<key>=<values>, one key an override") from None
+        raise CommandLineError(f"{given} cannot be set: this sweeper's params are null, and OmegaConf cannot set a key"
+                               " or merge a mapping into null; valid: the swept keys on the command line"
+                               " (-m 'seed=0,1'), or a sweep config of your own in configs/sweep/") from None
     except ValueError as err:
         if GROUP_NOT_A_STRING not in str(err):
             raise  # the checks' own one-line errors

@@ -1576,11 +1576,13 @@ def test_a_shuffled_sweep_with_numbered_job_dirs_is_one_line(tmp_path: Path) -> 
      " train.py: Hydra would make and call the objects it names"),
     (["hydra.output_subdir=.hydra"], "hydra.output_subdir=.hydra is not a setting"),
     (["-m", 'hydra.sweeper.params={seed:"0,1"}', "hydra.sweep.dir=<tmp>/sw"],
-     'hydra.sweeper.params={seed:"0,1"} cannot be merged: this sweeper\'s params are null'),
+     'hydra.sweeper.params={seed:"0,1"} cannot be set: this sweeper\'s params are null'),
+    (["-m", "+hydra.sweeper.params.seed=0,1", "hydra.sweep.dir=<tmp>/sw"],
+     "++hydra.sweeper.params.seed=0,1 cannot be set: this sweeper's params are null"),
     (["rpe=${oc.env:RPE_TEST_CHOICE}"],
      "rpe=${oc.env:RPE_TEST_CHOICE}: a group's option is given by its name, not through an interpolation"),
 ], ids=["run_dir_node", "mode_interval", "mode_shuffle", "file_handler", "not_a_handler", "hydra_callback",
-        "output_subdir", "params_node", "choice_by_env"])
+        "output_subdir", "params_node", "params_key", "choice_by_env"])
 def test_hydra_settings_are_judged_on_the_composed_config(args: list[str], expected: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
