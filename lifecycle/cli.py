@@ -23,6 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from lifecycle.command import SweepDirBefore, command_scope, current
 from storage.files import symlink_loop
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -33,12 +34,6 @@ NAME_MAX = 255  # one path component (a folder or file name), in bytes, on Linux
 
 class CommandLineError(ValueError):
     """A bad command-line choice, reported in one line."""
-
-
-# What this command's checks changed in a sweep dir before Hydra started, by sweep dir: the topmost folder they made
-# (None: the sweep dir was there), its ``multirun.yaml`` before (None: none) and the copy of it kept. A sweep none
-# of whose jobs could be submitted takes these back (`take_back_sweep_dir`).
-SWEEP_DIRS_BEFORE: dict[Path, tuple[Path | None, bytes | None, Path | None]] = {}
 
 
 def job_dirname(overrides: str) -> str:
@@ -520,7 +515,7 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
     try:
         folder.mkdir(parents=True)
         if key == "hydra.sweep.dir":
-            SWEEP_DIRS_BEFORE[folder] = (topmost, None, None)
+            current().sweep_dirs[folder] = SweepDirBefore(made=topmost)
         probe = folder / f".write-check-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -1935,15 +1930,15 @@ def compose_checked(config_name: str, overrides: list[str], devices: bool = True
 
 def _record_sweep_dir(sweep_dir: Path) -> None:
     """Keep the sweep dir's earlier grid (`keep_earlier_grid`) and note what this command changed in the dir
-    (`SWEEP_DIRS_BEFORE`)."""
+    (the current command's `sweep_dirs`)."""
     from storage.files import guarded
 
     folder = Path(os.path.abspath(sweep_dir))
-    made = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))[0]
+    before = current().sweep_dirs.setdefault(folder, SweepDirBefore())
     grid = folder / "multirun.yaml"
     with guarded(grid, "read"):
-        earlier = grid.read_bytes() if grid.is_file() else None
-    SWEEP_DIRS_BEFORE[folder] = (made, earlier, keep_earlier_grid(folder))
+        before.grid = grid.read_bytes() if grid.is_file() else None
+    before.grid_copy = keep_earlier_grid(folder)
 
 
 def take_back_sweep_dir(sweep_dir: Path, submitit_before: set[str] | None) -> bool:
@@ -1952,7 +1947,8 @@ def take_back_sweep_dir(sweep_dir: Path, submitit_before: set[str] | None) -> bo
     names ``.submitit/`` held before; None: no ``.submitit/``), and the folders the checks made, if left empty.
     Anything else in the dir stays. True when the sweep dir is gone."""
     folder = Path(os.path.abspath(sweep_dir))
-    made, earlier, copy_kept = SWEEP_DIRS_BEFORE.get(folder, (None, None, None))
+    before = current().sweep_dirs.get(folder, SweepDirBefore())
+    made, earlier, copy_kept = before.made, before.grid, before.grid_copy
     grid = folder / "multirun.yaml"
     with contextlib.suppress(OSError):
         if earlier is None:
@@ -2403,8 +2399,15 @@ def cli(hydra_main: Any, config_name: str = "train", after: Any = None, interrup
     ``interrupted(signum)``, where given, has the stop signals for the whole of Hydra's run (between a sweep's
     jobs too, where they would otherwise end the process without a word) and reports one that came outside a job.
     With `CHECK_FLAG` only the checks run, on each command of `check_only_commands`, writing nothing: exit 0 when
-    every command would start, else the first refusal's line and exit 2.
+    every command would start, else the first refusal's line and exit 2. The command's state across its jobs
+    (failed jobs, sweep dirs, stop signals) is its own (`lifecycle.command.command_scope`).
     """
+    with command_scope():
+        _check_and_run(hydra_main, config_name, after, interrupted)
+
+
+def _check_and_run(hydra_main: Any, config_name: str, after: Any, interrupted: Any) -> None:
+    """`cli`'s body, inside the command's scope."""
     check_only = CHECK_FLAG in sys.argv[1:]
     try:
         if check_only:

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
 from lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
+from lifecycle.command import current
 from lifecycle.identity import (
     config_differences,
     data_difference,
@@ -69,10 +70,10 @@ from lifecycle.records import (
 )
 from lifecycle.signals import (
     STOP_SIGNALS,
-    StopSignals,
     chain_previous_handler,
     install_stop_signals,
     restore_stop_signals,
+    stop_signals,
 )
 from lifecycle.testset_definition import TRAINING_KEY
 from storage.destinations import check_generated_root
@@ -94,9 +95,6 @@ class ResumeError(ValueError):
 
 class NoResultError(ValueError):
     """The job ended without weights that may be reported as its result."""
-
-
-FAILED_JOBS: list[str] = []  # "<run dir>: <message>" of this process's sweep jobs that failed
 
 
 # ----------------------------------------------------------------------------- building
@@ -328,7 +326,7 @@ def _watch_workers(job: Job, workers: list) -> None:
                               (0, None))
             # A stop signal to the process group (SLURM, timeout, Ctrl-C) can end a worker that has not yet
             # installed its handlers (still importing) before this process sees it: a stop, not a failure.
-            signum = StopSignals.received or _stop_signal_of(code)
+            signum = stop_signals().received or _stop_signal_of(code)
             if signum is not None:
                 with contextlib.suppress(Exception):  # best effort, as below
                     job.save_state("interrupted", signal=signal.Signals(signum).name)
@@ -774,8 +772,8 @@ def _smoke_run(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                  if c is not None and "Checkpoint" not in str(c.get("_target_", ""))}
     trainer = build_trainer(cfg.trainer, OmegaConf.create(callbacks))
     trainer.fit(model, datamodule=datamodule)
-    if StopSignals.received is not None:
-        raise RunInterrupted(StopSignals.received)
+    if stop_signals().received is not None:
+        raise RunInterrupted(stop_signals().received)
     with contextlib.suppress(OSError):
         run_dir.rmdir()  # the folder Hydra made for the job, if the run left it empty
     say("smoke run (trainer.fast_dev_run) passed; no result was recorded and the run dir was not written")
@@ -941,16 +939,16 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             if rank0 and job.record is not None:
                 resumed_at = (_checkpoint_facts(Path(resume_from)) or {}).get("global_step")
                 job.record.fields["resumes"].append(resumed_at)
-        StopSignals.checkpoint = resume
+        stop_signals().checkpoint = resume
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
         finally:
-            StopSignals.checkpoint = None
+            stop_signals().checkpoint = None
         if resumed_at is not None and trainer.global_step == resumed_at and job.record is not None:
             # the checkpoint was already at the run's end: nothing was trained after it, so no sitting was added
             job.record.fields["resumes"].pop()
-    if StopSignals.received is not None:  # arrived after the last batch: last.ckpt is the epoch's end
-        raise RunInterrupted(StopSignals.received)
+    if stop_signals().received is not None:  # arrived after the last batch: last.ckpt is the epoch's end
+        raise RunInterrupted(stop_signals().received)
     if not finished:
         _require_full_length(cfg, trainer, run_dir)
     best, steps = result_checkpoint(run_dir, identity_id, length, job.record.fields.get("lengths") if job.record
@@ -961,8 +959,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
                                if k.startswith(("train/", "cost/"))} if not finished else {}
     if cfg.get("test_after_fit"):
         tested = trainer.test(model, datamodule=datamodule, ckpt_path=str(best), verbose=False, weights_only=True)
-        if StopSignals.received is not None:  # during the test: its numbers are not a result
-            raise RunInterrupted(StopSignals.received)
+        if stop_signals().received is not None:  # during the test: its numbers are not a result
+            raise RunInterrupted(stop_signals().received)
         metrics.update(scalar_metrics(tested[0] if tested else {}))
         headline = next((k for k in HEADLINE_METRICS if k in metrics), None)
         if headline is None:
@@ -1100,7 +1098,7 @@ def run(cfg: DictConfig, script: Path | None = None) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 
     job = Job(Path(HydraConfig.get().runtime.output_dir).resolve())
-    StopSignals.reset()
+    stop_signals().reset()
     try:
         return _run(cfg, job, script or Path(__file__).resolve().parents[1] / "train.py")
     finally:
@@ -1143,8 +1141,9 @@ def _report_interruption(run_dir: Path | None, signum: int, chain: bool = True) 
     """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell. ``chain``: this process got the
     signal, so a launcher's own handler of it runs too (not so for a signal that ended a worker only)."""
     say(_interruption_line(run_dir, signum), stream=sys.stderr)
-    if FAILED_JOBS:
-        say(f"error: {len(FAILED_JOBS)} sweep job(s) failed:", *(f"  {j}" for j in FAILED_JOBS), stream=sys.stderr)
+    failed_jobs = current().failed_jobs
+    if failed_jobs:
+        say(f"error: {len(failed_jobs)} sweep job(s) failed:", *(f"  {j}" for j in failed_jobs), stream=sys.stderr)
     if chain:
         chain_previous_handler(signum)
     sys.exit(128 + signum)
@@ -1198,13 +1197,13 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             with contextlib.suppress(OSError):
                 os.rmdir(output_dir)  # the empty dir Hydra made for the job; never a dir with anything in it
             say(f"error: job refused: {err}", stream=sys.stderr)
-            FAILED_JOBS.append(f"{output_dir}: {err}")
+            current().failed_jobs.append(f"{output_dir}: {err}")
             return float("nan")
     job = Job(Path(output_dir).resolve())
     # Lightning's DDP launcher leaves LOCAL_RANK, WORLD_SIZE, MASTER_PORT, ... in this process's
     # environment; the next job of a multirun would take them as "workers already exist" and wait forever.
     environment = dict(os.environ)
-    StopSignals.reset()
+    stop_signals().reset()
     install_stop_signals()
     exit_code = 1
     try:
@@ -1214,7 +1213,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
             return float("nan") if _is_multirun() else None
         return next((metrics[k] for k in HEADLINE_METRICS if metrics.get(k) is not None), None)
     except BaseException as err:
-        signum = err.signum if isinstance(err, RunInterrupted) else StopSignals.received
+        signum = err.signum if isinstance(err, RunInterrupted) else stop_signals().received
         if signum is None and (isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt)):
             signum = int(signal.SIGINT)  # Ctrl-C: Lightning shuts down and exits 1; say so and exit as a shell does
         if signum is not None or isinstance(err, KeyboardInterrupt | SystemExit):
@@ -1238,7 +1237,7 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
         if _is_multirun():
             # One failed job must not stop the sweep: report it, keep going, summarise at the end.
             say(f"error: job failed ({job.run_dir}): {message}", stream=sys.stderr)
-            FAILED_JOBS.append(f"{job.run_dir}: {message}")
+            current().failed_jobs.append(f"{job.run_dir}: {message}")
             return float("nan")  # the optuna sweeper tells a trial without a number as failed (lifecycle/sweeper.py)
         if isinstance(err, user_error_types()):
             if os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) != "0":
@@ -1266,7 +1265,8 @@ def interrupted_outside_a_job(signum: int) -> None:
 
 def after_sweep() -> int:
     """After Hydra returns: list the sweep's failed jobs; the exit code (1 if any failed)."""
-    if FAILED_JOBS:
-        say(f"error: {len(FAILED_JOBS)} sweep job(s) failed:", *(f"  {j}" for j in FAILED_JOBS), stream=sys.stderr)
+    failed_jobs = current().failed_jobs
+    if failed_jobs:
+        say(f"error: {len(failed_jobs)} sweep job(s) failed:", *(f"  {j}" for j in failed_jobs), stream=sys.stderr)
         return 1
     return 0

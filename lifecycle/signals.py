@@ -4,7 +4,7 @@ During ``fit`` a signal only asks `ResumeCheckpoint` to save ``last.ckpt`` and s
 (a batch end, or the end of a validation in progress); elsewhere it raises `RunInterrupted` at once.
 `RunInterrupted` is a ``BaseException``, so no ``except Exception`` (Python's logging, a library's retry
 loop) can swallow it, and a signal seen at any moment of a job keeps that job from being recorded as
-finished (`StopSignals.received`).
+finished (`stop_signals().received`, kept by the current `lifecycle.command.Command`).
 """
 
 from __future__ import annotations
@@ -19,20 +19,12 @@ from typing import Any
 
 from data.datamodule import STOP_SIGNALS
 from lifecycle.checkpoints import RunInterrupted
+from lifecycle.command import StopSignalState, current
 
 
-class StopSignals:
-    """Process-wide: the stop signal received during the current job, and the fit it goes to."""
-
-    received: int | None = None
-    checkpoint: Any = None  # the ResumeCheckpoint of the fit in progress, else None
-    previous: dict[int, Any] = {}
-    held = 0  # installs not yet restored: a sweep holds them around its jobs, each job holds them too
-
-    @classmethod
-    def reset(cls) -> None:
-        cls.received = None
-        cls.checkpoint = None
+def stop_signals() -> StopSignalState:
+    """The current command's stop-signal state: the signal received during its job, the fit it goes to."""
+    return current().signals
 
 
 def _detach_closed_terminal(signum: int) -> None:
@@ -55,9 +47,10 @@ def _detach_closed_terminal(signum: int) -> None:
 
 def _on_stop_signal(signum: int, frame: Any) -> None:
     _detach_closed_terminal(signum)
-    StopSignals.received = signum
-    if StopSignals.checkpoint is not None:
-        StopSignals.checkpoint.stop_signal = signum
+    state = stop_signals()
+    state.received = signum
+    if state.checkpoint is not None:
+        state.checkpoint.stop_signal = signum
     else:
         raise RunInterrupted(signum)
 
@@ -68,11 +61,12 @@ def install_stop_signals(interrupt: bool = False) -> None:
     Lightning would turn its ``KeyboardInterrupt`` into exit 1 without a word."""
     if threading.current_thread() is not threading.main_thread():
         return
-    StopSignals.held += 1
+    state = stop_signals()
+    state.held += 1
     for signum in (*STOP_SIGNALS, *((signal.SIGINT,) if interrupt else ())):
         previous = signal.signal(signum, _on_stop_signal)
         if previous is not _on_stop_signal:
-            StopSignals.previous[signum] = previous
+            state.previous[signum] = previous
 
 
 def restore_stop_signals() -> None:
@@ -82,15 +76,16 @@ def restore_stop_signals() -> None:
     job inside a sweep leaves them to the sweep."""
     if threading.current_thread() is not threading.main_thread():
         return
-    StopSignals.held = max(StopSignals.held - 1, 0)
-    if StopSignals.held:
+    state = stop_signals()
+    state.held = max(state.held - 1, 0)
+    if state.held:
         return
-    StopSignals.reset()  # no job is running: a signal now interrupts at once
+    state.reset()  # no job is running: a signal now interrupts at once
     for signum in STOP_SIGNALS:
-        previous = StopSignals.previous.get(signum)
+        previous = state.previous.get(signum)
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
     if signal.getsignal(signal.SIGINT) is _on_stop_signal:
-        previous = StopSignals.previous.get(signal.SIGINT)
+        previous = state.previous.get(signal.SIGINT)
         signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
@@ -101,7 +96,7 @@ def exit_when_interrupted(command: str, outcome: str | Callable[[], str]) -> Ite
     one line, ``error: <command> interrupted by <SIGNAL>; <outcome>`` (what was written: results are written whole,
     after their test, or not at all; a callable ``outcome`` says it when the signal came). The handlers the
     process had are back after the block."""
-    StopSignals.reset()
+    stop_signals().reset()
     install_stop_signals(interrupt=True)  # before any Trainer: Lightning then leaves SIGTERM to us
     try:
         yield
@@ -117,6 +112,6 @@ def exit_when_interrupted(command: str, outcome: str | Callable[[], str]) -> Ite
 
 def chain_previous_handler(signum: int) -> None:
     """Let a launcher's own handler (submitit requeues on SIGUSR2) act once our checkpoint is saved."""
-    previous = StopSignals.previous.get(signum)
+    previous = stop_signals().previous.get(signum)
     if callable(previous):
         previous(signum, None)

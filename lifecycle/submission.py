@@ -18,16 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle.cli import say, take_back_sweep_dir
+from lifecycle.command import current
 
 
 class SubmissionRefused(Exception):
     """The scheduler's submission command failed: its answer, in one line."""
-
-
-class Submissions:
-    """Process-wide: how many submission commands of this command succeeded (a sweep submits in batches)."""
-
-    accepted = 0
 
 
 @contextlib.contextmanager
@@ -48,9 +43,9 @@ def _submission_command_watched() -> Iterator[None]:
             # the error's own text is sbatch's answer (its cause is only the exit status)
             raise SubmissionRefused(" ".join(str(err).split()) or quiet.getvalue().strip()) from err
         except FailedSubmissionError as err:  # sbatch answered 0 with no job id: a job may be queued
-            Submissions.accepted += 1
+            current().submissions_accepted += 1
             raise SubmissionRefused(f"{' '.join(str(err).split())} (a job may have been queued: see squeue)") from err
-        Submissions.accepted += 1
+        current().submissions_accepted += 1
         sys.stderr.write(quiet.getvalue())
         return job
 
@@ -75,8 +70,9 @@ def launch_or_refuse(launch: Callable[[], Sequence[Any]], sweep_dir: Path, sched
     except SubmissionRefused as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        if Submissions.accepted:
-            outcome = f"{Submissions.accepted} submission(s) of this sweep may be queued, so {sweep_dir} is kept"
+        accepted = current().submissions_accepted  # a sweep submits in batches: earlier ones may be queued
+        if accepted:
+            outcome = f"{accepted} submission(s) of this sweep may be queued, so {sweep_dir} is kept"
         elif take_back_sweep_dir(sweep_dir, before):
             outcome = f"nothing was submitted, and the sweep dir {sweep_dir} this command made was removed"
         else:

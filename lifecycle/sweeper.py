@@ -21,6 +21,7 @@ from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 from omegaconf import OmegaConf
 
 from lifecycle.cli import one_line, say
+from lifecycle.command import current
 
 
 def trial_value(ret: JobReturn) -> float | None:
@@ -31,13 +32,11 @@ def trial_value(ret: JobReturn) -> float | None:
     """
     import sys
 
-    from lifecycle.job import FAILED_JOBS
-
     try:
         value = ret.return_value
     except Exception as err:  # Hydra's JobReturn re-raises what the job raised
         say(f"error: job failed ({ret.working_dir}): {one_line(err)}", stream=sys.stderr)
-        FAILED_JOBS.append(f"{ret.working_dir}: {one_line(err)}")
+        current().failed_jobs.append(f"{ret.working_dir}: {one_line(err)}")
         return None
     try:
         number = float(value)

@@ -496,24 +496,26 @@ def test_a_stop_signal_between_two_sweep_jobs_is_one_line_and_the_sweeps_exit(ca
     holds them around Hydra's run), so a SIGHUP between two jobs interrupts with one line and 128 + signum, where
     the default handler ended the process without a word."""
     from lifecycle.checkpoints import RunInterrupted
-    from lifecycle.signals import StopSignals, install_stop_signals, restore_stop_signals
+    from lifecycle.command import command_scope
+    from lifecycle.signals import install_stop_signals, restore_stop_signals, stop_signals
 
     before = {s: signal.getsignal(s) for s in job.STOP_SIGNALS}
-    install_stop_signals()  # the sweep's hold (cli)
-    try:
-        install_stop_signals()  # a job's own
-        restore_stop_signals()  # ... given back when it ends
-        assert signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL
-        with pytest.raises(RunInterrupted) as err:
-            os.kill(os.getpid(), signal.SIGHUP)  # between the jobs
-        job.FAILED_JOBS.append("/sweep/0: an earlier job's failure")
-        with pytest.raises(SystemExit) as exited:
-            job.interrupted_outside_a_job(err.value.signum)
-    finally:
-        job.FAILED_JOBS.clear()
-        restore_stop_signals()
+    with command_scope() as command:
+        install_stop_signals()  # the sweep's hold (cli)
+        try:
+            install_stop_signals()  # a job's own
+            restore_stop_signals()  # ... given back when it ends
+            assert signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL
+            with pytest.raises(RunInterrupted) as err:
+                os.kill(os.getpid(), signal.SIGHUP)  # between the jobs
+            command.failed_jobs.append("/sweep/0: an earlier job's failure")
+            with pytest.raises(SystemExit) as exited:
+                job.interrupted_outside_a_job(err.value.signum)
+        finally:
+            restore_stop_signals()
+        held = stop_signals().held
     assert exited.value.code == 128 + signal.SIGHUP
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("error: run interrupted before its job began by SIGHUP; rerun the same command")
     assert lines[1:] == ["error: 1 sweep job(s) failed:", "  /sweep/0: an earlier job's failure"]
-    assert {s: signal.getsignal(s) for s in job.STOP_SIGNALS} == before and StopSignals.held == 0
+    assert {s: signal.getsignal(s) for s in job.STOP_SIGNALS} == before and held == 0
