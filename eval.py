@@ -55,7 +55,8 @@ import torch  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from lifecycle.cli import cli, report_user_error, say, user_error_types  # noqa: E402
+from lifecycle.cli import cli  # noqa: E402
+from lifecycle.console import report_user_error, say, user_error_types  # noqa: E402
 from lifecycle.job import build_trainer, scalar_metrics  # noqa: E402
 from lifecycle.records import BEST as BEST_CHECKPOINT  # noqa: E402
 from lifecycle.records import run_status  # noqa: E402

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import enum
-import hashlib
 import os
 import re
 import shutil
@@ -24,84 +23,30 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from lifecycle.command import SweepDirBefore, command_scope, current
+from lifecycle.console import (
+    CommandLineError,
+    key_that_reads,
+    missing_env_line,
+    one_line,
+    root_cause,
+    say,
+    setting_that_reads,
+)
+from lifecycle.project import (
+    CONFIG_DIR,
+    DDP_WORKER_CONFIG,
+    SCRIPTS,
+    USAGE,
+    group_options,
+    is_config_group,
+    root_defaults,
+    root_groups,
+)
 from storage.files import symlink_loop
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 PATH_BYTES = 3900  # PATH_MAX is 4096 on Linux, less room for checkpoints/<file>
 NAME_BYTES = 200  # one path component of a run dir (file systems allow 255 bytes)
 NAME_MAX = 255  # one path component (a folder or file name), in bytes, on Linux's file systems
-
-
-class CommandLineError(ValueError):
-    """A bad command-line choice, reported in one line."""
-
-
-def job_dirname(overrides: str) -> str:
-    """One path component naming a sweep job by its overrides (``hydra.job.override_dirname``).
-
-    Hydra's name keeps ``/`` (nested dirs) and ``${...}`` (which would be interpolated again when the
-    output dir is used), so anything outside ``[A-Za-z0-9._=,+-]`` becomes ``_``; long names keep a
-    prefix plus a hash of the whole.
-    """
-    name = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", overrides.replace("\\", "")) or "default"
-    if not name.strip("."):  # "." or ".." would name the folder itself or its parent, never a job's own
-        name = name.replace(".", "_")
-    if len(name) > 160:
-        name = f"{name[:140]}-{hashlib.sha1(overrides.encode()).hexdigest()[:12]}"
-    return name
-
-
-OmegaConf.register_new_resolver("job_dirname", job_dirname, replace=True)
-
-
-def group_options(group: str, bases: bool = False) -> list[str]:
-    """The options a user may pick: ``_``-prefixed files (``rpe/_base``) are shared bases, not choices (with
-    ``bases``: every file of the group, as Hydra itself lists them). Hydra's own groups (``hydra/launcher``)
-    also hold the options Hydra and its plugins bring (``basic``, ``submitit_slurm``, ``optuna``)."""
-    names = {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")}
-    if group.startswith("hydra/"):
-        names |= set(_hydra_group_options(group))
-    return sorted(n for n in names if bases or not n.startswith("_"))
-
-
-def is_config_group(group: str) -> bool:
-    """Whether ``group`` (``rpe``, ``hydra/launcher``) is a config group a ``group=option`` override picks from."""
-    return (CONFIG_DIR / group).is_dir() or (group.startswith("hydra/") and bool(_hydra_group_options(group)))
-
-
-@cache
-def _hydra_group_options(group: str) -> tuple[str, ...]:
-    """The options of one of Hydra's own groups as Hydra lists them: its built-in configs, the plugins' (from
-    their ConfigStore entries) and ours under ``configs/hydra``."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.object_type import ObjectType
-    from hydra.core.plugins import Plugins
-
-    Plugins.instance()  # registers the plugins' configs
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(CONFIG_DIR)))
-    return tuple(loader.get_group_options(group, ObjectType.CONFIG))
-
-
-# The entry point of each root config, and how a group choice is given to it
-SCRIPTS = {"train": "train.py", "eval": "eval.py"}
-USAGE = {"train": "python train.py {choice}",
-         "eval": "python eval.py ckpt_path=runs/<run>/checkpoints/best.ckpt {choice}"}
-
-
-def root_defaults(config_name: str) -> dict[str, Any]:
-    """``{group: default option}`` of ``configs/<config_name>.yaml``'s defaults list (None: no option unless
-    given; ``override`` dropped from Hydra's own groups)."""
-    import yaml
-
-    defaults = (yaml.safe_load((CONFIG_DIR / f"{config_name}.yaml").read_text()) or {}).get("defaults") or []
-    return {str(key).removeprefix("override ").strip(): value for item in defaults if isinstance(item, dict)
-            for key, value in item.items()}
-
-
-def root_groups(config_name: str) -> list[str]:
-    """The config groups in ``configs/<config_name>.yaml``'s defaults list (Hydra's own groups aside)."""
-    return sorted(k for k in root_defaults(config_name) if not k.startswith("hydra"))
 
 
 def _refuse_other_scripts_group(group: str, arg: str, config_name: str) -> None:
@@ -249,7 +194,7 @@ def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> st
     reads = re.compile(r"\$\{\s*" + re.escape(parts[0]) + inside + r"\s*\}")
     others = copy.deepcopy(plain)
     _nested(others, *parts[:-1]).pop(parts[-1])  # the value's own text does not count as a reader
-    reader = _key_that_reads(others, reads)
+    reader = key_that_reads(others, reads)
     if reader is not None:
         return f"which {reader} reads"
     holder_at = next((i for i in range(len(parts) - 1, 0, -1)
@@ -849,8 +794,6 @@ PRINT_ONLY_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", 
 # pickled config): a run is only ever composed from configs/ and the command line, whose checks it passes.
 FOREIGN_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir",
                         "--experimental-rerun")
-# Set by a parent run for its DDP workers: the private folder holding the config it composed and checked.
-DDP_WORKER_CONFIG = "RPE_DDP_WORKER_CONFIG"
 
 
 # Hydra's flags that take a value (``--config-path x`` or ``--config-path=x``)
@@ -1124,7 +1067,7 @@ def _interpolations(text: str) -> tuple[str, list[str]]:
 def _check_sweep_subdir(subdir: Any) -> None:
     """A sweep job's dir lies inside the sweep dir: ``hydra.sweep.subdir`` is a relative path without '..',
     whose interpolations are each one safe component (`SAFE_SUBDIR_INTERPOLATIONS`), so that no job's
-    settings can move it out once resolved. The job checks its resolved dir again (`check_job_dir`)."""
+    settings can move it out once resolved. The job checks its resolved dir again (`lifecycle.job.check_job_dir`)."""
     text = str(subdir)
     skeleton, interpolations = _interpolations(text)
     parts = Path(skeleton).parts
@@ -1140,15 +1083,6 @@ def _check_sweep_subdir(subdir: Any) -> None:
         why = f"${{{unsafe}}} may resolve to any path" if unsafe is not None else "it"
         raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir ({why});"
                                f"{valid}")
-
-
-def check_job_dir(output_dir: str | Path, sweep_dir: str | Path) -> None:
-    """A sweep job's run dir, resolved, lies strictly inside its resolved sweep dir (links followed)."""
-    job_dir, sweep = Path(os.path.realpath(output_dir)), Path(os.path.realpath(sweep_dir))
-    if job_dir == sweep or sweep not in job_dir.parents:
-        raise CommandLineError(f"this sweep job's run dir {output_dir} is not inside its sweep dir {sweep_dir}"
-                               f" (it resolves to {job_dir}); valid: a hydra.sweep.subdir without '..' or links"
-                               " that lead out")
 
 
 # What a job's subdir may read to be resolved without composing the job: its number, id and override dirname
@@ -2001,27 +1935,6 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     return copy
 
 
-def _setting_that_reads(inside: str, overrides: list[str], cfg: DictConfig | None = None) -> str:
-    """``key=value`` of the first override holding an interpolation ``${<inside>}`` (a regex), else the key of
-    the first value of the composed ``cfg`` (unresolved) holding it, else "a config value": OmegaConf names what
-    could not be resolved, not the setting that asked for it."""
-    reads = re.compile(r"\$\{\s*" + inside + r"\s*\}")
-    given = next((o for o in overrides if reads.search(o)), None)
-    if given:
-        return f"{given.lstrip('+~').split('=', 1)[0]}={given.split('=', 1)[1]}"
-    return (_key_that_reads(OmegaConf.to_container(cfg, resolve=False), reads) if cfg is not None else None) or (
-        "a config value")
-
-
-def _key_that_reads(node: Any, reads: re.Pattern[str], prefix: str = "") -> str | None:
-    """The dotted key of the first string in ``node`` (a plain container) that ``reads`` matches."""
-    if isinstance(node, str):
-        return prefix if reads.search(node) else None
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    return next((found for key, value in items
-                 if (found := _key_that_reads(value, reads, f"{prefix}.{key}" if prefix else str(key)))), None)
-
-
 @cache
 def _option_tree(group: str, option: str) -> dict[str, Any]:
     """``configs/<group>/<option>.yaml`` with the options of its own group it extends (its defaults list) merged
@@ -2052,7 +1965,7 @@ def _missing_key_line(name: str, overrides: list[str], cfg: DictConfig | None) -
     config group (``data.img_size``), the group's choice that lacks it and the choices that fit, e.g. a
     classification model (it reads ``${data.img_size}``) on detection data (``data=shapes_coco``)."""
     reads = re.compile(r"\$\{\s*" + re.escape(name) + r"\s*\}")
-    where = _setting_that_reads(re.escape(name), overrides, cfg)
+    where = setting_that_reads(re.escape(name), overrides, cfg)
     line = f"{where} reads ${{{name}}}, which is not a key of the config"
     valid = "a key that exists (e.g. ${paths.log_dir}, ${seed}) or the value itself"
     choices = OmegaConf.select(cfg, "hydra.runtime.choices") if cfg is not None else None
@@ -2072,7 +1985,7 @@ def _missing_key_line(name: str, overrides: list[str], cfg: DictConfig | None) -
     line = f"{where} reads ${{{name}}}, which {group}={choice} does not set"
     reader = where.split(".", 1)[0]
     if reader != group and reader in groups and choices.get(reader):
-        others = [o for o in group_options(reader) if not _key_that_reads(_option_tree(reader, o), reads)]
+        others = [o for o in group_options(reader) if not key_that_reads(_option_tree(reader, o), reads)]
         fit = [f"{group}={', '.join(fits)} with {reader}={choices[reader]}"] if fits else []
         fit += [f"{reader}={', '.join(others)} with {group}={choice}"] if others else []
         return (f"{line}: {reader}={choices[reader]} does not fit {group}={choice}; valid: {' or '.join(fit) or valid}")
@@ -2130,25 +2043,13 @@ def _unknown_key_line(full_key: str, valid: list[str], target: str = "") -> str:
     return line
 
 
-def _missing_env_line(message: str, overrides: list[str]) -> str | None:
-    """An ``${oc.env:NAME}`` without a default whose variable is not set: OmegaConf names neither the key that
-    reads it nor the fix (its text is a KeyError's), so name both."""
-    missing = re.search(r"Environment variable '([^']+)' not found", message)
-    if not missing:
-        return None
-    name = missing.group(1)
-    where = _setting_that_reads(r"oc\.env:\s*" + re.escape(name), overrides)
-    return (f"{where} reads environment variable {name}, which is not set; valid: set it (export {name}=...),"
-            f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
-
-
 def override_error(err: BaseException, overrides: list[str] | None = None, cfg: DictConfig | None = None,
                    config_name: str = "train") -> str:
     """One line from Hydra's multi-line override errors; names the valid keys where OmegaConf knows them.
     ``overrides``, the command line, and ``cfg``, the config as composed (when it was), let an unresolvable
     interpolation be traced to the key that holds it; ``config_name`` is the root config (its groups)."""
     cause = root_cause(err)
-    env_line = _missing_env_line(str(cause), overrides or [])
+    env_line = missing_env_line(str(cause), overrides or [])
     if env_line is not None:
         return env_line
     if getattr(err, "override", None):  # a parse error: OverrideParseException
@@ -2265,48 +2166,6 @@ def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str 
         return (f"{key} cannot be set by a dotted path: the key {rest!r} of {where} holds dots, which Hydra reads"
                 f" as further levels; valid: {spelling}")
     return None
-
-
-def user_error_types() -> tuple[type[BaseException], ...]:
-    """Errors that are the user's input (reported in one line), not the program's faults."""
-    from hydra.errors import HydraException
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    # OSError: the storage's answer (no space, read-only, a file in the way), which names its path
-    return (ValueError, OSError, OmegaConfBaseException, HydraException, MisconfigurationException)
-
-
-def root_cause(err: BaseException) -> BaseException:
-    while err.__cause__ is not None:
-        err = err.__cause__
-    return err
-
-
-def one_line(err: BaseException) -> str:
-    cause = root_cause(err)
-    # a ${oc.env:NAME} resolved late (a script's --set paths.data_dir=...): the fix, not OmegaConf's KeyError text
-    env_line = _missing_env_line(str(cause), [])
-    if env_line is not None:
-        return env_line
-    from storage.files import error_line
-
-    return error_line(cause)
-
-
-def say(*lines: str, stream: Any = None) -> None:
-    """Print, never failing: a closed terminal or pipe must not turn a report into a traceback."""
-    try:
-        print(*lines, sep="\n", file=stream or sys.stdout, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-def report_user_error(err: BaseException) -> None:
-    """Print a one-line ``error: ...`` (the traceback only with HYDRA_FULL_ERROR=1) and exit 2."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise err
-    say(f"error: {one_line(err)}", stream=sys.stderr)
-    sys.exit(2)
 
 
 def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple[list[str], dict[str, str]]:

@@ -34,8 +34,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
-from lifecycle.cli import one_line, report_user_error, root_cause, say, user_error_types
 from lifecycle.command import current
+from lifecycle.console import CommandLineError, one_line, report_user_error, root_cause, say, user_error_types
 from lifecycle.identity import (
     config_differences,
     data_difference,
@@ -45,6 +45,7 @@ from lifecycle.identity import (
     past_run_length,
     run_length,
 )
+from lifecycle.project import DDP_WORKER_CONFIG
 from lifecycle.records import (
     BEST,
     CHECKPOINTS,
@@ -262,13 +263,12 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
 
     Lightning re-runs the script with the parent's arguments; under a multirun those hold a whole sweep,
     and interpolations such as ``${now:}`` would resolve anew. The workers compose ``cfg`` (resolved) from
-    a private temporary folder instead, named in the environment (`cli.DDP_WORKER_CONFIG`) so that the
+    a private temporary folder instead, named in the environment (`lifecycle.project.DDP_WORKER_CONFIG`) so that the
     command-line checks accept their ``--config-path``; they write into the same run dir. ``retest``: the
     run is finished and this process only tests it again; the workers, which read no run records, are told.
     """
     from lightning.pytorch.strategies.launchers import subprocess_script
 
-    from lifecycle.cli import DDP_WORKER_CONFIG
 
     folder = tempfile.mkdtemp(prefix="rpe-ddp-config-")  # mode 0700: only this user reads or replaces it
     job.worker_config = Path(folder)
@@ -1179,6 +1179,15 @@ def end_ddp_workers(timeout_s: float = 60.0) -> list[tuple[int, int]]:
 PEER_LOST = re.compile(r"closed by peer|reset by peer|broken pipe|communicator was aborted|socket timeout", re.I)
 
 
+def check_job_dir(output_dir: str | Path, sweep_dir: str | Path) -> None:
+    """A sweep job's run dir, resolved, lies strictly inside its resolved sweep dir (links followed)."""
+    job_dir, sweep = Path(os.path.realpath(output_dir)), Path(os.path.realpath(sweep_dir))
+    if job_dir == sweep or sweep not in job_dir.parents:
+        raise CommandLineError(f"this sweep job's run dir {output_dir} is not inside its sweep dir {sweep_dir}"
+                               f" (it resolves to {job_dir}); valid: a hydra.sweep.subdir without '..' or links"
+                               " that lead out")
+
+
 def run_job(cfg: DictConfig, script: Path) -> float | None:
     """The body of train.py's ``main``: run one job and record how it ended; returns the sweep objective.
 
@@ -1187,7 +1196,6 @@ def run_job(cfg: DictConfig, script: Path) -> float | None:
     """
     from hydra.core.hydra_config import HydraConfig
 
-    from lifecycle.cli import CommandLineError, check_job_dir
 
     output_dir = HydraConfig.get().runtime.output_dir
     if _is_multirun():

@@ -1019,7 +1019,7 @@ def declared_root_keys(config_name: str | None = None) -> frozenset[str]:
     of every ``@package _global_`` file in those groups (experiments, sweeps, debug). Each entry point reads
     only its own: eval.py's ``ckpt_path`` is nothing to train.py. ``None``: those of every entry point (a config
     composed for no script)."""
-    from lifecycle.cli import CONFIG_DIR, SCRIPTS, root_groups
+    from lifecycle.project import CONFIG_DIR, SCRIPTS, root_groups
 
     if config_name is None:
         return frozenset().union(*(declared_root_keys(name) for name in SCRIPTS))
@@ -1058,7 +1058,7 @@ OTHER_SCRIPTS_KEYS = {
 
 def _other_scripts_key(key: str, config_name: str) -> str | None:
     """The one-line refusal of ``key``, a root key of another entry point than ``config_name``'s, or None."""
-    from lifecycle.cli import SCRIPTS
+    from lifecycle.project import SCRIPTS
 
     owner = next((name for name in SCRIPTS if name != config_name and key in declared_root_keys(name)), None)
     if owner is None or config_name not in SCRIPTS:

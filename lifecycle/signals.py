@@ -101,7 +101,7 @@ def exit_when_interrupted(command: str, outcome: str | Callable[[], str]) -> Ite
     try:
         yield
     except RunInterrupted as err:
-        from lifecycle.cli import say
+        from lifecycle.console import say
 
         said = outcome() if callable(outcome) else outcome
         say(f"error: {command} interrupted by {signal.Signals(err.signum).name}; {said}", stream=sys.stderr)

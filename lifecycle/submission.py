@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from lifecycle.cli import say, take_back_sweep_dir
+from lifecycle.cli import take_back_sweep_dir
 from lifecycle.command import current
+from lifecycle.console import say
 
 
 class SubmissionRefused(Exception):

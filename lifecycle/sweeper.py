@@ -20,8 +20,8 @@ from hydra.core.utils import JobReturn
 from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 from omegaconf import OmegaConf
 
-from lifecycle.cli import one_line, say
 from lifecycle.command import current
+from lifecycle.console import one_line, say
 
 
 def trial_value(ret: JobReturn) -> float | None:

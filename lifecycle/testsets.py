@@ -37,8 +37,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.errors import DataConfigError
-from lifecycle.cli import group_options, say
+from lifecycle.console import say
 from lifecycle.identity import config_differences
+from lifecycle.project import group_options
 from lifecycle.records import TESTSETS
 from lifecycle.testset_definition import measured, over_read, result_sha256
 from models.deit import APE_RULES, ModelConfigError, RPEVisionTransformer
@@ -118,7 +119,7 @@ def run_data_kinds(run_data: dict[str, Any]) -> set[str]:
 
 def fitting_testsets(run_data: dict[str, Any]) -> list[str]:
     """The test set names in ``configs/testset`` whose ``fits`` meets the run's data kinds."""
-    from lifecycle.cli import CONFIG_DIR
+    from lifecycle.project import CONFIG_DIR
 
     kinds = run_data_kinds(run_data)
     names = []

@@ -128,8 +128,9 @@ class Run:
     # (file, why) of each test-set result not counted, e.g. ("testsets/relational_right.json", "it is another
     # run's result ..."); the file is "testsets" when the folder itself cannot be read
     testset_problems: tuple[tuple[str, str], ...] = ()
-    # fingerprints of the findings the run held in its snapshot when it started (`registered_fingerprints`)
-    registered: frozenset[str] = frozenset()
+    # (file, YAML data) of the findings snapshot the run took when it started (`registered_snapshot`; None: none,
+    # or not the file run.json recorded); `reports.findings.registered` reads the findings it held
+    findings_snapshot: tuple[str, Any] | None = None
     env: dict[str, Any] = field(default_factory=dict)  # metrics.json's env/* entries (`ENV_KEYS`)
     # the fingerprint of data without a generator it trained on (metrics.json's data/files; None: generated
     # data, or a run of an older version): runs on other data are never pooled (`cells.split_by_config`)
@@ -465,10 +466,10 @@ def check_record(run_dir: Path, cfg: dict[str, Any], state: str) -> None:
 ENV_KEYS = ("env/code", "env/torch", "env/threads", "env/cpu", "env/device", "env/precision", "env/resumed_at")
 
 
-def registered_fingerprints(run_dir: Path) -> frozenset[str]:
-    """The fingerprints (`findings.Finding.fingerprint`) of the findings in the run's snapshot of its task's
-    findings file, which it took before it trained; empty where it has none, or where the snapshot is not the
-    file whose sha256 run.json recorded then (edited since). Read as YAML data only."""
+def registered_snapshot(run_dir: Path) -> tuple[str, Any] | None:
+    """``(file, YAML data)`` of the run's snapshot of its task's findings file, which it took before it trained;
+    None where it has none, or where the snapshot is not the file whose sha256 run.json recorded then (edited
+    since), or is not YAML. Read as YAML data only; what it registered is `reports.findings.registered`'s."""
     import hashlib
 
     path = run_dir / FINDINGS_SNAPSHOT
@@ -476,17 +477,15 @@ def registered_fingerprints(run_dir: Path) -> frozenset[str]:
         record = read_run_record(run_dir)
         data = path.read_bytes() if plain_file_exists(path) else None  # a FIFO there is never opened
     except (RunFileError, OSError):
-        return frozenset()
+        return None
     if data is None or not record or record.get("findings_sha256") != hashlib.sha256(data).hexdigest():
-        return frozenset()
+        return None
     import yaml
 
-    from reports.findings import parse_findings  # findings imports this module
-
     try:
-        return frozenset(f.fingerprint for f in parse_findings(yaml.safe_load(data), str(path)))
-    except (TableError, yaml.YAMLError, UnicodeDecodeError, RecursionError):
-        return frozenset()
+        return str(path), yaml.safe_load(data)
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        return None
 
 
 def read_overrides(run_dir: Path, cfg: dict[str, Any] | None = None,
@@ -540,7 +539,7 @@ class JobNaming:
         """The dir name of the job with the parsed overrides ``parsed``, as Hydra and `job_dirname` make it."""
         from hydra._internal.config_loader_impl import get_overrides_dirname  # the hydra-core 1.3 pin's own
 
-        from lifecycle.cli import job_dirname
+        from lifecycle.project import job_dirname
 
         return job_dirname(get_overrides_dirname(parsed, list(self.exclude_keys), self.item_sep, self.kv_sep))
 
@@ -578,7 +577,7 @@ def override_disagreement(parsed: list[Any], cfg: dict[str, Any]) -> str:
     (``rpe=irpe_k``: a folder of configs/) sets no one value and is not, nor is a value that interpolates
     (``${...}``), which the config holds resolved; Hydra's own keys are not in a run's config.
     """
-    from lifecycle.cli import CONFIG_DIR
+    from lifecycle.project import CONFIG_DIR
 
     for override in parsed:
         key = override.key_or_group
@@ -893,7 +892,7 @@ def _read_run(run_dir: Path) -> tuple[Run, dict[str, Any] | None]:
         env = {key: values.get(key) for key in ENV_KEYS if key in values}
         data = values.get("data/files")
         return Run(shown, "ok", facts, numbers | tested, "", ablation, sweep, identity, null, testsets,
-                   testset_problems, registered_fingerprints(run_dir), env,
+                   testset_problems, registered_snapshot(run_dir), env,
                    data if isinstance(data, str) else None), cfg
     if status.state == "failed":
         return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity), cfg

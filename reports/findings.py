@@ -494,6 +494,18 @@ def _column_of(run: object, testset: str) -> str:
     return testset
 
 
+def registered(run: Any) -> frozenset[str]:
+    """The fingerprints (`Finding.fingerprint`) of the findings in the snapshot ``run`` (a `collect.Run`) took of
+    its task's findings file when it started; empty where it has none or it does not parse."""
+    if run.findings_snapshot is None:
+        return frozenset()
+    origin, data = run.findings_snapshot
+    try:
+        return frozenset(f.fingerprint for f in parse_findings(data, origin))
+    except (TableError, RecursionError):
+        return frozenset()
+
+
 def registration_problem(finding: Finding, table: Table, seeds: list[object]) -> str | None:
     """Why ``finding`` is not pre-registered for the runs it reads, or None where it is: every such run held
     the finding, with this exact contrast, in the findings snapshot it took when it started. Findings of the
@@ -502,7 +514,7 @@ def registration_problem(finding: Finding, table: Table, seeds: list[object]) ->
         return "not registered before its runs (the paper tables' findings have no registry)"
     read = {run.path: run for row, col, *_ in finding.terms() for run in table.cells[(row, col)].runs
             if run.status == "ok" and run.facts.get("seed") in seeds}
-    late = [run for _, run in sorted(read.items()) if finding.fingerprint not in run.registered]
+    late = [run for _, run in sorted(read.items()) if finding.fingerprint not in registered(run)]
     if late:
         return f"{len(late)} of its {len(read)} runs did not hold it when they started, e.g. {late[0].path}"
     return None

@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, i
 
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from lifecycle.cli import compose_checked, literal, one_line, say, user_error_types  # noqa: E402
+from lifecycle.cli import compose_checked, literal  # noqa: E402
+from lifecycle.console import one_line, say, user_error_types  # noqa: E402
 from lifecycle.identity import run_length  # noqa: E402
 from lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
 from lifecycle.run_config import load_run_config  # noqa: E402

@@ -22,14 +22,15 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lifecycle.cli import compose_checked, one_line, say, user_error_types  # noqa: E402
+from lifecycle.cli import compose_checked  # noqa: E402
+from lifecycle.console import one_line, say, user_error_types  # noqa: E402
 
 
 def generated_testsets() -> list[str]:
     """The test sets with a generator of their own (those this script makes)."""
     from omegaconf import OmegaConf
 
-    from lifecycle.cli import CONFIG_DIR
+    from lifecycle.project import CONFIG_DIR
     from lifecycle.testsets import testset_names
 
     return [name for name in testset_names()

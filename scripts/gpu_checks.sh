@@ -73,7 +73,7 @@ import sys
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from lifecycle.cli import CONFIG_DIR
+from lifecycle.project import CONFIG_DIR
 
 with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
     cfg = compose("train", overrides=["sweep=detr_gpu", f"paths.data_dir={sys.argv[1]}", *sys.argv[2:]])

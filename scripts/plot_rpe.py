@@ -326,7 +326,7 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
     The run's config is checked and built by `lifecycle.run_config`: nothing named in the run dir is called,
     and the datamodule never generates data.
     """
-    from lifecycle.cli import user_error_types as _user_error_types
+    from lifecycle.console import user_error_types as _user_error_types
     from lifecycle.run_config import (
         RunConfigError,
         build_data_and_model,

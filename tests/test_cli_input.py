@@ -19,6 +19,7 @@ import pytest
 from omegaconf import DictConfig
 
 import lifecycle.cli as cli
+import lifecycle.project as project
 from models import ModelConfigError, create_model
 from models.swin import swin_grid_problem
 from rpe import PRESETS
@@ -425,11 +426,13 @@ def test_a_job_dir_that_resolves_out_of_its_sweep_dir_is_refused(tmp_path: Path)
     """The job's own check, on the resolved dir: a link inside the sweep dir that leads out counts as out."""
     sweep = tmp_path / "sweep"
     (sweep / "0").mkdir(parents=True)
-    cli.check_job_dir(sweep / "0", sweep)
+    from lifecycle.job import check_job_dir
+
+    check_job_dir(sweep / "0", sweep)
     (sweep / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     for job_dir in (sweep / "link" / "0", sweep / ".." / "x", sweep):
         with pytest.raises(cli.CommandLineError, match=r"is not inside its sweep dir"):
-            cli.check_job_dir(job_dir, sweep)
+            check_job_dir(job_dir, sweep)
 
 
 def test_a_sweep_subdir_naming_the_sweep_dir_itself_is_refused_before_anything_is_made(tmp_path: Path) -> None:
@@ -447,7 +450,8 @@ def test_a_sweep_subdir_naming_the_sweep_dir_itself_is_refused_before_anything_i
     cli._check_sweep_subdir("a/.")  # a folder inside it
     # job_dirname names one folder of a job's own: never the folder itself or its parent (probe 5, read from the
     # code: '${job_dirname:..}/x' passed as one safe component and put the job dir outside its sweep dir)
-    assert [cli.job_dirname(text) for text in (".", "..", "...", "a..b", "")] == ["_", "__", "___", "a..b", "default"]
+    names = [project.job_dirname(text) for text in (".", "..", "...", "a..b", "")]
+    assert names == ["_", "__", "___", "a..b", "default"]
 
 
 @pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
@@ -1626,6 +1630,7 @@ def test_a_recipe_may_not_move_the_run_dir(tmp_path: Path, capsys: pytest.Captur
     (configs / "experiment" / "elsewhere.yaml").write_text(
         f"# @package _global_\nhydra:\n  run:\n    dir: {tmp_path}/elsewhere\n")
     monkeypatch.setattr(cli, "CONFIG_DIR", configs)
+    monkeypatch.setattr("lifecycle.project.CONFIG_DIR", configs)
     line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}/runs", "experiment=elsewhere"],
                                         capsys, monkeypatch)
     assert line.startswith(f"error: hydra.run.dir='{tmp_path}/elsewhere' (set by a recipe or a node override) is not"

@@ -3,7 +3,9 @@
 
 Every module's imports are read with `ast`, those inside functions too (a function-level import still ties
 the two modules together; it only defers the cost): nothing below the run package imports it or the reports,
-storage imports no models, and no import circle joins two packages, or two modules at import time."""
+storage imports no models, and no import circle joins two packages or two modules, not even through an import inside
+a function. The run package keeps no mutable state in its modules or classes (`lifecycle.command` holds a
+command's)."""
 
 from __future__ import annotations
 
@@ -140,14 +142,12 @@ def test_nothing_below_the_run_package_imports_it_or_the_tables(graphs) -> None:
     assert _upward(graph, ("lifecycle",), ("reports", "scripts", *ENTRY_POINTS)) == []
 
 
-def test_no_import_circle_between_packages_nor_between_modules_at_import_time(graphs) -> None:
+def test_no_import_circle_between_packages_nor_between_modules(graphs) -> None:
     for with_functions, graph in graphs.items():
         assert cycles(package_graph(graph)) == [], f"with function-level imports: {with_functions}"
-    assert cycles(graphs[False]) == []
-    # below the run package not even a function-level import closes a circle (models.factory <-> models.swin did)
-    lower = {m: {t for t in targets if t.split(".")[0] in BELOW_LIFECYCLE}
-             for m, targets in graphs[True].items() if m.split(".")[0] in BELOW_LIFECYCLE}
-    assert cycles(lower) == []
+    # not even a function-level import closes a circle between two modules (models.factory <-> models.swin,
+    # lifecycle.cli <-> lifecycle.job, reports.collect <-> reports.findings did)
+    assert cycles(graphs[False]) == [] and cycles(graphs[True]) == []
 
 
 def test_the_checks_see_an_upward_import_and_a_circle(tmp_path: Path) -> None:
@@ -168,3 +168,69 @@ def test_the_checks_see_an_upward_import_and_a_circle(tmp_path: Path) -> None:
     assert _upward(graph, BELOW_LIFECYCLE, ("lifecycle",)) == ["models.net -> lifecycle.job"]
     assert cycles(package_graph(graph)) == [["lifecycle", "models"]]
     assert cycles(import_graph(tmp_path, with_functions=False)) == []  # the circle is closed inside a function
+
+
+MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "clear",
+                      "remove", "discard", "__setitem__", "__delitem__"})
+MUTABLE_CALLS = frozenset({"list", "dict", "set", "defaultdict", "deque", "OrderedDict", "Counter"})
+
+
+def _mutable_value(node: ast.AST | None) -> bool:
+    if isinstance(node, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
+        return True
+    return isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in MUTABLE_CALLS
+
+
+def module_state(source: str) -> list[str]:
+    """What a module's code changes that outlives a call: ``global`` rebinding, a module-level or class-level
+    container mutated anywhere in the module, or a class attribute assigned from a method (``cls.x = ``,
+    ``Name.x = ``). Constants (a dict never written to after its definition) are not state."""
+    tree = ast.parse(source)
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    containers: set[str] = set()
+    for node in tree.body:
+        bodies = [node] if not isinstance(node, ast.ClassDef) else node.body
+        for item in bodies:
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target] if isinstance(
+                item, ast.AnnAssign) else []
+            if _mutable_value(getattr(item, "value", None)):
+                containers |= {t.id for t in targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found += [f"line {node.lineno}: global {', '.join(node.names)}"]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            owner = node.func.value
+            name = owner.attr if isinstance(owner, ast.Attribute) and getattr(owner.value, "id", None) in (
+                *classes, "cls") else getattr(owner, "id", None)
+            if name in containers:
+                found.append(f"line {node.lineno}: {ast.unparse(node.func)}()")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            for target in node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]:
+                base = target.value if isinstance(target, ast.Subscript) else None
+                if isinstance(base, ast.Name) and base.id in containers:
+                    found.append(f"line {node.lineno}: {ast.unparse(target)} written")
+                if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) in (*classes, "cls"):
+                    found.append(f"line {node.lineno}: {ast.unparse(target)} assigned")
+                if isinstance(node, ast.AugAssign) and isinstance(target, ast.Name) and target.id in containers:
+                    found.append(f"line {node.lineno}: {target.id} extended")
+    return found
+
+
+def test_the_run_package_keeps_no_mutable_state_in_its_modules() -> None:
+    """Failed jobs, sweep dirs and stop signals belong to one command (`lifecycle.command.Command`), so two commands
+    in one process (a notebook, the tests) never see each other's."""
+    state = {path.name: found for path in sorted((ROOT / "lifecycle").glob("*.py"))
+             if (found := module_state(path.read_text()))}
+    assert state == {}
+
+
+def test_the_state_check_sees_a_mutated_list_a_global_and_a_class_attribute() -> None:
+    assert module_state("FAILED = []\ndef f(x):\n    FAILED.append(x)\n") == ["line 3: FAILED.append()"]
+    assert module_state("SEEN = {}\ndef f(k):\n    SEEN[k] = 1\n") == ["line 3: SEEN[k] written"]
+    assert module_state("N = 0\ndef f():\n    global N\n    N += 1\n") == ["line 3: global N"]
+    assert module_state("class S:\n    got = None\n    @classmethod\n    def set(cls, v):\n        cls.got = v\n"
+                        ) == ["line 5: cls.got assigned"]
+    assert module_state("class S:\n    n = 0\ndef f():\n    S.n += 1\n") == ["line 4: S.n assigned"]
+    assert module_state("class S:\n    seen = {}\ndef f(k):\n    S.seen.update(k)\n") == ["line 4: S.seen.update()"]
+    assert module_state("CHOICES = {'a': 1}\ndef f(k):\n    return CHOICES.get(k)\n") == []  # a constant

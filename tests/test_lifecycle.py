@@ -866,7 +866,7 @@ def test_a_smoke_run_gives_a_sweeper_no_value(tmp_path: Path, data_dir: Path, mo
     import math
 
     monkeypatch.setattr(job, "_is_multirun", lambda: True)
-    monkeypatch.setattr(cli, "check_job_dir", lambda *_: None)  # no sweep dir here to be inside of
+    monkeypatch.setattr(job, "check_job_dir", lambda *_: None)  # no sweep dir here to be inside of
     value = job.run_job(compose_config(TINY, tmp_path / "run", data_dir), ROOT / "train.py")
     assert math.isnan(value) and records.run_status(tmp_path / "run").metrics["train_complete"] is False
 

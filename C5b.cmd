@@ -1,1 +1,0 @@
-cp -a $P/runs/d1 $P/runs/q6c5bv && md5sum $P/runs/q6c5bv/checkpoints/*; $R train.py $B run_name=q6c5b paths.output_dir=$P/runs/q6c5bv 2>&1 | tail -2; echo rc=${PIPESTATUS[0]}; md5sum $P/runs/q6c5bv/checkpoints/*; $R eval.py ckpt_path=$P/runs/q6c5bv/checkpoints/best.ckpt paths.data_dir=$P/data 2>&1 | tail -2; echo rc=${PIPESTATUS[0]}
