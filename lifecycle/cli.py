@@ -1670,11 +1670,17 @@ def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
     the run or fail when a batch drew it): one line naming it, before the run dir. The data module met each only
     after the run dir was made (an image only when a batch drew it). One walk: a listing per folder and an
     access check per file, about what the job's fingerprint of the data costs; folders reached through links are
-    the data module's to walk (it guards against their loops)."""
+    the data module's to walk (it guards against their loops). A root found readable is not walked again by the
+    same command (a sweep's jobs over one data root)."""
     from data.errors import not_regular
 
     if not root.is_dir():
         return  # still to be generated, or named by the data module's own checks
+    splits = dict.fromkeys(str(data.get(key) or default) for key, default in (("train_split", "train"),
+                                                                               ("val_split", "val")))
+    walked = (os.path.realpath(root), tuple(splits))
+    if walked in current().readable_data:
+        return
     effective = os.access in os.supports_effective_ids
     valid = f"valid: make it readable (chmod -R u+rX {root}), or data.root=<another folder>"
 
@@ -1687,8 +1693,6 @@ def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
                                    f" ({(err.strerror or type(err).__name__).lower()}); {valid}") from None
 
     listed(root)
-    splits = dict.fromkeys(str(data.get(key) or default) for key, default in (("train_split", "train"),
-                                                                               ("val_split", "val")))
     folders = [root / split for split in splits if (root / split).is_dir()]
     while folders:
         for entry in listed(folders.pop()):
@@ -1703,6 +1707,7 @@ def _refuse_unreadable_data(given: Any, root: Path, data: Any) -> None:
             if entry.is_file() and not os.access(entry.path, os.R_OK, effective_ids=effective):
                 raise CommandLineError(f"data.root={str(given)!r} cannot be read: image {entry.path} cannot be read"
                                        f" (permission denied); {valid}")
+    current().readable_data.add(walked)
 
 
 def _check_root_length(given: Any, root: Path) -> None:

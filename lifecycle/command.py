@@ -2,10 +2,10 @@
 
 A sweep runs several jobs in one process, and some facts outlive a job: the jobs that failed (listed when the
 sweep ends), what the command's checks changed in a sweep dir (taken back when nothing could be submitted),
-how many submissions a scheduler accepted, and the stop-signal state. They belong to the command, not to the
-process or the module: `command_scope` opens a fresh `Command` for the duration of one command
-(`lifecycle.cli.cli` holds one around the checks and Hydra's whole run), and `current` finds it. A job run
-outside a command (a test, a notebook) gets one for its own context on first use.
+how many submissions a scheduler accepted, the stop-signal state, and the data roots its checks already
+walked. They belong to the command, not to the process or the module: `command_scope` opens a fresh `Command`
+for the duration of one command (`lifecycle.cli.cli` holds one around the checks and Hydra's whole run), and
+`current` finds it. A job run outside a command (a test, a notebook) gets one for its own context on first use.
 
 The command is found through a `contextvars.ContextVar`, so two commands run one after the other in one
 process (tests, a notebook) never see each other's failures or signals.
@@ -56,6 +56,9 @@ class Command:
     sweep_dirs: dict[Path, SweepDirBefore] = field(default_factory=dict)  # by absolute sweep dir
     submissions_accepted: int = 0  # submission commands (sbatch) of this command that succeeded
     signals: StopSignalState = field(default_factory=StopSignalState)
+    # data roots (real path, splits) whose files its checks found readable: a sweep's jobs share them, so each is
+    # walked once per command, not once per swept value
+    readable_data: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
 
 
 _CURRENT: ContextVar[Command] = ContextVar("rpe_vision_command")

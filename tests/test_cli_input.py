@@ -1464,6 +1464,31 @@ def test_a_fifo_deep_in_hand_data_is_one_line_before_the_run_dir(tmp_path: Path,
     assert not runs.exists()
 
 
+def test_a_data_root_is_walked_once_per_command_not_once_per_swept_value(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's jobs over one hand data root: its files are checked for readability once per command; a new
+    command walks it again, and finds what changed since."""
+    import os
+
+    from data.fake import make_fake_imagefolder
+    from lifecycle.command import command_scope
+
+    root = tmp_path / "hand"
+    make_fake_imagefolder(root, num_classes=2, per_class=2, img_size=32)
+    listed: list[str] = []
+    scandir = os.scandir
+    monkeypatch.setattr(cli.os, "scandir", lambda path: listed.append(str(path)) or scandir(path))
+    data = {"train_split": "train", "val_split": "val"}
+    with command_scope():
+        for _ in range(3):  # three swept values over the same root
+            cli._refuse_unreadable_data(str(root), root, data)
+        walked_once = list(listed)
+    assert str(root / "train" / "class_000") in walked_once and len(walked_once) == len(set(walked_once))
+    os.mkfifo(root / "train" / "class_000" / "new.png")
+    with command_scope(), pytest.raises(cli.CommandLineError, match="is a FIFO"):
+        cli._refuse_unreadable_data(str(root), root, data)  # the next command sees the FIFO made since
+
+
 @pytest.mark.parametrize("flags", [["-r", "-m"], ["--multirun", "--cfg", "job"], ["--info", "--run"]])
 def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Path, flags: list[str]) -> None:
     """Hydra runs one of --run, --multirun, --cfg, --info per command; two were its traceback, after an empty sweep
