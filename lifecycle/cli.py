@@ -1259,6 +1259,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 _give_run_dir(cfg)
         environment.enter_context(job_environment(cfg))
         check_settings(cfg, config_name)
+        if not eval_worker:
+            refuse_launch_variables(cfg)
         _refuse_added_hydra_keys(cfg, overrides)
         _refuse_foreign_search_path(overrides)
         if cfg.hydra.get("output_subdir") is not None:
@@ -1363,6 +1365,56 @@ def job_environment(cfg: DictConfig) -> contextlib.AbstractContextManager[None]:
     if not isinstance(env_set, DictConfig) or not env_set:
         return contextlib.nullcontext()
     return env_override({str(key): str(value) for key, value in env_set.items()})
+
+
+# What Lightning reads for a process's rank (`rank_zero_only`) and a launcher sets for each of its processes
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+LAUNCH_VARIABLES = (*RANK_VARIABLES, "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                    "MASTER_PORT", "SLURM_NTASKS", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+
+
+def _external_launch() -> bool:
+    """Whether a launcher Lightning recognises started this process as one of several: srun, or torchrun."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    try:
+        return SLURMEnvironment.detect() or TorchElasticEnvironment.detect()
+    except Exception:  # Lightning's own check of an srun launch (e.g. a mismatched task count): it names it later
+        return True
+
+
+def refuse_launch_variables(cfg: DictConfig) -> None:
+    """A process of one run that a launch variable would make a rank of a multi-process launch nobody started.
+
+    ``hydra.job.env_set`` may not set a launch variable: the processes of a run are the launcher's or the run's
+    own (Lightning starts them for ``trainer.devices`` > 1). In the environment, a rank other than 0 with no
+    launcher that started the other ranks made the job a silent DDP worker (no records, no result), and
+    ``LOCAL_RANK`` with more than one process made Lightning wait for processes that never come."""
+    env_set = OmegaConf.select(cfg, "hydra.job.env_set", default=None)
+    for name in env_set or {}:
+        if str(name) in LAUNCH_VARIABLES or str(name).startswith(("SLURM_", "TORCHELASTIC_")):
+            raise CommandLineError(f"hydra.job.env_set.{name}={env_set[name]!r} is a variable of a multi-process"
+                                   " launch, which the launcher sets for each of its processes (Lightning's own for"
+                                   " trainer.devices > 1); valid: leave it out, and start the run with"
+                                   " trainer.devices=<n> or under srun/torchrun")
+    from lifecycle.settings import configured_world_size
+
+    world = configured_world_size(cfg)
+    given = {name: os.environ[name] for name in RANK_VARIABLES if os.environ.get(name, "").strip()}
+    if not given or _external_launch():
+        return
+    name, value = next(((n, v) for n, v in given.items() if v.strip() != "0"), next(iter(given.items())))
+    processes = f"{world} process{'es' if world != 1 else ''}" if world else "the machine's devices"
+    if value.strip() != "0":
+        why = (f"makes this process rank {value} of a multi-process launch, but no launcher (srun, torchrun) started"
+               f" the others (the run has {processes}: trainer.devices x trainer.num_nodes)")
+    elif name == "LOCAL_RANK" and world != 1:
+        why = (f"makes Lightning take this process for one of {processes} started by a launcher, and wait for the"
+               " others, which nobody starts")
+    else:
+        return  # rank 0 of a one-process run: what it would be anyway
+    raise CommandLineError(f"environment variable {name}={value} {why}; valid: unset {name} (the run starts its own"
+                           " processes for trainer.devices > 1), or start it under srun or torchrun")
 
 
 def _refuse_eval_output_dirs(argv: list[str]) -> None:

@@ -1681,3 +1681,39 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
                 cfg = compose("train", overrides=[f"{group}={option}"], return_hydra_config=True)
             cli.refuse_locked_hydra_settings(cfg, "train", [f"{group}={option}"])
     GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize(("variables", "args", "named"), [
+    ({"RANK": "1"}, [], "environment variable RANK=1 makes this process rank 1 of a multi-process launch"),
+    ({"SLURM_PROCID": "1"}, [], "environment variable SLURM_PROCID=1 makes this process rank 1"),
+    ({"LOCAL_RANK": "0"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable LOCAL_RANK=0 makes Lightning take this process for one of 2 processes"),
+    ({}, ["+hydra.job.env_set.LOCAL_RANK=0", "trainer=ddp_cpu", "trainer.devices=2"],
+     "hydra.job.env_set.LOCAL_RANK='0' is a variable of a multi-process launch"),
+    ({}, ["+hydra.job.env_set.MASTER_PORT=1234"], "hydra.job.env_set.MASTER_PORT='1234' is a variable of"),
+])
+def test_a_launch_variable_nobody_launched_is_one_line_before_the_run_dir(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str],
+        args: list[str], named: str) -> None:
+    """Probe 9, A5-A7: a rank variable left in the environment (RANK=1, SLURM_PROCID=1) made the job a DDP worker
+    whose parent does not exist: no line (A5), or a trained run without records and a traceback (A6); LOCAL_RANK
+    given to a two-process run made Lightning wait for processes nobody starts, a hang (A7)."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    runs = tmp_path / "runs"
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", "run_name=r", *args], capsys,
+                                        monkeypatch)
+    assert line.startswith(f"error: {named}"), line
+    assert "valid:" in line and not runs.exists()
+
+
+def test_rank_0_of_a_one_process_run_is_what_it_would_be_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """LOCAL_RANK=0 (an interactive SLURM shell's SLURM_PROCID=0) with one process: nothing to refuse."""
+    from hydra import compose, initialize_config_dir
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["debug=fast"], return_hydra_config=True)
+    cli.refuse_launch_variables(cfg)
