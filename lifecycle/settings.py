@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache, cached_property, lru_cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from annotated_types import Ge, Gt, Le, Len, Lt
+from annotated_types import Ge, GroupedMetadata, Gt, Le, Len, Lt
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import (
@@ -138,9 +138,9 @@ class Arguments:
         valid = self.keys()
         for name, item in value.items():
             if name not in valid:
-                note = f" ({self.note})" if self.note else ""
+                also = f" ({self.note})" if self.note else ""
                 return (f"{key}.{name}={show(item)} is not an argument of {self.owner}; "
-                        f"valid keys of {key}: {', '.join(valid)}{note}")
+                        f"valid keys of {key}: {', '.join(valid)}{also}")
         return None
 
 
@@ -171,7 +171,7 @@ Time = text(r"(?!0+:0+:0+:0+$)\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:M
 class TimedeltaArguments(TypedDict, total=False):
     """``datetime.timedelta``'s arguments (other keys pass here for `Arguments` to name)."""
 
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+    __pydantic_config__ = ConfigDict(extra="allow")
     weeks: NonNegative
     days: NonNegative
     hours: NonNegative
@@ -414,7 +414,7 @@ def forms(annotation: Any) -> tuple[Any, ...]:
 
 def unpacked(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
     """``(type, metadata)`` of ``Annotated[type, *metadata]`` (nested ones are flat); a bare type has none.
-    A ``Field(...)``'s constraints count as metadata of their own."""
+    The constraints of a ``Field(ge=...)`` or an ``Interval(gt=..., le=...)`` count as metadata of their own."""
     if get_origin(annotation) is not Annotated:
         return annotation, ()
     base, *metadata = get_args(annotation)
@@ -423,6 +423,8 @@ def unpacked(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
         flat.append(item)
         if isinstance(item, FieldInfo):
             flat.extend(item.metadata)
+        elif isinstance(item, GroupedMetadata):
+            flat.extend(item)
     return base, tuple(flat)
 
 

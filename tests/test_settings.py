@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
-from annotated_types import Ge, Gt, Le, Lt
+from annotated_types import Ge, Gt, Interval, Le, Lt
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from pydantic import StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr
 
 from data.errors import DataConfigError
 from lifecycle.settings import (
@@ -294,6 +294,9 @@ def test_words_come_from_the_constraints() -> None:
     assert describe(PositiveInt) == "an integer >= 1"
     assert describe(Annotated[Real, Gt(0), Le(1)]) == "> 0 and <= 1"
     assert describe(Real) == "a finite number"
+    # pydantic's own spellings of the same constraints read the same
+    assert describe(Annotated[StrictInt, Field(ge=0, le=3, description="slots")]) == "an integer >= 0 and <= 3 (slots)"
+    assert describe(Annotated[Real, Interval(gt=0, le=1)] | None) == "> 0 and <= 1 or null"
     unit = Annotated[Real, Gt(0), Lt(1)]
     assert [_accepts(unit, v) for v in (0, 0.5, 1, True, float("nan"))] == [False, True, False, False, False]
     small = Annotated[StrictInt, Ge(0), Le(3)]
