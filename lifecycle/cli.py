@@ -944,7 +944,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
         say(f"note: checking the sweep's {len(lines)} further values before its first job starts",
             stream=sys.stderr)
     built: Any = None  # what the last check_buildable built from (`_build_inputs`)
-    alone: set[str] = set()  # independent keys whose values change nothing else: checked by their rule
+    alone: set[str] = set()  # independent keys whose values change nothing else: checked by their type (SCHEMA)
     judged: set[str] = set()  # the independent keys whose first further value was compared with the first's
     parser = OverridesParser.create()
     for n, (named, value, line) in enumerate(lines):

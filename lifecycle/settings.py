@@ -1,15 +1,17 @@
 """Range and type checks of every numeric (and flag) setting of a composed config, before anything runs.
 
-`check_settings(cfg)` walks the config once. A value whose dotted key matches a rule of `RULES` must take
-one of the rule's forms (an integer or a number in an interval, a flag, a fixed value such as ``-1`` or
-``"auto"``, a list of such, null); any other float must be finite. The first bad value raises a
-`SettingError` with one line, ``<key>=<value> must be <the valid forms>`` (the wording of the project's other
-setting errors, e.g. ``rpe.ratio=-1.0 must be > 0 ...``). Keys a config lacks are skipped,
-and unknown keys are Hydra's business (struct mode refuses them).
+`SCHEMA` declares each setting once: a dotted key pattern (``*`` matches within one dotted segment) and its
+type, a pydantic annotation whose union members are the setting's forms (an integer or a number with bounds, a
+flag, fixed values such as ``-1`` or ``"auto"``, a list of such, null), each with what it means as its
+``Field(description=...)``. `check_settings(cfg)` walks the config once: a value whose key matches a pattern must
+validate against its type (pydantic, strict: ``true`` is no ``1``, ``2.0`` no integer, nan no number); any other
+float must be finite. The first bad value raises a `SettingError` with one line,
+``<key>=<value> must be <the valid forms>`` (the wording of the project's other setting errors, e.g.
+``rpe.ratio=-1.0 must be > 0 ...``), whose words `describe` derives from the type's constraints. Keys a config
+lacks are skipped, and unknown keys are Hydra's business (struct mode refuses them).
 
-A new setting is one line in `RULES`: a key pattern (``*`` matches within one dotted segment) and its forms,
-written with `integer`, `real` (interval notation, e.g. ``real("(0, 1]")``), `BOOL`, `one_of`, `NULL`,
-`list_of` and `text`. The first matching rule wins, so put a specific key before a pattern covering it.
+A new setting is one entry of `SCHEMA`. The first matching pattern wins, so put a specific key before a pattern
+covering it.
 """
 
 from __future__ import annotations
@@ -17,21 +19,41 @@ from __future__ import annotations
 import math
 import os
 import re
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from typing import Any
+from functools import cache, cached_property, lru_cache
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+from annotated_types import Ge, GroupedMetadata, Gt, Le, Len, Lt
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import (
+    AfterValidator,
+    AllowInfNan,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    InstanceOf,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic.fields import FieldInfo
+from typing_extensions import TypedDict
 
 from data.errors import DataConfigError
 from data.relational import LABELS, OBJECT_MIN
 from rpe.config import MAX_RATIO
 
-__all__ = ["RULES", "Rule", "SettingError", "DataSettingError", "better", "check_backend_devices", "check_settings",
-           "check_schedule", "check_devices", "check_splits", "check_strategy", "configured_world_size",
-           "decode_environment_values", "env_source", "mixup_keys", "rule_for", "run_device"]
+__all__ = ["SCHEMA", "Setting", "SettingError", "DataSettingError", "better", "check_backend_devices",
+           "check_settings", "check_schedule", "check_devices", "check_splits", "check_strategy",
+           "configured_world_size", "decode_environment_values", "describe", "env_source", "mixup_keys",
+           "run_device", "setting_for"]
 
 
 class SettingError(ValueError):
@@ -42,7 +64,6 @@ class DataSettingError(SettingError, DataConfigError):
     """A bad ``data.*`` setting (a `DataConfigError` too, like every data error)."""
 
 
-# ----------------------------------------------------------------------------- forms
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
 
@@ -66,164 +87,123 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@dataclass(frozen=True)
-class Num:
-    """An integer (``kind=int``) or a number (``kind=float``; ints too unless ``floats_only``) in an interval;
-    reals must be finite. ``floats_only`` tells Lightning's fractions (0.5) from its counts (an int form)."""
+def _join(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
 
-    kind: type
-    lo: float = -math.inf
-    hi: float = math.inf
-    lo_open: bool = False
-    hi_open: bool = False
-    noun: str = ""
+
+# ----------------------------------------------------------------------------- the schema's vocabulary
+def note(meaning: str) -> FieldInfo:
+    """What a form of a setting means (``note("0: off")``), said in parentheses after its range; for a form whose
+    constraints say nothing in words (a string pattern, a mapping, a name), the whole description of it."""
+    return Field(description=meaning)
+
+
+def null(meaning: str) -> Any:
+    """``null`` as a form of a setting, with what it means (``null("no EMA")``)."""
+    return Annotated[None, note(meaning)]
+
+
+def _same_type(kinds: frozenset[type]) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if type(value) not in kinds:
+            raise ValueError(f"not one of the types {sorted(k.__name__ for k in kinds)}")
+        return value
+
+    return check
+
+
+def one_of(*values: Any, meaning: str = "") -> Any:
+    """Exactly one of ``values``, type included: pydantic's ``Literal`` alone takes ``True`` for ``1`` and ``1.0``
+    for ``1`` (even strict), so the value's type must be one of theirs too."""
+    metadata = (BeforeValidator(_same_type(frozenset(type(v) for v in values))), *([note(meaning)] if meaning else []))
+    return Annotated[(Literal[values], *metadata)]
+
+
+def text(pattern: str, description: str) -> Any:
+    """A string matching ``pattern`` as a whole (Python's ``re``: the patterns use look-aheads)."""
+    return Annotated[StrictStr, StringConstraints(pattern=rf"\A(?:{pattern})\Z"), note(description)]
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """Schema metadata of a mapping of keyword arguments: each key must be one of ``keys()`` (e.g. a class's
+    constructor arguments); ``owner`` names what takes them and ``note`` says what else applies."""
+
+    keys: Callable[[], tuple[str, ...]]
+    owner: str
     note: str = ""
-    floats_only: bool = False
-
-    def accepts(self, value: Any) -> bool:
-        if not _is_number(value) or (self.kind is int and not isinstance(value, int)):
-            return False
-        if self.floats_only and not isinstance(value, float):
-            return False
-        if not math.isfinite(value):
-            return False
-        above = value > self.lo if self.lo_open else value >= self.lo
-        below = value < self.hi if self.hi_open else value <= self.hi
-        return above and below
-
-    def describe(self) -> str:
-        noun = self.noun or ("an integer" if self.kind is int else "")
-        bounds = []
-        if self.lo > -math.inf:
-            bounds.append(f"{'>' if self.lo_open else '>='} {_num(self.lo)}")
-        if self.hi < math.inf:
-            bounds.append(f"{'<' if self.hi_open else '<='} {_num(self.hi)}")
-        text = f"{noun} {' and '.join(bounds)}".strip() or "a finite number"
-        return f"{text} ({self.note})" if self.note else text
-
-
-_INTERVAL = re.compile(r"\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s\])]+)\s*([\])])\s*")
-
-
-def _interval(kind: type, spec: str, noun: str, note: str, floats_only: bool = False) -> Num:
-    match = _INTERVAL.fullmatch(spec)
-    if match is None:
-        raise ValueError(f"bad interval {spec!r} in a settings rule; write e.g. '[0, 1)' or '(0, inf)'")
-    left, lo, hi, right = match.groups()
-    return Num(kind, float(lo), float(hi), left == "(", right == ")", noun, note, floats_only)
-
-
-def integer(spec: str = "(-inf, inf)", note: str = "", noun: str = "") -> Num:
-    """An integer (not a bool, not 2.0) in ``spec``, e.g. ``integer("[1, inf)")``."""
-    return _interval(int, spec, noun, note)
-
-
-def real(spec: str = "(-inf, inf)", note: str = "", noun: str = "", floats_only: bool = False) -> Num:
-    """A finite number (int or float; float only with ``floats_only``) in ``spec``, e.g. ``real("[0, 1)")``."""
-    return _interval(float, spec, noun, note, floats_only)
-
-
-@dataclass(frozen=True)
-class OneOf:
-    """Exactly one of ``values`` (type included: ``-1`` is not ``-1.0``, ``True`` is not ``1``)."""
-
-    values: tuple[Any, ...]
-    note: str = ""
-    text: str = ""
-
-    def accepts(self, value: Any) -> bool:
-        return any(type(value) is type(v) and value == v for v in self.values)
-
-    def describe(self) -> str:
-        text = self.text or _join([show(v) for v in self.values])
-        return f"{text} ({self.note})" if self.note else text
-
-
-def one_of(*values: Any, note: str = "") -> OneOf:
-    return OneOf(values, note)
-
-
-BOOL = OneOf((True, False), text="true or false")
-
-
-def NULL(note: str = "") -> OneOf:  # noqa: N802  (reads as the constant it stands for)
-    """``null``, with what it means (``NULL("no EMA")``)."""
-    return OneOf((None,), note, "null")
-
-
-@dataclass(frozen=True)
-class Text:
-    """A string matching ``pattern`` (whole string)."""
-
-    pattern: str
-    text: str
-
-    def accepts(self, value: Any) -> bool:
-        return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
-
-    def describe(self) -> str:
-        return self.text
-
-
-def text(pattern: str, description: str) -> Text:
-    return Text(pattern, description)
-
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list whose items all take ``item``'s form; ``lengths`` the allowed lengths (empty: any but 0)."""
-
-    item: Num | OneOf | Text
-    lengths: tuple[int, ...] = ()
-
-    def accepts(self, value: Any) -> bool:
-        if not isinstance(value, (list, tuple)):
-            return False
-        if len(value) not in self.lengths if self.lengths else not value:
-            return False
-        return all(self.item.accepts(v) for v in value)
-
-    def describe(self) -> str:
-        size = " or ".join(map(str, self.lengths)) if self.lengths else "1 or more"
-        return f"a list of {size} values, each {self.item.describe()}"
-
-
-def list_of(item: Num | OneOf | Text, *lengths: int) -> ListOf:
-    """``list_of(real("[0, 1]"), 3)``: a list of 3 such numbers; no lengths: any non-empty list."""
-    return ListOf(item, lengths)
-
-
-@dataclass(frozen=True)
-class Kwargs:
-    """A mapping (e.g. keyword arguments of ``datetime.timedelta``); its numbers are still checked for nan/inf.
-
-    With ``keys`` (a function giving the valid keys, e.g. a class's constructor arguments) each key of the
-    mapping must be one of them; ``owner`` names what takes them and ``note`` says what else applies."""
-
-    text: str
-    keys: Callable[[], tuple[str, ...]] | None = None
-    owner: str = ""
-    note: str = ""
-
-    def accepts(self, value: Any) -> bool:
-        return isinstance(value, dict)
-
-    def describe(self) -> str:
-        return self.text
 
     def bad_key(self, key: str, value: dict[str, Any]) -> str | None:
         """The one-line refusal of the first key of ``value`` (the mapping at ``key``) that is not valid."""
-        if self.keys is None:
-            return None
         valid = self.keys()
         for name, item in value.items():
             if name not in valid:
-                note = f" ({self.note})" if self.note else ""
+                also = f" ({self.note})" if self.note else ""
                 return (f"{key}.{name}={show(item)} is not an argument of {self.owner}; "
-                        f"valid keys of {key}: {', '.join(valid)}{note}")
+                        f"valid keys of {key}: {', '.join(valid)}{also}")
         return None
 
 
+Real = Annotated[StrictFloat, AllowInfNan(False)]  # a finite number: an int or a float (not a bool, not a string)
+PositiveInt = Annotated[StrictInt, Ge(1)]
+Count = Annotated[StrictInt, Ge(0)]
+Probability = Annotated[Real, Ge(0), Le(1)]
+DropRate = Annotated[Real, Ge(0), Lt(1)]  # a drop rate of 1 zeroes every activation and scales by 1/0
+NonNegative = Annotated[Real, Ge(0)]
+Positive = Annotated[Real, Gt(0)]
+UnitInterval = Annotated[Real, Gt(0), Le(1)]  # (0, 1]: a share that cannot be nothing
+Seed = Annotated[StrictInt, Ge(0), Le(2**32 - 1)]  # numpy's (and Lightning's seed_everything's) seed range
+Size = Annotated[list[PositiveInt], Len(2, 2)]
+Flag = StrictBool
+# Lightning's limit_*_batches / overfit_batches / val_check_interval: an int counts batches, a float is a
+# fraction (so the int 0 is no fraction 0.0 there: val_check_interval=0 would check every 0th batch); a number
+# that must be a float reads "a fraction"
+Fraction = Annotated[InstanceOf[float], AllowInfNan(False), Ge(0), Le(1)]
+# val_check_interval=0.0 would validate after every batch (Lightning rounds 0 batches up to 1)
+EpochFraction = Annotated[InstanceOf[float], AllowInfNan(False), Gt(0), Le(1)]
+Batches = Annotated[Count, note("batches")]
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
+              "32-true", "64-true", "64", "32", "16", "bf16")
+Time = text(r"(?!0+:0+:0+:0+$)\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS' longer than 0")
+
+
+class TimedeltaArguments(TypedDict, total=False):
+    """``datetime.timedelta``'s arguments (other keys pass here for `Arguments` to name)."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")
+    weeks: NonNegative
+    days: NonNegative
+    hours: NonNegative
+    minutes: NonNegative
+    seconds: NonNegative
+    milliseconds: NonNegative
+    microseconds: NonNegative
+
+
+TIMEDELTA_KEYS = tuple(TimedeltaArguments.__annotations__)
+
+
+def _longer_than_zero(value: dict[str, Any]) -> dict[str, Any]:
+    numbers = [v for k, v in value.items() if k in TIMEDELTA_KEYS]
+    if any(v > 0 for v in numbers) or len(numbers) < len(value):  # an unknown key: `Arguments` names it
+        return value
+    raise ValueError("a duration of 0")
+
+
+def _text_keys(value: Any) -> Any:
+    """A mapping's keys as text: OmegaConf's may be ints (``{1: 2}`` on the command line), for `Arguments` to name."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
+Timedelta = Annotated[TimedeltaArguments, BeforeValidator(_text_keys), AfterValidator(_longer_than_zero),
+                      note("a mapping of datetime.timedelta arguments, each >= 0 and not all 0"),
+                      Arguments(lambda: TIMEDELTA_KEYS, "datetime.timedelta")]
+# '~' is the shell's: written inside a value (paths.log_dir='~/runs') it reaches Python as a folder named '~'
+Folder = text(r"(?!~)(?s:.*\S.*)",
+              "a folder path (not empty; a leading '~' is not expanded: write the home folder out)")
+# A name (run_name, sweep_name...): any of YAML's scalars. Hydra reads ``run_name=nan`` as a float; it is a name.
+Name = Annotated[StrictStr | StrictInt | StrictFloat | StrictBool | None, note("a name")]
 # The module passes num_classes itself (from the data): a user's would be overwritten.
 MIXUP_SET_BY_THE_MODULE = ("num_classes",)
 
@@ -240,279 +220,333 @@ def mixup_keys() -> tuple[str, ...]:
     return tuple(sorted(n for n in names if n not in MIXUP_SET_BY_THE_MODULE))
 
 
+def _preset(form: Any) -> Any:
+    return form | null("the preset's value")
+
+
+# ----------------------------------------------------------------------------- the schema
+SCHEMA: dict[str, Any] = {
+    # -- top level (train.yaml, eval.yaml)
+    "seed": Seed,
+    "threads": PositiveInt | null("torch's default thread count"),
+    **dict.fromkeys(("run_name", "name", "task_name", "sweep_name", "ablation"), Name),
+    "resume": Flag,
+    "test_after_fit": Flag,
+    "print_config": Flag,
+    "batch_size": PositiveInt | null("the run's batch size"),
+    "throughput_batch": PositiveInt | null("no throughput measured"),
+    # -- data: both data modules
+    "data.batch_size": PositiveInt,
+    "data.num_workers": Count,
+    "data.pin_memory": Flag,
+    "data.num_classes": PositiveInt | null("counted from the data"),
+    "data.mean": Annotated[list[Probability], Len(3, 3)],
+    "data.std": Annotated[list[Positive], Len(3, 3)],
+    # -- data: ImageFolder (timm transforms)
+    "data.img_size": PositiveInt,
+    "data.eval_crop_pct": UnitInterval,
+    "data.repeated_aug": Flag,
+    "data.num_repeats": PositiveInt,
+    "data.train_transform.scale": Annotated[list[UnitInterval], Len(2, 2)],
+    "data.train_transform.ratio": Annotated[list[Positive], Len(2, 2)],
+    "data.train_transform.hflip": Probability,
+    "data.train_transform.vflip": Probability,
+    "data.train_transform.color_jitter": NonNegative | Annotated[list[NonNegative], Len(3, 4)] | null("off"),
+    "data.train_transform.*_prob": Probability,  # re_prob, color_jitter_prob, grayscale_prob, ...
+    "data.train_transform.re_count": PositiveInt,
+    "data.train_transform.re_num_splits": Count,
+    "data.train_transform.crop_pct": UnitInterval | null("timm's default"),
+    # -- data: COCO
+    "data.train_scales": Annotated[list[PositiveInt], Len(1)],
+    "data.max_size": PositiveInt | null("no limit"),
+    "data.crop_scales": Annotated[list[PositiveInt], Len(1)] | null("no random crop"),
+    "data.crop_size": Size,
+    "data.hflip": Flag,
+    "data.val_size": PositiveInt,
+    # -- data: generators (relational shapes, digits, shapes-COCO)
+    "data.generator.num_train": PositiveInt,
+    "data.generator.num_val": PositiveInt,
+    "data.generator.img_size": PositiveInt,
+    "data.generator.patch_size": PositiveInt,
+    "data.generator.seed": Seed,
+    "data.generator.*_object_size": PositiveInt,
+    # the eight direction sectors are 45 degrees wide: a margin of 22.5 on each side leaves no placement
+    "data.generator.boundary_margin_deg": Annotated[Real, Ge(0), Lt(22.5)],
+    "data.generator.noise_max": Annotated[StrictInt, Ge(1), Le(OBJECT_MIN - 50)],
+    # label=distance: bin edges in patches (increasing: checked with the generator's other settings), and a
+    # margin in pixels below half the narrowest bin (checked there too)
+    "data.generator.label": one_of(*LABELS),
+    "data.generator.distance_edges": Annotated[list[NonNegative], Len(1)] | null("the default bins"),
+    "data.generator.distance_margin_px": NonNegative,
+    # [top, left, bottom, right] px
+    "data.generator.region": Annotated[list[Count], Len(4, 4)] | null("the whole canvas"),
+    "data.generator.val_fraction": Annotated[Real, Gt(0), Lt(1)],
+    "data.generator.image_size": Size,
+    "data.generator.object_size": Size,
+    "data.generator.max_objects": PositiveInt,
+    "data.generator.max_overlap": Probability,
+    # -- model: classification (backbone kwargs, DeiT recipe)
+    "model.net.img_size": PositiveInt,
+    "model.net.*drop*_rate": DropRate,  # drop_rate, drop_path_rate, attn_drop_rate, proj_drop_rate, ...
+    "model.net.peg_blocks": Annotated[list[Count], Len(1)] | null("[0]"),
+    "model.net.patch_size": PositiveInt,
+    "model.net.embed_dim": PositiveInt,
+    "model.net.depth": PositiveInt,
+    # a list: one count per stage (Swin)
+    "model.net.num_heads": PositiveInt | Annotated[list[PositiveInt], Len(1)],
+    "model.net.depths": Annotated[list[PositiveInt], Len(1)],  # blocks per stage (Swin)
+    "model.net.window_size": PositiveInt,
+    "model.net.mlp_ratio": Positive,
+    "model.optimizer.lr": Positive,
+    "model.optimizer.lr_base_batch": PositiveInt,
+    "model.optimizer.weight_decay": NonNegative,
+    "model.optimizer.betas": Annotated[list[Annotated[Real, Ge(0), Lt(1)]], Len(2, 2)],
+    "model.optimizer.eps": Positive,
+    "model.optimizer.pos_lr_scale": Positive,
+    "model.optimizer.pos_weight_decay": NonNegative | null("the decay of the parameter's own group"),
+    "model.scheduler.warmup_epochs": NonNegative,
+    "model.scheduler.warmup_lr": NonNegative,
+    "model.scheduler.min_lr": NonNegative,
+    "model.mixup": Annotated[dict, note("a mapping of timm Mixup settings"),
+                             Arguments(mixup_keys, "timm.data.Mixup", "num_classes comes from the data")]
+                   | null("no mixup"),
+    "model.mixup.mixup_alpha": NonNegative,
+    "model.mixup.cutmix_alpha": NonNegative,
+    "model.mixup.cutmix_minmax": Annotated[list[UnitInterval], Len(2, 2)] | null("off"),
+    "model.mixup.prob": Probability,
+    "model.mixup.switch_prob": Probability,
+    "model.mixup.label_smoothing": Probability,
+    "model.mixup.correct_lam": Flag,
+    "model.mixup.multi_label": Flag,
+    "model.mixup.mode": one_of("batch", "pair", "elem"),  # timm treats any other mode as 'batch'
+    "model.label_smoothing": Probability,
+    # 0 would silently mean "no EMA" (the module tests `if ema_decay`), 1 an average that never moves
+    "model.ema_decay": Annotated[Real, Gt(0), Lt(1)] | null("no EMA"),
+    "model.compile": Flag,
+    # -- model: DETR
+    "model.backbone.channels": Annotated[list[PositiveInt], Len(3, 3)],
+    "model.backbone.stem_stride": PositiveInt,
+    "model.hidden_dim": PositiveInt,
+    "model.nheads": PositiveInt,
+    "model.enc_layers": Count,
+    "model.dec_layers": PositiveInt,
+    "model.dim_feedforward": PositiveInt,
+    "model.dropout": DropRate,
+    "model.num_queries": PositiveInt,
+    "model.pre_norm": Flag,
+    "model.aux_loss": Flag,
+    "model.set_cost_*": NonNegative,
+    "model.*_loss_coef": NonNegative,
+    "model.eos_coef": Probability,
+    "model.lr": Positive,
+    "model.lr_backbone": Annotated[NonNegative, note("0 freezes the backbone")],
+    "model.weight_decay": NonNegative,
+    "model.lr_drop": PositiveInt,
+    "model.lr_gamma": UnitInterval,
+    # -- rpe: null keeps the preset's value. A product table has (4 ratio + 1)^2 buckets: ratio 100 is
+    # already 160801 of them (MAX_RATIO, also enforced by rpe.RPEConfig for shorthands)
+    "rpe.ratio": _preset(Annotated[Real, Gt(0), Le(MAX_RATIO)]),
+    "rpe.window": _preset(PositiveInt),
+    "rpe.num_buckets": _preset(Annotated[StrictInt, Ge(4)]),
+    "rpe.max_distance": _preset(PositiveInt),
+    "rpe.theta": _preset(Positive),
+    "rpe.hidden_dim": _preset(PositiveInt),
+    "rpe.shared_head": _preset(Flag),
+    # -- trainer (Lightning's Trainer arguments, in the forms Lightning accepts)
+    "trainer.devices": PositiveInt | one_of(-1, meaning="all") | one_of("auto") | Annotated[list[Count], Len(1)]
+                       | text(r"-1|\d+|\d+(,\d+)*,?", "a string of device ids such as '0,1'"),
+    "trainer.num_nodes": PositiveInt,
+    # Lightning's accelerator names ("gpu": cuda or mps); check_devices checks that the machine has one
+    "trainer.accelerator": one_of(*ACCELERATORS),
+    # Lightning's precision names (lightning.fabric.connector._PRECISION_INPUT)
+    "trainer.precision": one_of(16, 32, 64) | text("|".join(map(re.escape, PRECISIONS)),
+                                                   "a precision name such as '32-true' or 'bf16-mixed'"),
+    "trainer.max_epochs": one_of(-1, meaning="unlimited") | PositiveInt | null("Lightning's default"),
+    "trainer.min_epochs": Count | null("none"),
+    "trainer.max_steps": one_of(-1, meaning="unlimited") | PositiveInt,
+    "trainer.min_steps": Count | null("none"),
+    "trainer.max_time": Time | Timedelta | null("no limit"),
+    "paths.log_dir": Folder,
+    "paths.data_dir": Folder,
+    "trainer.limit_*_batches": Batches | Fraction | null("all batches"),
+    "trainer.overfit_batches": Batches | Fraction,
+    "trainer.val_check_interval": Annotated[PositiveInt, note("batches")] | EpochFraction | Time | Timedelta
+                                  | null("once per epoch"),
+    "trainer.check_val_every_n_epoch": PositiveInt | null("by val_check_interval only"),
+    "trainer.num_sanity_val_steps": one_of(-1, meaning="all") | Count | null("Lightning's default"),
+    "trainer.log_every_n_steps": Annotated[Count, note("0: no step logging")] | null("Lightning's default"),
+    "trainer.gradient_clip_val": NonNegative | null("no clipping"),
+    "trainer.gradient_clip_algorithm": one_of("norm", "value") | null("Lightning's default (norm)"),
+    "trainer.accumulate_grad_batches": PositiveInt,
+    "trainer.reload_dataloaders_every_n_epochs": Count,
+    "trainer.fast_dev_run": Flag | Batches,
+    "trainer.deterministic": Flag | one_of("warn") | null("Lightning's default"),
+    "trainer.benchmark": Flag | null("Lightning's default"),
+    "trainer.inference_mode": Flag,
+    "trainer.detect_anomaly": Flag,
+    "trainer.sync_batchnorm": Flag,
+    "trainer.use_distributed_sampler": Flag,
+    "trainer.barebones": Flag,
+    "trainer.enable_*": Flag | null("Lightning's default"),  # model_summary, progress_bar, checkpointing
+    # -- callbacks
+    "callbacks.progress_bar.refresh_rate": Annotated[Count, note("0: off")],
+    "callbacks.last_checkpoint.every_n_train_steps": PositiveInt | null("at epoch ends only"),
+    "callbacks.model_checkpoint.save_top_k": one_of(-1, meaning="all") | Count,
+    "callbacks.model_checkpoint.mode": one_of("min", "max"),
+    "callbacks.model_checkpoint.every_n_epochs": Count | null("Lightning's default"),
+    "callbacks.model_checkpoint.every_n_train_steps": Count | null("Lightning's default"),
+    "callbacks.model_checkpoint.save_last": Flag | one_of("link") | null("off"),
+    "callbacks.model_checkpoint.auto_insert_metric_name": Flag,
+    "callbacks.model_checkpoint.enable_version_counter": Flag,
+    "callbacks.model_checkpoint.save_weights_only": Flag,
+    "callbacks.model_checkpoint.save_on_train_epoch_end": Flag | null("Lightning's default"),
+    "callbacks.step_cost.warmup_steps": Count,
+}
+
+
+# ----------------------------------------------------------------------------- reading the schema
+def forms(annotation: Any) -> tuple[Any, ...]:
+    """The forms a setting's type takes: the members of its union (a type that is no union: itself)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return get_args(annotation)
+    return (annotation,)
+
+
+def unpacked(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(type, metadata)`` of ``Annotated[type, *metadata]`` (nested ones are flat); a bare type has none.
+    The constraints of a ``Field(ge=...)`` or an ``Interval(gt=..., le=...)`` count as metadata of their own."""
+    if get_origin(annotation) is not Annotated:
+        return annotation, ()
+    base, *metadata = get_args(annotation)
+    flat: list[Any] = []
+    for item in metadata:
+        flat.append(item)
+        if isinstance(item, FieldInfo):
+            flat.extend(item.metadata)
+        elif isinstance(item, GroupedMetadata):
+            flat.extend(item)
+    return base, tuple(flat)
+
+
+_BOUND_WORDS = ((Gt, "gt", ">"), (Ge, "ge", ">="), (Lt, "lt", "<"), (Le, "le", "<="))
+
+
+def _number_words(base: type, metadata: tuple[Any, ...]) -> str:
+    noun = "an integer" if base is int else "a fraction" if any(isinstance(m, InstanceOf) for m in metadata) else ""
+    bounds = [f"{sign} {_num(getattr(m, name))}" for kind, name, sign in _BOUND_WORDS for m in metadata
+              if isinstance(m, kind)]
+    return f"{noun} {' and '.join(bounds)}".strip() or "a finite number"
+
+
+def _words(base: Any, metadata: tuple[Any, ...]) -> str | None:
+    """What a form's type and constraints say in words; None where they say nothing a user could read (a string
+    pattern, a mapping, a union of scalars): its description says it."""
+    if base is type(None):
+        return "null"
+    if base is bool:
+        return "true or false"
+    if get_origin(base) is Literal:
+        return _join([show(v) for v in get_args(base)])
+    if base in (int, float):
+        return _number_words(base, metadata)
+    if get_origin(base) is list:
+        length = next((m for m in metadata if isinstance(m, Len)), Len(0))
+        low, high = length.min_length, length.max_length
+        size = f"{low} or more" if high is None else " or ".join(str(n) for n in range(low, high + 1))
+        return f"a list of {size} values, each {describe(get_args(base)[0])}"
+    return None
+
+
+def describe(annotation: Any) -> str:
+    """The valid values of a setting's type in words, e.g. ``an integer >= 1 or null (no limit)``: each form's
+    words from its constraints (`_words`), followed by its description in parentheses; a form without words is
+    its description. A form with neither raises TypeError: the schema must say what every setting takes."""
+    parts = []
+    for form in forms(annotation):
+        base, metadata = unpacked(form)
+        meaning = next((m.description for m in metadata if isinstance(m, FieldInfo) and m.description), "")
+        words = _words(base, metadata)
+        if words is None and not meaning:
+            raise TypeError(f"the form {form!r} has no words of its own: give it a note(...) saying what it takes")
+        parts.append(meaning if words is None else f"{words} ({meaning})" if meaning else words)
+    return _join(parts)
+
+
+def _leaves(annotation: Any) -> Iterator[tuple[Any, tuple[Any, ...]]]:
+    """``(type, metadata)`` of each form, a list's item in its place."""
+    for form in forms(annotation):
+        base, metadata = unpacked(form)
+        if get_origin(base) is list:
+            yield from _leaves(get_args(base)[0])
+        else:
+            yield base, metadata
+
+
+def _takes_text(base: Any) -> bool:
+    """A form's type is a string (a pattern), fixed strings, or a union with a string among its members."""
+    if get_origin(base) is Literal:
+        return all(isinstance(v, str) for v in get_args(base))
+    if get_origin(base) in (Union, types.UnionType):
+        return any(_takes_text(unpacked(member)[0]) for member in get_args(base))
+    return base is str
+
+
+# Strict: true is no 1, 2.0 no integer, '8' no number; Python's re: the string patterns use look-aheads
+_VALIDATION = ConfigDict(strict=True, regex_engine="python-re")
+
+
 @dataclass(frozen=True)
-class Label:
-    """A name (run_name, sweep_name...): any scalar. Hydra reads ``run_name=nan`` as a float; it is a name."""
-
-    text: str = "a name"
-
-    def accepts(self, value: Any) -> bool:
-        return not isinstance(value, (dict, list, tuple))
-
-    def describe(self) -> str:
-        return self.text
-
-
-Form = Num | OneOf | Text | ListOf | Kwargs | Label
-
-
-def _join(parts: Sequence[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
-
-
-@dataclass(frozen=True, init=False)
-class Rule:
-    """The valid forms of the settings whose dotted key matches ``pattern`` (``*``: within one segment)."""
+class Setting:
+    """The settings whose dotted key matches ``pattern`` (``*``: within one segment) and their type."""
 
     pattern: str
-    forms: tuple[Form, ...]
+    annotation: Any
 
-    def __init__(self, pattern: str, *forms: Form) -> None:
-        object.__setattr__(self, "pattern", pattern)
-        object.__setattr__(self, "forms", forms)
-
-    @property
+    @cached_property
     def regex(self) -> re.Pattern[str]:
         return re.compile("[^.]*".join(re.escape(part) for part in self.pattern.split("*")))
 
+    @cached_property
+    def _adapter(self) -> TypeAdapter[Any]:  # built on first use: most commands read few of the settings
+        return TypeAdapter(self.annotation, config=_VALIDATION)
+
     def accepts(self, value: Any) -> bool:
-        return any(form.accepts(value) for form in self.forms)
+        try:
+            self._adapter.validate_python(list(value) if isinstance(value, tuple) else value, strict=True)
+        except ValidationError:
+            return False
+        return True
 
     def describe(self) -> str:
-        return _join([form.describe() for form in self.forms])
+        return describe(self.annotation)
 
-    @property
+    @cached_property
     def is_real(self) -> bool:
         """Its numbers are all reals: an int given for it is shown as the float it stands for."""
-        numbers = [f for f in self.forms if isinstance(f, Num)] + [
-            f.item for f in self.forms if isinstance(f, ListOf) and isinstance(f.item, Num)
-        ]
-        return bool(numbers) and all(f.kind is float for f in numbers)
+        numbers = [base for base, _ in _leaves(self.annotation) if base in (int, float)]
+        return bool(numbers) and all(base is float for base in numbers)
+
+    @cached_property
+    def typed(self) -> bool:
+        """Whether it takes a value that is not a string (a number, a flag, null, a list or a mapping), and no
+        string stands for it (a name takes any scalar: a string is one)."""
+        return any(not _takes_text(base) for base, _ in _leaves(self.annotation))
+
+    @cached_property
+    def arguments(self) -> Arguments | None:
+        """The keys its mapping form takes (`Arguments`), where it has one."""
+        return next((m for form in forms(self.annotation) for m in unpacked(form)[1] if isinstance(m, Arguments)),
+                    None)
 
 
-# ----------------------------------------------------------------------------- the rules
-POSITIVE = integer("[1, inf)")
-COUNT = integer("[0, inf)")
-PROB = real("[0, 1]")
-DROP = real("[0, 1)")  # a drop rate of 1 zeroes every activation and scales by 1/0
-NONNEG = real("[0, inf)")
-POS = real("(0, inf)")
-SEED = integer(f"[0, {2**32 - 1}]")  # numpy's (and Lightning's seed_everything's) seed range
-SIZE = list_of(POSITIVE, 2)
-# Lightning's limit_*_batches / overfit_batches / val_check_interval: an int counts batches, a float is a
-# fraction (so the int 0 is no fraction 0.0 there: val_check_interval=0 would check every 0th batch)
-FRACTION = real("[0, 1]", noun="a fraction", floats_only=True)
-# val_check_interval=0.0 would validate after every batch (Lightning rounds 0 batches up to 1)
-FRACTION_OF_EPOCH = real("(0, 1]", noun="a fraction", floats_only=True)
-BATCH_LIMIT = (integer("[0, inf)", "batches"), FRACTION)
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
-PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
-              "32-true", "64-true", "64", "32", "16", "bf16")
-TIME = text(r"(?!0+:0+:0+:0+$)\d+:\d{1,2}:\d{1,2}:\d{1,2}", "a duration 'DD:HH:MM:SS' longer than 0")
-TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
-
-
-@dataclass(frozen=True)
-class Duration(Kwargs):
-    """A mapping of ``datetime.timedelta`` arguments: each a number >= 0, and not all 0."""
-
-    def accepts(self, value: Any) -> bool:
-        if not isinstance(value, dict):
-            return False
-        numbers = [v for k, v in value.items() if k in TIMEDELTA_KEYS]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                   for v in numbers):
-            return False
-        return any(v > 0 for v in numbers) or len(numbers) < len(value)  # an unknown key: bad_key names it
-
-
-TIMEDELTA = Duration("a mapping of datetime.timedelta arguments, each >= 0 and not all 0",
-                     keys=lambda: TIMEDELTA_KEYS, owner="datetime.timedelta")
-# '~' is the shell's: written inside a value (paths.log_dir='~/runs') it reaches Python as a folder named '~'
-FOLDER = text(r"(?s)(?!~).*\S.*", "a folder path (not empty; a leading '~' is not expanded: write the home folder out)")
-
-RULES: tuple[Rule, ...] = (
-    # -- top level (train.yaml, eval.yaml)
-    Rule("seed", SEED),
-    Rule("threads", POSITIVE, NULL("torch's default thread count")),
-    *(Rule(key, Label()) for key in ("run_name", "name", "task_name", "sweep_name", "ablation")),
-    Rule("resume", BOOL),
-    Rule("test_after_fit", BOOL),
-    Rule("print_config", BOOL),
-    Rule("batch_size", POSITIVE, NULL("the run's batch size")),
-    Rule("throughput_batch", POSITIVE, NULL("no throughput measured")),
-    # -- data: both data modules
-    Rule("data.batch_size", POSITIVE),
-    Rule("data.num_workers", COUNT),
-    Rule("data.pin_memory", BOOL),
-    Rule("data.num_classes", POSITIVE, NULL("counted from the data")),
-    Rule("data.mean", list_of(real("[0, 1]"), 3)),
-    Rule("data.std", list_of(POS, 3)),
-    # -- data: ImageFolder (timm transforms)
-    Rule("data.img_size", POSITIVE),
-    Rule("data.eval_crop_pct", real("(0, 1]")),
-    Rule("data.repeated_aug", BOOL),
-    Rule("data.num_repeats", POSITIVE),
-    Rule("data.train_transform.scale", list_of(real("(0, 1]"), 2)),
-    Rule("data.train_transform.ratio", list_of(POS, 2)),
-    Rule("data.train_transform.hflip", PROB),
-    Rule("data.train_transform.vflip", PROB),
-    Rule("data.train_transform.color_jitter", NONNEG, list_of(NONNEG, 3, 4), NULL("off")),
-    Rule("data.train_transform.*_prob", PROB),  # re_prob, color_jitter_prob, grayscale_prob, ...
-    Rule("data.train_transform.re_count", POSITIVE),
-    Rule("data.train_transform.re_num_splits", COUNT),
-    Rule("data.train_transform.crop_pct", real("(0, 1]"), NULL("timm's default")),
-    # -- data: COCO
-    Rule("data.train_scales", list_of(POSITIVE)),
-    Rule("data.max_size", POSITIVE, NULL("no limit")),
-    Rule("data.crop_scales", list_of(POSITIVE), NULL("no random crop")),
-    Rule("data.crop_size", SIZE),
-    Rule("data.hflip", BOOL),
-    Rule("data.val_size", POSITIVE),
-    # -- data: generators (relational shapes, digits, shapes-COCO)
-    Rule("data.generator.num_train", POSITIVE),
-    Rule("data.generator.num_val", POSITIVE),
-    Rule("data.generator.img_size", POSITIVE),
-    Rule("data.generator.patch_size", POSITIVE),
-    Rule("data.generator.seed", SEED),
-    Rule("data.generator.*_object_size", POSITIVE),
-    # the eight direction sectors are 45 degrees wide: a margin of 22.5 on each side leaves no placement
-    Rule("data.generator.boundary_margin_deg", real("[0, 22.5)")),
-    Rule("data.generator.noise_max", integer(f"[1, {OBJECT_MIN - 50}]")),
-    # label=distance: bin edges in patches (increasing: checked with the generator's other settings), and a
-    # margin in pixels below half the narrowest bin (checked there too)
-    Rule("data.generator.label", one_of(*LABELS)),
-    Rule("data.generator.distance_edges", list_of(NONNEG), NULL("the default bins")),
-    Rule("data.generator.distance_margin_px", NONNEG),
-    Rule("data.generator.region", list_of(COUNT, 4), NULL("the whole canvas")),  # [top, left, bottom, right] px
-    Rule("data.generator.val_fraction", real("(0, 1)")),
-    Rule("data.generator.image_size", SIZE),
-    Rule("data.generator.object_size", SIZE),
-    Rule("data.generator.max_objects", POSITIVE),
-    Rule("data.generator.max_overlap", PROB),
-    # -- model: classification (backbone kwargs, DeiT recipe)
-    Rule("model.net.img_size", POSITIVE),
-    Rule("model.net.*drop*_rate", DROP),  # drop_rate, drop_path_rate, attn_drop_rate, proj_drop_rate, ...
-    Rule("model.net.peg_blocks", list_of(COUNT), NULL("[0]")),
-    Rule("model.net.patch_size", POSITIVE),
-    Rule("model.net.embed_dim", POSITIVE),
-    Rule("model.net.depth", POSITIVE),
-    Rule("model.net.num_heads", POSITIVE, list_of(POSITIVE)),  # a list: one count per stage (Swin)
-    Rule("model.net.depths", list_of(POSITIVE)),  # blocks per stage (Swin)
-    Rule("model.net.window_size", POSITIVE),
-    Rule("model.net.mlp_ratio", POS),
-    Rule("model.optimizer.lr", POS),
-    Rule("model.optimizer.lr_base_batch", POSITIVE),
-    Rule("model.optimizer.weight_decay", NONNEG),
-    Rule("model.optimizer.betas", list_of(real("[0, 1)"), 2)),
-    Rule("model.optimizer.eps", POS),
-    Rule("model.optimizer.pos_lr_scale", POS),
-    Rule("model.optimizer.pos_weight_decay", NONNEG, NULL("the decay of the parameter's own group")),
-    Rule("model.scheduler.warmup_epochs", NONNEG),
-    Rule("model.scheduler.warmup_lr", NONNEG),
-    Rule("model.scheduler.min_lr", NONNEG),
-    Rule("model.mixup", Kwargs("a mapping of timm Mixup settings", mixup_keys, "timm.data.Mixup",
-                               "num_classes comes from the data"), NULL("no mixup")),
-    Rule("model.mixup.mixup_alpha", NONNEG),
-    Rule("model.mixup.cutmix_alpha", NONNEG),
-    Rule("model.mixup.cutmix_minmax", list_of(real("(0, 1]"), 2), NULL("off")),
-    Rule("model.mixup.prob", PROB),
-    Rule("model.mixup.switch_prob", PROB),
-    Rule("model.mixup.label_smoothing", PROB),
-    Rule("model.mixup.correct_lam", BOOL),
-    Rule("model.mixup.multi_label", BOOL),
-    Rule("model.mixup.mode", one_of("batch", "pair", "elem")),  # timm treats any other mode as 'batch'
-    Rule("model.label_smoothing", PROB),
-    # 0 would silently mean "no EMA" (the module tests `if ema_decay`), 1 an average that never moves
-    Rule("model.ema_decay", real("(0, 1)"), NULL("no EMA")),
-    Rule("model.compile", BOOL),
-    # -- model: DETR
-    Rule("model.backbone.channels", list_of(POSITIVE, 3)),
-    Rule("model.backbone.stem_stride", POSITIVE),
-    Rule("model.hidden_dim", POSITIVE),
-    Rule("model.nheads", POSITIVE),
-    Rule("model.enc_layers", COUNT),
-    Rule("model.dec_layers", POSITIVE),
-    Rule("model.dim_feedforward", POSITIVE),
-    Rule("model.dropout", DROP),
-    Rule("model.num_queries", POSITIVE),
-    Rule("model.pre_norm", BOOL),
-    Rule("model.aux_loss", BOOL),
-    Rule("model.set_cost_*", NONNEG),
-    Rule("model.*_loss_coef", NONNEG),
-    Rule("model.eos_coef", PROB),
-    Rule("model.lr", POS),
-    Rule("model.lr_backbone", real("[0, inf)", "0 freezes the backbone")),
-    Rule("model.weight_decay", NONNEG),
-    Rule("model.lr_drop", POSITIVE),
-    Rule("model.lr_gamma", real("(0, 1]")),
-    # -- rpe: null keeps the preset's value. A product table has (4 ratio + 1)^2 buckets: ratio 100 is
-    # already 160801 of them (MAX_RATIO, also enforced by rpe.RPEConfig for shorthands)
-    Rule("rpe.ratio", real(f"(0, {MAX_RATIO:g}]"), NULL("the preset's value")),
-    Rule("rpe.window", POSITIVE, NULL("the preset's value")),
-    Rule("rpe.num_buckets", integer("[4, inf)"), NULL("the preset's value")),
-    Rule("rpe.max_distance", POSITIVE, NULL("the preset's value")),
-    Rule("rpe.theta", POS, NULL("the preset's value")),
-    Rule("rpe.hidden_dim", POSITIVE, NULL("the preset's value")),
-    Rule("rpe.shared_head", BOOL, NULL("the preset's value")),
-    # -- trainer (Lightning's Trainer arguments, in the forms Lightning accepts)
-    Rule("trainer.devices", POSITIVE, one_of(-1, note="all"), one_of("auto"), list_of(COUNT),
-         text(r"-1|\d+|\d+(,\d+)*,?", "a string of device ids such as '0,1'")),
-    Rule("trainer.num_nodes", POSITIVE),
-    # Lightning's accelerator names ("gpu": cuda or mps); check_devices checks that the machine has one
-    Rule("trainer.accelerator", one_of(*ACCELERATORS)),
-    # Lightning's precision names (lightning.fabric.connector._PRECISION_INPUT)
-    Rule("trainer.precision", one_of(16, 32, 64), text("|".join(map(re.escape, PRECISIONS)),
-                                                        "a precision name such as '32-true' or 'bf16-mixed'")),
-    Rule("trainer.max_epochs", one_of(-1, note="unlimited"), POSITIVE, NULL("Lightning's default")),
-    Rule("trainer.min_epochs", COUNT, NULL("none")),
-    Rule("trainer.max_steps", one_of(-1, note="unlimited"), POSITIVE),
-    Rule("trainer.min_steps", COUNT, NULL("none")),
-    Rule("trainer.max_time", TIME, TIMEDELTA, NULL("no limit")),
-    Rule("paths.log_dir", FOLDER),
-    Rule("paths.data_dir", FOLDER),
-    Rule("trainer.limit_*_batches", *BATCH_LIMIT, NULL("all batches")),
-    Rule("trainer.overfit_batches", *BATCH_LIMIT),
-    Rule("trainer.val_check_interval", integer("[1, inf)", "batches"), FRACTION_OF_EPOCH, TIME, TIMEDELTA,
-         NULL("once per epoch")),
-    Rule("trainer.check_val_every_n_epoch", POSITIVE, NULL("by val_check_interval only")),
-    Rule("trainer.num_sanity_val_steps", one_of(-1, note="all"), COUNT, NULL("Lightning's default")),
-    Rule("trainer.log_every_n_steps", integer("[0, inf)", "0: no step logging"), NULL("Lightning's default")),
-    Rule("trainer.gradient_clip_val", NONNEG, NULL("no clipping")),
-    Rule("trainer.gradient_clip_algorithm", one_of("norm", "value"), NULL("Lightning's default (norm)")),
-    Rule("trainer.accumulate_grad_batches", POSITIVE),
-    Rule("trainer.reload_dataloaders_every_n_epochs", COUNT),
-    Rule("trainer.fast_dev_run", BOOL, integer("[0, inf)", "batches")),
-    Rule("trainer.deterministic", BOOL, one_of("warn"), NULL("Lightning's default")),
-    Rule("trainer.benchmark", BOOL, NULL("Lightning's default")),
-    Rule("trainer.inference_mode", BOOL),
-    Rule("trainer.detect_anomaly", BOOL),
-    Rule("trainer.sync_batchnorm", BOOL),
-    Rule("trainer.use_distributed_sampler", BOOL),
-    Rule("trainer.barebones", BOOL),
-    Rule("trainer.enable_*", BOOL, NULL("Lightning's default")),  # model_summary, progress_bar, checkpointing
-    # -- callbacks
-    Rule("callbacks.progress_bar.refresh_rate", integer("[0, inf)", "0: off")),
-    Rule("callbacks.last_checkpoint.every_n_train_steps", POSITIVE, NULL("at epoch ends only")),
-    Rule("callbacks.model_checkpoint.save_top_k", one_of(-1, note="all"), COUNT),
-    Rule("callbacks.model_checkpoint.mode", one_of("min", "max")),
-    Rule("callbacks.model_checkpoint.every_n_epochs", COUNT, NULL("Lightning's default")),
-    Rule("callbacks.model_checkpoint.every_n_train_steps", COUNT, NULL("Lightning's default")),
-    Rule("callbacks.model_checkpoint.save_last", BOOL, one_of("link"), NULL("off")),
-    Rule("callbacks.model_checkpoint.auto_insert_metric_name", BOOL),
-    Rule("callbacks.model_checkpoint.enable_version_counter", BOOL),
-    Rule("callbacks.model_checkpoint.save_weights_only", BOOL),
-    Rule("callbacks.model_checkpoint.save_on_train_epoch_end", BOOL, NULL("Lightning's default")),
-    Rule("callbacks.step_cost.warmup_steps", COUNT),
-)
-
-_COMPILED: tuple[tuple[re.Pattern[str], Rule], ...] = tuple((r.regex, r) for r in RULES)
+SETTINGS: tuple[Setting, ...] = tuple(Setting(pattern, annotation) for pattern, annotation in SCHEMA.items())
+_COMPILED: tuple[tuple[re.Pattern[str], Setting], ...] = tuple((s.regex, s) for s in SETTINGS)
 SKIPPED = ("hydra",)  # Hydra's own config (present when composed with return_hydra_config) is not a setting
 
 
-def rule_for(key: str) -> Rule | None:
-    """The first rule whose pattern matches the dotted ``key`` (``None``: only the nan/inf check applies)."""
-    return next((r for regex, r in _COMPILED if regex.fullmatch(key)), None)
+def setting_for(key: str) -> Setting | None:
+    """The first setting whose pattern matches the dotted ``key`` (``None``: only the nan/inf check applies)."""
+    return next((s for regex, s in _COMPILED if regex.fullmatch(key)), None)
 
 
 # ----------------------------------------------------------------------------- the check
@@ -594,24 +628,24 @@ def _spelled(text: str) -> tuple[bool, Any]:
 
 def decode_environment_values(cfg: DictConfig) -> None:
     """Each setting whose value is an environment variable (``${oc.env:NAME}``, which OmegaConf gives as a
-    string) becomes the value the variable's text spells where its rule takes that value and not the string:
+    string) becomes the value the variable's text spells where its type takes that value and not the string:
     ``threads=${oc.env:OMP_NUM_THREADS}`` with ``OMP_NUM_THREADS=1`` is ``threads=1``, as on the command line.
     Done in place, before a run's identity is taken, so the run records, hashes and uses the value. A text
     that spells no valid value stays, for `check_settings` to refuse naming the variable."""
     from omegaconf import open_dict, read_write
 
     for key in list(_environment_keys(cfg)):
-        rule = rule_for(key)
+        setting = setting_for(key)
         parent_key, _, leaf = key.rpartition(".")
         try:
             parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
             value = parent[leaf] if isinstance(parent, DictConfig) else None
         except OmegaConfBaseException:  # a variable that cannot be resolved here: named by its own check
             continue
-        if rule is None or not isinstance(value, str) or rule.accepts(value):
+        if setting is None or not isinstance(value, str) or setting.accepts(value):
             continue
         spelled, decoded = _spelled(value)
-        if spelled and not isinstance(decoded, str) and rule.accepts(decoded):
+        if spelled and not isinstance(decoded, str) and setting.accepts(decoded):
             with read_write(parent), open_dict(parent):
                 parent[leaf] = decoded
 
@@ -621,29 +655,27 @@ def _non_finite(value: Any) -> bool:
 
 
 def check_value(key: str, value: Any) -> None:
-    """The rule of ``key`` (`rule_for`) on one value, alone: `SettingError` (one line) where it refuses it."""
+    """The type of ``key`` (`setting_for`) on one value, alone: `SettingError` (one line) where it refuses it."""
     _check(key, value)
 
 
 def _check(key: str, value: Any) -> None:
-    rule = rule_for(key)
-    if rule is not None:
+    setting = setting_for(key)
+    if setting is not None:
         try:
             plain = _plain(value)
         except OmegaConfBaseException:  # an element that cannot be resolved here: left to instantiation
             return
-        if not rule.accepts(plain):
+        if not setting.accepts(plain):
             bad_float = _non_finite(plain) or (
                 isinstance(plain, list) and any(_non_finite(v) for v in plain)
             )
             must = "must be a finite number; valid:" if bad_float else "must be"
-            raise _fail(key, f"{key}={show(plain, rule.is_real)} {must} {rule.describe()}")
-        for form in rule.forms:
-            if isinstance(form, Kwargs) and form.accepts(plain):
-                problem = form.bad_key(key, plain)
-                if problem is not None:
-                    raise _fail(key, problem)
-                break
+            raise _fail(key, f"{key}={show(plain, setting.is_real)} {must} {setting.describe()}")
+        if setting.arguments is not None and isinstance(plain, dict):
+            problem = setting.arguments.bad_key(key, plain)
+            if problem is not None:
+                raise _fail(key, problem)
         if not isinstance(value, DictConfig):
             return
     if isinstance(value, (DictConfig, ListConfig)):
@@ -652,12 +684,6 @@ def _check(key: str, value: Any) -> None:
                 _check(child_key, child)
     elif _non_finite(value):
         raise _fail(key, f"{key}={show(value)} must be a finite number")
-
-
-def _typed(rule: Rule) -> bool:
-    """Whether ``rule`` takes a value that is not a string (a number, a flag, null, a list or a mapping)."""
-    return any(not isinstance(form, (Text, Label)) and not (isinstance(form, OneOf) and all(
-        isinstance(v, str) for v in form.values)) for form in rule.forms)
 
 
 def _preset_row(cfg: DictConfig, row: str) -> bool:
@@ -676,7 +702,7 @@ def _preset_row(cfg: DictConfig, row: str) -> bool:
 def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     """Raise `SettingError` (one line) at the first setting of ``cfg`` outside its valid range or type.
 
-    Checks every key matched by `RULES` and refuses nan/inf anywhere else. ``data.*`` settings raise the
+    Checks every key matched by `SCHEMA` and refuses nan/inf anywhere else. ``data.*`` settings raise the
     `DataSettingError` subclass (also a `data.errors.DataConfigError`). ``config_name`` (``train``, ``eval``)
     is the entry point's root config, whose root keys alone are accepted (None: any entry point's).
     """
@@ -720,7 +746,7 @@ def _check_head_widths(cfg: DictConfig) -> None:
         width = OmegaConf.select(cfg, width_key, default=None, throw_on_resolution_failure=False)
         if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, width)) or \
                 width % heads == 0:
-            continue  # a list per stage (Swin), unset, or out of range (its own rule names it)
+            continue  # a list per stage (Swin), unset, or out of range (its own type check names it)
         fits = [str(n) for n in range(1, width + 1) if width % n == 0]
         raise SettingError(f"{heads_key}={heads} must divide {width_key}={width} (each attention head gets an equal"
                            f" share of the width); valid: {heads_key}=<one of: {', '.join(fits)}>, or a"
@@ -782,10 +808,10 @@ def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
     message = str(err)
     if name is None or not message.startswith(f"{key}="):
         return err
-    rule, problem = rule_for(key), message[len(key) + 1:]
-    if rule is not None and _typed(rule) and isinstance(OmegaConf.select(cfg, key, default=None), str):
-        forms = rule.describe()
-        problem = f"{os.environ[name]!r} must spell {'a number ' if forms[:1] in '<>' else ''}{forms}"
+    setting, problem = setting_for(key), message[len(key) + 1:]
+    if setting is not None and setting.typed and isinstance(OmegaConf.select(cfg, key, default=None), str):
+        valid = setting.describe()
+        problem = f"{os.environ[name]!r} must spell {'a number ' if valid[:1] in '<>' else ''}{valid}"
     renamed = type(err)(f"environment variable {name}={problem}; {key} reads it: set {name} to a valid value, or"
                         " unset it for the config's default")
     renamed.key = key

@@ -6,26 +6,29 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 import re
 from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
+from annotated_types import Ge, Gt, Le, Len, Lt
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
+from pydantic import InstanceOf
 
 from lifecycle import settings
 from lifecycle.settings import (
-    RULES,
-    ListOf,
-    Num,
-    OneOf,
+    SETTINGS,
+    Setting,
     SettingError,
     check_devices,
     check_schedule,
     check_settings,
+    describe,
+    forms,
     mixup_keys,
+    unpacked,
 )
 from tests.helpers import CONFIG_DIR, compose_config, swept_job_configs
 
@@ -351,52 +354,65 @@ def test_a_job_submitted_elsewhere_checks_its_devices_where_it_runs(gpus) -> Non
 _BOUND = re.compile(r"(>=|<=|>|<) (-?[0-9.e+]+)")
 
 
-def _numbers(form) -> list[tuple[Num, int]]:
-    """The interval forms of a rule's form (a list's item, wrapped as a list of its smallest length)."""
-    if isinstance(form, Num):
+def _numbers(form: Any) -> list[tuple[Any, int]]:
+    """The number forms of a setting's form (a list's item, wrapped as a list of its smallest length)."""
+    base, metadata = unpacked(form)
+    if base in (int, float):
         return [(form, 0)]
-    if isinstance(form, ListOf) and isinstance(form.item, Num):
-        return [(form.item, min(form.lengths) if form.lengths else 1)]
+    if get_origin(base) is list and unpacked(get_args(base)[0])[0] in (int, float):
+        return [(get_args(base)[0], next((m.min_length for m in metadata if isinstance(m, Len)), 1))]
     return []
 
 
-def _probes(num: Num, bound: float) -> list[float | int]:
+def _floats_only(num: Any) -> bool:
+    return any(isinstance(m, InstanceOf) for m in unpacked(num)[1])
+
+
+def _probes(num: Any, bound: float) -> list[float | int]:
     """The values a reader takes the stated bound to allow: an int for "an integer", a float for "a fraction",
     both for a plain number."""
-    if num.kind is int:
+    if unpacked(num)[0] is int:
         return [int(bound)]
     values: list[float | int] = [float(bound)]
-    if not num.floats_only and float(bound).is_integer():
+    if not _floats_only(num) and float(bound).is_integer():
         values.append(int(bound))
     return values
+
+
+def _fixed_values(form: Any) -> tuple[Any, ...]:
+    """The values a form names one by one: fixed values, true and false, null."""
+    base = unpacked(form)[0]
+    return get_args(base) if get_origin(base) is Literal else (True, False) if base is bool else \
+        (None,) if base is type(None) else ()
 
 
 def _wrap(value, length: int):
     return [value] * length if length else value
 
 
-@pytest.mark.parametrize("rule", RULES, ids=[r.pattern for r in RULES])
-def test_every_rule_accepts_what_its_message_states(rule) -> None:
+@pytest.mark.parametrize("rule", SETTINGS, ids=[s.pattern for s in SETTINGS])
+def test_every_rule_accepts_what_its_message_states(rule: Setting) -> None:
     """Each bound a message states ('>= 0', '< 1') is probed at the bound and just beyond it: a closed bound
-    is accepted by the rule, an open one and anything beyond are refused by the form that states it; each
+    is accepted by the setting, an open one and anything beyond are refused by the form that states it; each
     fixed value a message names (-1, 'auto', null) is accepted."""
-    for form in rule.forms:
-        if isinstance(form, OneOf):
-            for value in form.values:
-                assert rule.accepts(value), (rule.pattern, value)
-        for num, length in _numbers(form):
-            stated = _BOUND.findall(num.describe().split(" (")[0])
-            assert len(stated) == (num.lo > -math.inf) + (num.hi < math.inf), (rule.pattern, stated)
+    for form in forms(rule.annotation):
+        for value in _fixed_values(form):
+            assert rule.accepts(value), (rule.pattern, value)
+        for item, length in _numbers(form):
+            num = Setting(rule.pattern, item)
+            bounds = [m for m in unpacked(item)[1] if isinstance(m, (Ge, Gt, Le, Lt))]
+            stated = _BOUND.findall(describe(item).split(" (")[0])
+            assert len(stated) == len(bounds), (rule.pattern, stated)
             for op, text in stated:
                 bound = float(text)
                 inside = op in (">=", "<=")
-                for value in _probes(num, bound):
+                for value in _probes(item, bound):
                     assert num.accepts(value) == inside, (rule.pattern, op, value)
                     if inside:
                         assert rule.accepts(_wrap(value, length)), (rule.pattern, value)
-                if inside and bound.is_integer() and num.kind is float:
-                    # a reader writes the bound of "a fraction >= 0" as 0: the rule (another of its forms, such
-                    # as a count of batches) must take that too, or the message states a range it refuses
+                if inside and bound.is_integer() and unpacked(item)[0] is float:
+                    # a reader writes the bound of "a fraction >= 0" as 0: the setting (another of its forms,
+                    # such as a count of batches) must take that too, or the message states a range it refuses
                     assert rule.accepts(_wrap(int(bound), length)), (rule.pattern, "stated", op, int(bound))
                     step = 1 if isinstance(value, int) else max(abs(bound), 1.0) * 1e-9
                     beyond = value - step if op.startswith(">") else value + step
@@ -406,10 +422,10 @@ def test_every_rule_accepts_what_its_message_states(rule) -> None:
                     if all((within > b if o == ">" else within >= b if o == ">=" else within < b if o == "<"
                             else within <= b) for o, b in other):
                         assert num.accepts(within), (rule.pattern, op, within)
-            if num.floats_only:
-                assert "fraction" in num.describe(), rule.pattern
-            if num.kind is int:
-                assert "integer" in num.describe(), rule.pattern
+            if _floats_only(item):
+                assert "fraction" in describe(item), rule.pattern
+            if unpacked(item)[0] is int:
+                assert "integer" in describe(item), rule.pattern
 
 
 # ------------------------------------------------------------------ the shipped configs stay valid

@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from annotated_types import Ge, Gt, Interval, Le, Lt
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from pydantic import Field, StrictInt, StrictStr
 
 from data.errors import DataConfigError
 from lifecycle.settings import (
-    RULES,
+    SCHEMA,
+    SETTINGS,
     DataSettingError,
+    PositiveInt,
+    Real,
+    Setting,
     SettingError,
     check_settings,
-    integer,
-    real,
-    rule_for,
+    describe,
+    setting_for,
 )
 from rpe.config import RPEConfig, RPEConfigError, parse_shorthand, resolve_rpe
 from tests.helpers import CONFIG_DIR, compose_config, swept_job_configs
@@ -89,7 +96,7 @@ def test_real_configs_pass_and_every_number_has_a_rule(config_name: str, overrid
     uncovered = []
     for key in _numeric_leaves(cfg):
         parts = key.split(".")
-        if not any(rule_for(".".join(parts[:n])) for n in range(len(parts), 0, -1)):
+        if not any(setting_for(".".join(parts[:n])) for n in range(len(parts), 0, -1)):
             uncovered.append(key)
     assert not uncovered
 
@@ -268,26 +275,76 @@ def test_absent_missing_and_unresolvable_keys_are_skipped() -> None:
 
 
 def test_first_matching_rule_wins_and_exact_keys_are_not_shadowed() -> None:
-    patterns = [r.pattern for r in RULES]
-    assert len(patterns) == len(set(patterns))
-    for rule in RULES:
-        if "*" not in rule.pattern:
-            assert rule_for(rule.pattern) is rule, rule.pattern
+    patterns = [s.pattern for s in SETTINGS]
+    assert patterns == list(SCHEMA) and len(patterns) == len(set(patterns))
+    for setting in SETTINGS:
+        if "*" not in setting.pattern:
+            assert setting_for(setting.pattern) is setting, setting.pattern
     # `*` stays within one segment
-    assert rule_for("trainer.limit_val_batches").pattern == "trainer.limit_*_batches"
-    assert rule_for("trainer.limit_val_batches.x") is None
-    assert rule_for("model.net.attn_drop_rate").pattern == "model.net.*drop*_rate"
+    assert setting_for("trainer.limit_val_batches").pattern == "trainer.limit_*_batches"
+    assert setting_for("trainer.limit_val_batches.x") is None
+    assert setting_for("model.net.attn_drop_rate").pattern == "model.net.*drop*_rate"
 
 
-def test_interval_notation() -> None:
-    assert integer("[1, inf)").describe() == "an integer >= 1"
-    assert real("(0, 1]").describe() == "> 0 and <= 1"
-    assert real().describe() == "a finite number"
-    unit = real("(0, 1)")
-    assert [unit.accepts(v) for v in (0, 0.5, 1, True, float("nan"))] == [False, True, False, False, False]
-    assert [integer("[0, 3]").accepts(v) for v in (0, 3, 4, 2.0, False)] == [True, True, False, False, False]
-    with pytest.raises(ValueError, match="bad interval '0, 1'"):
-        real("0, 1")
+def _accepts(annotation: object, value: object) -> bool:
+    return Setting("key", annotation).accepts(value)
+
+
+def test_words_come_from_the_constraints() -> None:
+    assert describe(PositiveInt) == "an integer >= 1"
+    assert describe(Annotated[Real, Gt(0), Le(1)]) == "> 0 and <= 1"
+    assert describe(Real) == "a finite number"
+    # pydantic's own spellings of the same constraints read the same
+    assert describe(Annotated[StrictInt, Field(ge=0, le=3, description="slots")]) == "an integer >= 0 and <= 3 (slots)"
+    assert describe(Annotated[Real, Interval(gt=0, le=1)] | None) == "> 0 and <= 1 or null"
+    unit = Annotated[Real, Gt(0), Lt(1)]
+    assert [_accepts(unit, v) for v in (0, 0.5, 1, True, float("nan"))] == [False, True, False, False, False]
+    small = Annotated[StrictInt, Ge(0), Le(3)]
+    assert [_accepts(small, v) for v in (0, 3, 4, 2.0, False)] == [True, True, False, False, False]
+    with pytest.raises(TypeError, match="has no words of its own"):  # a string form must say what it takes
+        describe(StrictStr)
+
+
+def test_the_schema_documents_every_key() -> None:
+    """Every declared setting says in words what each of its forms takes (`describe` refuses a form it cannot
+    put in words), and each form's note is its own: no form is described by a bare type name."""
+    for setting in SETTINGS:
+        words = setting.describe()
+        assert words and "\n" not in words, setting.pattern
+        assert not any(name in words for name in ("<class", "typing.", "Annotated")), (setting.pattern, words)
+
+
+# values of every kind a config or a command line gives, for the naive expectations below
+PROBES = [None, True, False, -3, -1, 0, 1, 2, 7, 10**12, -1.0, 0.0, 0.5, 1.0, 2.0, 2.5, 1e9, float("nan"),
+          float("inf"), float("-inf"), "8", "auto", "", [1], [0.5], [0, 0.5, 1], [0.5, True, 0.5], [0.5, 2, 0.5],
+          [0.5, float("nan"), 0.5], [0.5, 0.5, 0.5, 0.5], {"a": 1}]
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _is_finite_number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+@pytest.mark.parametrize("key,expected", [
+    ("data.batch_size", lambda v: _is_int(v) and v >= 1),
+    ("seed", lambda v: _is_int(v) and 0 <= v <= 2**32 - 1),
+    ("model.ema_decay", lambda v: v is None or (_is_finite_number(v) and 0 < v < 1)),
+    ("rpe.ratio", lambda v: v is None or (_is_finite_number(v) and 0 < v <= 100)),
+    ("trainer.limit_val_batches",
+     lambda v: v is None or (_is_int(v) and v >= 0) or (type(v) is float and 0 <= v <= 1)),
+    ("trainer.max_epochs", lambda v: v is None or (_is_int(v) and (v == -1 or v >= 1))),
+    ("data.mean", lambda v: type(v) is list and len(v) == 3 and all(_is_finite_number(x) and 0 <= x <= 1 for x in v)),
+    ("trainer.deterministic", lambda v: type(v) is bool or v == "warn" or v is None),
+])
+def test_the_schema_takes_exactly_the_naively_expected_values(key: str, expected) -> None:
+    """The schema's strict validation against a plain reading of the range: no bool for an integer, no 2.0 for
+    an integer, no nan or inf for a number, no string that spells a number."""
+    setting = setting_for(key)
+    assert setting is not None
+    assert [v for v in PROBES if setting.accepts(v) != bool(expected(v))] == []
 
 
 @pytest.mark.parametrize("spec,message", [
