@@ -475,8 +475,9 @@ def registered_snapshot(run_dir: Path) -> tuple[str, Any] | None:
     path = run_dir / FINDINGS_SNAPSHOT
     try:
         record = read_run_record(run_dir)
-        data = path.read_bytes() if plain_file_exists(path) else None  # a FIFO there is never opened
-    except (RunFileError, OSError):
+        # a FIFO there is never opened, and a file larger than any record is never read whole
+        data = read_json_bytes(path) if plain_file_exists(path) else None
+    except (RunFileError, JsonBoundsError, OSError):
         return None
     if data is None or not record or record.get("findings_sha256") != hashlib.sha256(data).hexdigest():
         return None

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from data.bounded_json import MAX_JSON_BYTES, JsonBoundsError, read_json_bytes  # noqa: E402
 from lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
 from reports.collect import (  # noqa: E402
@@ -98,10 +99,20 @@ def _check_run(run_dir: Path, naming: JobNaming | None = None) -> str:
         raise TableError(f"{run_dir / OVERRIDES} is missing; the archive needs it to match the run to its grid point")
     try:  # a FIFO or a folder in a copied file's place is named before anything is written, never skipped
         for name in COPIED:
-            plain_file_exists(run_dir / name)
+            if plain_file_exists(run_dir / name) and (run_dir / name).stat().st_size > MAX_JSON_BYTES:
+                _bounded_bytes(run_dir / name)  # names it
     except RunFileError as err:
         raise TableError(str(err)) from None
     return status.state
+
+
+def _bounded_bytes(path: Path) -> bytes:
+    """A run file's bytes for the archive, which holds small records only: a file larger than any record a run
+    writes (a damaged or planted one) is a `TableError` naming it, never read whole or copied."""
+    try:
+        return read_json_bytes(path)
+    except JsonBoundsError as err:
+        raise TableError(f"{path} is damaged: {err}; repair it or move it away, then archive again") from None
 
 
 def _testset_files(run_dir: Path, state: str, out: Path) -> list[str]:
@@ -185,7 +196,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
     # first, so that an archive cut short is one too: train.py refuses a run or sweep dir in a marked folder
     write(target / ARCHIVE_MARKER, ARCHIVE_NOTE)
     for grid in grid_files(sweep_dir):  # the latest launch's grid and the earlier ones kept beside it
-        write(target / grid.name, grid.read_bytes())
+        write(target / grid.name, _bounded_bytes(grid))
     new = replaced = 0
     for run_dir, testsets in runs:
         out = target / run_dir.relative_to(sweep_dir)
@@ -198,9 +209,9 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
             (out / stale).unlink()
         for name in COPIED:  # each checked by _check_run: a plain file or absent
             if plain_file_exists(run_dir / name):
-                write(out / name, (run_dir / name).read_bytes())
+                write(out / name, _bounded_bytes(run_dir / name))
         for name in testsets:  # checked plain files (`_testset_files`): a symlink was refused, never followed
-            write(out / name, (run_dir / name).read_bytes())
+            write(out / name, _bounded_bytes(run_dir / name))
         new, replaced = new + (not existed), replaced + existed
     return new, replaced, left_out
 

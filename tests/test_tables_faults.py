@@ -351,6 +351,32 @@ def test_archive_refuses_a_damaged_run_and_writes_nothing(tmp_path: Path, capsys
     assert not (tmp_path / "archive").exists()
 
 
+def test_a_huge_sparse_findings_snapshot_is_never_read_whole_nor_archived(tmp_path: Path, capsys) -> None:
+    """Probe 9, B21: a 2 GiB sparse ``findings.yaml`` in a run made make_tables hold it in memory (3 GB) and
+    archive_runs copy it, fully allocated, into the archive. It now counts as no snapshot (the run registered
+    nothing), and the archive refuses it in one line, writing nothing."""
+    import hashlib
+
+    from lifecycle.records import FINDINGS_SNAPSHOT, RUN_RECORD
+    from reports.collect import registered_snapshot
+
+    sweep = _sweep_with_multirun(tmp_path / "runs")
+    run_dir = sweep / f"{K},seed=1"
+    snapshot = run_dir / FINDINGS_SNAPSHOT
+    snapshot.write_text("task: where_mini\nfindings: []\n")
+    record = json.loads((run_dir / RUN_RECORD).read_text())
+    record["findings_sha256"] = hashlib.sha256(snapshot.read_bytes()).hexdigest()
+    (run_dir / RUN_RECORD).write_text(json.dumps(record) + "\n")
+    assert registered_snapshot(run_dir) == (str(snapshot), {"task": "where_mini", "findings": []})
+    os.truncate(snapshot, 2 * 2**30)
+    assert registered_snapshot(run_dir) is None
+    capsys.readouterr()
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {snapshot} is damaged: larger than 16 MiB"), line
+    assert not (tmp_path / "archive").exists()
+
+
 def test_archive_refuses_a_destination_in_a_run_or_the_sweep_itself(tmp_path: Path, capsys) -> None:
     sweep = _sweep_with_multirun(tmp_path / "runs")
     run = _run(tmp_path / "elsewhere", "finished", K, 0, {"val/top1": 80.0}, state="finished")
