@@ -164,7 +164,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
     if inside is not None:
         raise TableError(f"{shown} is inside the run dir {inside}; valid: a folder outside every run dir")
     try:  # the same rule on the real path: a link on the way may lead into a run dir or a data root
-        check_destination(target, "--to", given=typed)
+        check_destination(target, "--to", given=typed, archive=True)
     except DestinationError as err:  # named as typed, with the folder the archive would be
         raise TableError(str(err).replace(f"--to={typed!r}", f"--to={typed!r} (the archive {where})", 1)) from None
 

@@ -13,6 +13,7 @@ A destination is judged by its real path (links followed), its text only for the
   would make every listing and report line of it lie, and each folder it would make is named in Unicode's
   composed form (NFC) and is no twin of a folder beside it in that form (two folders that print alike);
 - it is never a sweep's grid record (``multirun.yaml``, ``multirun.<n>.yaml``), which its tables and reruns read;
+- an archive of a sweep never lies inside another sweep's dir, whose tables would count its runs;
 - a data root never lies inside a run dir or inside another data root;
 - below a destination's own folder, nothing is written through a symlink: a link there could lead into
   another run or folder, and the copy would land there.
@@ -168,7 +169,7 @@ def refuse_unnormalised_names(root: Path, parts: Iterable[str], given: str) -> N
 
 def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = False, data_root: bool = False,
                       data_roots: Iterable[str | os.PathLike | None] = (),
-                      given: str | os.PathLike | None = None, trains: bool = False) -> Path:
+                      given: str | os.PathLike | None = None, trains: bool = False, archive: bool = False) -> Path:
     """Refuse ``path`` (named ``what`` in the message, e.g. ``paths.log_dir/run_name``) as a place to write.
 
     ``run_dir``: ``path`` is a run's own dir, which may itself be a run dir (a rerun); any other destination
@@ -176,7 +177,8 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     ``data_roots``: the data roots of the config at hand, which nothing else may be written into. ``given``:
     the value the user typed, quoted in the message, where ``path`` is derived from it (the folder an output
     prefix writes into). ``trains``: runs train at ``path`` (a run's or a sweep's dir), never inside an archive.
-    Returns the real path.
+    ``archive``: ``path`` is an archived sweep's folder, which never lies inside another sweep's dir (that
+    sweep's tables would count the archived runs as its own). Returns the real path.
     """
     typed = os.fspath(path if given is None else given)
     data_roots = tuple(data_roots)  # read by the check of the system's reading of a `..` too
@@ -189,7 +191,7 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     refuse_unnormalised_names(Path(absolute.anchor), absolute.parts[1:], f"{what}={typed!r}")
     target = real(path)
     refuse_dot_dot_after_link(path, what, typed, lambda physical: check_destination(
-        physical, what, run_dir=run_dir, data_root=data_root, data_roots=data_roots, trains=trains))
+        physical, what, run_dir=run_dir, data_root=data_root, data_roots=data_roots, trains=trains, archive=archive))
     if SWEEP_GRID.fullmatch(target.name) and entry_exists(target):
         raise DestinationError(f"{what}={typed!r} is the grid record of the sweep {target.parent}, which its tables and"
                                " reruns read; valid: a file or folder of its own")
@@ -206,11 +208,16 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the data root" if inside_data == target and given is None else "is inside the data root"
         raise DestinationError(f"{what}={typed!r} {where} {inside_data}, where a new folder would become"
                                " part of the dataset; valid: a folder outside every data root")
-    archive = _first((target, *target.parents), is_archive) if trains else None
-    if archive is not None:
-        where = "is the archive" if archive == target else "is inside the archive"
-        raise DestinationError(f"{what}={typed!r} {where} {archive}, which keeps finished runs' records without"
+    kept = _first((target, *target.parents), is_archive) if trains else None
+    if kept is not None:
+        where = "is the archive" if kept == target else "is inside the archive"
+        raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records without"
                                " checkpoints: an archive; valid: train into the live sweep dir, then archive again")
+    sweep = _first(target.parents, lambda p: entry_exists(p / "multirun.yaml")) if archive else None
+    if sweep is not None:
+        raise DestinationError(f"{what}={typed!r} is inside the sweep dir {sweep}, whose tables would count the"
+                               " archived runs as its own; valid: a folder outside every sweep dir (e.g."
+                               " docs/ablations_mini_runs)")
     return target
 
 

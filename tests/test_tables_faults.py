@@ -387,6 +387,23 @@ def test_archive_refuses_a_destination_in_a_run_or_the_sweep_itself(tmp_path: Pa
     assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
 
 
+def test_archive_refuses_a_destination_inside_another_sweep_even_through_a_link(tmp_path: Path, capsys) -> None:
+    """Probe 9, A16: ``--to l16``, a link to another live sweep dir, put the archive inside that sweep, whose table
+    then counted the archived runs as its own jobs. The archive's folder never lies inside a sweep dir."""
+    sweep = _sweep_with_multirun(tmp_path / "runs")
+    other = tmp_path / "other_sweep"
+    other.mkdir()
+    (other / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": {}}}))
+    (tmp_path / "l16").symlink_to(other, target_is_directory=True)
+    for dest in (other, tmp_path / "l16", other / "deeper"):
+        assert archive_runs.main([str(sweep), "--to", str(dest)]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert f"is inside the sweep dir {other}, whose tables would count the archived runs" in line, line
+    assert sorted(p.name for p in other.iterdir()) == ["multirun.yaml"]
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 0  # a folder of its own
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 0  # and again, onto itself
+
+
 def test_two_configs_with_the_same_shortened_label_are_never_merged(tmp_path: Path) -> None:
     """Groups that differ in more keys than a label shows get a config digest: each keeps its own row."""
     _run(tmp_path, "a", K, 0, {"val/top1": 80.0, "val/top5": 100.0}, state="finished",
