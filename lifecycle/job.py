@@ -131,7 +131,7 @@ def check_buildable(cfg: DictConfig) -> None:
     except Exception as err:  # noqa: BLE001  (see the docstring: only a setting's error is raised here)
         cause = root_cause(err)
         if isinstance(cause, ValueError):
-            raise cause from None
+            raise named_as_settings(cfg, cause) from None
         try:
             build_data_and_model(cfg)  # weights allocated, on this rare path only
         except Exception as again:  # noqa: BLE001  (the same build, off the meta device: the settings')
@@ -148,6 +148,20 @@ def check_buildable(cfg: DictConfig) -> None:
             datamodule.check_on_disk(configured_world_size(cfg))
         except OSError:  # an unreadable folder: the data module names it when it reads the data
             pass
+
+
+def named_as_settings(cfg: DictConfig, err: ValueError) -> ValueError:
+    """A backbone's own refusal (`models.deit.ModelConfigError`) names its constructor's arguments (``ape='sincos'``,
+    ``valid: ape=none``), which a command line spells ``model.net.ape``: the same line with the settings' keys."""
+    from models.errors import ModelConfigError
+
+    net = OmegaConf.select(cfg, "model.net", default=None, throw_on_resolution_failure=False)
+    if not isinstance(err, ModelConfigError) or not OmegaConf.is_dict(net):
+        return err
+    text = str(err)
+    for key in sorted(map(str, net.keys()), key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.]){re.escape(key)}=", f"model.net.{key}=", text)
+    return ModelConfigError(text) if text != str(err) else err
 
 
 def unbuildable(cfg: DictConfig, cause: BaseException) -> ValueError:

@@ -234,6 +234,22 @@ def test_a_backbone_option_the_data_decide_is_one_line_before_the_run_dir(overri
     assert str(err.value) == message
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["model=swin_micro", "model.net.ape=sincos"], "model.net.ape='sincos' is not supported by Swin, which has no"
+                                                   " absolute position embedding; valid: model.net.ape=none"),
+    (["model.net.ape=nope"], "model.net.ape='nope' is not one of: learned, sincos, none, peg"),
+])
+def test_a_backbones_refusal_names_the_settings_keys_a_command_line_gives(overrides: list[str], message: str,
+                                                                         tmp_path: Path) -> None:
+    """Probe 9, B4: Swin's refusal said ``valid: ape=none``, and ``ape=none`` on the command line is an unknown
+    key: the line names the setting as it is given, ``model.net.ape``."""
+    from lifecycle.job import check_buildable
+
+    with pytest.raises(ValueError) as err:
+        check_buildable(_compose(tmp_path, ["debug=fast", *overrides]))
+    assert str(err.value).startswith(message), str(err.value)
+
+
 def test_a_constructor_assertion_is_one_line_naming_the_model_settings(tmp_path: Path) -> None:
     """Probe 8 B93: ``+model.net.class_token=false`` was timm's bare "Token pooling needs the class token."
     after the run dir was made."""
