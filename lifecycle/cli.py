@@ -135,6 +135,10 @@ def check_deletions(argv: list[str], config_name: str) -> None:
         if deleted is None:
             continue
         key, below = deleted.group(1), deleted.group(2).lstrip(".")
+        if key == "hydra" and below and not below.startswith("sweeper.params."):  # a sweep config's swept key may go
+            raise CommandLineError(f"{arg} would delete hydra.{below}, a setting of Hydra's own that it reads for every"
+                                   f" run or sweep; valid: hydra.{below}=<value> where a command may set it, or leave"
+                                   " it out for the project's value")
         if below:
             _refuse_deleting_a_node(arg, key, below, defaults)
             if key != "hydra":

@@ -675,6 +675,17 @@ def test_deleting_a_node_a_run_needs_is_refused(override: str, expected: str) ->
     assert str(err.value).startswith(expected), str(err.value)
 
 
+def test_deleting_a_setting_of_hydras_own_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A20: ``~hydra.sweep.subdir`` was Hydra's "Error merging override ... MissingMandatoryValue"."""
+    line = _refused_by_the_command_line(["-m", "seed=0,1", "~hydra.sweep.subdir", f"hydra.sweep.dir={tmp_path}/sw"],
+                                        capsys, monkeypatch)
+    assert line == ("error: ~hydra.sweep.subdir would delete hydra.sweep.subdir, a setting of Hydra's own that it"
+                    " reads for every run or sweep; valid: hydra.sweep.subdir=<value> where a command may set it, or"
+                    " leave it out for the project's value")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_deleting_a_node_is_refused_before_its_first_job(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A script's TRAINER words (``~trainer``) reach train.py's sweep: one line, no sweep dir, no failed job."""
