@@ -2232,6 +2232,7 @@ def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str 
 def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple[list[str], dict[str, str]]:
     """Every command-line check of ``argv``: the command line as Hydra is to get it (``+`` added to new dotted
     keys, -m first) and the overrides that pin its checked output dir (`check_overrides`)."""
+    refuse_derived_hydra_keys(argv)  # as typed: the normalised form may add a '+'
     argv = multirun_flag_first(normalize_overrides(argv))
     check_flags(argv)
     check_group_choices(argv, config_name)
@@ -2252,6 +2253,21 @@ def _overrides_among_flags(argv: list[str]) -> list[str]:
         else:
             overrides.append(arg)
     return overrides
+
+
+def refuse_derived_hydra_keys(argv: list[str]) -> None:
+    """A key Hydra fills in itself from the command line (`HYDRA_DERIVED`: ``hydra.runtime.choices.rpe``, the
+    job's number, its overrides) is what Hydra records of the command, not a setting: one line naming what to give
+    instead, also for a command that only prints (Hydra's own text for it was 6 lines and exit 1)."""
+    for arg in _overrides_among_flags(argv):
+        key = arg.split("=", 1)[0].lstrip("+~")
+        if not key.startswith("hydra.") or not _under(key.removeprefix("hydra."), HYDRA_DERIVED):
+            continue
+        choice = re.fullmatch(r"hydra\.runtime\.choices\.([\w/]+)", key)
+        value = arg.split("=", 1)[1] if "=" in arg else "<option>"
+        instead = f"{choice.group(1)}={value}" if choice else "leave it out"
+        raise CommandLineError(f"{arg} sets {key}, which Hydra fills in itself from the command line (what it records"
+                               f" of the run), not a setting; valid: {instead}")
 
 
 def check_printed_config_resolves(argv: list[str], config_name: str) -> None:

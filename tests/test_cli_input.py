@@ -1728,3 +1728,20 @@ def test_rank_0_of_a_one_process_run_is_what_it_would_be_anyway(tmp_path: Path, 
     with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=["debug=fast"], return_hydra_config=True)
     cli.refuse_launch_variables(cfg)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--cfg", "job", "--resolve", "hydra.runtime.choices.rpe=shaw"],
+     "error: hydra.runtime.choices.rpe=shaw sets hydra.runtime.choices.rpe, which Hydra fills in itself from the"
+     " command line (what it records of the run), not a setting; valid: rpe=shaw"),
+    (["+hydra.runtime.choices.rpe=shaw"], "error: +hydra.runtime.choices.rpe=shaw sets hydra.runtime.choices.rpe,"),
+    (["hydra.job.num=3"], "error: hydra.job.num=3 sets hydra.job.num, which Hydra fills in itself"),
+])
+def test_a_key_hydra_fills_in_itself_is_one_line_also_when_printing(args: list[str], expected: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A71: ``--cfg job hydra.runtime.choices.rpe=shaw`` was Hydra's 6-line message and exit 1, whose advice
+    (``+hydra.runtime...``) printed and trained with the real choice, the setting silently ignored."""
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", *args], capsys, monkeypatch)
+    assert line.startswith(expected), line
+    assert list(tmp_path.iterdir()) == []
