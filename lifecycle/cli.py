@@ -1697,6 +1697,12 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     given, root = _job_data_root(cfg)
     if root is None:
         return ()
+    chdir = OmegaConf.select(cfg, "hydra.job.chdir", default=None, throw_on_resolution_failure=False)
+    if chdir is True and run_dir_of(cfg) is None and not os.path.isabs(os.path.expanduser(str(given))):
+        # a sweep: each job's working dir is its own run dir, which does not exist yet and holds no data
+        raise CommandLineError(f"data.root={str(given)!r} is relative, and hydra.job.chdir=true makes each sweep job's"
+                               " working dir its own run dir, so the data would be read (or generated) inside"
+                               " it; valid: an absolute data.root, or hydra.job.chdir=false")
     loop = symlink_loop(root)
     if loop is not None:  # every reader of the root (its identity, the loader) would fail on it with a traceback
         raise CommandLineError(f"data.root={str(given)!r} cannot be read: {loop} is a symlink loop (its links lead"

@@ -1745,3 +1745,15 @@ def test_a_key_hydra_fills_in_itself_is_one_line_also_when_printing(args: list[s
     line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", *args], capsys, monkeypatch)
     assert line.startswith(expected), line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_relative_data_root_in_a_sweep_whose_jobs_chdir_is_one_line_before_the_sweep_dir(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A17: with ``hydra.job.chdir=true`` a sweep's relative data root was checked from the launch dir,
+    and each job then refused it as inside its own run dir, after the sweep dir and a failed job dir were made."""
+    monkeypatch.chdir(tmp_path)
+    line = _refused_by_the_command_line(["debug=fast", "-m", "seed=0", "data.root=d17", "hydra.job.chdir=true",
+                                         f"hydra.sweep.dir={tmp_path}/sw17"], capsys, monkeypatch)
+    assert line.startswith("error: data.root='d17' is relative, and hydra.job.chdir=true makes each sweep job's"
+                           " working dir its own run dir"), line
+    assert list(tmp_path.iterdir()) == []
