@@ -79,6 +79,12 @@ def check_group_choices(argv: list[str], config_name: str | None = None) -> None
             continue
         options = group_options(group)
         _refuse_option_list(arg, group, options)
+        if config_name in SCRIPTS and arg.startswith("+") and not arg.startswith("++") and group in root_defaults(
+                config_name):
+            default = root_defaults(config_name)[group]
+            raise CommandLineError(f"{arg} adds a second {group} choice, but {config_name}.yaml's defaults already hold"
+                                   f" one ({group}={'null' if default is None else default}); valid: {arg[1:]}"
+                                   " (without '+')")
         if "${" in value:  # an interpolation could name any file (rpe=${oc.env:X}, X=../rpe/irpe_qkv)
             raise CommandLineError(f"{arg}: a group's option is given by its name, not through an interpolation"
                                    f" (the run would be composed and named from text no check has seen); valid:"

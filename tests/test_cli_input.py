@@ -1757,3 +1757,16 @@ def test_a_relative_data_root_in_a_sweep_whose_jobs_chdir_is_one_line_before_the
     assert line.startswith("error: data.root='d17' is relative, and hydra.job.chdir=true makes each sweep job's"
                            " working dir its own run dir"), line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["--check", "+experiment=quickstart"], ["--cfg", "job", "+experiment=quickstart"],
+                                  ["+rpe=irpe_qkv"]])
+def test_adding_a_group_the_defaults_already_hold_is_one_line_with_the_spelling_that_works(
+        args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A87: ``+experiment=quickstart`` (experiment's default is null) was Hydra's "Multiple values for
+    experiment. To override a value use 'override experiment: quickstart'", defaults-list syntax."""
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", *args], capsys, monkeypatch)
+    choice = args[-1]
+    assert line.startswith(f"error: {choice} adds a second {choice[1:].split('=')[0]} choice"), line
+    assert line.endswith(f"valid: {choice[1:]} (without '+')"), line
+    assert list(tmp_path.iterdir()) == []
