@@ -2245,6 +2245,7 @@ def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple
     """Every command-line check of ``argv``: the command line as Hydra is to get it (``+`` added to new dotted
     keys, -m first) and the overrides that pin its checked output dir (`check_overrides`)."""
     refuse_derived_hydra_keys(argv)  # as typed: the normalised form may add a '+'
+    refuse_swept_hydra_keys(argv)
     argv = multirun_flag_first(normalize_overrides(argv))
     check_flags(argv)
     check_group_choices(argv, config_name)
@@ -2280,6 +2281,27 @@ def refuse_derived_hydra_keys(argv: list[str]) -> None:
         instead = f"{choice.group(1)}={value}" if choice else "leave it out"
         raise CommandLineError(f"{arg} sets {key}, which Hydra fills in itself from the command line (what it records"
                                f" of the run), not a setting; valid: {instead}")
+
+
+def refuse_swept_hydra_keys(argv: list[str]) -> None:
+    """Hydra's own settings hold one value for the whole command: several (``hydra.sweep.dir=a,b``,
+    ``+hydra.job.env_set.X=a,b``) were Hydra's "Sweeping over Hydra's configuration is not supported" after the
+    sweep dir was made, or the first value taken without a word. One line, before any dir."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for arg in _overrides_among_flags(argv):
+        if not arg.lstrip("+~").startswith("hydra.") or arg.lstrip("+~").startswith("hydra.sweeper.params."):
+            continue  # a sweeper's params are the values a sweep draws from
+        try:
+            [parsed] = OverridesParser.create().parse_overrides([arg])
+        except (HydraException, ValueError):
+            continue  # Hydra names a malformed override itself
+        if parsed.is_sweep_override():
+            key = parsed.get_key_element().lstrip("+~")
+            raise CommandLineError(f"{arg} gives {key} several values, but Hydra's own settings hold one value for the"
+                                   f" whole command; valid: one value ({key}=<value>); a sweep varies the run's"
+                                   " settings (-m seed=0,1)")
 
 
 def check_printed_config_resolves(argv: list[str], config_name: str) -> None:

@@ -59,6 +59,7 @@ class Command:
     # data roots (real path, splits) whose files its checks found readable: a sweep's jobs share them, so each is
     # walked once per command, not once per swept value
     readable_data: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
+    interruption_said: bool = False  # its one line about a stop signal was printed
 
 
 _CURRENT: ContextVar[Command] = ContextVar("rpe_vision_command")

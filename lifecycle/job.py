@@ -344,7 +344,7 @@ def _watch_workers(job: Job, workers: list) -> None:
             if signum is not None:
                 with contextlib.suppress(Exception):  # best effort, as below
                     job.save_state("interrupted", signal=signal.Signals(signum).name)
-                say(_interruption_line(job.run_dir, signum), stream=sys.stderr)
+                _say_interruption_once(job.run_dir, signum)
                 os._exit(128 + signum)
             err = WorkerFailed(rank, code, job.run_dir)
             with contextlib.suppress(Exception):  # best effort: the process ends whatever the storage says
@@ -1151,12 +1151,23 @@ def _interruption_line(run_dir: Path | None, signum: int) -> str:
     return f"error: {where} by {name}; {saved}, rerun the same command to resume"
 
 
+def _say_interruption_once(run_dir: Path | None, signum: int) -> None:
+    """The interruption's one line, from rank 0 only, and only once in this command (the child-process observer
+    and the job's own handler may both see the same signal)."""
+    command = current()
+    if rank_zero_only.rank != 0 or command.interruption_said:
+        return
+    command.interruption_said = True
+    say(_interruption_line(run_dir, signum), stream=sys.stderr)
+
+
 def _report_interruption(run_dir: Path | None, signum: int, chain: bool = True) -> None:
     """Print one line (and the sweep's summary), exit ``128 + signum`` like a shell. ``chain``: this process got the
-    signal, so a launcher's own handler of it runs too (not so for a signal that ended a worker only)."""
-    say(_interruption_line(run_dir, signum), stream=sys.stderr)
+    signal, so a launcher's own handler of it runs too (not so for a signal that ended a worker only). A DDP worker
+    says nothing (its rank 0 reports the run), and the line is said once per command."""
+    _say_interruption_once(run_dir, signum)
     failed_jobs = current().failed_jobs
-    if failed_jobs:
+    if failed_jobs and rank_zero_only.rank == 0:
         say(f"error: {len(failed_jobs)} sweep job(s) failed:", *(f"  {j}" for j in failed_jobs), stream=sys.stderr)
     if chain:
         chain_previous_handler(signum)

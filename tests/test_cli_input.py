@@ -173,7 +173,8 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
 ], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     with pytest.raises(CommandLineError) as err:
         check_overrides([*args, f"paths.log_dir={tmp_path}"], "train")
@@ -182,7 +183,8 @@ def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_pa
 
 def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path) -> None:
     """Probe 57: ``foo=1`` suggested ``+foo=...``, which the root-key check then refused: the valid keys only."""
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
     from lifecycle.settings import SettingError
 
     with pytest.raises(CommandLineError) as err:
@@ -222,7 +224,8 @@ def test_a_data_root_generated_with_other_settings_is_refused_before_the_run_dir
     was made; the command line's check reads the root's marker, so no run dir is made for the mismatch."""
     from data.generation import MARKER_NAME, describe_generator, resolve_generator
     from data.relational import class_names
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     root = tmp_path / "data"
     root.mkdir()
@@ -259,7 +262,8 @@ def test_generator_settings_are_refused_before_the_run_dir(args: list[str], expe
     """Probes 227/228/230: settings the generator refuses were refused only when the data were made, after
     the run dir was claimed; the command line runs the generator's settings check first (the data root is
     new, so no marker could have caught them)."""
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     logs = tmp_path / "logs"
     with pytest.raises(CommandLineError) as err:
@@ -292,7 +296,8 @@ def test_the_multirun_flag_may_come_anywhere() -> None:
 
 @pytest.mark.parametrize("sweep", ["rpe=irpe_k,irpe_qk", "seed=range(0,2)"])
 def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> None:
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     with pytest.raises(CommandLineError) as err:
         check_overrides([sweep, f"paths.log_dir={tmp_path}"], "train")
@@ -303,7 +308,8 @@ def test_a_sweep_without_multirun_is_one_line(sweep: str, tmp_path: Path) -> Non
 
 
 def test_an_option_hydra_does_not_have_is_one_line() -> None:
-    from lifecycle.cli import CommandLineError, check_flags
+    from lifecycle.cli import check_flags
+    from lifecycle.console import CommandLineError
 
     check_flags(["-m", "--hydra-help", "a=1"])
     with pytest.raises(CommandLineError) as err:
@@ -317,7 +323,9 @@ def test_an_option_hydra_does_not_have_is_one_line() -> None:
 def test_a_config_from_another_folder_or_a_pickle_is_refused(flags: list[str], monkeypatch) -> None:
     """A run is composed from configs/ and the command line only: a run folder's config (or a pickle of one)
     would get around every check and could name code to run."""
-    from lifecycle.cli import DDP_WORKER_CONFIG, CommandLineError, check_flags
+    from lifecycle.cli import check_flags
+    from lifecycle.console import CommandLineError
+    from lifecycle.project import DDP_WORKER_CONFIG
 
     monkeypatch.setenv(DDP_WORKER_CONFIG, "/elsewhere")  # a parent's worker folder, which these flags do not name
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -327,7 +335,8 @@ def test_a_config_from_another_folder_or_a_pickle_is_refused(flags: list[str], m
 
 
 def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> None:
-    from lifecycle.cli import DDP_WORKER_CONFIG, check_flags, check_overrides, is_ddp_worker
+    from lifecycle.cli import check_flags, check_overrides, is_ddp_worker
+    from lifecycle.project import DDP_WORKER_CONFIG
 
     worker = ["--config-path", "/tmp/rpe-ddp-config-x", "--config-name", "config", "hydra.run.dir=/r"]
     assert not is_ddp_worker(worker)  # nobody named that folder
@@ -341,7 +350,8 @@ def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> N
 
 def test_run_mode_flag_does_not_skip_the_checks(tmp_path: Path) -> None:
     """``-r`` runs the task like a plain command: its settings are checked all the same."""
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     with pytest.raises(CommandLineError, match="run_name"):
         check_overrides(["-r", "run_name=../x", f"paths.log_dir={tmp_path}"], "train")
@@ -1504,7 +1514,8 @@ def test_a_data_root_is_walked_once_per_command_not_once_per_swept_value(tmp_pat
 def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Path, flags: list[str]) -> None:
     """Hydra runs one of --run, --multirun, --cfg, --info per command; two were its traceback, after an empty sweep
     dir was made."""
-    from lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import check_command
+    from lifecycle.console import CommandLineError
 
     with pytest.raises(CommandLineError) as err:
         check_command([*flags, "debug=fast", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train", make=True)
@@ -1514,7 +1525,8 @@ def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Pa
 
 def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--cfg job --resolve`` with an unset environment variable was Hydra's 128-line traceback."""
-    from lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import check_command
+    from lifecycle.console import CommandLineError
 
     monkeypatch.delenv("RPE_TEST_UNSET", raising=False)
     with pytest.raises(CommandLineError) as err:
@@ -1526,7 +1538,8 @@ def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytes
 def test_printing_a_swept_config_asks_for_one_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 8, A50: ``--cfg job hydra.mode=MULTIRUN seed=0,1`` was Hydra's five-line advice to add --multirun,
     which is itself refused with --cfg. One line asking for one value; one value prints as before."""
-    from lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import check_command
+    from lifecycle.console import CommandLineError
 
     monkeypatch.chdir(tmp_path)
     for args in (["hydra.mode=MULTIRUN", "seed=0,1"], ["seed=range(0,3)"]):
@@ -1542,7 +1555,8 @@ def test_a_sweep_over_many_seeds_is_checked_value_by_value_without_composing_eac
     """``-m seed=range(0,100000)`` sat silent for many minutes while each value was composed and its model built:
     once a seed is seen to change nothing else, its other values are checked by their rule alone (a bad one is
     still named), and a sweep of many values says that the checks run."""
-    from lifecycle.cli import CommandLineError, check_command
+    from lifecycle.cli import check_command
+    from lifecycle.console import CommandLineError
 
     seeds = ",".join(map(str, range(400)))
     with pytest.raises(CommandLineError) as err:
@@ -1770,3 +1784,40 @@ def test_adding_a_group_the_defaults_already_hold_is_one_line_with_the_spelling_
     assert line.startswith(f"error: {choice} adds a second {choice[1:].split('=')[0]} choice"), line
     assert line.endswith(f"valid: {choice[1:]} (without '+')"), line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("swept", ["hydra.sweep.dir={sw}a,{sw}b", "hydra.sweep.subdir=ja,jb",
+                                   "+hydra.job.env_set.RPE_DATA_DIR={sw}x,{sw}y"])
+def test_several_values_for_a_setting_of_hydras_own_are_one_line_before_any_dir(
+        swept: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A62, A93, A101: Hydra refused a sweep over its own settings after the sweep dir was made (exit 1,
+    an empty sweep dir left), or took the sweep dir's first value without a word."""
+    arg = swept.format(sw=f"{tmp_path}/sw")
+    line = _refused_by_the_command_line(["-m", "seed=0", "debug=fast", arg, f"hydra.sweep.dir={tmp_path}/sw0"]
+                                        if "sweep.dir" not in arg else ["-m", "seed=0", "debug=fast", arg],
+                                        capsys, monkeypatch)
+    key = arg.split("=", 1)[0].lstrip("+")
+    assert line.startswith(f"error: {arg} gives {key} several values, but Hydra's own settings hold one value"), line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_interruption_line_is_rank_zeros_and_said_once(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """Probe 9, A124: Ctrl-C to a DDP run printed three lines: rank 0's twice (the child-process observer and the
+    job) and the worker's "interrupted before its job began", which was untrue."""
+    import signal
+
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from lifecycle import job
+    from lifecycle.command import command_scope
+
+    with command_scope():
+        monkeypatch.setattr(rank_zero_only, "rank", 1)
+        job._say_interruption_once(None, signal.SIGINT)
+        assert capsys.readouterr().err == ""
+        monkeypatch.setattr(rank_zero_only, "rank", 0)
+        job._say_interruption_once(Path("/runs/r"), signal.SIGINT)
+        job._say_interruption_once(Path("/runs/r"), signal.SIGINT)
+    assert capsys.readouterr().err.splitlines() == [
+        "error: run interrupted (/runs/r) by SIGINT; no checkpoint yet, rerun the same command to resume"]

@@ -379,7 +379,8 @@ def test_eval_batch_size_is_only_a_loading_choice(run_dir: Path, tmp_path: Path,
 
 @pytest.mark.parametrize("arg", ["batch_size=0", "batch_size=-3", "throughput_batch=0", "throughput_batch=-1"])
 def test_eval_settings_are_range_checked(arg: str) -> None:
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
     from lifecycle.settings import SettingError
 
     with pytest.raises((SettingError, CommandLineError), match=arg.split("=")[0]):

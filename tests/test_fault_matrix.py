@@ -335,7 +335,7 @@ class Refused(Exception):
 
 def _run_command(command: str, run_dir: Path, data_dir: Path, tmp_path: Path, capsys) -> dict:
     """Run ``command`` on ``run_dir`` in this process; returns what it reported, raises `Refused`."""
-    from lifecycle.cli import one_line, user_error_types
+    from lifecycle.console import one_line, user_error_types
 
     if command == "train":
         cfg = compose_config(TINY, run_dir, data_dir)

@@ -21,7 +21,7 @@ from PIL import Image
 
 from data import DataConfigError, ImageFolderDataModule, make_fake_imagefolder
 from data.coco import CocoDetectionDataset, check_shapes_settings, generate_shapes_coco
-from lifecycle.cli import one_line, root_cause
+from lifecycle.console import one_line, root_cause
 from models.detr.backbone import BackboneConfigError, TinyBackbone, build_backbone
 from models.errors import ModelConfigError
 from tests.helpers import compose_config

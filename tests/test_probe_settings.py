@@ -481,7 +481,8 @@ def test_every_sweep_job_passes_the_run_checks(sweep: str, tmp_path: Path, gpus)
 
 
 def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_overrides(["sweep=shift_mini", "row=bogus_row", f"paths.log_dir={tmp_path}"], "train")
@@ -515,7 +516,8 @@ def test_a_row_that_the_sweep_does_not_have_is_one_line(tmp_path) -> None:
                 " its full key, e.g. model.optimizer.lr); root keys: ablation, callbacks, data,"),
 ])
 def test_a_key_the_constructor_does_not_take_names_the_key(override: str, expected: str, tmp_path) -> None:
-    from lifecycle.cli import CommandLineError, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
 
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_overrides([override, f"paths.log_dir={tmp_path}"], "train")

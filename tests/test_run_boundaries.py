@@ -18,8 +18,10 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
 from data.generation import scan_files
-from lifecycle.cli import CONFIG_DIR, CommandLineError, _refuse_unusable_launcher
+from lifecycle.cli import _refuse_unusable_launcher
+from lifecycle.console import CommandLineError
 from lifecycle.identity import data_difference, data_record
+from lifecycle.project import CONFIG_DIR
 from lifecycle.settings import SettingError, check_settings
 from reports.cells import split_by_config
 from reports.collect import Run

@@ -455,7 +455,8 @@ def test_a_sweep_config_launch_keeps_the_earlier_grid_without_dash_m(tmp_path: P
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from lifecycle.cli import CONFIG_DIR, check_overrides
+    from lifecycle.cli import check_overrides
+    from lifecycle.project import CONFIG_DIR
 
     sweep = tmp_path / "sweeps" / "shift_mini"
     sweep.mkdir(parents=True)

@@ -100,7 +100,7 @@ def test_the_reader_agrees_with_eval_pys_writer(tmp_path: Path) -> None:
     best = tmp_path / "run" / "checkpoints" / "best.ckpt"
     assert result_path(best, RIGHT, "extend") == folder / f"{RIGHT}@extend.json"
     assert collect.TESTSET_NAME.pattern == _NAME.pattern
-    from lifecycle.cli import CONFIG_DIR
+    from lifecycle.project import CONFIG_DIR
 
     assert collect.TESTSET_CONFIGS == CONFIG_DIR / "testset"  # the definitions eval.py composes
 

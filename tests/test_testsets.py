@@ -411,7 +411,8 @@ BAD_CLI = [
 def test_bad_testset_or_ape_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
     """In-process, the checks eval.py's command line makes: the group choice before Hydra, then evaluate."""
     import eval as eval_script
-    from lifecycle.cli import CommandLineError, check_group_choices
+    from lifecycle.cli import check_group_choices
+    from lifecycle.console import CommandLineError
 
     with pytest.raises((CommandLineError, ValueError)) as err:
         check_group_choices(args)
