@@ -1821,3 +1821,23 @@ def test_the_interruption_line_is_rank_zeros_and_said_once(monkeypatch: pytest.M
         job._say_interruption_once(Path("/runs/r"), signal.SIGINT)
     assert capsys.readouterr().err.splitlines() == [
         "error: run interrupted (/runs/r) by SIGINT; no checkpoint yet, rerun the same command to resume"]
+
+
+def test_a_runs_name_says_the_encoding_it_trains() -> None:
+    """Probe 9, B34: ``rpe=irpe_qkv rpe.preset=rpe-1.9-product-ctx-1-k`` trained iRPE-K under the name (and run dir,
+    and table label) ``deit_micro_irpe_qkv``. The name is the model option and the preset; every rpe option's
+    preset is its own name, so a plain choice keeps the name it had."""
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    for option in cli.group_options("rpe"):
+        assert yaml.safe_load((cli.CONFIG_DIR / "rpe" / f"{option}.yaml").read_text())["preset"] == option
+    with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+        for overrides, name in ((["rpe=irpe_qkv", "rpe.preset=rpe-1.9-product-ctx-1-k"],
+                                 "deit_micro_rpe-1.9-product-ctx-1-k"),
+                                (["rpe=shaw"], "deit_micro_shaw"),
+                                (["model=swin_micro", "rpe=swin"], "swin_micro_swin")):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            assert cfg.name == name
