@@ -1268,6 +1268,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             if config_name == "train":
                 _give_run_dir(cfg)
         environment.enter_context(job_environment(cfg))
+        refuse_unset_variables(cfg, overrides)
         check_settings(cfg, config_name)
         if not eval_worker:
             refuse_launch_variables(cfg)
@@ -1425,6 +1426,38 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
         return  # rank 0 of a one-process run: what it would be anyway
     raise CommandLineError(f"environment variable {name}={value} {why}; valid: unset {name} (the run starts its own"
                            " processes for trainer.devices > 1), or start it under srun or torchrun")
+
+
+# ${oc.env:NAME} without a default (a default follows a comma)
+_ENV_WITHOUT_DEFAULT = re.compile(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*\}")
+
+
+def refuse_unset_variables(cfg: DictConfig, overrides: list[str]) -> None:
+    """A value of the job's config (Hydra's node aside) reading an environment variable that is not set and has no
+    default: one line naming the setting and the variable, before any dir. Each setting is otherwise resolved
+    only where a check reads it, which a sweep's did not (the job then failed, after the sweep dir was made)."""
+    def texts(node: Any) -> Iterator[str]:
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from texts(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from texts(value)
+
+    job = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    for text in texts(job):
+        for name in _ENV_WITHOUT_DEFAULT.findall(text):
+            if name not in os.environ:
+                line = missing_env_line(f"Environment variable '{name}' not found", overrides)
+                raise CommandLineError(line.replace("a config value reads", _reader(job, name), 1))
+
+
+def _reader(job: dict[str, Any], name: str) -> str:
+    """``<key> reads`` for the first key of ``job`` whose value reads ``${oc.env:name}``."""
+    key = key_that_reads(job, re.compile(r"\$\{\s*oc\.env:\s*" + re.escape(name) + r"\s*\}"))
+    return f"{key} reads" if key else "a config value reads"
 
 
 def _refuse_eval_output_dirs(argv: list[str]) -> None:

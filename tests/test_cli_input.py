@@ -1841,3 +1841,17 @@ def test_a_runs_name_says_the_encoding_it_trains() -> None:
             cfg = compose("train", overrides=overrides, return_hydra_config=True)
             HydraConfig.instance().set_config(cfg)
             assert cfg.name == name
+
+
+@pytest.mark.parametrize("sweep", [True, False])
+def test_an_unset_variable_in_a_value_is_one_line_before_any_dir(sweep: bool, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A132: ``-m 'seed=${oc.env:S132}'`` with S132 unset passed the command line's check (so did
+    ``--check``); the sweep dir and a job dir were made, and the job failed on it."""
+    monkeypatch.delenv("S132", raising=False)
+    args = ["-m", f"hydra.sweep.dir={tmp_path}/sw"] if sweep else [f"paths.log_dir={tmp_path}/runs"]
+    line = _refused_by_the_command_line(["debug=fast", "seed=${oc.env:S132}", *args], capsys, monkeypatch)
+    assert line == ("error: seed=${oc.env:S132} reads environment variable S132, which is not set; valid: set it"
+                    " (export S132=...), give a default (${oc.env:S132,<default>}) or give the value itself")
+    assert list(tmp_path.iterdir()) == []
