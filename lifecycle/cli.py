@@ -1412,9 +1412,11 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
 
     world = configured_world_size(cfg)
     given = {name: os.environ[name] for name in RANK_VARIABLES if os.environ.get(name, "").strip()}
-    if not given or _external_launch():
+    if not given:
         return
     name, value = next(((n, v) for n, v in given.items() if v.strip() != "0"), next(iter(given.items())))
+    if (world != 1 or value.strip() == "0") and _external_launch():
+        return  # one of the processes srun or torchrun started for a run of several (a rank of a one-process run: no)
     processes = f"{world} process{'es' if world != 1 else ''}" if world else "the machine's devices"
     if value.strip() != "0":
         why = (f"makes this process rank {value} of a multi-process launch, but no launcher (srun, torchrun) started"
@@ -1538,6 +1540,24 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
     return any(key == p or key.startswith(f"{p}.") for p in prefixes)
 
 
+_LEVEL_KEY = re.compile(r"(job_logging|hydra_logging)\.(root|loggers\.[^.]+|handlers\.[^.]+)\.level")
+
+
+def _log_level_setting(key: str, value: Any) -> bool:
+    """``job_logging.root.level=DEBUG`` (a logger's or a handler's level): how much is logged, never where to, so a
+    command may set it, to one of Python's level names or numbers."""
+    import logging
+
+    if not _LEVEL_KEY.fullmatch(key):
+        return False
+    if isinstance(value, str) and value.upper() in logging.getLevelNamesMapping():
+        return True
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return True
+    raise CommandLineError(f"hydra.{key}={value!r} is not a logging level; valid: one of"
+                           f" {', '.join(sorted(set(logging.getLevelNamesMapping()) - {'WARN', 'FATAL'}))}")
+
+
 def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: list[str]) -> None:
     """Every ``hydra.*`` key of the composed ``cfg`` outside `HYDRA_SETTABLE` must hold the value the project's
     configs give it, however it was changed: judged on the composition, compared with one of the project's configs
@@ -1560,6 +1580,7 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
                and not _under(k, HYDRA_DERIVED) and not (_under(k, settable) and not _under(k, logging_keys))]
     # a key given a value first; an empty mapping that gained keys is named by the keys it gained
     changed = [k for k in changed if k in given or not any(g.startswith(f"{k}.") for g in given)]
+    changed = [k for k in changed if not _log_level_setting(k, given.get(k, _ABSENT))]
     for key in sorted(changed, key=lambda k: k not in given):
         value = given.get(key, _ABSENT)
         value = getattr(value, "name", value) if isinstance(value, enum.Enum) else value  # hydra.mode: RunMode
@@ -1570,7 +1591,7 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
                 f"{shown} changes the logging option hydra/{group}={choices.get(f'hydra/{group}')}: its handlers"
                 f" and files are the option's own (a handler set otherwise could write a file anywhere, or fail"
                 f" inside Hydra before the job starts); valid: hydra/{group}=stdout (train's and eval's default),"
-                " none or disabled")
+                f" none or disabled, and a level such as hydra.{group}.root.level=DEBUG")
         reasons = {**HYDRA_LOCKED_WHY_EVAL, **HYDRA_LOCKED_WHY} if config_name == "eval" else HYDRA_LOCKED_WHY
         why = next((w for p, w in reasons.items() if _under(key, (p,))),
                    "it is not one of the Hydra settings this project reads")

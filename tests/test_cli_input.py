@@ -1855,3 +1855,19 @@ def test_an_unset_variable_in_a_value_is_one_line_before_any_dir(sweep: bool, tm
     assert line == ("error: seed=${oc.env:S132} reads environment variable S132, which is not set; valid: set it"
                     " (export S132=...), give a default (${oc.env:S132,<default>}) or give the value itself")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_log_level_may_be_set_and_a_bad_one_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, A152: ``hydra.job_logging.root.level=DEBUG`` was refused for changing the logging option's handlers
+    and files, which a level does not touch."""
+    from hydra import compose, initialize_config_dir
+
+    args = ["debug=fast", f"paths.log_dir={tmp_path}", "run_name=r"]
+    for level in ("hydra.job_logging.root.level=DEBUG", "hydra.job_logging.root.level=10"):
+        with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=[*args, level], return_hydra_config=True)
+        cli.refuse_locked_hydra_settings(cfg, "train", [*args, level])
+    line = _refused_by_the_command_line([*args, "hydra.job_logging.root.level=LOUD"], capsys, monkeypatch)
+    assert line.startswith("error: hydra.job_logging.root.level='LOUD' is not a logging level; valid: one of"), line
+    assert "DEBUG" in line and not (tmp_path / "r").exists()
