@@ -79,9 +79,13 @@ check_trainer() {
     [[ "$key" != sweep && "$key" != seed ]] \
       || usage_error "TRAINER='$TRAINER': $key is set by the script for each sweep (its sweep config and seeds), and" \
         "$word would replace it; $hint"
-    [[ "$key" != hydra && "$key" != hydra[./]* && "$key" != paths && "$key" != paths[./]* && "$key" != run_name ]] \
+    [[ "$key" != hydra.run* && "$key" != hydra.sweep* && "$key" != paths && "$key" != paths[./]* \
+       && "$key" != run_name ]] \
       || usage_error "TRAINER='$TRAINER': $key decides where the jobs write, and the script evaluates and archives" \
         "its sweeps where it puts them (runs/sweeps/<task>_mini), so $word would send them elsewhere; $hint"
+    [[ "$key" != hydra && "$key" != hydra[./]* ]] \
+      || usage_error "TRAINER='$TRAINER': $key is a setting of Hydra's own, which the script keeps as the project" \
+        "sets it (it launches, evaluates and archives each sweep itself); $hint"
     if [ "$key" = trainer ] && [[ "$word" == *=* ]]; then
       [[ " $choices " == *" $value "* ]] || usage_error "TRAINER='$TRAINER': trainer=$value is not a trainer; $hint"
       [[ "$value" == gpu || "$value" == ddp ]] && gpu=1

@@ -98,6 +98,10 @@ def _trained(copy: Path) -> list[str]:
      "TRAINER='trainer=cpu hydra.sweep.dir=/tmp/elsewhere': hydra.sweep.dir decides where the jobs write"),
     (("shift",), {"PY": "{stub}", "TRAINER": "++paths.log_dir=/tmp/x"},
      "TRAINER='++paths.log_dir=/tmp/x': paths.log_dir decides where the jobs write"),
+    # probe 9, A155: a Hydra setting that does not move the jobs is refused for what it is
+    (("shift",), {"PY": "{stub}", "TRAINER": "+hydra.job.env_set.LOCAL_RANK=0"},
+     "TRAINER='+hydra.job.env_set.LOCAL_RANK=0': hydra.job.env_set.LOCAL_RANK is a setting of Hydra's own, which the"
+     " script keeps as the project sets it"),
     (("shift", "nope"), {"PY": "{stub}"}, f"task 'nope' is not a benchmark task; {VALID_TASKS}"),
     (("*",), {"PY": "{stub}"}, f"task '*' is not a benchmark task; {VALID_TASKS}"),
     (("shift",), {"PY": "{stub}", "LANES": "0"}, "LANES='0' is not a positive integer; valid: 1, 2, ..."),
