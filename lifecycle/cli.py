@@ -1997,8 +1997,14 @@ def _record_sweep_dir(sweep_dir: Path) -> None:
     folder = Path(os.path.abspath(sweep_dir))
     before = current().sweep_dirs.setdefault(folder, SweepDirBefore())
     grid = folder / "multirun.yaml"
-    with guarded(grid, "read"):
-        before.grid = grid.read_bytes() if grid.is_file() else None
+    from storage.files import RunFileError, read_bounded_bytes
+
+    try:
+        with guarded(grid, "read"):
+            before.grid = read_bounded_bytes(grid) if grid.is_file() else None
+    except RunFileError as err:
+        raise CommandLineError(f"{err}; a sweep's grid records are small YAML files: move it away, or give another"
+                               " hydra.sweep.dir") from None
     before.grid_copy = keep_earlier_grid(folder)
 
 
@@ -2046,17 +2052,22 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     ``multirun.<n>.yaml`` (unless an identical copy is kept already), so that the sweep's tables still
     expect every job an earlier launch asked for (another seed added later, or a launch refused). Returns
     the copy made."""
-    from storage.files import atomic_write_bytes, guarded
+    from storage.files import RunFileError, atomic_write_bytes, guarded, read_bounded_bytes
 
     latest = sweep_dir / "multirun.yaml"
-    with guarded(latest, "read"):
-        if not latest.is_file():
-            return None
-        content = latest.read_bytes()
-        kept = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
-                      key=lambda p: int(p.name.split(".")[1]))
-        if any(p.read_bytes() == content for p in kept):
-            return None
+    try:
+        with guarded(latest, "read"):
+            if not latest.is_file():
+                return None
+            content = read_bounded_bytes(latest)
+            kept = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
+                          key=lambda p: int(p.name.split(".")[1]))
+            # every kept grid is read (each bounded): a damaged one is named now, as the sweep's tables would
+            if content in [read_bounded_bytes(p) for p in kept]:
+                return None
+    except RunFileError as err:
+        raise CommandLineError(f"{err}; a sweep's grid records are small YAML files: move it away, or give another"
+                               " hydra.sweep.dir") from None
     copy = sweep_dir / f"multirun.{int(kept[-1].name.split('.')[1]) + 1 if kept else 1}.yaml"
     atomic_write_bytes(copy, content)
     return copy

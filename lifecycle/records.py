@@ -323,10 +323,10 @@ def config_file_identity(run_dir: Path) -> str | None:
     import yaml
 
     from lifecycle.identity import identity_config
-    from storage.files import yaml_problem
+    from storage.files import read_bounded_bytes, yaml_problem
 
     try:
-        text = (run_dir / CONFIG).read_text()
+        text = read_bounded_bytes(run_dir / CONFIG).decode()  # a file larger than any config is never read whole
         config = None if yaml_problem(text) else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError, RecursionError):
         return None

@@ -327,6 +327,18 @@ def read_json(path: Path, kind: type = dict) -> Any | None:
     return value
 
 
+def read_bounded_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of a run's or a sweep's text record (``config.yaml``, ``multirun.yaml``), a plain file no larger
+    than any record the project writes (`data.bounded_json.MAX_JSON_BYTES`): a larger one (a damaged or sparse
+    file) is a one-line `RunFileError`, never read whole. ``OSError`` is the caller's to report."""
+    path = Path(path)
+    check_plain_file(path)
+    try:
+        return read_json_bytes(path)
+    except JsonBoundsError as err:
+        raise RunFileError(f"{path} is damaged: {err}") from None
+
+
 def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
     """Delete the temporary files a killed atomic write left in ``folder`` and ``folder/checkpoints``."""
     stale = [p for sub in (Path(folder), Path(folder) / "checkpoints") if sub.is_dir() and not sub.is_symlink()

@@ -226,3 +226,34 @@ def test_train_rebuilds_a_deep_run_json_from_its_config(unnamed_run: tuple[Path,
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert f"note: {copy / 'run.json'} is damaged: nested deeper than {MAX_JSON_DEPTH} levels" in result.stdout
     assert read_run_record(copy)["state"] == "finished"  # rebuilt from config.yaml, which names this run
+
+
+def test_a_sparse_config_or_kept_grid_is_never_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 9, B105, B106: a 2 GiB sparse ``config.yaml`` (beside another run's run.json) was read whole by
+    make_tables and train.py (5 GB of memory), and a sparse kept ``multirun.0.yaml`` by every relaunch of its
+    sweep (3 GB, without a word). Both are read within the records' bound: the config counts as unreadable, the
+    kept grid is one line before the sweep starts."""
+    import os
+
+    from lifecycle import cli
+    from lifecycle.console import CommandLineError
+    from lifecycle.records import config_file_identity
+
+    def whole(*_: object, **__: object) -> None:
+        raise AssertionError("read whole")
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 0\n")
+    os.truncate(run / "config.yaml", 2 * 2**30)
+    monkeypatch.setattr(Path, "read_text", whole)
+    monkeypatch.setattr(Path, "read_bytes", whole)
+    assert config_file_identity(run) is None
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_bytes(b"hydra: {}\n")
+    (sweep / "multirun.0.yaml").write_bytes(b"")
+    os.truncate(sweep / "multirun.0.yaml", 2 * 2**30)
+    with pytest.raises(CommandLineError, match=r"multirun\.0\.yaml is damaged: larger than 16 MiB"):
+        cli.keep_earlier_grid(sweep)
+    assert sorted(p.name for p in sweep.iterdir()) == ["multirun.0.yaml", "multirun.yaml"]
