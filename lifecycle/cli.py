@@ -2003,8 +2003,7 @@ def _record_sweep_dir(sweep_dir: Path) -> None:
         with guarded(grid, "read"):
             before.grid = read_bounded_bytes(grid) if grid.is_file() else None
     except RunFileError as err:
-        raise CommandLineError(f"{err}; a sweep's grid records are small YAML files: move it away, or give another"
-                               " hydra.sweep.dir") from None
+        raise CommandLineError(_grid_problem(err)) from None
     before.grid_copy = keep_earlier_grid(folder)
 
 
@@ -2047,6 +2046,12 @@ def take_back_sweep_dir(sweep_dir: Path, submitit_before: set[str] | None) -> bo
     return False
 
 
+def _grid_problem(err: Exception) -> str:
+    """The line for a sweep's grid record that cannot be read: too large (damaged), or not readable."""
+    fix = "a sweep's grid records are small YAML files" if "is damaged" in str(err) else "make it readable"
+    return f"{err}; valid: {fix}: move it away, or give another hydra.sweep.dir"
+
+
 def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     """Before Hydra replaces ``multirun.yaml`` with this launch's grid, keep the earlier one as
     ``multirun.<n>.yaml`` (unless an identical copy is kept already), so that the sweep's tables still
@@ -2055,19 +2060,23 @@ def keep_earlier_grid(sweep_dir: Path) -> Path | None:
     from storage.files import RunFileError, atomic_write_bytes, guarded, read_bounded_bytes
 
     latest = sweep_dir / "multirun.yaml"
+    def read(path: Path) -> bytes:
+        with guarded(path, "read"):  # an unreadable file is named itself
+            return read_bounded_bytes(path)
+
     try:
         with guarded(latest, "read"):
             if not latest.is_file():
                 return None
-            content = read_bounded_bytes(latest)
+        content = read(latest)
+        with guarded(sweep_dir, "list"):
             kept = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
                           key=lambda p: int(p.name.split(".")[1]))
-            # every kept grid is read (each bounded): a damaged one is named now, as the sweep's tables would
-            if content in [read_bounded_bytes(p) for p in kept]:
-                return None
+        # every kept grid is read (each bounded): a damaged one is named now, as the sweep's tables would
+        if content in [read(p) for p in kept]:
+            return None
     except RunFileError as err:
-        raise CommandLineError(f"{err}; a sweep's grid records are small YAML files: move it away, or give another"
-                               " hydra.sweep.dir") from None
+        raise CommandLineError(_grid_problem(err)) from None
     copy = sweep_dir / f"multirun.{int(kept[-1].name.split('.')[1]) + 1 if kept else 1}.yaml"
     atomic_write_bytes(copy, content)
     return copy

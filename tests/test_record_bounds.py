@@ -26,7 +26,7 @@ from data.generation import MARKER_NAME, read_marker
 from lifecycle.records import read_run_record, run_status
 from scripts import archive_runs
 from storage.files import RunFileError, read_json
-from tests.helpers import SMALL_RELATIONAL, compose_config, run_cli
+from tests.helpers import SMALL_RELATIONAL, compose_config, file_modes_hold, run_cli
 from tests.test_tables_faults import K, _assert_sound_cells, _runs_by_path, _sound_runs, _sweep_with_multirun, _tables
 
 DEEP = "[" * 200000 + "]" * 200000  # what a damaged or hostile record may hold
@@ -255,5 +255,10 @@ def test_a_sparse_config_or_kept_grid_is_never_read_whole(tmp_path: Path, monkey
     (sweep / "multirun.0.yaml").write_bytes(b"")
     os.truncate(sweep / "multirun.0.yaml", 2 * 2**30)
     with pytest.raises(CommandLineError, match=r"multirun\.0\.yaml is damaged: larger than 16 MiB"):
+        cli.keep_earlier_grid(sweep)
+    monkeypatch.undo()
+    (sweep / "multirun.0.yaml").write_bytes(b"hydra: {}\n")
+    (sweep / "multirun.0.yaml").chmod(0o000)  # probe 9, B113: the unreadable kept grid is named, not multirun.yaml
+    with file_modes_hold(), pytest.raises(CommandLineError, match=r"cannot read \S*/multirun\.0\.yaml: permission"):
         cli.keep_earlier_grid(sweep)
     assert sorted(p.name for p in sweep.iterdir()) == ["multirun.0.yaml", "multirun.yaml"]
