@@ -59,7 +59,7 @@ from lifecycle.cli import cli  # noqa: E402
 from lifecycle.console import report_user_error, say, user_error_types  # noqa: E402
 from lifecycle.job import build_trainer, scalar_metrics  # noqa: E402
 from lifecycle.records import BEST as BEST_CHECKPOINT  # noqa: E402
-from lifecycle.records import run_status  # noqa: E402
+from lifecycle.records import not_a_result, run_status  # noqa: E402
 from storage.destinations import refuse_dot_dot_after_link_read  # noqa: E402
 from storage.files import (  # noqa: E402
     RunFileError,
@@ -228,19 +228,6 @@ def check_backends(cfg: DictConfig, datamodule: Any, model: Any) -> None:
     if hasattr(datamodule, "img_size"):
         check_backend_devices(cfg, model, training=False, device="cpu",
                               where="the CPU, where eval.py counts MACs and measures throughput after the test")
-
-
-def not_a_result(run_dir: Path, status: Any) -> str:
-    """Why numbers of ``run_dir``'s checkpoints are not a result of the run (``status``: its `run_status`; it has
-    not finished, or it is a smoke run that trained or tested on part of its splits), or ''."""
-    from lifecycle.records import partial_run
-
-    if status.state == "unreadable":  # a damaged record: which, and how, so that it can be repaired
-        return f"{run_dir}'s records are unreadable ({status.problem}): these are the numbers of its checkpoint"
-    if status.state != "finished":
-        return f"{run_dir} has not finished ({status.state}): these are the numbers of its checkpoint so far"
-    partial = partial_run(status.metrics)
-    return f"{run_dir} is a smoke run: {partial}" if partial else ""
 
 
 def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:

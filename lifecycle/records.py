@@ -359,3 +359,14 @@ def partial_run(metrics: dict[str, Any]) -> str:
         reasons.append(f"its test read {metrics.get('tested_batches', '?')} batches, a part of its split"
                        " (trainer.limit_test_batches)")
     return "; ".join(reasons)
+
+
+def not_a_result(run_dir: Path, status: Any) -> str:
+    """Why numbers of ``run_dir``'s checkpoints are not a result of the run (``status``: its `run_status`; it has
+    not finished, or it is a smoke run that trained or tested on part of its splits), or ''."""
+    if status.state == "unreadable":  # a damaged record: which, and how, so that it can be repaired
+        return f"{run_dir}'s records are unreadable ({status.problem}): these are the numbers of its checkpoint"
+    if status.state != "finished":
+        return f"{run_dir} has not finished ({status.state}): these are the numbers of its checkpoint so far"
+    partial = partial_run(status.metrics)
+    return f"{run_dir} is a smoke run: {partial}" if partial else ""

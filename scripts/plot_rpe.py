@@ -57,7 +57,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from lifecycle.records import PLOTS  # noqa: E402
+from lifecycle.records import PLOTS, not_a_result, run_status  # noqa: E402
 from lifecycle.run_config import backbone, run_data_root  # noqa: E402
 from rpe import RelativePositionTable, RPEAttention, RPESites  # noqa: E402
 from rpe.tables import offset_bucket_ids  # noqa: E402
@@ -583,6 +583,10 @@ def _plotted(argv: list[str] | None, written: list[Path]) -> int:
         return 2
     for path in written:
         print(path)
+    run_dir = Path(build_parser().parse_args(argv).run_dir)
+    why = not_a_result(run_dir, run_status(run_dir)) if (run_dir / "run.json").exists() else ""
+    if why:  # drawn all the same: a run in progress may be looked at, but it is no result yet
+        print(f"note: not a result: {why}", file=sys.stderr)
     return 0
 
 

@@ -214,6 +214,23 @@ def test_plots_of_a_trained_run(trained_run: Path, tmp_path: Path, capsys) -> No
     assert_png(tmp_path / "attention_image0_query_2_5.png")
 
 
+def test_a_run_that_has_not_finished_is_drawn_with_a_note(trained_run: Path, tmp_path: Path, monkeypatch,
+                                                          capsys) -> None:
+    """Probe 9, B94: an interrupted run's checkpoint was drawn without a word, where eval.py says it is not a
+    result; a finished run's plots carry no note."""
+    from types import SimpleNamespace
+
+    assert plot_rpe.main([str(trained_run), "--plots", "tables", "--out", str(tmp_path / "smoke")]) == 0
+    assert capsys.readouterr().err.startswith(f"note: not a result: {trained_run} is a smoke run: ")  # it is one
+    monkeypatch.setattr(plot_rpe, "run_status", lambda run_dir: SimpleNamespace(state="finished", metrics={}))
+    assert plot_rpe.main([str(trained_run), "--plots", "tables", "--out", str(tmp_path / "done")]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(plot_rpe, "run_status", lambda run_dir: SimpleNamespace(state="interrupted", metrics={}))
+    assert plot_rpe.main([str(trained_run), "--plots", "tables", "--out", str(tmp_path / "now")]) == 0
+    assert capsys.readouterr().err == (f"note: not a result: {trained_run} has not finished (interrupted): these are"
+                                       " the numbers of its checkpoint so far\n")
+
+
 @pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM", "SIGINT"])
 def test_a_stop_signal_mid_drawing_is_one_line_naming_the_whole_plots(signame: str, tmp_path: Path, monkeypatch,
                                                                       capsys) -> None:
