@@ -52,12 +52,13 @@ DATA_FILES_KEY = "data_files"
 RUN_DATA_FILES_KEY = "data/files"
 
 
-def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any]) -> str:
+def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any], run_dir: Path | None = None) -> str:
     """Why the test-set result ``record`` is not of the weights the run's ``metrics`` (metrics.json) are of, or
     ''. Each records the token of the training whose best.ckpt it measured (`TRAINING_KEY`); results and
     metrics written before tokens were recorded (the committed archives) have none, and pair only with each
     other: a result without one beside metrics.json with one was evaluated before this run's weights were
-    trained. A result of the run's own hand data must have read the data its metrics.json records."""
+    trained. A result of the run's own hand data must have read the data its metrics.json records. With ``run_dir``
+    (the run the result lies in), a result whose ``checkpoint`` is another run dir's is named as such."""
     made, now = record.get(TRAINING_KEY), metrics.get(TRAINING_KEY)
     if made != now:
         if now is None:
@@ -66,6 +67,11 @@ def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any]) -> s
         if made is None:
             return ("it was evaluated before the run's weights were trained (it records no training, the run's"
                     f" metrics.json {now!r}): it measured weights since deleted")
+        tested = record.get("checkpoint")
+        source = Path(os.path.abspath(str(tested))).parent.parent if isinstance(tested, str) and tested else None
+        if run_dir is not None and source is not None and os.path.realpath(source) != os.path.realpath(run_dir):
+            return (f"it measured the weights of a training in another run dir ({source}, training {made!r}; the"
+                    f" run's best.ckpt is of training {now!r}): copied here?")
         return (f"it measured the weights of an earlier training in this run dir (training {made!r}; the run's"
                 f" best.ckpt is of training {now!r})")
     read, trained = record.get(DATA_FILES_KEY), metrics.get(RUN_DATA_FILES_KEY)

@@ -683,7 +683,7 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
                          " evaluate it again (scripts/evaluate_testsets.py)")
     _check_provenance(value, name)
     _check_measured(value, name, run_data)
-    stale = training_problem(value, run_metrics) if run_metrics is not None else ""
+    stale = training_problem(value, run_metrics, path.parent.parent) if run_metrics is not None else ""
     if stale:
         raise TableError(f"{stale}: evaluate it again (scripts/evaluate_testsets.py)")
     metrics = value.get("metrics")

@@ -172,7 +172,7 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         # changed after eval.py wrote it (make_tables does not count it): no result to keep, evaluated again
         damage = checksum_problem(record) if CHECKSUM in record else ""
         other, _ = measured_problem(record, definition, run_data)  # make_tables would not count it: evaluated again
-        other = other or (training_problem(record, run_metrics) if run_metrics is not None else "")
+        other = other or (training_problem(record, run_metrics, run_dir) if run_metrics is not None else "")
         if ours and same_definition and record.get("length") in (None, length) and whole and not damage \
                 and not other:
             return f"kept {path}"

@@ -597,6 +597,20 @@ def _train_again(run_dir: Path, training: str | None, data_files: str | None = N
     (run_dir / "metrics.json").write_text(json.dumps(with_checksum(metrics)) + "\n")
 
 
+def test_a_result_copied_from_another_run_dir_is_named_as_such(tmp_path: Path) -> None:
+    """Probe 9, B73: a result of another run dir (same config, another training) copied into this one was not
+    counted, but the reason spoke of "an earlier training in this run dir"; its own ``checkpoint`` names the dir."""
+    runs = _own_runs(tmp_path)
+    elsewhere = tmp_path / "other_run" / "checkpoints" / "best.ckpt"
+    _result(runs[(K, 1)], 12.5, training="a" * 16, checkpoint=str(elsewhere))
+    _train_again(runs[(K, 1)], "b" * 16)
+    _, problems = _counted(_table(tmp_path), INTERPOLATE, 1)
+    [(_, reason)] = problems
+    assert reason.startswith(f"it measured the weights of a training in another run dir ({tmp_path / 'other_run'},"
+                             f" training {'a' * 16!r}; the run's best.ckpt is of training {'b' * 16!r}): copied"
+                             " here?"), reason
+
+
 @pytest.mark.parametrize(("result_training", "run_training", "why"), [
     ("a" * 16, "b" * 16, f"it measured the weights of an earlier training in this run dir (training {'a' * 16!r};"
                          f" the run's best.ckpt is of training {'b' * 16!r})"),
