@@ -70,6 +70,7 @@ from timm.models import swin_transformer_v2 as timm_swin_v2
 from timm.models.swin_transformer_v2 import SwinTransformerV2, WindowAttention
 from torch import Tensor, nn
 
+from models.errors import ModelConfigError
 from models.swin import (
     WindowRPEBackbone,
     WindowRPESites,
@@ -77,7 +78,7 @@ from models.swin import (
     rpe_variant_builder,
 )
 from models.timm_tags import RPE_SUFFIX, register_rpe_variant, tagged_cfgs
-from rpe import DEFAULT_PRESET, RPEConfig
+from rpe import DEFAULT_PRESET, RPEConfig, resolve_rpe
 from rpe.base import LogitPiece
 
 __all__ = [
@@ -220,6 +221,14 @@ class RPESwinTransformerV2(WindowRPEBackbone, SwinTransformerV2):
         self, *, rpe: Any = DEFAULT_PRESET, ape: str | None = "none", peg_blocks: Any = None, **kwargs: Any
     ) -> None:
         self._check_window_options(rpe, ape, peg_blocks, kwargs)
+        sizes = kwargs.get("pretrained_window_sizes")
+        config = resolve_rpe(rpe)
+        if sizes is not None and any(sizes) and (config is None or not uses_timm_cpb(config)):
+            # timm reads them only to scale the CPB's offsets, which every other encoding replaces
+            what = "no relative term" if config is None or config.method == "none" else f"the encoding {config.method}"
+            raise ModelConfigError(
+                f"pretrained_window_sizes={list(sizes)} scales the offsets of Swin-v2's own CPB (rpe=cpb), which"
+                f" {what} replaces: it would have no effect; valid: leave it out, or rpe=cpb")
         super().__init__(**kwargs)
         # timm's init of the module it replaces: trunc-normal(.02) Linear layers (cpb_mlp included), zero
         # biases, logit scale ln 10; the encodings' own init

@@ -238,6 +238,10 @@ def test_a_backbone_option_the_data_decide_is_one_line_before_the_run_dir(overri
     (["model=swin_micro", "model.net.ape=sincos"], "model.net.ape='sincos' is not supported by Swin, which has no"
                                                    " absolute position embedding; valid: model.net.ape=none"),
     (["model.net.ape=nope"], "model.net.ape='nope' is not one of: learned, sincos, none, peg"),
+    # probe 9, B55: accepted with no effect, where an rpe field the encoding does not read is refused
+    (["model=swinv2_micro", "rpe=irpe_k", "+model.net.pretrained_window_sizes=[2,2]"],
+     "model.net.pretrained_window_sizes=[2, 2] scales the offsets of Swin-v2's own CPB (rpe=cpb), which the encoding"
+     " product replaces: it would have no effect; valid: leave it out, or rpe=cpb"),
 ])
 def test_a_backbones_refusal_names_the_settings_keys_a_command_line_gives(overrides: list[str], message: str,
                                                                          tmp_path: Path) -> None:
