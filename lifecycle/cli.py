@@ -1378,10 +1378,11 @@ def job_environment(cfg: DictConfig) -> contextlib.AbstractContextManager[None]:
     return env_override({str(key): str(value) for key, value in env_set.items()})
 
 
-# What Lightning reads for a process's rank (`rank_zero_only`) and a launcher sets for each of its processes
-RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
-LAUNCH_VARIABLES = (*RANK_VARIABLES, "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                    "MASTER_PORT", "SLURM_NTASKS", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+# What Lightning reads for a process's rank (`rank_zero_only`; a node's rank, which adds to it) and a launcher sets
+# for each of its processes
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "NODE_RANK", "GROUP_RANK")
+LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_NTASKS",
+                    "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
 
 
 def _external_launch() -> bool:
@@ -1419,7 +1420,8 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
         return  # one of the processes srun or torchrun started for a run of several (a rank of a one-process run: no)
     processes = f"{world} process{'es' if world != 1 else ''}" if world else "the machine's devices"
     if value.strip() != "0":
-        why = (f"makes this process rank {value} of a multi-process launch, but no launcher (srun, torchrun) started"
+        rank = "part of node" if name in ("NODE_RANK", "GROUP_RANK") else "rank"
+        why = (f"makes this process {rank} {value} of a multi-process launch, but no launcher (srun, torchrun) started"
                f" the others (the run has {processes}: trainer.devices x trainer.num_nodes)")
     elif name == "LOCAL_RANK" and world != 1:
         why = (f"makes Lightning take this process for one of {processes} started by a launcher, and wait for the"
@@ -1543,6 +1545,16 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
 _LEVEL_KEY = re.compile(r"(job_logging|hydra_logging)\.(root|loggers\.[^.]+|handlers\.[^.]+)\.level")
 
 
+def _resolved(cfg: DictConfig, key: str, value: Any) -> Any:
+    """``value`` (the text of ``key`` in ``cfg``) resolved as the job will (``${oc.env:LEVEL}``), where it can be."""
+    if not (isinstance(value, str) and "${" in value):
+        return value
+    try:
+        return OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return value
+
+
 def _log_level_setting(key: str, value: Any) -> bool:
     """``job_logging.root.level=DEBUG`` (a logger's or a handler's level): how much is logged, never where to, so a
     command may set it, to one of Python's level names or numbers."""
@@ -1580,7 +1592,7 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
                and not _under(k, HYDRA_DERIVED) and not (_under(k, settable) and not _under(k, logging_keys))]
     # a key given a value first; an empty mapping that gained keys is named by the keys it gained
     changed = [k for k in changed if k in given or not any(g.startswith(f"{k}.") for g in given)]
-    changed = [k for k in changed if not _log_level_setting(k, given.get(k, _ABSENT))]
+    changed = [k for k in changed if not _log_level_setting(k, _resolved(cfg, f"hydra.{k}", given.get(k, _ABSENT)))]
     for key in sorted(changed, key=lambda k: k not in given):
         value = given.get(key, _ABSENT)
         value = getattr(value, "name", value) if isinstance(value, enum.Enum) else value  # hydra.mode: RunMode
@@ -2318,8 +2330,9 @@ def _dotted_key_line(where: str, valid: list[str], overrides: list[str]) -> str 
 def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple[list[str], dict[str, str]]:
     """Every command-line check of ``argv``: the command line as Hydra is to get it (``+`` added to new dotted
     keys, -m first) and the overrides that pin its checked output dir (`check_overrides`)."""
-    refuse_derived_hydra_keys(argv)  # as typed: the normalised form may add a '+'
-    refuse_swept_hydra_keys(argv)
+    if not is_ddp_worker(argv):  # a worker's command line is its parent's, checked, plus the settings it passes
+        refuse_derived_hydra_keys(argv)  # as typed: the normalised form may add a '+'
+        refuse_swept_hydra_keys(argv)
     argv = multirun_flag_first(normalize_overrides(argv))
     check_flags(argv)
     check_group_choices(argv, config_name)

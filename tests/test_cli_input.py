@@ -346,6 +346,11 @@ def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> N
     assert is_ddp_worker(worker)
     check_flags(worker)
     check_overrides(worker, "train")  # the parent checked this config: no second composition from configs/
+    # the whole command line's checks, with the job name the parent gives each worker (probe 10, C14b: a check of
+    # keys Hydra fills in itself refused it, and every run of several processes failed)
+    from lifecycle.cli import check_command
+
+    check_command([*worker, "hydra.job.name=ddp_rank1"], "train", make=False)
 
 
 def test_run_mode_flag_does_not_skip_the_checks(tmp_path: Path) -> None:
@@ -1710,6 +1715,8 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
 
 @pytest.mark.parametrize(("variables", "args", "named"), [
     ({"RANK": "1"}, [], "environment variable RANK=1 makes this process rank 1 of a multi-process launch"),
+    ({"NODE_RANK": "1"}, ["trainer=ddp_cpu", "trainer.devices=2"],  # probe 10, C13: Lightning's rank 2 of 2
+     "environment variable NODE_RANK=1 makes this process part of node 1 of a multi-process launch"),
     ({"SLURM_PROCID": "1"}, [], "environment variable SLURM_PROCID=1 makes this process rank 1"),
     ({"LOCAL_RANK": "0"}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable LOCAL_RANK=0 makes Lightning take this process for one of 2 processes"),
@@ -1864,7 +1871,9 @@ def test_a_log_level_may_be_set_and_a_bad_one_is_one_line(tmp_path: Path, capsys
     from hydra import compose, initialize_config_dir
 
     args = ["debug=fast", f"paths.log_dir={tmp_path}", "run_name=r"]
-    for level in ("hydra.job_logging.root.level=DEBUG", "hydra.job_logging.root.level=10"):
+    monkeypatch.setenv("C11LVL", "DEBUG")  # probe 10, C11: a level through the environment
+    for level in ("hydra.job_logging.root.level=DEBUG", "hydra.job_logging.root.level=10",
+                  "hydra.job_logging.root.level=${oc.env:C11LVL}"):
         with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
             cfg = compose("train", overrides=[*args, level], return_hydra_config=True)
         cli.refuse_locked_hydra_settings(cfg, "train", [*args, level])
