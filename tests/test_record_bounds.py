@@ -262,3 +262,19 @@ def test_a_sparse_config_or_kept_grid_is_never_read_whole(tmp_path: Path, monkey
     with file_modes_hold(), pytest.raises(CommandLineError, match=r"cannot read \S*/multirun\.0\.yaml: permission"):
         cli.keep_earlier_grid(sweep)
     assert sorted(p.name for p in sweep.iterdir()) == ["multirun.0.yaml", "multirun.yaml"]
+
+
+def test_a_checkpoint_this_user_may_not_read_is_named_as_such(tmp_path: Path) -> None:
+    """Probe 10, D23: a mode-000 best.ckpt was "not a readable PyTorch checkpoint (corrupt, truncated, ...:
+    PermissionError)": the file is sound, the permission is the problem."""
+    import torch
+
+    from models.checkpoint_files import read_checkpoint_file
+
+    path = tmp_path / "best.ckpt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+    path.chmod(0o000)
+    with file_modes_hold(), pytest.raises(ValueError) as err:
+        read_checkpoint_file(path, error=ValueError)
+    assert str(err.value) == (f"checkpoint {path} cannot be read: permission denied; valid: a checkpoint this user"
+                              " may read")
