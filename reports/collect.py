@@ -1060,7 +1060,16 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
         if job is not None:
             left.remove(job)
     why = "no run dir" + (f" (or its run dir's {OVERRIDES} is damaged: {'; '.join(damaged)})" if damaged else "")
-    return [_missing_run(sweep_dir, job, why) for job in left]
+    numbers: dict[frozenset[str], int] = {}
+    try:  # numbered job dirs (Hydra's default subdir): a job's dir is its place in the latest launch
+        saved = _yaml(sweep_dir / "multirun.yaml")
+        subdir = ((saved.get("hydra") or {}).get("sweep") or {}).get("subdir") if isinstance(saved, dict) else None
+        if str(subdir).replace(" ", "") == "${hydra.job.num}":
+            numbers = {_normalised(job): i for i, job in enumerate(_launch_jobs(sweep_dir / "multirun.yaml"))}
+    except (TableError, AttributeError):
+        numbers = {}
+    return [_missing_run(sweep_dir, job, why + (f" (its dir would be {_shown(sweep_dir / str(numbers[key]))})"
+                                               if (key := _normalised(job)) in numbers else "")) for job in left]
 
 
 def _grid_point_of(run_dir: Path, jobs: list[list[str]], naming: JobNaming | None) -> list[str] | None:

@@ -449,6 +449,19 @@ def test_a_later_launch_keeps_the_earlier_grid_and_the_table_expects_both(tmp_pa
     assert expected_jobs(archive / "sweep") == expected_jobs(sweep)
 
 
+def test_a_missing_job_of_a_numbered_sweep_names_the_dir_it_would_have(tmp_path: Path) -> None:
+    """Probe 10, C55t: a missing job of a sweep with numbered job dirs was named by its overrides only; its dir
+    is its place in the latest launch (Hydra's default subdir ``${hydra.job.num}``)."""
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    grid = yaml.safe_load(_grid_yaml({"seed": "0,1"}, ["rpe=irpe_k"]))
+    grid["hydra"]["sweep"] = {"dir": str(sweep), "subdir": "${hydra.job.num}"}
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump(grid))
+    runs = [r for r in make_tables.collect([sweep]) if r.status == "missing"]
+    assert [r.error for r in runs] == [f"no run dir (its dir would be {sweep / '0'})",
+                                       f"no run dir (its dir would be {sweep / '1'})"]
+
+
 def test_a_sweep_config_launch_keeps_the_earlier_grid_without_dash_m(tmp_path: Path) -> None:
     """``train.py sweep=<name> seed=...`` is a sweep through its config's Hydra mode, not ``-m``: its
     pre-flight keeps the earlier launch's grid too (two lanes of scripts/benchmark_tasks.sh are two launches)."""
