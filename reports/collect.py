@@ -180,6 +180,7 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "ape": net.get("ape", model.get("position_embedding")),
         "seed": cfg.get("seed"),
         "name": cfg.get("name") or "?",
+        "preset": str((cfg.get("rpe") or {}).get("preset") or "none"),  # the encoding it trains, by name
         "model": net.get("name") or model.get("_target_", "?").rsplit(".", 1)[-1],
         "schedule": cfg.get("schedule"),
         "row": cfg.get("row"),  # the job's entry of a sweep's `rows` table, where it has one

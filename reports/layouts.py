@@ -330,6 +330,15 @@ ENTRIES = load_entries()
 PAPER: dict[str, PaperTable] = {name: entry.numbers for name, entry in ENTRIES.items()}
 
 OWN_VAL = "own val"  # a benchmark table's column of the runs' own validation split
+
+
+def run_label(facts: dict[str, Any]) -> str:
+    """A single run's row: its ``name``, and where that name (a recipe's, or one given on the command line) does
+    not end in the encoding it trains, that encoding too, so that no row is labelled with another encoding."""
+    name, preset = str(facts.get("name")), str(facts.get("preset") or "none")
+    return name if name == preset or name.endswith(f"_{preset}") else f"{name} (trains {preset})"
+
+
 # The paper's tables, then the benchmark tasks' (their findings are pre-registered in findings/<task>.yaml)
 LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.items()} | {
     "shift": Layout(
@@ -369,7 +378,7 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
              " of the training distribution",
     ),
     "runs": Layout(
-        "Runs", "run", lambda f: f["name"], lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
+        "Runs", "run", lambda f: run_label(f), lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),
 }
 # What our numbers of a paper table are measured on, where not `DEFAULT_SCALE`

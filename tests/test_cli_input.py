@@ -681,7 +681,7 @@ def test_names_alike_after_unicode_normalisation_are_refused(tmp_path: Path) -> 
                                             " callbacks.model_checkpoint.dirpath=<value>, or"
                                             " ~callbacks.model_checkpoint to leave out the whole callbacks entry, or"
                                             " leave it out for the default"),
-    ("~rpe.preset", "~rpe.preset would delete rpe.preset, which every run of train.py reads; "),
+    ("~rpe.preset", "~rpe.preset would delete rpe.preset, which name reads; "),  # the run's name: model, encoding
 ])
 def test_deleting_a_node_a_run_needs_is_refused(override: str, expected: str) -> None:
     """``~trainer`` left the trainer node a plain dict and every job failed on it after its run dir was made."""
@@ -1880,3 +1880,14 @@ def test_a_log_level_may_be_set_and_a_bad_one_is_one_line(tmp_path: Path, capsys
     line = _refused_by_the_command_line([*args, "hydra.job_logging.root.level=LOUD"], capsys, monkeypatch)
     assert line.startswith("error: hydra.job_logging.root.level='LOUD' is not a logging level; valid: one of"), line
     assert "DEBUG" in line and not (tmp_path / "r").exists()
+
+
+def test_a_single_runs_row_never_names_another_encoding_than_it_trains(tmp_path: Path) -> None:
+    """Probe 10, C64r: ``name=deit_micro_shaw`` on an iRPE-K run put its number in a row labelled with Shaw's
+    encoding. A single run's row is its name where that ends in the encoding it trains, else says what it trains."""
+    from reports.layouts import LAYOUTS, run_label
+
+    assert run_label({"name": "deit_micro_irpe_k", "preset": "irpe_k"}) == "deit_micro_irpe_k"
+    assert run_label({"name": "deit_micro_shaw", "preset": "irpe_k"}) == "deit_micro_shaw (trains irpe_k)"
+    assert run_label({"name": "deit_base_baseline", "preset": "none"}) == "deit_base_baseline (trains none)"
+    assert LAYOUTS["runs"].row({"name": "deit_micro_shaw", "preset": "irpe_k"}) == "deit_micro_shaw (trains irpe_k)"
