@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from lifecycle.command import SweepDirBefore, command_scope, current
 from lifecycle.console import (
     CommandLineError,
+    interpolation_loop_line,
     key_that_reads,
     missing_env_line,
     one_line,
@@ -1562,7 +1563,7 @@ def _log_level_setting(key: str, value: Any) -> bool:
 
     if not _LEVEL_KEY.fullmatch(key):
         return False
-    if isinstance(value, str) and value.upper() in logging.getLevelNamesMapping():
+    if isinstance(value, str) and value in logging.getLevelNamesMapping():  # logging knows them in capitals only
         return True
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return True
@@ -1592,7 +1593,8 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
                and not _under(k, HYDRA_DERIVED) and not (_under(k, settable) and not _under(k, logging_keys))]
     # a key given a value first; an empty mapping that gained keys is named by the keys it gained
     changed = [k for k in changed if k in given or not any(g.startswith(f"{k}.") for g in given)]
-    changed = [k for k in changed if not _log_level_setting(k, _resolved(cfg, f"hydra.{k}", given.get(k, _ABSENT)))]
+    changed = [k for k in changed if not (k in default and _log_level_setting(
+        k, _resolved(cfg, f"hydra.{k}", given.get(k, _ABSENT))))]  # a level of the option's own logger or handler
     for key in sorted(changed, key=lambda k: k not in given):
         value = given.get(key, _ABSENT)
         value = getattr(value, "name", value) if isinstance(value, enum.Enum) else value  # hydra.mode: RunMode
@@ -2208,7 +2210,7 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
     ``overrides``, the command line, and ``cfg``, the config as composed (when it was), let an unresolvable
     interpolation be traced to the key that holds it; ``config_name`` is the root config (its groups)."""
     cause = root_cause(err)
-    env_line = missing_env_line(str(cause), overrides or [])
+    env_line = missing_env_line(str(cause), overrides or []) or interpolation_loop_line(str(cause), overrides or [])
     if env_line is not None:
         return env_line
     if getattr(err, "override", None):  # a parse error: OverrideParseException
@@ -2361,7 +2363,8 @@ def refuse_derived_hydra_keys(argv: list[str]) -> None:
     instead, also for a command that only prints (Hydra's own text for it was 6 lines and exit 1)."""
     for arg in _overrides_among_flags(argv):
         key = arg.split("=", 1)[0].lstrip("+~")
-        if not key.startswith("hydra.") or not _under(key.removeprefix("hydra."), HYDRA_DERIVED):
+        if not key.startswith("hydra.") or not _under(key.removeprefix("hydra."), HYDRA_DERIVED) or (
+                key == "hydra.job.name"):  # Hydra takes a job's name from the command line (its log file's name)
             continue
         choice = re.fullmatch(r"hydra\.runtime\.choices\.([\w/]+)", key)
         value = arg.split("=", 1)[1] if "=" in arg else "<option>"

@@ -49,6 +49,21 @@ def missing_env_line(message: str, overrides: list[str]) -> str | None:
             f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
 
 
+def interpolation_loop_line(message: str, overrides: list[str]) -> str | None:
+    """OmegaConf's "RecursionError raised while resolving interpolation ... full_key: <key>": interpolations that
+    read each other in a loop (``run_name=${hydra:job.override_dirname}``, which lists run_name's own override).
+    The setting that reads ``<key>``, and the fix."""
+    if "RecursionError raised while resolving interpolation" not in message:
+        return None
+    found = re.search(r"full_key: (\S+)", message)
+    key = found.group(1) if found else "a value"
+    inside = (r"hydra:\s*" + re.escape(key.removeprefix("hydra.")) if key.startswith("hydra.")
+              else re.escape(key))
+    where = setting_that_reads(inside, overrides)
+    return (f"{where} reads {key}, whose value reads it back (an interpolation loop: {key} is made from the"
+            " command line's overrides); valid: give the value itself")
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's input (reported in one line), not the program's faults."""
     from hydra.errors import HydraException
@@ -67,7 +82,7 @@ def root_cause(err: BaseException) -> BaseException:
 def one_line(err: BaseException) -> str:
     cause = root_cause(err)
     # a ${oc.env:NAME} resolved late (a script's --set paths.data_dir=...): the fix, not OmegaConf's KeyError text
-    env_line = missing_env_line(str(cause), [])
+    env_line = missing_env_line(str(cause), []) or interpolation_loop_line(str(cause), [])
     if env_line is not None:
         return env_line
     from storage.files import error_line

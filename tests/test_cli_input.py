@@ -1877,9 +1877,15 @@ def test_a_log_level_may_be_set_and_a_bad_one_is_one_line(tmp_path: Path, capsys
         with initialize_config_dir(str(cli.CONFIG_DIR), version_base="1.3"):
             cfg = compose("train", overrides=[*args, level], return_hydra_config=True)
         cli.refuse_locked_hydra_settings(cfg, "train", [*args, level])
-    line = _refused_by_the_command_line([*args, "hydra.job_logging.root.level=LOUD"], capsys, monkeypatch)
-    assert line.startswith("error: hydra.job_logging.root.level='LOUD' is not a logging level; valid: one of"), line
-    assert "DEBUG" in line and not (tmp_path / "r").exists()
+    for bad in ("LOUD", "debug"):  # probe 10, C94: logging knows its level names in capitals only
+        line = _refused_by_the_command_line([*args, f"hydra.job_logging.root.level={bad}"], capsys, monkeypatch)
+        assert line.startswith(f"error: hydra.job_logging.root.level={bad!r} is not a logging level; valid: one of")
+        assert "DEBUG" in line and not (tmp_path / "r").exists()
+    # probe 10, C93: a level for a handler the option does not have made Hydra's logging setup fail (a traceback,
+    # an empty run dir): it adds a handler, which the logging option's own rule refuses
+    line = _refused_by_the_command_line([*args, "+hydra.job_logging.handlers.file.level=DEBUG"], capsys, monkeypatch)
+    assert line.startswith("error: hydra.job_logging.handlers.file.level='DEBUG' changes the logging option"), line
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_single_runs_row_never_names_another_encoding_than_it_trains(tmp_path: Path) -> None:
@@ -1891,3 +1897,22 @@ def test_a_single_runs_row_never_names_another_encoding_than_it_trains(tmp_path:
     assert run_label({"name": "deit_micro_shaw", "preset": "irpe_k"}) == "deit_micro_shaw (trains irpe_k)"
     assert run_label({"name": "deit_base_baseline", "preset": "none"}) == "deit_base_baseline (trains none)"
     assert LAYOUTS["runs"].row({"name": "deit_micro_shaw", "preset": "irpe_k"}) == "deit_micro_shaw (trains irpe_k)"
+
+
+def test_a_jobs_name_may_be_given(tmp_path: Path) -> None:
+    """Probe 10, D71: ``hydra.job.name`` is Hydra's documented way to name a job (its log file); the check of keys
+    Hydra fills in itself refused it, and with it every DDP worker, whose parent names it (C14b, D47c)."""
+    cli.check_command(["debug=fast", f"paths.log_dir={tmp_path}", "run_name=r", "hydra.job.name=myexp"], "train",
+                      make=False)
+
+
+def test_an_interpolation_loop_is_one_line_naming_the_setting(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 10, C107: ``run_name=${hydra:job.override_dirname}`` (which lists run_name's own override) was
+    OmegaConf's "RecursionError raised while resolving interpolation", naming neither run_name nor a fix."""
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}",
+                                         "run_name=${hydra:job.override_dirname}"], capsys, monkeypatch)
+    assert line == ("error: run_name=${hydra:job.override_dirname} reads hydra.job.override_dirname, whose value reads"
+                    " it back (an interpolation loop: hydra.job.override_dirname is made from the command line's"
+                    " overrides); valid: give the value itself")
+    assert list(tmp_path.iterdir()) == []
