@@ -18,6 +18,8 @@ from typing import Any
 # the records this project writes are a few KiB, nested a few levels. Past the depth, Python's parser fails
 # with a RecursionError (or a reader's later walk over the value does); past the size, reading it costs memory.
 MAX_JSON_BYTES = 16 * 2**20
+# A run's or a sweep's YAML record (config.yaml, multirun.yaml: a few KiB); YAML parses far slower than JSON
+MAX_YAML_BYTES = 2**20
 MAX_JSON_DEPTH = 100
 
 

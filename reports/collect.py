@@ -33,7 +33,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from data.bounded_json import JsonBoundsError, read_json_bytes
+from data.bounded_json import MAX_JSON_BYTES, MAX_YAML_BYTES, JsonBoundsError, read_json_bytes
 from lifecycle.cli import sweep_grid
 from lifecycle.identity import (
     SEED_KEY,
@@ -362,7 +362,8 @@ def _text(path: Path) -> str:
     """A machine-written text record: a plain file, not empty, ending with its line break (else truncated)."""
     try:
         check_plain_file(path)
-        text = read_json_bytes(path).decode()  # a regular file of bounded size (configs and grids too)
+        # a regular file of bounded size (configs and grids, YAML, by a tighter bound: they parse slowly)
+        text = read_json_bytes(path, MAX_YAML_BYTES if path.suffix == ".yaml" else MAX_JSON_BYTES).decode()
     except JsonBoundsError as err:
         raise TableError(f"{path} is damaged: {err}") from None
     except RunFileError as err:

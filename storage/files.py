@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data.bounded_json import JsonBoundsError, loads_bounded, read_json_bytes
+from data.bounded_json import MAX_JSON_BYTES, MAX_YAML_BYTES, JsonBoundsError, loads_bounded, read_json_bytes
 
 TMP_SUFFIX = ".tmp"  # temporary files of atomic writes: ``.<name>.<random>.tmp`` next to the target
 
@@ -329,12 +329,13 @@ def read_json(path: Path, kind: type = dict) -> Any | None:
 
 def read_bounded_bytes(path: str | os.PathLike) -> bytes:
     """The bytes of a run's or a sweep's text record (``config.yaml``, ``multirun.yaml``), a plain file no larger
-    than any record the project writes (`data.bounded_json.MAX_JSON_BYTES`): a larger one (a damaged or sparse
-    file) is a one-line `RunFileError`, never read whole. ``OSError`` is the caller's to report."""
+    than any record the project writes (`data.bounded_json.MAX_YAML_BYTES` for YAML, else ``MAX_JSON_BYTES``): a
+    larger one (a damaged or sparse file) is a one-line `RunFileError`, never read whole. ``OSError`` is the
+    caller's to report."""
     path = Path(path)
     check_plain_file(path)
     try:
-        return read_json_bytes(path)
+        return read_json_bytes(path, MAX_YAML_BYTES if path.suffix == ".yaml" else MAX_JSON_BYTES)
     except JsonBoundsError as err:
         raise RunFileError(f"{path} is damaged: {err}") from None
 

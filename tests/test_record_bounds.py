@@ -254,7 +254,7 @@ def test_a_sparse_config_or_kept_grid_is_never_read_whole(tmp_path: Path, monkey
     (sweep / "multirun.yaml").write_bytes(b"hydra: {}\n")
     (sweep / "multirun.0.yaml").write_bytes(b"")
     os.truncate(sweep / "multirun.0.yaml", 2 * 2**30)
-    with pytest.raises(CommandLineError, match=r"multirun\.0\.yaml is damaged: larger than 16 MiB"):
+    with pytest.raises(CommandLineError, match=r"multirun\.0\.yaml is damaged: larger than 1 MiB"):
         cli.keep_earlier_grid(sweep)
     monkeypatch.undo()
     (sweep / "multirun.0.yaml").write_bytes(b"hydra: {}\n")
@@ -278,3 +278,15 @@ def test_a_checkpoint_this_user_may_not_read_is_named_as_such(tmp_path: Path) ->
         read_checkpoint_file(path, error=ValueError)
     assert str(err.value) == (f"checkpoint {path} cannot be read: permission denied; valid: a checkpoint this user"
                               " may read")
+
+
+def test_a_large_but_valid_grid_is_one_line_in_seconds(tmp_path: Path) -> None:
+    """Probe 10, D45: a 12.5 MB ``multirun.yaml`` of valid YAML (under the JSON records' 16 MiB) kept make_tables
+    parsing for minutes. A run's or sweep's YAML record is a few KiB: over 1 MiB it is damaged."""
+    from reports.collect import TableError, expected_jobs
+
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n" + "".join(f"k{i}: {i}\n" for i in range(150000)))
+    with pytest.raises(TableError, match=r"multirun\.yaml is damaged: larger than 1 MiB"):
+        expected_jobs(sweep)
