@@ -1091,7 +1091,9 @@ def _check_sweep_subdir(subdir: Any) -> None:
     if "$" in skeleton:
         refuse_dollar("hydra.sweep.subdir", text)
     if not text.strip() or Path(skeleton).is_absolute() or ".." in parts or unsafe is not None:
-        why = f"${{{unsafe}}} may resolve to any path" if unsafe is not None else "it"
+        why = (f"${{{unsafe}}} may resolve to any path" if unsafe is not None
+               else "it is absolute" if Path(skeleton).is_absolute() else "it holds '..'" if ".." in parts
+               else "it is empty")
         raise CommandLineError(f"hydra.sweep.subdir={text!r} would put a job's run dir outside the sweep dir ({why});"
                                f"{valid}")
 

@@ -26,6 +26,11 @@
 # A task whose sweep had failed jobs, or whose grid has a job without a finished run after its lanes ended, is
 # neither evaluated nor archived (exit 1; run it again to finish them); the tables are rebuilt when some task was
 # archived.
+# bash's own features follow (arrays, pipefail): under sh (dash) they would fail on dash's words, not ours
+if [ -z "${BASH_VERSION:-}" ]; then
+  echo "error: $0 is a bash script; valid: bash $0 ..." >&2
+  exit 2
+fi
 set -uo pipefail
 # the checks beside the real script (started through a link too), read before anything else: without them nothing
 # would be checked

@@ -14,6 +14,11 @@
 #      step, under one 480 s timeout) paper Table 6 (DETR) at the size that decides it: sweep=detr_gpu, its
 #      three rows x seeds 0-9 on a 16x16+ token grid, tested once on 1000 images; see table6_step below
 # Results go to $OUT (default ./gpu_out). Packages missing on the box can be carried as wheels in .whl/.
+# bash's own features follow (arrays, pipefail): under sh (dash) they would fail on dash's words, not ours
+if [ -z "${BASH_VERSION:-}" ]; then
+  echo "error: $0 is a bash script; valid: bash $0 ..." >&2
+  exit 2
+fi
 set -u
 if [ $# -gt 0 ] && [ "$1" != table6 ]; then
   echo "error: '$1' is not a step of gpu_checks.sh; valid: table6 (then train.py overrides), or nothing for the default checks" >&2

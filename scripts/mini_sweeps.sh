@@ -13,6 +13,11 @@
 # Usage: bash scripts/mini_sweeps.sh [sweep ...|all]   (e.g. `where shared_head`; default, or all: all of them)
 # Runs: runs/sweeps/<sweep>_mini/*; their results: docs/ablations_mini_runs/<sweep>_mini/*;
 # tables: docs/ablations_mini.{md,csv,tex}; README: the findings table.
+# bash's own features follow (arrays, pipefail): under sh (dash) they would fail on dash's words, not ours
+if [ -z "${BASH_VERSION:-}" ]; then
+  echo "error: $0 is a bash script; valid: bash $0 ..." >&2
+  exit 2
+fi
 set -uo pipefail
 # PY: the project's Python (default .venv/bin/python of the repo; a relative path is read from the folder the
 # script is started in). TRAINER: train.py overrides for every job, words of key=value (default: as below). Every

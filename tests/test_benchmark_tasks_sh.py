@@ -399,3 +399,20 @@ def test_gpu_checks_table6_data_root_inside_a_run_dir_is_refused_before_generati
     assert done.returncode == 2, done.stderr
     assert f"data.root='{run}/gen' is inside the run dir {run}" in done.stderr
     assert not (run / "gen").exists() and not (tmp_path / "t6" / "runs").exists()
+
+
+@pytest.mark.parametrize("script", ["mini_sweeps.sh", "benchmark_tasks.sh", "gpu_checks.sh"])
+def test_a_script_started_with_sh_is_one_line_asking_for_bash(script: str) -> None:
+    """Probe 10, C126: ``sh scripts/mini_sweeps.sh where`` (sh is dash) stopped on dash's "set: Illegal option -o
+    pipefail"; a script says it is bash's before bash's words."""
+    import shutil
+    import subprocess
+
+    sh = shutil.which("dash") or shutil.which("sh")
+    if sh is None or "bash" in Path(sh).resolve().name:
+        pytest.skip("no sh other than bash here")
+    done = subprocess.run([sh, str(ROOT / "scripts" / script), "where"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == ""
+    path = ROOT / "scripts" / script
+    assert done.stderr == f"error: {path} is a bash script; valid: bash {path} ...\n"
