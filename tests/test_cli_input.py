@@ -1899,11 +1899,16 @@ def test_a_single_runs_row_never_names_another_encoding_than_it_trains(tmp_path:
     assert LAYOUTS["runs"].row({"name": "deit_micro_shaw", "preset": "irpe_k"}) == "deit_micro_shaw (trains irpe_k)"
 
 
-def test_a_jobs_name_may_be_given(tmp_path: Path) -> None:
+def test_a_jobs_name_may_be_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 10, D71: ``hydra.job.name`` is Hydra's documented way to name a job (its log file); the check of keys
     Hydra fills in itself refused it, and with it every DDP worker, whose parent names it (C14b, D47c)."""
     cli.check_command(["debug=fast", f"paths.log_dir={tmp_path}", "run_name=r", "hydra.job.name=myexp"], "train",
                       make=False)
+    # probe 10, D106: eval.py's DDP worker, as Lightning's launcher starts it (its parent's command line, then these)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    cli.check_command(["ckpt_path=/r/checkpoints/best.ckpt", "trainer=ddp_cpu", "trainer.devices=2",
+                       f"hydra.run.dir={tmp_path}", "hydra.job.name=train_ddp_process_1", "hydra.output_subdir=null"],
+                      "eval", make=False)
 
 
 def test_an_interpolation_loop_is_one_line_naming_the_setting(tmp_path: Path, capsys: pytest.CaptureFixture,
