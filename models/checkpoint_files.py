@@ -49,9 +49,9 @@ def read_checkpoint_file(
         with warnings.catch_warnings(), torch.serialization.safe_globals(list(safe_globals)):
             warnings.simplefilter("ignore", UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
-    except OSError as err:  # the storage's answer (permission denied, an I/O error): the file may well be sound
-        reason = (err.strerror or type(err).__name__).lower()
-        raise error(f"checkpoint {path} cannot be read: {reason}; valid: a checkpoint this user may read") from None
+    except PermissionError:  # the storage's answer: the file may well be sound (a truncated one is an OSError too)
+        raise error(f"checkpoint {path} cannot be read: permission denied; valid: a checkpoint this user may read"
+                    ) from None
     except Exception as err:  # never unpickle arbitrarily
         text = str(err)
         blocked = re.search(r"GLOBAL ([\w.]+)", text)
