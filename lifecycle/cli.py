@@ -1419,13 +1419,16 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
     if not given:
         return
     name, value = next(((n, v) for n, v in given.items() if v.strip() != "0"), next(iter(given.items())))
-    if (world != 1 or value.strip() == "0") and _external_launch():
+    launched = _external_launch()
+    if (world != 1 or value.strip() == "0") and launched:
         return  # one of the processes srun or torchrun started for a run of several (a rank of a one-process run: no)
     processes = f"{world} process{'es' if world != 1 else ''}" if world else "the machine's devices"
     if value.strip() != "0":
         rank = "part of node" if name in ("NODE_RANK", "GROUP_RANK") else "rank"
-        why = (f"makes this process {rank} {value} of a multi-process launch, but no launcher (srun, torchrun) started"
-               f" the others (the run has {processes}: trainer.devices x trainer.num_nodes)")
+        others = ("but the run has 1 process, which is rank 0 (trainer.devices x trainer.num_nodes)" if launched
+                  else "but no launcher (srun, torchrun) started the others (the run has"
+                       f" {processes}: trainer.devices x trainer.num_nodes)")
+        why = f"makes this process {rank} {value} of a multi-process launch, {others}"
     elif name == "LOCAL_RANK" and world != 1:
         why = (f"makes Lightning take this process for one of {processes} started by a launcher, and wait for the"
                " others, which nobody starts")
