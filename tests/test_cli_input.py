@@ -474,7 +474,8 @@ def test_sweep_and_run_dir_edges_are_one_line(tmp_path: Path) -> None:
     """An empty sweep, a job dir outside its sweep dir, and a run dir path longer than the file system takes."""
     with pytest.raises(cli.CommandLineError, match=r"^seed=range\(0,0\) sweeps over no values; valid: "):
         cli.check_overrides(["-m", "seed=range(0,0)", "debug=fast", f"paths.log_dir={tmp_path}"], "train")
-    for subdir, why in (("../../esc", "it"), ("/abs", "it"), ("${name}", "${name} may resolve to any path"),
+    for subdir, why in (("../../esc", "it holds '..'"), ("/abs", "it is absolute"),
+                        ("${name}", "${name} may resolve to any path"),
                         ("x/${oc.env:HOME}", "${oc.env:HOME} may resolve to any path")):
         with pytest.raises(cli.CommandLineError) as err:
             cli.check_overrides(["-m", "seed=0", "debug=fast", f"hydra.sweep.subdir='{subdir}'", "name=../../esc",
