@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import enum
+import json
 import os
 import re
 import shutil
@@ -1446,28 +1447,11 @@ def refuse_unset_variables(cfg: DictConfig, overrides: list[str]) -> None:
     """A value of the job's config (Hydra's node aside) reading an environment variable that is not set and has no
     default: one line naming the setting and the variable, before any dir. Each setting is otherwise resolved
     only where a check reads it, which a sweep's did not (the job then failed, after the sweep dir was made)."""
-    def texts(node: Any) -> Iterator[str]:
-        if isinstance(node, str):
-            yield node
-        elif isinstance(node, dict):
-            for value in node.values():
-                yield from texts(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from texts(value)
-
-    job = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
-    for text in texts(job):
-        for name in _ENV_WITHOUT_DEFAULT.findall(text):
-            if name not in os.environ:
-                line = missing_env_line(f"Environment variable '{name}' not found", overrides)
-                raise CommandLineError(line.replace("a config value reads", _reader(job, name), 1))
-
-
-def _reader(job: dict[str, Any], name: str) -> str:
-    """``<key> reads`` for the first key of ``job`` whose value reads ``${oc.env:name}``."""
-    key = key_that_reads(job, re.compile(r"\$\{\s*oc\.env:\s*" + re.escape(name) + r"\s*\}"))
-    return f"{key} reads" if key else "a config value reads"
+    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    text = json.dumps(OmegaConf.to_container(job, resolve=False), default=str)
+    for name in _ENV_WITHOUT_DEFAULT.findall(text):
+        if name not in os.environ:
+            raise CommandLineError(missing_env_line(f"Environment variable '{name}' not found", overrides, job))
 
 
 def _refuse_eval_output_dirs(argv: list[str]) -> None:

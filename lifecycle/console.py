@@ -37,14 +37,14 @@ def key_that_reads(node: Any, reads: re.Pattern[str], prefix: str = "") -> str |
                  if (found := key_that_reads(value, reads, f"{prefix}.{key}" if prefix else str(key)))), None)
 
 
-def missing_env_line(message: str, overrides: list[str]) -> str | None:
+def missing_env_line(message: str, overrides: list[str], cfg: DictConfig | None = None) -> str | None:
     """An ``${oc.env:NAME}`` without a default whose variable is not set: OmegaConf names neither the key that
-    reads it nor the fix (its text is a KeyError's), so name both."""
+    reads it nor the fix (its text is a KeyError's), so name both (the override, else the key of ``cfg``)."""
     missing = re.search(r"Environment variable '([^']+)' not found", message)
     if not missing:
         return None
     name = missing.group(1)
-    where = setting_that_reads(r"oc\.env:\s*" + re.escape(name), overrides)
+    where = setting_that_reads(r"oc\.env:\s*" + re.escape(name), overrides, cfg)
     return (f"{where} reads environment variable {name}, which is not set; valid: set it (export {name}=...),"
             f" give a default (${{oc.env:{name},<default>}}) or give the value itself")
 

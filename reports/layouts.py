@@ -378,7 +378,7 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
              " of the training distribution",
     ),
     "runs": Layout(
-        "Runs", "run", lambda f: run_label(f), lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
+        "Runs", "run", run_label, lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),
 }
 # What our numbers of a paper table are measured on, where not `DEFAULT_SCALE`

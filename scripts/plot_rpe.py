@@ -573,8 +573,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plotted(argv: list[str] | None, written: list[Path]) -> int:
     """`main`'s work: the plots, each path printed once all are written; 2 with one line on bad input."""
+    args = build_parser().parse_args(argv)
     try:
-        plot_run(build_parser().parse_args(argv), written)
+        plot_run(args, written)
     except (PlotError, RunFileError) as err:  # RunFileError: the plots cannot be written (full disk, read-only)
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -583,7 +584,7 @@ def _plotted(argv: list[str] | None, written: list[Path]) -> int:
         return 2
     for path in written:
         print(path)
-    run_dir = Path(build_parser().parse_args(argv).run_dir)
+    run_dir = Path(args.run_dir)
     why = not_a_result(run_dir, run_status(run_dir)) if (run_dir / "run.json").exists() else ""
     if why:  # drawn all the same: a run in progress may be looked at, but it is no result yet
         print(f"note: not a result: {why}", file=sys.stderr)
