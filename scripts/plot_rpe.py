@@ -573,8 +573,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plotted(argv: list[str] | None, written: list[Path]) -> int:
     """`main`'s work: the plots, each path printed once all are written; 2 with one line on bad input."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # its bad arguments are a PlotError, one line
         plot_run(args, written)
     except (PlotError, RunFileError) as err:  # RunFileError: the plots cannot be written (full disk, read-only)
         print(f"error: {err}", file=sys.stderr)
