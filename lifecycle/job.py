@@ -271,6 +271,32 @@ DDP_WORKER_RETEST = "RPE_DDP_WORKER_RETEST"
 DDP_WORKER_RUN_DIR = "RPE_DDP_WORKER_RUN_DIR"
 
 
+_WORKER_CONFIG_PREFIX = "rpe-ddp-config-"
+
+
+def _remove_orphaned_worker_configs() -> None:
+    """The private config folders of earlier runs whose parent process is gone: a parent killed by SIGKILL
+    (or the machine's end) never removed its own. A folder is this user's, named ``<prefix><pid>-<random>``,
+    and is removed only when no process ``<pid>`` exists."""
+    root = Path(tempfile.gettempdir())
+    try:
+        entries = list(root.glob(f"{_WORKER_CONFIG_PREFIX}*-*"))
+    except OSError:
+        return
+    for folder in entries:
+        pid_text = folder.name[len(_WORKER_CONFIG_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            if folder.is_symlink() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # PermissionError: another user's live process; any other error: leave it
+            continue
+
+
 def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: bool) -> None:
     """Start DDP worker processes from the config this process composed and checked, never from a file
     in the run folder (which anyone could have edited since) and not from ``sys.argv``.
@@ -284,7 +310,9 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
     from lightning.pytorch.strategies.launchers import subprocess_script
 
 
-    folder = tempfile.mkdtemp(prefix="rpe-ddp-config-")  # mode 0700: only this user reads or replaces it
+    _remove_orphaned_worker_configs()
+    # mode 0700: only this user reads or replaces it; the name carries this process's pid (see below)
+    folder = tempfile.mkdtemp(prefix=f"{_WORKER_CONFIG_PREFIX}{os.getpid()}-")
     job.worker_config = Path(folder)
     from lifecycle.settings import OUTPUT_DIR
 
@@ -345,11 +373,13 @@ def _watch_workers(job: Job, workers: list) -> None:
                 with contextlib.suppress(Exception):  # best effort, as below
                     job.save_state("interrupted", signal=signal.Signals(signum).name)
                 _say_interruption_once(job.run_dir, signum)
+                job.release()  # os._exit skips the job's own end, which removes the workers' config folder
                 os._exit(128 + signum)
             err = WorkerFailed(rank, code, job.run_dir)
             with contextlib.suppress(Exception):  # best effort: the process ends whatever the storage says
                 job.record_failure(err)
             say(f"error: {err} (recorded in {job.run_dir})", stream=sys.stderr)
+            job.release()
             os._exit(1)  # this thread cannot raise into the main one, which may be waiting on the dead worker
 
     Observer(main_pid=os.getpid(), child_processes=workers).start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -240,33 +241,39 @@ def test_a_ddp_evaluation_reads_each_image_of_an_odd_split_once(tmp_path: Path, 
 def test_a_failed_ddp_worker_is_a_failed_run(tmp_path: Path, data_dir: Path) -> None:
     """A worker that fails ends the run as a failed job, in one line and a record that says so; never as a
     parent killed by SIGKILL with its record left at "running"."""
+    private_tmp = tmp_path / "tmp"  # where the workers' private config folder goes, and must go again
+    private_tmp.mkdir()
     result = run_cli("train.py", [
         "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
         f"paths.log_dir={tmp_path}", "run_name=ddp", f"paths.data_dir={data_dir}",
         "+callbacks.fail._target_=tests.faults.RaiseOnRank",
-    ])
+    ], env_extra={"TMPDIR": str(private_tmp)})
     assert result.returncode not in (0, -9, 137), result.stderr[-3000:]
     record = json.loads((tmp_path / "ddp" / "run.json").read_text())
     failure = json.loads((tmp_path / "ddp" / "failed.json").read_text())
     assert record["state"] == "failed" and failure["status"] == "failed", result.stderr[-3000:]
     assert [line for line in result.stderr.splitlines() if line.startswith("error: ")], result.stderr[-3000:]
+    assert not list(private_tmp.glob("rpe-ddp-config-*"))  # removed although the parent ended by os._exit
 
 
 @pytest.mark.slow  # train.py with two gloo processes
 def test_a_ddp_worker_ended_by_a_stop_signal_is_an_interrupted_run(tmp_path: Path, data_dir: Path) -> None:
     """Probe 4 case 27: SIGTERM to the process group can end a worker still importing (no handlers yet) before
     the parent sees the signal; the run is then interrupted (exit 143, rerun to resume), never a failed one."""
+    private_tmp = tmp_path / "tmp"  # where the workers' private config folder goes, and must go again
+    private_tmp.mkdir()
     result = run_cli("train.py", [
         "trainer=ddp_cpu", *FAST, *SMALL_RELATIONAL, "trainer.limit_train_batches=3",
         f"paths.log_dir={tmp_path}", "run_name=ddp", f"paths.data_dir={data_dir}",
         "+callbacks.stop._target_=tests.faults.SignalOnRank",
-    ])
+    ], env_extra={"TMPDIR": str(private_tmp)})
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
     record = json.loads((tmp_path / "ddp" / "run.json").read_text())
     assert record["state"] == "interrupted" and record["signal"] == "SIGTERM", record
     assert not (tmp_path / "ddp" / "failed.json").exists()
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors and "interrupted" in errors[-1] and "SIGTERM" in errors[-1], result.stderr[-3000:]
+    assert not list(private_tmp.glob("rpe-ddp-config-*"))  # removed although the parent ended by os._exit
 
 
 @pytest.mark.slow  # a two-job train.py sweep
@@ -281,3 +288,30 @@ def test_multirun_honours_sweep_dir(tmp_path: Path, data_dir: Path) -> None:
     assert "preset: none" in presets[0] and "preset: irpe_k" in presets[1]
     for n in (0, 1):
         assert _metrics(sweep / str(n))["global_step"] == 2
+
+
+def test_orphaned_worker_config_folders_of_dead_parents_are_removed(tmp_path: Path, monkeypatch) -> None:
+    """A DDP parent killed by SIGKILL leaves its workers' private config folder; the next DDP run removes the
+    folders whose parent process no longer exists, and only those."""
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # its pid belongs to no process now (pids are not reused this soon)
+    dead = tmp_path / f"rpe-ddp-config-{ended.pid}-ab12"
+    alive = tmp_path / f"rpe-ddp-config-{os.getpid()}-cd34"
+    unnamed = tmp_path / "rpe-ddp-config-xyz"  # no pid in its name (made by an older version): left alone
+    for folder in (dead, alive, unnamed):
+        folder.mkdir()
+        (folder / "config.yaml").write_text("seed: 0\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    link = tmp_path / f"rpe-ddp-config-{ended.pid}-link"
+    link.symlink_to(outside, target_is_directory=True)
+
+    job._remove_orphaned_worker_configs()
+    assert not dead.exists()
+    assert alive.is_dir() and unnamed.is_dir() and (outside / "keep.txt").is_file() and link.is_symlink()
