@@ -1399,6 +1399,23 @@ def _external_launch() -> bool:
         return True
 
 
+def _refuse_srun_variables() -> None:
+    """Lightning's own check of a SLURM job's task variables, which it runs when it builds the Trainer (inside the
+    job, after the run dir): ``sbatch --ntasks=2`` with train.py started without srun is refused before any dir."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if not SLURMEnvironment.detect():
+        return
+    try:
+        SLURMEnvironment._validate_srun_variables()
+    except RuntimeError as err:
+        ntasks = os.environ.get("SLURM_NTASKS", "")
+        raise CommandLineError(f"environment variable SLURM_NTASKS={ntasks} without SLURM_NTASKS_PER_NODE: Lightning"
+                               f" refuses this SLURM job ({one_line(err).replace('`', '')}); valid: sbatch"
+                               f" --ntasks-per-node=<n> with trainer.devices=<n>, and start train.py under srun"
+                               ) from None
+
+
 def refuse_launch_variables(cfg: DictConfig) -> None:
     """A process of one run that a launch variable would make a rank of a multi-process launch nobody started.
 
@@ -1413,6 +1430,7 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
                                    " launch, which the launcher sets for each of its processes (Lightning's own for"
                                    " trainer.devices > 1); valid: leave it out, and start the run with"
                                    " trainer.devices=<n> or under srun/torchrun")
+    _refuse_srun_variables()
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)

@@ -1724,6 +1724,10 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     ({}, ["+hydra.job.env_set.LOCAL_RANK=0", "trainer=ddp_cpu", "trainer.devices=2"],
      "hydra.job.env_set.LOCAL_RANK='0' is a variable of a multi-process launch"),
     ({}, ["+hydra.job.env_set.MASTER_PORT=1234"], "hydra.job.env_set.MASTER_PORT='1234' is a variable of"),
+    # probe 10, C143: sbatch --ntasks=2, train.py started without srun: Lightning refused it inside the job
+    ({"SLURM_JOB_ID": "123", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, [],
+     "environment variable SLURM_NTASKS=2 without SLURM_NTASKS_PER_NODE: Lightning refuses this SLURM job (You set"
+     " --ntasks=2 in your SLURM bash script"),
 ])
 def test_a_launch_variable_nobody_launched_is_one_line_before_the_run_dir(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str],
