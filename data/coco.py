@@ -178,6 +178,12 @@ def check_box(bbox: Any, width: float, height: float) -> tuple[str | None, list[
     return None, [x0, y0, x1 - x0, y1 - y0]
 
 
+def _too_deep(ann_file: str | Path) -> str:
+    """The line for an annotation file whose nesting Python's JSON parser cannot follow (a RecursionError)."""
+    return (f"{ann_file} is not a COCO annotation file: its arrays or objects nest deeper than Python's JSON parser"
+            " reads (a damaged file); expected a JSON object with images, annotations and categories")
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true/false are not ids
 
@@ -187,7 +193,7 @@ def _first_bad_id(ann_file: Path) -> str:
     sorts and indexes by id, fails on one without naming it), else ''."""
     try:
         dataset = json.loads(ann_file.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return ""
     if not isinstance(dataset, dict):
         return ""
@@ -230,6 +236,8 @@ class CocoDetectionDataset(CocoDetection):
                 f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
                 "is the file truncated?"
             ) from None
+        except RecursionError:
+            raise DataConfigError(_too_deep(ann_file)) from None
         except (UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError) as err:
             raise DataConfigError(  # pycocotools asserts that the JSON is an object
                 f"{ann_file} is not a COCO annotation file ({type(err).__name__}: {err}"
@@ -591,6 +599,8 @@ def _categories(ann_file: Path) -> list[int]:
         raise DataConfigError(
             f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); is the file truncated?"
         ) from None
+    except RecursionError:
+        raise DataConfigError(_too_deep(ann_file)) from None
     except (UnicodeDecodeError, KeyError, TypeError) as err:
         raise DataConfigError(
             f"{ann_file} has no list of categories with ids ({type(err).__name__}: {err}); expected a COCO "

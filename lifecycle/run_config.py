@@ -105,13 +105,14 @@ def _walk(node: Any, path: str, source: str, only: str | None = None) -> None:
 def read_bounded_yaml(path: str | Path) -> Any:
     """The YAML of a plain file of bounded size, nesting and aliases, as OmegaConf builds it (nothing resolved);
     raises `RunConfigError` (one line) where it is not one."""
-    from data.bounded_json import JsonBoundsError, read_json_bytes
+    from data.bounded_json import MAX_YAML_BYTES, JsonBoundsError, read_json_bytes
     from storage.files import check_plain_file, yaml_problem
 
     path = Path(path)
     try:
         check_plain_file(path)
-        text = read_json_bytes(path).decode()  # a regular file of bounded size
+        # a regular file within the bound of a YAML record, the same as the tables' (`read_bounded_bytes`)
+        text = read_json_bytes(path, MAX_YAML_BYTES).decode()
         problem = yaml_problem(text)
         if problem:  # before OmegaConf builds it: an alias bomb or deep nesting never gets built
             raise RunConfigError(f"{path} is not a readable run config: {problem}")

@@ -129,6 +129,7 @@ def _tables_written(args: argparse.Namespace) -> int:
 
     try:
         check_readme_block(args.readme_block)  # before any run is read, as every other option
+        readme_text = read_readme(Path(args.readme)) if args.readme else None
         if args.out:
             # before any run is read: never into a run dir or a data root (OUT.md and the others are written
             # into OUT's folder), and never a name whose listing would lie
@@ -142,10 +143,7 @@ def _tables_written(args: argparse.Namespace) -> int:
             from storage.files import atomic_write_bytes
 
             readme = Path(args.readme)
-            if not readme.is_file():
-                raise TableError(f"--readme {str(readme)!r} is not a file")
-            check_destination(readme, "--readme")  # never a file of a run dir or a dataset
-            text = with_findings(readme.read_text(), findings_markdown(verdicts(family or tables)), args.readme_block)
+            text = with_findings(readme_text, findings_markdown(verdicts(family or tables)), args.readme_block)
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
         if args.out:
@@ -159,6 +157,32 @@ def _tables_written(args: argparse.Namespace) -> int:
     counts = {s: sum(c.count(s) for t in tables for c in t.cells.values()) for s in STATUSES}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "ok"), file=sys.stderr)
     return 0
+
+
+# A README is a text file of some KiB: one past this bound (a damaged or sparse file) is refused, never read whole
+MAX_README_BYTES = 16 * 2**20
+
+
+def read_readme(readme: Path) -> str:
+    """The text of the ``--readme`` file: a plain UTF-8 text file within `MAX_README_BYTES`, outside any run dir
+    or data root (it is written back); else a `TableError` naming it."""
+    from data.bounded_json import JsonBoundsError, read_json_bytes
+    from storage.destinations import check_destination
+
+    if not readme.is_file():
+        raise TableError(f"--readme {str(readme)!r} is not a file")
+    check_destination(readme, "--readme")  # never a file of a run dir or a dataset
+    try:
+        text = read_json_bytes(readme, MAX_README_BYTES).decode()
+    except JsonBoundsError as err:
+        why = str(err).split(", which")[0].removeprefix("it is ")  # "larger than 16 MiB (<n> bytes)"
+        raise TableError(f"--readme {str(readme)!r} is {why}; valid: a README of text") from None
+    except UnicodeDecodeError:
+        raise TableError(f"--readme {str(readme)!r} is not UTF-8 text; valid: a README of text") from None
+    if "\x00" in text:
+        raise TableError(f"--readme {str(readme)!r} holds NUL bytes (a damaged or binary file); valid: a README of"
+                         " text")
+    return text
 
 
 def run_data_roots(runs: list[Any]) -> list[str]:

@@ -90,8 +90,10 @@ def test_unknown_category_id_names_file_annotation_and_valid_ids(tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [("{\"images\": [{\"id\": 1", "is not valid JSON"), ("\xff\xfe", "is not"), ("[1, 2]", "is not a COCO")],
-    ids=["truncated", "binary", "list"],
+    [("{\"images\": [{\"id\": 1", "is not valid JSON"), ("\xff\xfe", "is not"), ("[1, 2]", "is not a COCO"),
+     # probe 11, F16: pycocotools' json.load raised a RecursionError traceback
+     ("[" * 200000 + "]" * 200000, "nest deeper than Python's JSON parser reads")],
+    ids=["truncated", "binary", "list", "nested"],
 )
 def test_bad_annotation_json_names_the_file(tmp_path: Path, content: str, expected: str) -> None:
     ann_file = _write_coco(tmp_path, GOOD)

@@ -290,3 +290,17 @@ def test_a_large_but_valid_grid_is_one_line_in_seconds(tmp_path: Path) -> None:
     (sweep / "multirun.yaml").write_text("hydra: {}\n" + "".join(f"k{i}: {i}\n" for i in range(150000)))
     with pytest.raises(TableError, match=r"multirun\.yaml is damaged: larger than 1 MiB"):
         expected_jobs(sweep)
+
+
+def test_a_run_config_past_the_yaml_bound_is_one_line_in_every_reader(tmp_path: Path) -> None:
+    """Probe 11, F7b-d: a ``config.yaml`` of 1.5 MB (a valid config with a long comment) was refused by make_tables
+    (over the YAML records' 1 MiB) but read by eval.py, plot_rpe and evaluate_testsets, which wrote a result into
+    a run the tables call unreadable. The run-config reader keeps the same bound."""
+    from data.bounded_json import MAX_YAML_BYTES
+    from lifecycle.run_config import RunConfigError, load_run_config
+
+    config = tmp_path / "config.yaml"
+    body = "data:\n  _target_: data.RelationalDataModule\nmodel:\n  _target_: models.ClassificationModule\n"
+    config.write_text(body + "# " + "x" * MAX_YAML_BYTES + "\n")
+    with pytest.raises(RunConfigError, match=r"config\.yaml is not a readable run config: larger than 1 MiB"):
+        load_run_config(config)

@@ -755,6 +755,30 @@ def test_findings_go_into_the_readme_between_markers(tmp_path: Path) -> None:
         make_tables.with_findings(readme.read_text(), "x")
 
 
+@pytest.mark.parametrize(("damage", "expected"), [
+    ("sparse", "is larger than 16 MiB (33554432 bytes); valid: a README of text"),
+    ("nul", "holds NUL bytes (a damaged or binary file); valid: a README of text"),
+    ("binary", "is not UTF-8 text; valid: a README of text"),
+])
+def test_a_readme_that_is_no_text_file_is_one_line_before_any_run_is_read(damage: str, expected: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """Probe 11, F18: a sparse 256 MiB README of NULs with the markers at its end was read whole (1.9 GB of memory)
+    and written back as 256 MiB of allocated NULs. A README is bounded text, and is left as it was."""
+    readme = tmp_path / "README.md"
+    markers = b"<!-- findings:start -->\nold\n<!-- findings:end -->\n"
+    if damage == "sparse":
+        with readme.open("wb") as f:
+            f.truncate(32 * 2**20 - len(markers))
+            f.seek(0, 2)
+            f.write(markers)
+    else:
+        readme.write_bytes((b"intro\x00\n" if damage == "nul" else b"\xff\xfe intro\n") + markers)
+    before = readme.stat()
+    assert make_tables.main([str(tmp_path / "no_sweep"), "--readme", str(readme)]) == 2
+    assert capsys.readouterr().err == f"error: --readme {str(readme)!r} {expected}\n"
+    assert readme.stat().st_mtime_ns == before.st_mtime_ns and readme.stat().st_blocks == before.st_blocks
+
+
 @pytest.mark.parametrize("block", ["", " ", "a b", "x-->", ":start"])
 def test_a_readme_block_that_is_no_marker_name_is_one_line_naming_it(block: str, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture) -> None:
