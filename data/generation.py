@@ -55,6 +55,8 @@ SEAL_KEY = "generated_sha256"
 # (root, generator record, digest) of the trees this process found equal to a fresh generation: a command that
 # only reads (an evaluation of many runs on one data root) regenerates an old-marker root once, not per run.
 _MATCHED_FRESH: set[tuple[str, str, str]] = set()
+# The digest of no file at all: what an older version recorded for a COCO tree (`check_content`)
+_NOTHING_DIGESTED = hashlib.sha256().hexdigest()
 
 Generator = Callable[..., Any]
 log = logging.getLogger(__name__)
@@ -222,9 +224,10 @@ def class_folders(split_dir: str | Path) -> list[str]:
 
 
 def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple[dict[str, dict[str, int]], str]:
-    """``({split folder: {class folder: number of images}}, digest)`` of an ImageFolder tree, what the marker
+    """``({split folder: {class folder: number of images}}, digest)`` of a generated tree, what the marker
     records: the digest is the sha256 over every image's path (relative to ``root``) and the sha256 of its
     bytes, in sorted order, so that an image moved to another class folder, replaced or edited changes it.
+    Images and JSON files directly in a split folder (a COCO tree's) enter it first, in the same way.
     ``splits``: only these split folders (the marker's), else every folder at the top.
 
     Images are the files ImageFolder loads (`_IMAGE_SUFFIXES`), so a stray ``.DS_Store`` changes nothing. A
@@ -239,6 +242,13 @@ def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple
     for split in sorted(os.scandir(root), key=lambda e: e.name):
         if not split.is_dir() or (wanted is not None and split.name not in wanted):
             continue
+        # the files directly in a split folder: a COCO tree's images and annotations (no class folders); an
+        # ImageFolder tree has none, so its digest is what it was before they were counted
+        with os.scandir(split.path) as entries:
+            loose = sorted(e.name for e in entries if not e.name.startswith(".") and not e.is_dir()
+                           and e.name.lower().endswith((*_IMAGE_SUFFIXES, ".json")))
+        for name in loose:
+            _digest_file(digest, os.path.join(split.path, name), Path(split.name) / name)
         classes = summary[split.name] = {}
         for cls in class_folders(split.path):
             count = 0
@@ -253,15 +263,19 @@ def scan_content(root: str | Path, splits: Iterable[str] | None = None) -> tuple
                 for name in sorted(names):
                     if not name.lower().endswith(_IMAGE_SUFFIXES):
                         continue
-                    path = os.path.join(folder, name)
-                    # non-blocking: a FIFO named like an image would block a plain open() forever
-                    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as image:
-                        if not stat.S_ISREG(os.fstat(image.fileno()).st_mode):
-                            raise OSError(errno.EINVAL, "not a regular file: a FIFO, socket or device", path)
-                        digest.update(os.fsencode(f"{where / name}\0") + hashlib.sha256(image.read()).digest())
+                    _digest_file(digest, os.path.join(folder, name), where / name)
                     count += 1
             classes[cls] = count
     return summary, digest.hexdigest()
+
+
+def _digest_file(digest: Any, path: str, relative: Path) -> None:
+    """Add a file's path (relative to the root) and the sha256 of its bytes to ``digest``. Opened without
+    blocking: a FIFO named like an image would block a plain open() forever."""
+    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file: a FIFO, socket or device", path)
+        digest.update(os.fsencode(f"{relative}\0") + hashlib.sha256(file.read()).digest())
 
 
 def scan_files(root: str | Path, folders: Iterable[str] | None = None) -> tuple[str, int]:
@@ -338,11 +352,15 @@ def check_content(root: Path, marker: dict[str, Any], generator: Generator, reco
             f"data.root={root} no longer holds what was generated ({'; '.join(differences[:3])}{more}); "
             f"delete {root} to regenerate it"
         )
+    if marker.get(DIGEST_KEY) == _NOTHING_DIGESTED and digest != _NOTHING_DIGESTED:
+        # an older version's digest of a tree without class folders (COCO), which covered no file: checked as
+        # an unsealed marker is, against a fresh generation, and then recorded anew
+        marker = {**marker, DIGEST_KEY: None}
     if marker.get(DIGEST_KEY) is not None and digest != marker[DIGEST_KEY]:
         raise DataConfigError(
             f"data.root={root} no longer holds what was generated (its images differ from the content digest its"
-            f" {MARKER_NAME} recorded: an image was moved to another class folder, replaced or edited); delete"
-            f" {root} to regenerate it"
+            f" {MARKER_NAME} recorded: an image was moved to another class folder, replaced or edited, or an"
+            f" annotation file edited); delete {root} to regenerate it"
         )
     if marker.get(DIGEST_KEY) is None or marker.get(SEAL_KEY) != seal(marker):
         _check_by_regenerating(root, marker, generator, summary, digest, record)

@@ -456,7 +456,8 @@ def test_images_moved_replaced_or_edited_after_generation_are_refused(tmp_path: 
         dm.prepare_data()
     assert _one_line(err) == (f"data.root={root} no longer holds what was generated (its images differ from the"
                               f" content digest its {MARKER_NAME} recorded: an image was moved to another class"
-                              f" folder, replaced or edited); delete {root} to regenerate it")
+                              f" folder, replaced or edited, or an annotation file edited); delete {root} to"
+                              " regenerate it")
     dm = detach_generator(ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0,
                                                 generator=FAKE, num_classes=3))
     with pytest.raises(RunDataError) as err:
@@ -464,6 +465,66 @@ def test_images_moved_replaced_or_edited_after_generation_are_refused(tmp_path: 
     assert _one_line(err).startswith(f"data.root={root} no longer holds what was generated (its images differ")
     assert f"delete {root} to regenerate it; eval.py and plot_rpe.py read existing data only" in str(err.value)
     assert (root / MARKER_NAME).read_bytes() == marker  # refused, never re-recorded
+
+
+def _relabel(root: Path) -> None:
+    """Every annotation of the val split made a square (category 1): the images are untouched."""
+    ann_file = root / "annotations" / "instances_val2017.json"
+    dataset = json.loads(ann_file.read_text())
+    for annotation in dataset["annotations"]:
+        annotation["category_id"] = 1
+    ann_file.write_text(json.dumps(dataset))
+
+
+def _swap_coco_images(root: Path) -> None:
+    """Two val images of the same size trade bytes: the annotations now describe the wrong pictures."""
+    a, b = sorted((root / "val2017").glob("*.png"))[:2]
+    data = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(data)
+
+
+@pytest.mark.parametrize("change", [_relabel, _swap_coco_images], ids=["relabelled", "images_swapped"])
+def test_generated_coco_data_edited_after_generation_is_refused(tmp_path: Path, change) -> None:
+    """Probe 11, F107: the digest of a COCO tree (no class folders) covered no file, so relabelled annotations
+    were measured and filed under the test set's name. Its images and annotation files are digested now."""
+    from data.coco import shapes_generator
+    from data.generation import check_content, read_marker, scan_content
+
+    root = tmp_path / "coco"
+    generator = shapes_generator(num_train=2, num_val=3, image_size=(32, 32), object_size=(8, 12), max_objects=2)
+    ensure_generated(root, generator)
+    marker = read_marker(root)
+    assert marker[DIGEST_KEY] != hashlib.sha256().hexdigest()  # not the digest of nothing
+    assert check_content(root, marker, generator) == marker[DIGEST_KEY]
+    change(root)
+    assert scan_content(root, marker["content"])[1] != marker[DIGEST_KEY]
+    with pytest.raises(DataConfigError, match="no longer holds what was generated"):
+        check_content(root, marker, generator)
+
+
+def test_an_older_coco_marker_whose_digest_covered_no_file_is_checked_by_regenerating(tmp_path: Path) -> None:
+    """A COCO tree an older version generated holds the digest of no file: it is checked against a fresh
+    generation once (untouched: accepted, and the real digest recorded; edited: refused), never called changed."""
+    from data.coco import shapes_generator
+    from data.generation import check_content, read_marker, seal
+
+    generator = shapes_generator(num_train=2, num_val=3, image_size=(32, 32), object_size=(8, 12), max_objects=2)
+    for edited in (False, True):
+        root = tmp_path / f"coco_{edited}"
+        ensure_generated(root, generator)
+        marker = read_marker(root)
+        real = marker[DIGEST_KEY]
+        old = {**marker, DIGEST_KEY: hashlib.sha256().hexdigest()}
+        old["generated_sha256"] = seal(old)
+        (root / MARKER_NAME).write_text(json.dumps(old))
+        if edited:
+            _relabel(root)
+            with pytest.raises(DataConfigError, match="differ from a fresh generation"):
+                check_content(root, read_marker(root), generator)
+        else:
+            assert check_content(root, read_marker(root), generator) == real
+            assert read_marker(root)[DIGEST_KEY] == real
 
 
 def test_a_fifo_in_generated_data_is_refused_by_the_digest_check_not_read(tmp_path: Path) -> None:
