@@ -591,6 +591,20 @@ def generate_shapes_coco(root: str | Path, **settings: Any) -> Path:
 
 
 # ---------------------------------------------------------------------------------------- data module
+def _check_starts_as_json_object(ann_file: Path) -> None:
+    """A COCO annotation file is a JSON object: one that starts otherwise (a sparse file of NULs, an image) is
+    named from its first bytes, before the parser reads all of it (a real one may take hundreds of MB)."""
+    try:
+        with ann_file.open("rb") as f:
+            head = f.read(4096).lstrip()
+    except OSError:
+        return  # named by the reader that follows, in its own words
+    if head[:1] != b"{":
+        what = "is empty" if not head else f"starts with {head[:12]!r}, not a JSON object"
+        raise CocoLayoutError(f"{ann_file} is not a COCO annotation file: it {what}; expected a JSON object with"
+                              " images, annotations and categories")
+
+
 def _categories(ann_file: Path) -> list[int]:
     try:
         with ann_file.open() as f:
@@ -684,10 +698,14 @@ class CocoDataModule(L.LightningDataModule):
         if not self.root.is_dir():
             raise CocoLayoutError(f"data.root={self.root} {absent_folder(self.root)}; {LAYOUT}")
         folder, ann = self.paths(split)
+        if ann.exists() and not ann.is_file():
+            raise CocoLayoutError(f"{ann} is not a plain file (a folder, FIFO, socket or device); valid: the COCO"
+                                  " annotation file (JSON)")
         if not folder.is_dir() or not ann.is_file():
             raise CocoLayoutError(
                 f"data.root={self.root} lacks {folder.name}/ or annotations/{ann.name}; {LAYOUT}"
             )
+        _check_starts_as_json_object(ann)
         return folder, ann
 
     def label_to_cat_from_disk(self) -> list[int]:

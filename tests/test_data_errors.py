@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,32 @@ def test_bad_annotation_json_names_the_file(tmp_path: Path, content: str, expect
     with pytest.raises(DataConfigError) as err:  # the data module reads the categories when it is built
         CocoDataModule(root=str(tmp_path))
     assert str(ann_file) in _one_line(err)
+
+
+@pytest.mark.parametrize("how", ["fifo", "sparse"])
+def test_an_annotation_file_that_is_no_json_file_is_named_without_reading_it_whole(tmp_path: Path, how: str) -> None:
+    """Probe 11, F17 and F104: a FIFO in place of the annotation file was said to be missing; a sparse 1 GiB file
+    of NULs was read and decoded whole (3 GB of memory) before "not valid JSON". Both are one line from what the
+    file is, or from its first bytes."""
+    import signal
+
+    ann_file = _write_coco(tmp_path, GOOD)
+    ann_file.unlink()
+    if how == "fifo":
+        os.mkfifo(ann_file)
+        expected = f"{ann_file} is not a plain file (a folder, FIFO, socket or device)"
+    else:
+        with ann_file.open("wb") as f:
+            f.truncate(2**30)
+        expected = f"{ann_file} is not a COCO annotation file: it starts with"
+    (tmp_path / "train2017").mkdir()
+    signal.alarm(20)  # a blocking open of the FIFO fails the test rather than hang it
+    try:
+        with pytest.raises(DataConfigError) as err:
+            CocoDataModule(root=str(tmp_path))
+    finally:
+        signal.alarm(0)
+    assert _one_line(err).startswith(expected), _one_line(err)
 
 
 def _damage(path: Path, how: str) -> None:
