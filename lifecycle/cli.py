@@ -1150,6 +1150,44 @@ def _job_subdirs(cfg: DictConfig, config_name: str, hydra_overrides: list[str], 
     return subdirs
 
 
+# The sweepers' counts: (key under hydra.sweeper, may it be null, what it counts)
+SWEEPER_COUNTS = (
+    ("n_trials", False, "the trials optuna runs"),
+    ("n_jobs", False, "the trials optuna starts at once"),
+    ("max_batch_size", True, "the jobs the basic sweeper starts at once; null: all"),
+)
+
+
+def _check_sweeper_counts(cfg: DictConfig) -> None:
+    """The sweeper's counts are integers >= 1: ``max_batch_size=0`` was an AssertionError traceback inside the
+    multirun, ``n_jobs=0`` an endless loop of optuna launching no job."""
+    sweeper = cfg.hydra.get("sweeper") or {}
+    for key, nullable, what in SWEEPER_COUNTS:
+        if key not in sweeper:
+            continue
+        value = sweeper.get(key)
+        if value is None and nullable:
+            continue
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            null = " or null" if nullable else ""
+            raise CommandLineError(f"hydra.sweeper.{key}={value} must be an integer >= 1{null} ({what})")
+
+
+def _check_launcher_folder(cfg: DictConfig) -> None:
+    """A submitit launcher's folder (its pickled jobs and logs) lies inside the sweep dir, as by default
+    (``${hydra.sweep.dir}/.submitit/%j``): elsewhere it wrote into another run's dir or a data root, and a
+    refused submission left its files there."""
+    launcher = cfg.hydra.get("launcher") or {}
+    if "submitit_folder" not in launcher:
+        return
+    folder = os.path.normpath(os.path.abspath(str(launcher.submitit_folder)))
+    sweep_dir = os.path.normpath(os.path.abspath(str(cfg.hydra.sweep.dir)))
+    if os.path.commonpath([folder, sweep_dir]) != sweep_dir or folder == sweep_dir:
+        raise CommandLineError(f"hydra.launcher.submitit_folder={launcher.submitit_folder} is not inside the sweep dir"
+                               f" {sweep_dir}: the launcher's files belong to its sweep; valid: leave it out (the"
+                               " default is ${hydra.sweep.dir}/.submitit/%j), or a folder inside hydra.sweep.dir")
+
+
 def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: str) -> None:
     """Every job of a grid sweep has a run dir of its own, checked before the sweep dir is made.
 
@@ -1158,16 +1196,18 @@ def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: 
     ``hydra.job.config.override_dirname.exclude_keys`` (trainer, logger, paths, ...): ``data.root=/a_b`` and
     ``data.root=/a/b`` got one dir, and the second job found the first's run finished and never trained. The
     names stay as they are (every archived run dir is named by them); a grid whose names collide is refused.
-    Optuna draws its trials as it goes: there is no grid to check.
+    Optuna draws its trials as it goes: there is no grid to check, and its subdir must number the trials.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     sweeper = cfg.hydra.get("sweeper") or {}
-    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
-        return
     subdir = str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["subdir"])
     if re.search(r"\$\{\s*hydra[.:]\s*job\.(num|id)\s*\}", subdir):
         return  # a dir per job number (the id is the number in a basic sweep): no two jobs share one
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        raise CommandLineError(f"hydra.sweep.subdir={subdir} gives the trials of {sweeper.get('_target_')} no dir"
+                               " of their own: it draws its trials as it goes, and two may share a name; valid:"
+                               " a subdir with ${hydra.job.num} (the default)")
     parsed = OverridesParser.create().parse_overrides(overrides)
     params = sweeper.get("params")
     params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else {}
@@ -1297,10 +1337,9 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             swept = sweep_overrides(cfg.hydra.sweeper.get("params"), overrides)[0]  # a recipe's params too
             _refuse_intervals(swept)
             _refuse_shuffled_numbered_jobs(swept, cfg)
-        trials = cfg.hydra.get("sweeper", {}).get("n_trials")
-        if sweeping and trials is not None and not (isinstance(trials, int) and not isinstance(trials, bool)
-                                                    and trials >= 1):
-            raise CommandLineError(f"hydra.sweeper.n_trials={trials} must be an integer >= 1 (the trials optuna runs)")
+        if sweeping:
+            _check_sweeper_counts(cfg)
+            _check_launcher_folder(cfg)
         if sweeping:  # -m, or a sweep config that sets Hydra's mode
             _check_swept_values(config_name, overrides, cfg)
         if config_name == "eval":
@@ -1399,6 +1438,28 @@ def _external_launch() -> bool:
         return True
 
 
+def _check_rendezvous_variables() -> None:
+    """``MASTER_ADDR`` and ``MASTER_PORT``, where the processes of a run of several meet: a port that is no port
+    number was a ValueError line after the run dir; a host name that does not resolve left rank 0 waiting in the
+    rendezvous, deaf to SIGTERM, for ten minutes. Both are one line before any dir."""
+    import socket
+
+    port = os.environ.get("MASTER_PORT", "").strip()
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise CommandLineError(f"environment variable MASTER_PORT={port} is not a port number; valid: 1-65535, or unset"
+                               " it (the run picks a free port for its own processes)")
+    address = os.environ.get("MASTER_ADDR", "").strip()
+    if address:
+        try:
+            socket.getaddrinfo(address, None)
+        except (OSError, UnicodeError) as err:
+            reason = getattr(err, "strerror", None) or type(err).__name__
+            raise CommandLineError(f"environment variable MASTER_ADDR={address} does not resolve ({reason}): the run's"
+                                   " processes would wait for each other there forever; valid: a host name or address"
+                                   " of this cluster, or unset it (the run's own processes meet on this machine)"
+                                   ) from None
+
+
 def _refuse_srun_variables() -> None:
     """Lightning's own check of a SLURM job's task variables, which it runs when it builds the Trainer (inside the
     job, after the run dir): ``sbatch --ntasks=2`` with train.py started without srun is refused before any dir."""
@@ -1434,6 +1495,8 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)
+    if world != 1:
+        _check_rendezvous_variables()
     given = {name: os.environ[name] for name in RANK_VARIABLES if os.environ.get(name, "").strip()}
     if not given:
         return

@@ -610,6 +610,30 @@ def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture,
     return _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize(("args", "expected"), [
+    (["seed=0,1", "hydra.sweeper.max_batch_size=0"],
+     "hydra.sweeper.max_batch_size=0 must be an integer >= 1 or null (the jobs the basic sweeper starts at once"),
+    (["hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=0"],
+     "hydra.sweeper.n_jobs=0 must be an integer >= 1 (the trials optuna starts at once)"),
+    (["hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2", "hydra.sweep.subdir=same"],
+     "hydra.sweep.subdir=same gives the trials of hydra_plugins."),
+    (["seed=0", "hydra/launcher=submitit_local", "hydra.launcher.submitit_folder={tmp}/other_run/sub"],
+     "hydra.launcher.submitit_folder={tmp}/other_run/sub is not inside the sweep dir {tmp}/sw"),
+])
+def test_a_sweeper_or_launcher_setting_that_cannot_work_is_one_line_before_the_sweep_dir(
+        args: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 11: ``max_batch_size=0`` was an AssertionError traceback (e8), optuna's ``n_jobs=0`` an endless loop
+    launching no job (e32), a constant subdir put every optuna trial in one dir (e17), and a submitit folder in
+    another run's dir got the launcher's pickles and logs (e10, e11)."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", "-m", *args,
+                                         f"hydra.sweep.dir={tmp_path}/sw"], capsys, monkeypatch)
+    assert line.startswith(f"error: {expected.replace('{tmp}', str(tmp_path))}"), line
+    assert "valid:" in line or "must be" in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_dollar_in_a_run_or_sweep_dir_is_refused_before_any_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     r"""Hydra stores the dir it made and reads it back as a config value: a run named ``p5${x}`` (Hydra's escaped
@@ -1724,6 +1748,11 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     ({}, ["+hydra.job.env_set.LOCAL_RANK=0", "trainer=ddp_cpu", "trainer.devices=2"],
      "hydra.job.env_set.LOCAL_RANK='0' is a variable of a multi-process launch"),
     ({}, ["+hydra.job.env_set.MASTER_PORT=1234"], "hydra.job.env_set.MASTER_PORT='1234' is a variable of"),
+    # probe 11, e22 and e23: a cluster's rendezvous variables left exported; the first hung rank 0 for ten minutes
+    ({"MASTER_ADDR": "nohost.invalid"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_ADDR=nohost.invalid does not resolve"),
+    ({"MASTER_PORT": "notaport"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_PORT=notaport is not a port number; valid: 1-65535"),
     # probe 10, C143: sbatch --ntasks=2, train.py started without srun: Lightning refused it inside the job
     ({"SLURM_JOB_ID": "123", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, [],
      "environment variable SLURM_NTASKS=2 without SLURM_NTASKS_PER_NODE: Lightning refuses this SLURM job (You set"
