@@ -325,16 +325,19 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from data.generation import read_marker
     from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
     from lifecycle.run_config import (
+        RunConfigError,
         build_data_and_model,
         load_run_weights,
         run_class_names,
     )
     from lifecycle.testset_definition import (
+        CHECKPOINT_STEP_KEY,
         DATA_DIGEST_KEY,
         DATA_FILES_KEY,
         DATA_GENERATOR_KEY,
         HASH_KEY,
         TRAINING_KEY,
+        best_step_problem,
         configured_generator,
         testset_sha256,
     )
@@ -357,6 +360,13 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
                          f" {BEST_CHECKPOINT}; valid: ckpt_path=<run>/checkpoints/{BEST_CHECKPOINT} (another"
                          " checkpoint: eval.py without testset=)")
     ckpt_path, run_config, run_cfg, checkpoint = _load_run(cfg)
+    status = run_status(run_config.parent)
+    same_training = status.state == "finished" and (status.metrics or {}).get(TRAINING_KEY) == checkpoint.get(
+        CHECKPOINT_TRAINING_KEY)  # another training's weights are named by the tables (`training_problem`)
+    replaced = best_step_problem(checkpoint.get("global_step"), status.metrics or {}) if same_training else ""
+    if replaced:  # a result is of the run's result, its best.ckpt: one measured of other weights would pass for it
+        raise RunConfigError(f"ckpt_path={cfg.ckpt_path} is not the run's best.ckpt: it is {replaced}; valid: the"
+                             " run's own best.ckpt (train the run again to make it), or eval.py without testset=")
     _, model = build_data_and_model(run_cfg)  # the run's datamodule, detached, is not used
     load_run_weights(model, checkpoint, ckpt_path, run_config)
 
@@ -402,6 +412,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         DATA_FILES_KEY: data_files,  # the run's own hand data read: their fingerprint, the run's (checked above)
         # which training's best.ckpt this measured: make_tables counts it only for the weights metrics.json is of
         TRAINING_KEY: checkpoint.get(CHECKPOINT_TRAINING_KEY),
+        CHECKPOINT_STEP_KEY: checkpoint.get("global_step"),  # metrics.json's best_step (`best_step_problem`)
         "path": path,
     }
     return datamodule, model, record

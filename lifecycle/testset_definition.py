@@ -49,7 +49,20 @@ TRAINING_KEY = "training"
 # The fingerprint (`lifecycle.identity.data_record`) of the hand data a result read where its test set reads
 # the run's own data: the run's, as metrics.json records it under `RUN_DATA_FILES_KEY`, or another data set.
 DATA_FILES_KEY = "data_files"
+# The step of the checkpoint a result measured (its ``global_step``), to be metrics.json's ``best_step``: a
+# best.ckpt replaced by another checkpoint of the same training (last.ckpt copied over it) keeps the token.
+CHECKPOINT_STEP_KEY = "checkpoint_step"
 RUN_DATA_FILES_KEY = "data/files"
+
+
+def best_step_problem(step: Any, metrics: Mapping[str, Any]) -> str:
+    """Why a checkpoint of ``step`` (its ``global_step``) is not the run's best.ckpt that ``metrics`` (metrics.json)
+    records at ``best_step``, or ''. Either unknown (an older record): ''."""
+    best = metrics.get("best_step")
+    if not isinstance(step, int) or not isinstance(best, int) or isinstance(step, bool) or step == best:
+        return ""
+    return (f"a checkpoint of step {step}, while the run's best.ckpt is of step {best} (metrics.json best_step):"
+            " another checkpoint of the same training was put in its place (last.ckpt copied over it?)")
 
 
 def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any], run_dir: Path | None = None) -> str:
@@ -74,6 +87,9 @@ def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any], run_
                     f" run's best.ckpt is of training {now!r}): copied here?")
         return (f"it measured the weights of an earlier training in this run dir (training {made!r}; the run's"
                 f" best.ckpt is of training {now!r})")
+    problem = best_step_problem(record.get(CHECKPOINT_STEP_KEY), metrics)
+    if problem:
+        return f"it measured {problem}"
     read, trained = record.get(DATA_FILES_KEY), metrics.get(RUN_DATA_FILES_KEY)
     if read is not None and trained is not None and read != trained:
         return (f"it read other data than the run trained on (fingerprint {str(read)[:12]}, the run's"

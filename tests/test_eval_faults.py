@@ -730,3 +730,41 @@ def test_a_run_json_whose_lengths_lack_its_own_length_is_named_damaged(run_dir: 
     with pytest.raises(RunFileError) as info:
         read_run_record(run)
     assert str(info.value) == damaged
+
+
+def test_another_checkpoint_in_best_ckpts_place_gets_no_test_set_result(run_dir: Path, tmp_path: Path,
+                                                                         data_dir: Path) -> None:
+    """Probe 11, F114: last.ckpt copied over best.ckpt (the same training's token, another step than metrics.json's
+    best_step) was evaluated and written as the run's test-set result. It is one line, nothing written; the
+    run's own best.ckpt is evaluated and its result records its step."""
+    import eval as eval_script
+    from lifecycle.checkpoints import LENGTH_KEY
+    from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
+    from lifecycle.identity import identity_config, identity_hash, run_length
+    from lifecycle.records import RunRecord
+    from storage.files import with_checksum
+
+    run = _copy(run_dir, tmp_path)
+    cfg = OmegaConf.load(run / "config.yaml")
+    identity, length = identity_config(cfg), run_length(cfg)
+    RunRecord(run, identity_hash(identity), identity, length, {"lengths": [length]}).save("finished")
+    metrics = {"val/top1": 12.5, "identity": identity_hash(identity), "training": "t" * 16, "best_step": 1}
+    (run / "metrics.json").write_text(json.dumps(with_checksum(metrics)))
+    best = run / "checkpoints" / "best.ckpt"
+    saved = torch.load(best, weights_only=True)
+    for step in (3, 1):
+        torch.save({**saved, LENGTH_KEY: length, CHECKPOINT_TRAINING_KEY: "t" * 16, "global_step": step}, best)
+        cfg = _eval_cfg(run, tmp_path, data_dir, "testset=val_at_48", "throughput_batch=null")
+        if step == 3:
+            with pytest.raises(RunConfigError) as err:
+                eval_script.evaluate(cfg)
+            assert str(err.value) == (
+                f"ckpt_path={best} is not the run's best.ckpt: it is a checkpoint of step 3, while the run's best.ckpt"
+                " is of step 1 (metrics.json best_step): another checkpoint of the same training was put in its place"
+                " (last.ckpt copied over it?); valid: the run's own best.ckpt (train the run again to make it), or"
+                " eval.py without testset=")
+            assert not any((run / "testsets").glob("*.json"))
+        else:
+            eval_script.evaluate(cfg)
+            [result] = (run / "testsets").glob("*.json")
+            assert json.loads(result.read_text())["checkpoint_step"] == 1

@@ -611,6 +611,23 @@ def test_a_result_copied_from_another_run_dir_is_named_as_such(tmp_path: Path) -
                              " here?"), reason
 
 
+def test_a_result_of_another_checkpoint_put_in_best_ckpts_place_is_not_counted(tmp_path: Path) -> None:
+    """Probe 11, F114: last.ckpt copied over best.ckpt (same training token) was evaluated and counted as the run's
+    result. A result records its checkpoint's step; it pairs with metrics.json's best_step only when equal."""
+    runs = _own_runs(tmp_path)
+    for seed, step in ((0, 1), (1, 3)):
+        _result(runs[(K, seed)], 60.0 + seed, training="c" * 16, checkpoint_step=step)
+        metrics = json.loads((runs[(K, seed)] / "metrics.json").read_text())
+        metrics.pop("checksum")
+        metrics.update(training="c" * 16, best_step=1)
+        (runs[(K, seed)] / "metrics.json").write_text(json.dumps(with_checksum(metrics)) + "\n")
+    stats, problems = _counted(_table(tmp_path), INTERPOLATE, 1)
+    assert stats == (60.0, None, 1)
+    [(_, reason)] = problems
+    assert reason.startswith("it measured a checkpoint of step 3, while the run's best.ckpt is of step 1"
+                             " (metrics.json best_step): another checkpoint of the same training"), reason
+
+
 @pytest.mark.parametrize(("result_training", "run_training", "why"), [
     ("a" * 16, "b" * 16, f"it measured the weights of an earlier training in this run dir (training {'a' * 16!r};"
                          f" the run's best.ckpt is of training {'b' * 16!r})"),
