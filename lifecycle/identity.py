@@ -152,6 +152,8 @@ def config_differences(old: dict[str, Any], new: dict[str, Any], limit: int = 4)
     """``key: old -> new`` for the first ``limit`` differing keys (dotted), ``, ... (N more)`` after."""
     flat_old, flat_new = flatten(old), flatten(new)
     unset = "<unset>"
-    keys = sorted(k for k in flat_old.keys() | flat_new.keys() if flat_old.get(k, unset) != flat_new.get(k, unset))
+    # 32 and 32.0 (or 1 and true) are equal in Python but hash as different JSON: a difference of spelling
+    keys = sorted(k for k in flat_old.keys() | flat_new.keys() if flat_old.get(k, unset) != flat_new.get(k, unset)
+                  or type(flat_old.get(k, unset)) is not type(flat_new.get(k, unset)))
     shown = ", ".join(f"{k}: {flat_old.get(k, unset)} -> {flat_new.get(k, unset)}" for k in keys[:limit])
     return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")

@@ -250,6 +250,10 @@ def test_identity_ignores_what_may_change_on_resume() -> None:
     changed = {**other, "rpe": {"k": 2}}
     assert identity.identity_hash(same(base)) != identity.identity_hash(same(changed))
     assert identity.config_differences(same(base), same(changed)) == "rpe.k: 1 -> 2"
+    # probe 11, F2: 32.0 for 32 hashes differently, and is named (it was "no difference", then a wrong reason)
+    spelled = {**other, "rpe": {"k": 1.0}}
+    assert identity.identity_hash(same(base)) != identity.identity_hash(same(spelled))
+    assert identity.config_differences(same(base), same(spelled)) == "rpe.k: 1 -> 1.0"
 
 
 def test_the_moved_resume_checkpoint_keeps_the_identity_archived_runs_record() -> None:
