@@ -249,6 +249,10 @@ def check_extra_overrides(extra: list[str]) -> None:
         if key == "testset.name":  # a result is filed, and counted by make_tables, under its test set's name
             raise ValueError(f"--set {override} would file one test set's result under another's name; valid: name"
                              " the test set in --testsets (configs/testset/<name>.yaml)")
+        if key.split(".", 1)[0].split("/", 1)[0] == "hydra":  # composed with Hydra's API: no Hydra job runs
+            raise ValueError(f"--set {override} is not a setting of the evaluations: they run inside this command"
+                             " and make no folder (each result goes into its run's testsets/); valid in --set: eval.py"
+                             " settings (paths.data_dir=, batch_size=, testset.data.<key>=, ...)")
         if key in ("ckpt_path", "testset", "ape"):
             raise ValueError(f"--set {override} would replace what the arguments name (the run dirs, --testsets,"
                              " --ape); valid in --set: other eval.py settings (paths.data_dir=, batch_size=,"

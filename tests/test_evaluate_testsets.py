@@ -210,7 +210,10 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_right", "--ape", "stretch"]) == 2
     assert "ape='stretch' is not an APE rule; valid: interpolate, extend" in capsys.readouterr().err
     for extra, expected in (("ckpt_path=/elsewhere/best.ckpt", "--set ckpt_path=/elsewhere/best.ckpt would replace"),
-                            ("batchsize", "--set 'batchsize' is not key=value")):
+                            ("batchsize", "--set 'batchsize' is not key=value"),
+                            # probe 11, e110: silently ignored
+                            ("hydra.run.dir=/tmp/r110", "--set hydra.run.dir=/tmp/r110 is not a setting of the"
+                                                        " evaluations")):
         assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_right", "--set", extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: {expected}") and err.count("\n") == 1, err
