@@ -30,6 +30,14 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
+# every step runs the project with python3: one that cannot import it is one line here, not a traceback per step
+said=$(python3 -c "import torch, hydra, timm, lightning; print(*(m.__name__ for m in (torch, hydra, timm, lightning)))" \
+  2> /dev/null)
+if [ "$said" != "torch hydra timm lightning" ]; then
+  echo "error: python3 ($(command -v python3 || echo 'not found')) cannot import torch, hydra, timm and lightning;" \
+    "valid: a python3 with the project installed first on PATH (e.g. PATH=\$PWD/.venv/bin:\$PATH), or its wheels in .whl/" >&2
+  exit 2
+fi
 # OUT is judged by the project's one rule for destinations (never inside a run dir or a data root) before
 # anything is written into it
 python3 - "$OUT" <<'PY' || exit 2

@@ -385,6 +385,23 @@ def test_gpu_checks_out_inside_a_run_dir_is_one_line_before_anything(tmp_path: P
     assert sorted(p.name for p in run.iterdir()) == before and not (tmp_path / "t6").exists()
 
 
+def test_gpu_checks_with_a_python3_without_the_project_is_one_line(tmp_path: Path) -> None:
+    """Probe 11, e21: with a python3 that lacks the project's packages the OUT check was a ten-line
+    ModuleNotFoundError traceback. The script names the python3 it found, in one line, before anything."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").write_text("#!/bin/sh\nexit 1\n")  # imports nothing
+    (bare / "python3").chmod(0o755)
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_checks.sh")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PATH": f"{bare}{os.pathsep}/usr/bin:/bin",
+                                           "OUT": str(tmp_path / "out")})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: python3 ({bare / 'python3'}) cannot import torch, hydra, timm and lightning; valid: a python3 with"
+        " the project installed first on PATH (e.g. PATH=$PWD/.venv/bin:$PATH), or its wheels in .whl/"]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_gpu_checks_table6_data_root_inside_a_run_dir_is_refused_before_generation(tmp_path: Path) -> None:
     """Probe 8, A39: ``table6 data.root=<inside another run>`` generated a COCO set there: the step's data step ran
