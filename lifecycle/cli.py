@@ -264,7 +264,13 @@ def _refuse_deleting_a_node(arg: str, group: str, below: str, defaults: dict[str
 def normalize_overrides(argv: list[str]) -> list[str]:
     """``+a.b=v`` on a key the config already declares is Hydra's "already at" error; on a dotted key
     ``+`` means add-or-set (``++``), so commands such as ``+trainer.limit_train_batches=3`` keep working."""
-    return [f"+{arg}" if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", arg) else arg for arg in argv]
+    normalized = []
+    for arg in argv:
+        if re.match(r"\+[A-Za-z_][\w-]*(\.[\w-]+)+=", arg):
+            current().typed[f"+{arg}"] = arg
+            arg = f"+{arg}"
+        normalized.append(arg)
+    return normalized
 
 
 def literal(value: str) -> str:
@@ -1374,6 +1380,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     except (AttributeError, AssertionError):  # OmegaConf's, setting into the basic sweeper's null params
         given = next((o for o in overrides if o.lstrip("+~").startswith("hydra.sweeper.params")), None)
+        given = current().typed.get(given, given) if given else given
         if given is None or any(o.startswith("hydra/sweeper=") for o in overrides):  # the basic sweeper's only
             raise
         raise CommandLineError(f"{given} cannot be set: this sweeper's params are null, and OmegaConf cannot set a key"
@@ -1682,6 +1689,7 @@ def refuse_locked_hydra_settings(cfg: DictConfig, config_name: str, overrides: l
         parts = key.split(".")
         named = {"hydra." + ".".join(parts[:i]) for i in range(1, len(parts) + 1)}
         given_as = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] in named), None)
+        given_as = current().typed.get(given_as, given_as) if given_as else given_as
         source = ("" if value is _ABSENT else f" (from {given_as})" if given_as
                   else " (set by a recipe or a node override)")
         valid = [f"hydra.{k}" for k in settable

@@ -1656,13 +1656,13 @@ def test_a_shuffled_sweep_with_numbered_job_dirs_is_one_line(tmp_path: Path) -> 
     (["+hydra.job_logging.handlers.f={class:os.makedirs,name:<tmp>/evil}"],
      "hydra.job_logging.handlers.f.class='os.makedirs' changes the logging option hydra/job_logging=stdout"),
     (["+hydra.callbacks.x._target_=os.getcwd"],
-     "hydra.callbacks.x._target_='os.getcwd' (from ++hydra.callbacks.x._target_=os.getcwd) is not a setting of"
+     "hydra.callbacks.x._target_='os.getcwd' (from +hydra.callbacks.x._target_=os.getcwd) is not a setting of"
      " train.py: Hydra would make and call the objects it names"),
     (["hydra.output_subdir=.hydra"], "hydra.output_subdir=.hydra is not a setting"),
     (["-m", 'hydra.sweeper.params={seed:"0,1"}', "hydra.sweep.dir=<tmp>/sw"],
      'hydra.sweeper.params={seed:"0,1"} cannot be set: this sweeper\'s params are null'),
     (["-m", "+hydra.sweeper.params.seed=0,1", "hydra.sweep.dir=<tmp>/sw"],
-     "++hydra.sweeper.params.seed=0,1 cannot be set: this sweeper's params are null"),
+     "+hydra.sweeper.params.seed=0,1 cannot be set: this sweeper's params are null"),
     (["rpe=${oc.env:RPE_TEST_CHOICE}"],
      "rpe=${oc.env:RPE_TEST_CHOICE}: a group's option is given by its name, not through an interpolation"),
 ], ids=["run_dir_node", "mode_interval", "mode_shuffle", "file_handler", "not_a_handler", "hydra_callback",
