@@ -194,6 +194,15 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
     from lifecycle.run_config import detach_generator, require_existing_data
 
     if own:
+        from data.generation import check_generator_settings
+
+        generator = getattr(datamodule, "generator", None)
+        if callable(generator):  # a setting no generation takes (num_val=0) is named, never compared with the disk
+            try:
+                check_generator_settings(generator)
+            except ValueError as err:
+                line = " ".join(str(err).split()).replace("data.generator.", "testset.data.generator.", 1)
+                raise TestsetError(f"testset={name}: {line}") from None
         return require_existing_data(
             datamodule, f"testset={name}", "",
             remedy=f"a test set's data is made by its own command, once: {generate_command(name)}"

@@ -516,6 +516,9 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
                             " and testset.* overrides as here)")
     assert not data.exists() and not (run / RESULT_FOLDER).exists()
     _generate(data, "relational_canvas48", "testset.data.generator.num_val=16")
+    # probe 11, e96: a setting no generation takes was compared with the disk, and "generate it" advised
+    message = evaluate('testset.data.generator.num_val=${oc.decode:"0"}')
+    assert message.startswith("testset=relational_canvas48: testset.data.generator.num_val=0 must be an"), message
     message = evaluate("testset.data.generator.num_val=24")  # the yaml edited after its data was made
     assert "generated with other settings than testset=relational_canvas48 names (num_val: 16 on disk vs 24" in message
     assert not (run / RESULT_FOLDER).exists()
@@ -525,7 +528,8 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
     message = evaluate("testset.data.generator.num_val=16")
     assert message == (f"data.root={root} no longer holds what was generated (its images differ from the content"
                        " digest its .complete.json recorded: an image was moved to another class folder, replaced or"
-                       f" edited); delete {root} to regenerate it; a test set's data is made by its own command, once:"
+                       f" edited, or an annotation file edited); delete {root} to regenerate it; a test set's data is"
+                       " made by its own command, once:"
                        " python scripts/generate_testsets.py relational_canvas48 (with the same paths.data_dir= and"
                        " testset.* overrides as here)")
     assert not (run / RESULT_FOLDER).exists()
