@@ -1313,6 +1313,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
 
         HydraConfig.instance().set_config(cfg)
         sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
+        current().sweeping = current().sweeping or sweeping
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
             if config_name == "train":

@@ -60,6 +60,7 @@ class Command:
     # walked once per command, not once per swept value
     readable_data: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     interruption_said: bool = False  # its one line about a stop signal was printed
+    sweeping: bool = False  # a multirun, also where its jobs run in other processes (a submitit launcher)
     # overrides as typed, by the form Hydra is given (``+a.b=v`` is passed as ``++a.b=v``): lines quote the typed
     typed: dict[str, str] = field(default_factory=dict)
 

@@ -1173,7 +1173,12 @@ def _stop_signal_of(returncode: int | None) -> int | None:
 def _interruption_line(run_dir: Path | None, signum: int) -> str:
     name = signal.Signals(signum).name
     if run_dir is None:  # outside any job: between two of a sweep's jobs, or before a run's job began
-        what = "sweep interrupted between two jobs" if _is_multirun() else "run interrupted before its job began"
+        if _is_multirun():
+            what = "sweep interrupted between two jobs"
+        elif current().sweeping:  # the launching process of jobs that run in processes of their own (submitit)
+            what = "sweep interrupted (a job in progress saves its state in its own run dir)"
+        else:
+            what = "run interrupted before its job began"
         return f"error: {what} by {name}; rerun the same command to go on (finished jobs are not trained again)"
     where = f"sweep interrupted during job {run_dir}" if _is_multirun() else f"run interrupted ({run_dir})"
     saved = (f"{CHECKPOINTS}/{LAST} holds its state" if (run_dir / CHECKPOINTS / LAST).is_file()
