@@ -137,6 +137,7 @@ def check_buildable(cfg: DictConfig) -> None:
         except Exception as again:  # noqa: BLE001  (the same build, off the meta device: the settings')
             raise unbuildable(cfg, root_cause(again)) from None
         return
+    check_model_fits_memory(model)
     if hasattr(model, "check_datamodule"):
         model.check_datamodule(datamodule)
     check_monitored_metrics(cfg.get("callbacks"), model)
@@ -148,6 +149,30 @@ def check_buildable(cfg: DictConfig) -> None:
             datamodule.check_on_disk(configured_world_size(cfg))
         except OSError:  # an unreadable folder: the data module names it when it reads the data
             pass
+
+
+def check_model_fits_memory(model: torch.nn.Module) -> None:
+    """The model's weights and buffers (counted on the meta device, nothing allocated) must fit this machine's
+    memory, where the job builds it: ``rpe.num_buckets=100000000`` asked for 1.6e17 bytes, a torch allocator
+    line naming no setting, after the run dir was made."""
+    from models.errors import ModelConfigError
+
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    if not tensors:
+        return
+    size = sum(t.numel() * t.element_size() for _, t in tensors)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: nothing to compare with
+        return
+    if size <= memory:
+        return
+    name, largest = max(tensors, key=lambda item: item[1].numel() * item[1].element_size())
+    raise ModelConfigError(
+        f"the model's weights and buffers would take {size / 2**30:.3g} GiB, more than this machine's"
+        f" {memory / 2**30:.3g} GiB of memory; the largest, {name.removeprefix('net.')} of shape"
+        f" {tuple(largest.shape)}, is sized by the encoding's or the model's settings (rpe.num_buckets,"
+        " rpe.max_distance, model.net.*); valid: settings whose tables fit")
 
 
 def named_as_settings(cfg: DictConfig, err: ValueError) -> ValueError:

@@ -1955,3 +1955,17 @@ def test_an_interpolation_loop_is_one_line_naming_the_setting(tmp_path: Path, ca
                     " it back (an interpolation loop: hydra.job.override_dirname is made from the command line's"
                     " overrides); valid: give the value itself")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_encoding_whose_tables_cannot_fit_in_memory_is_one_line_before_the_run_dir(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 11, F26b: ``rpe=t5 rpe.num_buckets=100000000 rpe.max_distance=1000000000`` passed ``--check``; the run
+    made its dir and failed with torch's "can't allocate 160000000000000016 bytes", naming no setting. The model's
+    tensors are counted on the meta device against the machine's memory."""
+    runs = tmp_path / "runs"
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", "run_name=r", "rpe=t5",
+                                         "rpe.num_buckets=100000000", "rpe.max_distance=1000000000"], capsys,
+                                        monkeypatch)
+    assert line.startswith("error: the model's weights and buffers would take "), line
+    assert "the largest, blocks.0.attn.rpe_k.lookup_table_bias of shape (4, 10000000000000001)" in line
+    assert "valid: settings whose tables fit" in line and not runs.exists()
