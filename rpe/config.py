@@ -58,6 +58,8 @@ __all__ = [
 # module constructors and timm's untagged ``*_rpe`` names. It is iRPE's contextual product method on K, whose
 # fields are `RPEConfig`'s defaults (so ``RPEConfig()`` is it too). ``None`` and "none" are no RPE.
 DEFAULT_PRESET = "irpe_k"
+# The positive normal float32 range (torch.finfo(torch.float32).tiny and .max), which RoPE's theta must lie in
+FLOAT32_TINY, FLOAT32_MAX = 2.0**-126, (2 - 2.0**-23) * 2.0**127
 
 MODES: tuple[str, ...] = ("bias", "ctx")
 INDEXES: tuple[str, ...] = ("piecewise", "clip")
@@ -219,6 +221,11 @@ class RPEConfig:
             if isinstance(self.theta, bool) or not isinstance(self.theta, (int, float)) or not self.theta > 0:
                 raise RPEConfigError(f"rpe.theta={self.theta!r} must be a positive number or null")
             object.__setattr__(self, "theta", float(self.theta))
+            # the frequencies theta^(-2i/d) are computed in float32: 1e-300 is 0 there (then inf, and a NaN loss)
+            if not FLOAT32_TINY <= self.theta <= FLOAT32_MAX:
+                raise RPEConfigError(f"rpe.theta={self.theta!r} is not a float32 number (0 or infinite there, and the"
+                                     f" frequencies theta^(-2i/d) with it); valid: {FLOAT32_TINY:.3g} to"
+                                     f" {FLOAT32_MAX:.3g}, or null")
         for name, minimum in (("window", 1), ("num_buckets", 4), ("max_distance", 1), ("hidden_dim", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

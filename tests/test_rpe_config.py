@@ -328,3 +328,13 @@ def test_a_field_the_method_does_not_read_is_one_line_on_the_command_line(tmp_pa
         "error: rpe.ratio=5 is not read by rpe.method='rope_axial', which reads only: theta, backend;"
         " leave rpe.ratio unset"
     )
+
+
+@pytest.mark.parametrize("theta", [1e-300, 1e-39, 1e39])
+def test_a_rope_theta_that_float32_cannot_hold_is_refused(theta: float) -> None:
+    """Probe 11, F25: ``rpe.theta=1e-300`` (0 in float32) passed every check and the run's loss was NaN at step 1,
+    with a hint about the learning rate. The frequencies are float32: theta must be a normal float32 number."""
+    with pytest.raises(RPEConfigError) as info:
+        dataclasses.replace(PRESETS["rope_axial"], theta=theta)
+    assert str(info.value).startswith(f"rpe.theta={theta!r} is not a float32 number"), str(info.value)
+    assert dataclasses.replace(PRESETS["rope_axial"], theta=2e-38).theta == 2e-38
