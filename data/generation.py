@@ -275,7 +275,8 @@ def _digest_file(digest: Any, path: str, relative: Path) -> None:
     with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as file:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             raise OSError(errno.EINVAL, "not a regular file: a FIFO, socket or device", path)
-        digest.update(os.fsencode(f"{relative}\0") + hashlib.sha256(file.read()).digest())
+        # read in chunks: a damaged (sparse) image of a GiB never sits in memory whole
+        digest.update(os.fsencode(f"{relative}\0") + hashlib.file_digest(file, "sha256").digest())
 
 
 def scan_files(root: str | Path, folders: Iterable[str] | None = None) -> tuple[str, int]:
