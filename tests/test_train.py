@@ -317,13 +317,14 @@ def test_orphaned_worker_config_folders_of_dead_parents_are_removed(tmp_path: Pa
     assert alive.is_dir() and unnamed.is_dir() and (outside / "keep.txt").is_file() and link.is_symlink()
 
 
-def test_the_launching_process_of_a_sweep_whose_jobs_run_elsewhere_says_a_sweep_was_interrupted() -> None:
+def test_the_launching_process_of_a_sweep_whose_jobs_run_elsewhere_says_a_sweep_was_interrupted(monkeypatch) -> None:
     """Probe 11, e76: SIGTERM to the process that launched a submitit_local sweep said "run interrupted before its
     job began", though its job (in a process of its own) had trained and saved its state."""
     import signal as signals
 
     from lifecycle.command import command_scope, current
 
+    monkeypatch.setattr(job, "_is_multirun", lambda: False)  # no Hydra job in this process (one test may leave one)
     with command_scope():
         assert job._interruption_line(None, signals.SIGTERM).startswith(
             "error: run interrupted before its job began by SIGTERM")
