@@ -16,6 +16,8 @@
 # (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt.
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
+# SEED_COUNT (default: every seed of each task's sweep config, 12): only the first SEED_COUNT seeds, e.g. to time the
+# benchmark at 10 seeds; such a benchmark is trained and evaluated but never archived (the archive holds whole tasks).
 # PY: the project's Python (default .venv/bin/python of the repo, which `make test` or `make train` sets up; a
 # relative path is read from the folder the script is started in).
 # TRAINER: train.py overrides for every job, words of key=value (default: trainer=gpu in float32 where torch sees
@@ -52,6 +54,10 @@ else
   LANES=$(nproc 2>/dev/null || echo 1)
   [ "$LANES" -le 4 ] || LANES=4
 fi
+if [ -n "${SEED_COUNT:-}" ]; then
+  [[ "$SEED_COUNT" =~ ^[1-9][0-9]*$ ]] || usage_error "SEED_COUNT='$SEED_COUNT' is not a positive integer; valid: 1," \
+    "2, ... up to a task's seeds (the first seeds of each task; default: all of them)"
+fi
 PY=${PY:-.venv/bin/python}
 check_python
 check_trainer
@@ -61,6 +67,12 @@ commands=()
 for task in "${tasks[@]}"; do
   SEEDS[$task]=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params']['seed'])" \
     "configs/sweep/${task}_mini.yaml") || exit 2
+  if [ -n "${SEED_COUNT:-}" ]; then
+    IFS=, read -r -a listed <<< "${SEEDS[$task]}"
+    [ "$SEED_COUNT" -le ${#listed[@]} ] || usage_error "SEED_COUNT=$SEED_COUNT is more than task $task's" \
+      "${#listed[@]} seeds; valid: 1 to ${#listed[@]}"
+    SEEDS[$task]=$(IFS=,; echo "${listed[*]:0:$SEED_COUNT}")
+  fi
   commands+=("sweep=${task}_mini seed=${SEEDS[$task]}")
 done
 check_jobs "${commands[@]}"
@@ -116,7 +128,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   elif ! sweep_finished "runs/sweeps/$sweep" "not evaluated or archived; run it again to finish it"; then
     status=1
   else
-    archived=1
+    [ -n "${SEED_COUNT:-}" ] || archived=1  # the tables are rebuilt when a whole task was archived
     # the evaluations in the same lanes, one thread each: two processes of two threads on two cores spend
     # more time waiting on each other than computing; no throughput is timed (no table reads it, and it
     # would add a fifth to each evaluation)
@@ -149,7 +161,11 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
       wait "$pid" || { echo "evaluations of $sweep were not all done (see its evaluation logs)"; status=1; }
     done
     echo "$sweep: evaluation took $(( (SECONDS - trained) / 60 )) min $(( (SECONDS - trained) % 60 )) s"
-    "$PY" scripts/archive_runs.py "runs/sweeps/$sweep" --to docs/benchmark_runs || status=1
+    if [ -n "${SEED_COUNT:-}" ]; then
+      echo "$sweep: not archived (SEED_COUNT=$SEED_COUNT: the archive holds whole tasks)"
+    else
+      "$PY" scripts/archive_runs.py "runs/sweeps/$sweep" --to docs/benchmark_runs || status=1
+    fi
   fi
 done
 # the task tables, their plots and the README's findings, from the committed archives: every task's

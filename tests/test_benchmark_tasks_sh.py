@@ -63,7 +63,8 @@ def copy(tmp_path: Path) -> Path:
 def _run(copy: Path, *tasks: str, script: Path = SCRIPT, started: Path | None = None, cwd: Path | None = None,
          **env: str) -> subprocess.CompletedProcess:
     """Run the copy's ``script`` (or the file ``started``, a link to it) from ``cwd`` with the environment ``env``."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("PY", "LANES", "TRAINER") and not k.startswith("STUB")}
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("PY", "LANES", "TRAINER", "SEED_COUNT") and not k.startswith("STUB")}
     return subprocess.run(["bash", str(started or copy / "repo" / "scripts" / script.name), *tasks],
                           capture_output=True, text=True, env=environ | env, timeout=120, cwd=cwd)
 
@@ -107,6 +108,9 @@ def _trained(copy: Path) -> list[str]:
     (("shift",), {"PY": "{stub}", "LANES": "0"}, "LANES='0' is not a positive integer; valid: 1, 2, ..."),
     (("shift",), {"PY": "{stub}", "LANES": "two"}, "LANES='two' is not a positive integer"),
     (("shift",), {"PY": "{stub}", "LANES": "-1"}, "LANES='-1' is not a positive integer"),
+    (("shift",), {"PY": "{stub}", "SEED_COUNT": "0"}, "SEED_COUNT='0' is not a positive integer; valid: 1, 2, ..."),
+    (("shift",), {"PY": "{stub}", "SEED_COUNT": "ten"}, "SEED_COUNT='ten' is not a positive integer"),
+    (("shift",), {"PY": "{stub}", "SEED_COUNT": "3"}, "SEED_COUNT=3 is more than task shift's 2 seeds; valid: 1 to 2"),
     # probe 4, case 56: two names in one argument matched the list as a substring
     (("canvas longrange",), {"PY": "{stub}"}, f"task 'canvas longrange' is not a benchmark task; {VALID_TASKS},"
                                               " one name an argument"),
@@ -143,6 +147,18 @@ def test_valid_settings_run_each_task_in_its_lanes(copy: Path) -> None:
     assert calls[0].startswith("-c import torch, hydra, timm;")
     assert _trained(copy) == [f"train.py sweep=shift_mini seed={seed}" for seed in (0, 1)]
     assert "lane 1: seeds 1" in done.stdout and (copy / "repo" / "runs").is_dir()
+
+
+def test_a_benchmark_of_fewer_seeds_is_trained_and_evaluated_but_never_archived(copy: Path) -> None:
+    """SEED_COUNT=<n> runs each task's first n seeds (to time the benchmark at 10 seeds): the archive, which holds
+    whole tasks, and the tables built from it are left as they are."""
+    (copy / "repo" / "runs" / "sweeps" / "shift_mini" / "row=none,seed=0").mkdir(parents=True)  # its one run
+    done = _run(copy, "shift", PY=str(copy / "python"), LANES="1", TRAINER="", SEED_COUNT="1")
+    assert done.returncode == 0, done.stderr
+    assert _trained(copy) == ["train.py sweep=shift_mini seed=0"]
+    assert any(call.startswith("scripts/evaluate_testsets.py") for call in _calls(copy)), _calls(copy)
+    assert not any(s in call for call in _calls(copy) for s in ("archive_runs", "make_tables", "plot_benchmark"))
+    assert "shift_mini: not archived (SEED_COUNT=1: the archive holds whole tasks)" in done.stdout
 
 
 def test_valid_trainer_overrides_pass(copy: Path) -> None:
@@ -342,7 +358,8 @@ def test_a_stop_signal_to_the_script_reaches_its_training_and_is_one_line(copy: 
 
     signum = getattr(signal, signame)
 
-    environ = {k: v for k, v in os.environ.items() if k not in ("PY", "LANES", "TRAINER") and not k.startswith("STUB")}
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("PY", "LANES", "TRAINER", "SEED_COUNT") and not k.startswith("STUB")}
     env = environ | {"PY": str(copy / "python"), "LANES": "1", "TRAINER": "", "STUB_TRAIN_SLEEPS": "1"}
     task = "shift" if script == SCRIPT else "where"
     from tests.helpers import _sigint_as_at_a_terminal
