@@ -1344,10 +1344,9 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             swept = sweep_overrides(cfg.hydra.sweeper.get("params"), overrides)[0]  # a recipe's params too
             _refuse_intervals(swept)
             _refuse_shuffled_numbered_jobs(swept, cfg)
-        if sweeping:
+        if sweeping:  # -m, or a sweep config that sets Hydra's mode
             _check_sweeper_counts(cfg)
             _check_launcher_folder(cfg)
-        if sweeping:  # -m, or a sweep config that sets Hydra's mode
             _check_swept_values(config_name, overrides, cfg)
         if config_name == "eval":
             check_devices(cfg)
@@ -1481,7 +1480,7 @@ def _refuse_srun_variables() -> None:
         ntasks = os.environ.get("SLURM_NTASKS", "")
         raise CommandLineError(f"environment variable SLURM_NTASKS={ntasks} without SLURM_NTASKS_PER_NODE: Lightning"
                                f" refuses this SLURM job ({one_line(err).replace('`', '')}); valid: sbatch"
-                               f" --ntasks-per-node=<n> with trainer.devices=<n>, and start train.py under srun"
+                               " --ntasks-per-node=<n> with trainer.devices=<n>, and start train.py under srun"
                                ) from None
 
 
