@@ -1451,6 +1451,10 @@ def _check_rendezvous_variables() -> None:
     rendezvous, deaf to SIGTERM, for ten minutes. Both are one line before any dir."""
     import socket
 
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if name in os.environ and not os.environ[name].strip():  # Lightning reads it as given, an empty host or port
+            raise CommandLineError(f"environment variable {name} is set but empty; valid: unset {name} (the run's own"
+                                   " processes meet on this machine), or a host and port of this cluster")
     port = os.environ.get("MASTER_PORT", "").strip()
     if port and not (port.isdigit() and 1 <= int(port) <= 65535):
         raise CommandLineError(f"environment variable MASTER_PORT={port} is not a port number; valid: 1-65535, or unset"

@@ -1753,6 +1753,9 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
      "environment variable MASTER_ADDR=nohost.invalid does not resolve"),
     ({"MASTER_PORT": "notaport"}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_PORT=notaport is not a port number; valid: 1-65535"),
+    # probe 12, g4: exported but empty
+    ({"MASTER_ADDR": ""}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_ADDR is set but empty; valid: unset MASTER_ADDR"),
     # probe 10, C143: sbatch --ntasks=2, train.py started without srun: Lightning refused it inside the job
     ({"SLURM_JOB_ID": "123", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, [],
      "environment variable SLURM_NTASKS=2 without SLURM_NTASKS_PER_NODE: Lightning refuses this SLURM job (You set"
