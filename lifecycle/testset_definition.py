@@ -87,6 +87,10 @@ def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any], run_
                     f" run's best.ckpt is of training {now!r}): copied here?")
         return (f"it measured the weights of an earlier training in this run dir (training {made!r}; the run's"
                 f" best.ckpt is of training {now!r})")
+    if made is not None and CHECKPOINT_STEP_KEY not in record and isinstance(metrics.get("best_step"), int):
+        # written by a version that recorded the training but not the step: its best.ckpt may have been replaced
+        return ("it does not record the step of the checkpoint it measured (written before results recorded it), so"
+                " it cannot be told from a result of another checkpoint put in best.ckpt's place")
     problem = best_step_problem(record.get(CHECKPOINT_STEP_KEY), metrics)
     if problem:
         return f"it measured {problem}"

@@ -626,6 +626,11 @@ def test_a_result_of_another_checkpoint_put_in_best_ckpts_place_is_not_counted(t
     [(_, reason)] = problems
     assert reason.startswith("it measured a checkpoint of step 3, while the run's best.ckpt is of step 1"
                              " (metrics.json best_step): another checkpoint of the same training"), reason
+    # probe 12, H02: a result written before results recorded the step (probe 11's F114 file itself) cannot be told
+    # from one of a replaced best.ckpt: not counted (evaluate_testsets evaluates it again)
+    _result(runs[(K, 1)], 61.0, training="c" * 16)
+    [(_, reason)] = _counted(_table(tmp_path), INTERPOLATE, 1)[1]
+    assert reason.startswith("it does not record the step of the checkpoint it measured"), reason
 
 
 @pytest.mark.parametrize(("result_training", "run_training", "why"), [
