@@ -1435,6 +1435,11 @@ LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_A
                     "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
 
 
+# What decides the code a process imports or loads, which no config may set for the job (`refuse_launch_variables`)
+LOADER_VARIABLES = ("PATH", "BASH_ENV", "ENV")
+LOADER_PREFIXES = ("PYTHON", "LD_", "DYLD_")
+
+
 def _external_launch() -> bool:
     """Whether a launcher Lightning recognises started this process as one of several: srun, or torchrun."""
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
@@ -1456,7 +1461,7 @@ def _check_rendezvous_variables() -> None:
             raise CommandLineError(f"environment variable {name} is set but empty; valid: unset {name} (the run's own"
                                    " processes meet on this machine), or a host and port of this cluster")
     port = os.environ.get("MASTER_PORT", "").strip()
-    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise CommandLineError(f"environment variable MASTER_PORT={port} is not a port number; valid: 1-65535, or unset"
                                " it (the run picks a free port for its own processes)")
     address = os.environ.get("MASTER_ADDR", "").strip()
@@ -1497,6 +1502,11 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
     ``LOCAL_RANK`` with more than one process made Lightning wait for processes that never come."""
     env_set = OmegaConf.select(cfg, "hydra.job.env_set", default=None)
     for name in env_set or {}:
+        if str(name) in LOADER_VARIABLES or str(name).startswith(LOADER_PREFIXES):
+            raise CommandLineError(f"hydra.job.env_set.{name}={env_set[name]!r} changes what the job's Python (and its"
+                                   " DDP workers', which inherit it) imports or loads: a folder on it, a run dir say,"
+                                   " would have its code run; valid: leave it out (set it in the shell that starts"
+                                   " the command, if you must)")
         if str(name) in LAUNCH_VARIABLES or str(name).startswith(("SLURM_", "TORCHELASTIC_")):
             raise CommandLineError(f"hydra.job.env_set.{name}={env_set[name]!r} is a variable of a multi-process"
                                    " launch, which the launcher sets for each of its processes (Lightning's own for"
@@ -1506,7 +1516,8 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)
-    if world != 1:
+    strategy = str(OmegaConf.select(cfg, "trainer.strategy", default="") or "").lower()  # a name or a node
+    if world != 1 or "ddp" in strategy or "fsdp" in strategy:  # one process of a DDP strategy meets itself too
         _check_rendezvous_variables()
     given = {name: os.environ[name] for name in RANK_VARIABLES if os.environ.get(name, "").strip()}
     if not given:

@@ -1753,6 +1753,15 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
      "environment variable MASTER_ADDR=nohost.invalid does not resolve"),
     ({"MASTER_PORT": "notaport"}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_PORT=notaport is not a port number; valid: 1-65535"),
+    # probe 12, g2 and g23: a DDP strategy of one process meets itself too; a non-ASCII digit
+    ({"MASTER_PORT": "abc"}, ["trainer=ddp_cpu", "trainer.devices=1"],
+     "environment variable MASTER_PORT=abc is not a port number"),
+    ({"MASTER_PORT": "29500\u00b2"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_PORT=29500\u00b2 is not a port number"),
+    # probe 12, g17: the DDP workers inherit the job's environment, and imported sitecustomize.py from a run dir
+    ({}, ["+hydra.job.env_set.PYTHONPATH=/runs/other", "trainer=ddp_cpu", "trainer.devices=2"],
+     "hydra.job.env_set.PYTHONPATH='/runs/other' changes what the job's Python"),
+    ({}, ["+hydra.job.env_set.LD_PRELOAD=/runs/other/x.so"], "hydra.job.env_set.LD_PRELOAD='/runs/other/x.so' changes"),
     # probe 12, g4: exported but empty
     ({"MASTER_ADDR": ""}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR is set but empty; valid: unset MASTER_ADDR"),
