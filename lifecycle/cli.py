@@ -1186,12 +1186,28 @@ def _check_launcher_folder(cfg: DictConfig) -> None:
     launcher = cfg.hydra.get("launcher") or {}
     if "submitit_folder" not in launcher:
         return
-    folder = os.path.normpath(os.path.abspath(str(launcher.submitit_folder)))
     sweep_dir = os.path.normpath(os.path.abspath(str(cfg.hydra.sweep.dir)))
-    if os.path.commonpath([folder, sweep_dir]) != sweep_dir or folder == sweep_dir:
+
+    def inside(path: Any) -> bool:
+        folder = os.path.normpath(os.path.abspath(str(path)))
+        return os.path.commonpath([folder, sweep_dir]) == sweep_dir and folder != sweep_dir
+
+    if not inside(launcher.submitit_folder):
         raise CommandLineError(f"hydra.launcher.submitit_folder={launcher.submitit_folder} is not inside the sweep dir"
                                f" {sweep_dir}: the launcher's files belong to its sweep; valid: leave it out (the"
                                " default is ${hydra.sweep.dir}/.submitit/%j), or a folder inside hydra.sweep.dir")
+    # sbatch options that name files or a working dir: the scheduler writes the job's logs wherever they say
+    extra = launcher.get("additional_parameters") or {}
+    for key in ("chdir", "D"):
+        if key in extra:
+            raise CommandLineError(f"hydra.launcher.additional_parameters.{key}={extra[key]} moves the jobs' working"
+                                   " dir, from which their paths are resolved; valid: leave it out")
+    for key in ("output", "error", "input", "o", "e", "i"):
+        if key in extra and not inside(extra[key]):
+            raise CommandLineError(f"hydra.launcher.additional_parameters.{key}={extra[key]} is not inside the sweep"
+                                   f" dir {sweep_dir}: the scheduler would write (or read) each job's log there;"
+                                   " valid: leave it out (the logs go into the submitit folder), or a path inside"
+                                   " hydra.sweep.dir")
 
 
 def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: str) -> None:

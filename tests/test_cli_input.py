@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import itertools
 import json
+import os
 import re
 import shutil
 import sys
@@ -619,6 +620,11 @@ def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture,
      "hydra.sweep.subdir=same gives the trials of hydra_plugins."),
     (["seed=0", "hydra/launcher=submitit_local", "hydra.launcher.submitit_folder={tmp}/other_run/sub"],
      "hydra.launcher.submitit_folder={tmp}/other_run/sub is not inside the sweep dir {tmp}/sw"),
+    # probe 12, g43b: SLURM would write every job's log into another run's dir
+    (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.output={tmp}/other_run/slurm-%j.out"],
+     "hydra.launcher.additional_parameters.output={tmp}/other_run/slurm-%j.out is not inside the sweep dir {tmp}/sw"),
+    (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.chdir={tmp}"],
+     "hydra.launcher.additional_parameters.chdir={tmp} moves the jobs' working dir"),
 ])
 def test_a_sweeper_or_launcher_setting_that_cannot_work_is_one_line_before_the_sweep_dir(
         args: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture,
@@ -627,6 +633,13 @@ def test_a_sweeper_or_launcher_setting_that_cannot_work_is_one_line_before_the_s
     launching no job (e32), a constant subdir put every optuna trial in one dir (e17), and a submitit folder in
     another run's dir got the launcher's pickles and logs (e10, e11)."""
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if "hydra/launcher=slurm" in args:  # SLURM's commands, as on a login node (never called: refused before)
+        commands = tmp_path.parent / f"{tmp_path.name}_bin"
+        commands.mkdir()
+        for name in ("sbatch", "srun"):
+            (commands / name).write_text("#!/bin/sh\nexit 1\n")
+            (commands / name).chmod(0o755)
+        monkeypatch.setenv("PATH", f"{commands}{os.pathsep}{os.environ['PATH']}")
     line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", "-m", *args,
                                          f"hydra.sweep.dir={tmp_path}/sw"], capsys, monkeypatch)
     assert line.startswith(f"error: {expected.replace('{tmp}', str(tmp_path))}"), line
