@@ -855,11 +855,18 @@ def check_flags(argv: list[str]) -> None:
     worker = is_ddp_worker(argv)
     skip = False
     commands: dict[str, str] = {}
+    settings: list[str] = []  # the words that are no flag nor a flag's value
     for arg in argv:
         if skip:
             skip = False
             if not arg.startswith("-"):  # a flag's value (argparse never takes an option for one)
                 continue
+        if not arg.startswith("-"):
+            settings.append(arg)
+        if arg in ("-sc", "--shell-completion") and settings:
+            raise CommandLineError(f"{arg} installs or removes shell completion and takes no settings ({settings[0]});"
+                                   f" valid: python {Path(sys.argv[0]).name} {arg} install=bash (or zsh, fish;"
+                                   " uninstall=<shell>)")
         if arg.startswith("-"):
             flag = arg.split("=", 1)[0]
             if flag in COMMAND_FLAGS:
@@ -877,6 +884,9 @@ def check_flags(argv: list[str]) -> None:
                                        " valid: group=option and key=value settings (experiment=<name> for a"
                                        " recipe of your own in configs/experiment/)")
             skip = flag in VALUE_FLAGS and "=" not in arg
+    if "--hydra-help" in argv and settings:
+        raise CommandLineError(f"--hydra-help prints Hydra's own help, which takes no settings ({settings[0]}); valid:"
+                               f" python {Path(sys.argv[0]).name} --hydra-help, or --help for this script's settings")
 
 
 def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:

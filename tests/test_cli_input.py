@@ -1566,6 +1566,22 @@ def test_two_of_hydras_commands_at_once_are_one_line_before_any_dir(tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["debug=fast", "--hydra-help"], "--hydra-help prints Hydra's own help, which takes no settings (debug=fast)"),
+    (["--hydra-help", "debug=fast"], "--hydra-help prints Hydra's own help, which takes no settings (debug=fast)"),
+    (["debug=fast", "--shell-completion", "install=bash"],
+     "--shell-completion installs or removes shell completion and takes no settings (debug=fast)"),
+])
+def test_hydras_help_and_completion_with_settings_are_one_line(flags: list[str], expected: str) -> None:
+    """Probe 12, g62, g63: ``--hydra-help`` with settings was Hydra's 30-line traceback (it composes its own help
+    config, which has none of ours); ``--shell-completion install=bash`` after a setting was argparse's usage."""
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_flags(flags)
+    assert str(err.value).startswith(expected) and "valid: python " in str(err.value), str(err.value)
+    cli.check_flags(["--hydra-help"])
+    cli.check_flags(["--shell-completion", "install=bash"])
+
+
 def test_a_printed_config_that_cannot_be_resolved_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """``--cfg job --resolve`` with an unset environment variable was Hydra's 128-line traceback."""
     from lifecycle.cli import check_command
