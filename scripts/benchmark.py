@@ -238,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    rows = measure(args)
+    from lifecycle.signals import exit_when_interrupted
+
+    with exit_when_interrupted("benchmark.py", "nothing was written (its table and --json come after every case)"):
+        rows = measure(args)
     setup = (f"model={args.model} batch={args.batch} device={args.device} bf16={args.bf16} "
              f"compile={args.compile} backend={args.backend} threads={torch.get_num_threads()} "
              f"torch={torch.__version__}")

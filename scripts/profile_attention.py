@@ -115,6 +115,26 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
+    for name, least in (("batch", 1), ("reps", 1), ("warmup", 0)):
+        if getattr(args, name) < least:
+            parser.exit(2, f"error: --{name} {getattr(args, name)} is out of range; valid: an integer >= {least}\n")
+    if args.device not in _devices():
+        parser.exit(2, f"error: --device {args.device!r} is not available on this machine; valid:"
+                       f" {', '.join(_devices())}\n")
+    from lifecycle.signals import exit_when_interrupted
+
+    with exit_when_interrupted("profile_attention.py", "nothing was written (it only prints its timings)"):
+        _profile(args)
+
+
+def _devices() -> list[str]:
+    """The devices this machine can time on, as --device takes them."""
+    return ["cpu", *(["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+                     if torch.cuda.is_available() else [])]
+
+
+def _profile(args: argparse.Namespace) -> None:
+    """Time each piece of one attention layer (the table printed as it goes)."""
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     B, H, n, d = args.batch, 6, 197, 64
     scale = d**-0.5

@@ -67,3 +67,45 @@ def test_good_arguments_reach_the_measurement_and_the_json(tmp_path: Path, capsy
     assert benchmark.main(["--model", "micro", "--presets", "none", "irpe_k@naive", "--warmup", "0",
                            "--threads", "1", "--device", "cpu", "--json", str(out)]) == 0
     assert out.is_file() and '"case": "none"' in out.read_text() and threads == [1]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--batch", "0"], "error: --batch 0 is out of range; valid: an integer >= 1"),
+    (["--reps", "0"], "error: --reps 0 is out of range; valid: an integer >= 1"),
+    (["--device", "cuda:7"], "error: --device 'cuda:7' is not available on this machine; valid: cpu"),
+])
+def test_profile_attentions_bad_arguments_are_one_line(args: list[str], expected: str) -> None:
+    """Probe 12, g74: ``--batch 0`` timed empty tensors and printed a table."""
+    from tests.helpers import run_cli
+
+    if torch.cuda.is_available() and args[0] == "--device":
+        pytest.skip("this machine has a GPU: the device list differs")
+    done = run_cli("scripts/profile_attention.py", ["--dtype", "float32", *args], timeout=120)
+    assert done.returncode == 2 and done.stderr.strip() == expected, done.stderr[-2000:]
+
+
+@pytest.mark.slow  # the profiler starts and is stopped
+def test_ctrl_c_to_profile_attention_is_one_line() -> None:
+    """Probe 12, g75: Ctrl-C was a 15-line KeyboardInterrupt traceback from autograd's backward."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT
+
+    started = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "profile_attention.py"), "--device", "cpu",
+                                "--dtype", "float32", "--batch", "8", "--reps", "500", "--warmup", "1"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for _ in range(600):  # until the table's header is out: the timings have begun
+        time.sleep(0.1)
+        if started.poll() is not None:
+            break
+        if started.stdout.readline().startswith("variant"):
+            break
+    started.send_signal(signal.SIGINT)
+    _, err = started.communicate(timeout=120)
+    assert started.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == ("error: profile_attention.py interrupted by SIGINT; nothing was written"
+                                            " (it only prints its timings)") and "Traceback" not in err, err[-2000:]
