@@ -37,6 +37,7 @@ from lifecycle.console import (
 from lifecycle.project import (
     CONFIG_DIR,
     DDP_WORKER_CONFIG,
+    DDP_WORKER_FOLDER_PREFIX,
     SCRIPTS,
     USAGE,
     group_options,
@@ -834,7 +835,25 @@ def is_ddp_worker(argv: list[str]) -> bool:
     private folder the parent named in the environment, never a run folder."""
     given = _flag_values(argv).get("--config-path")
     expected = os.environ.get(DDP_WORKER_CONFIG)
-    return bool(given and expected and os.environ.get("LOCAL_RANK") and given == expected)
+    return bool(given and expected and os.environ.get("LOCAL_RANK") and given == expected
+                and _is_private_worker_folder(expected))
+
+
+def _is_private_worker_folder(folder: str) -> bool:
+    """The parent's private folder: ``rpe-ddp-config-<pid>-<random>`` directly in the temp dir, a real folder of
+    this user that only this user may read (mode 0700, as ``tempfile.mkdtemp`` makes it). The environment variable
+    alone, copied by hand beside a run dir, would have a "worker" compose a run folder's config."""
+    import stat
+    import tempfile
+
+    path = Path(folder)
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (path.name.startswith(DDP_WORKER_FOLDER_PREFIX) and stat.S_ISDIR(info.st_mode)
+            and os.path.realpath(path.parent) == os.path.realpath(tempfile.gettempdir())
+            and info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700)
 
 
 def prints_only(argv: list[str]) -> bool:

@@ -45,7 +45,7 @@ from lifecycle.identity import (
     past_run_length,
     run_length,
 )
-from lifecycle.project import DDP_WORKER_CONFIG
+from lifecycle.project import DDP_WORKER_CONFIG, DDP_WORKER_FOLDER_PREFIX
 from lifecycle.records import (
     BEST,
     CHECKPOINTS,
@@ -296,20 +296,17 @@ DDP_WORKER_RETEST = "RPE_DDP_WORKER_RETEST"
 DDP_WORKER_RUN_DIR = "RPE_DDP_WORKER_RUN_DIR"
 
 
-_WORKER_CONFIG_PREFIX = "rpe-ddp-config-"
-
-
 def _remove_orphaned_worker_configs() -> None:
     """The private config folders of earlier runs whose parent process is gone: a parent killed by SIGKILL
     (or the machine's end) never removed its own. A folder is this user's, named ``<prefix><pid>-<random>``,
     and is removed only when no process ``<pid>`` exists."""
     root = Path(tempfile.gettempdir())
     try:
-        entries = list(root.glob(f"{_WORKER_CONFIG_PREFIX}*-*"))
+        entries = list(root.glob(f"{DDP_WORKER_FOLDER_PREFIX}*-*"))
     except OSError:
         return
     for folder in entries:
-        pid_text = folder.name[len(_WORKER_CONFIG_PREFIX):].split("-", 1)[0]
+        pid_text = folder.name[len(DDP_WORKER_FOLDER_PREFIX):].split("-", 1)[0]
         if not pid_text.isdigit():
             continue
         try:
@@ -337,7 +334,7 @@ def _install_ddp_child_command(job: Job, cfg: DictConfig, script: Path, retest: 
 
     _remove_orphaned_worker_configs()
     # mode 0700: only this user reads or replaces it; the name carries this process's pid (see below)
-    folder = tempfile.mkdtemp(prefix=f"{_WORKER_CONFIG_PREFIX}{os.getpid()}-")
+    folder = tempfile.mkdtemp(prefix=f"{DDP_WORKER_FOLDER_PREFIX}{os.getpid()}-")
     job.worker_config = Path(folder)
     from lifecycle.settings import OUTPUT_DIR
 

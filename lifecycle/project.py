@@ -86,3 +86,5 @@ def root_groups(config_name: str) -> list[str]:
 
 # Set by a parent run for its DDP workers: the private folder holding the config it composed and checked.
 DDP_WORKER_CONFIG = "RPE_DDP_WORKER_CONFIG"
+# The name of that folder, ``<prefix><parent's pid>-<random>`` in the temp dir
+DDP_WORKER_FOLDER_PREFIX = "rpe-ddp-config-"

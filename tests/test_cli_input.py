@@ -312,7 +312,7 @@ def test_an_option_hydra_does_not_have_is_one_line() -> None:
     from lifecycle.cli import check_flags
     from lifecycle.console import CommandLineError
 
-    check_flags(["-m", "--hydra-help", "a=1"])
+    check_flags(["-m", "--hydra-help"])
     with pytest.raises(CommandLineError) as err:
         check_flags(["a=1", "--foo"])
     assert str(err.value).startswith("--foo is not an option; valid: -m/--multirun, --cfg job|hydra|all,")
@@ -336,15 +336,23 @@ def test_a_config_from_another_folder_or_a_pickle_is_refused(flags: list[str], m
 
 
 def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> None:
+    import tempfile
+
     from lifecycle.cli import check_flags, check_overrides, is_ddp_worker
     from lifecycle.project import DDP_WORKER_CONFIG
 
-    worker = ["--config-path", "/tmp/rpe-ddp-config-x", "--config-name", "config", "hydra.run.dir=/r"]
+    private = tempfile.mkdtemp(prefix=f"rpe-ddp-config-{os.getpid()}-")  # as the parent makes it
+    worker = ["--config-path", private, "--config-name", "config", "hydra.run.dir=/r"]
     assert not is_ddp_worker(worker)  # nobody named that folder
-    monkeypatch.setenv(DDP_WORKER_CONFIG, "/tmp/rpe-ddp-config-x")
+    monkeypatch.setenv(DDP_WORKER_CONFIG, private)
     assert not is_ddp_worker(worker)  # the parent itself (rank 0) is no worker
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert is_ddp_worker(worker)
+    # probe 12, g99: the variable set by hand to a run folder (a worker's command line copied from ps) is no worker
+    run_folder = tempfile.mkdtemp(prefix="run-")
+    monkeypatch.setenv(DDP_WORKER_CONFIG, run_folder)
+    assert not is_ddp_worker(["--config-path", run_folder, "--config-name", "config"])
+    monkeypatch.setenv(DDP_WORKER_CONFIG, private)
     check_flags(worker)
     check_overrides(worker, "train")  # the parent checked this config: no second composition from configs/
     # the whole command line's checks, with the job name the parent gives each worker (probe 10, C14b: a check of
@@ -352,6 +360,8 @@ def test_a_ddp_worker_takes_the_config_folder_its_parent_named(monkeypatch) -> N
     from lifecycle.cli import check_command
 
     check_command([*worker, "hydra.job.name=ddp_rank1"], "train", make=False)
+    shutil.rmtree(private)
+    shutil.rmtree(run_folder)
 
 
 def test_run_mode_flag_does_not_skip_the_checks(tmp_path: Path) -> None:
