@@ -1561,6 +1561,12 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)
+    nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
+    scheduled = "Slurm" in str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")  # run by srun
+    if isinstance(nodes, int) and nodes > 1 and not scheduled and not _external_launch():
+        raise CommandLineError(f"trainer.num_nodes={nodes} needs a launcher that starts the run's processes on every"
+                               " node (srun, torchrun): without one, this process would wait for the other nodes"
+                               " forever; valid: trainer.num_nodes=1 here, or start the run under srun or torchrun")
     strategy = str(OmegaConf.select(cfg, "trainer.strategy", default="") or "").lower()  # a name or a node
     if world != 1 or "ddp" in strategy or "fsdp" in strategy:  # one process of a DDP strategy meets itself too
         _check_rendezvous_variables()

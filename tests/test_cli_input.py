@@ -1801,6 +1801,9 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     ({}, ["+hydra.job.env_set.PYTHONPATH=/runs/other", "trainer=ddp_cpu", "trainer.devices=2"],
      "hydra.job.env_set.PYTHONPATH='/runs/other' changes what the job's Python"),
     ({}, ["+hydra.job.env_set.LD_PRELOAD=/runs/other/x.so"], "hydra.job.env_set.LD_PRELOAD='/runs/other/x.so' changes"),
+    # probe 12, g29b: two nodes and no launcher: rank 0 waited for node 1 forever, deaf to SIGTERM
+    ({}, ["trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2"],
+     "trainer.num_nodes=2 needs a launcher that starts the run's processes on every node"),
     # probe 12, g4: exported but empty
     ({"MASTER_ADDR": ""}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR is set but empty; valid: unset MASTER_ADDR"),
