@@ -1193,6 +1193,23 @@ SWEEPER_COUNTS = (
 )
 
 
+def _check_temp_dir(cfg: DictConfig, data_roots: list[str]) -> None:
+    """The temp dir (``TMPDIR``, also as ``hydra.job.env_set`` gives it), where a run's DDP workers get their private
+    config folder and torch and its libraries put their caches, lies outside every run dir and data root: one
+    inside another run's dir had those folders written there, and one left behind."""
+    import tempfile
+
+    from storage.destinations import DestinationError, check_destination
+
+    env_set = OmegaConf.select(cfg, "hydra.job.env_set", default=None) or {}
+    given = [(f"hydra.job.env_set.{name}", str(env_set[name])) for name in ("TMPDIR", "TEMP", "TMP") if name in env_set]
+    for what, temp in [*given, ("TMPDIR", tempfile.gettempdir())]:
+        try:
+            check_destination(temp, what, data_roots=data_roots)
+        except DestinationError as err:
+            raise CommandLineError(f"{err} (the temp dir, {temp}: set TMPDIR to a folder of its own)") from None
+
+
 def _check_sweeper_counts(cfg: DictConfig) -> None:
     """The sweeper's counts are integers >= 1: ``max_batch_size=0`` was an AssertionError traceback inside the
     multirun, ``n_jobs=0`` an endless loop of optuna launching no job."""
@@ -1399,6 +1416,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             check_schedule(cfg)
             check_buildable(cfg)
             data_roots = check_data_root(cfg)
+            _check_temp_dir(cfg, data_roots)
             if sweeping:
                 _check_sweeper_class(cfg)
                 _check_sweeper_storage(cfg, data_roots)
@@ -1509,6 +1527,14 @@ def _check_rendezvous_variables() -> None:
     if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise CommandLineError(f"environment variable MASTER_PORT={port} is not a port number; valid: 1-65535, or unset"
                                " it (the run picks a free port for its own processes)")
+    if port and not _external_launch():  # the run's own rank 0 opens it: one in use fails its rendezvous
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("", int(port)))
+            except OSError as err:
+                raise CommandLineError(f"environment variable MASTER_PORT={port} cannot be opened ({err.strerror}:"
+                                       " another process listens there?); valid: a free port, or unset MASTER_PORT"
+                                       " (the run picks a free one for its own processes)") from None
     address = os.environ.get("MASTER_ADDR", "").strip()
     if address:
         try:

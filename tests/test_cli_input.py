@@ -1804,6 +1804,9 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     # probe 12, g29b: two nodes and no launcher: rank 0 waited for node 1 forever, deaf to SIGTERM
     ({}, ["trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2"],
      "trainer.num_nodes=2 needs a launcher that starts the run's processes on every node"),
+    # probe 12, g105: a port another process listens on (this test's, below) was a traceback after the run dir
+    ({"MASTER_PORT": "{busy}"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_PORT={busy} cannot be opened"),
     # probe 12, g4: exported but empty
     ({"MASTER_ADDR": ""}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR is set but empty; valid: unset MASTER_ADDR"),
@@ -1818,12 +1821,18 @@ def test_a_launch_variable_nobody_launched_is_one_line_before_the_run_dir(
     """Probe 9, A5-A7: a rank variable left in the environment (RANK=1, SLURM_PROCID=1) made the job a DDP worker
     whose parent does not exist: no line (A5), or a trained run without records and a traceback (A6); LOCAL_RANK
     given to a two-process run made Lightning wait for processes nobody starts, a hang (A7)."""
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
-    runs = tmp_path / "runs"
-    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", "run_name=r", *args], capsys,
-                                        monkeypatch)
-    assert line.startswith(f"error: {named}"), line
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value.replace("{busy}", port))
+        runs = tmp_path / "runs"
+        line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={runs}", "run_name=r", *args], capsys,
+                                            monkeypatch)
+    assert line.startswith(f"error: {named.replace('{busy}', port)}"), line
     assert "valid:" in line and not runs.exists()
 
 
@@ -2023,3 +2032,27 @@ def test_an_encoding_whose_tables_cannot_fit_in_memory_is_one_line_before_the_ru
     assert line.startswith("error: the model's weights and buffers would take "), line
     assert "the largest, blocks.0.attn.rpe_k.lookup_table_bias of shape (4, 10000000000000001)" in line
     assert "valid: settings whose tables fit" in line and not runs.exists()
+
+
+@pytest.mark.parametrize("how", ["environment", "env_set"])
+def test_a_temp_dir_inside_another_run_is_one_line_before_the_run_dir(how: str, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 12, g12 and g102: ``TMPDIR=<another run's dir>`` (or ``+hydra.job.env_set.TMPDIR=``) had the DDP
+    workers' config folders and torch's caches written into that run, and one left behind."""
+    import tempfile
+
+    other = tmp_path / "other"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "run.json").write_text('{"state": "finished"}')
+    (other / "config.yaml").write_text("seed: 0\n")
+    args = ["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r"]
+    if how == "environment":
+        monkeypatch.setattr(tempfile, "tempdir", str(other))
+    else:
+        args.append(f"+hydra.job.env_set.TMPDIR={other}")
+    line = _refused_by_the_command_line(args, capsys, monkeypatch)
+    what = "TMPDIR" if how == "environment" else "hydra.job.env_set.TMPDIR"
+    assert line.startswith(f"error: {what}='{other}' is the run dir {other}, whose files are that run's"), line
+    assert line.endswith(f"(the temp dir, {other}: set TMPDIR to a folder of its own)")
+    assert not (tmp_path / "runs").exists()
