@@ -694,6 +694,14 @@ class CocoDataModule(L.LightningDataModule):
         """(image folder, annotation file) of ``split`` (``train`` or ``val``)."""
         return coco_paths(self.root, split)
 
+    def check_on_disk(self, world_size: int | None) -> None:
+        """Before a run dir is made: data that is not generated has both splits' image folders and annotation
+        files, each a JSON object at its start (`_check`; their contents are read at setup). ``world_size`` is
+        the data modules' common argument, unused here."""
+        if self.generator is None:
+            for split in ("train", "val"):
+                self._check(split)
+
     def _check(self, split: str) -> tuple[Path, Path]:
         if not self.root.is_dir():
             raise CocoLayoutError(f"data.root={self.root} {absent_folder(self.root)}; {LAYOUT}")

@@ -206,3 +206,19 @@ def test_train_cli_stops_on_a_negative_width_box(tmp_path: Path) -> None:
     assert result.stderr.rstrip("\n").splitlines()[-1] == errors[0]  # the last line, Lightning's notes before it
     assert f"{ann_file}: annotation id 5 (image" in errors[0] and "width or height <= 0" in errors[0]
     assert not (tmp_path / "runs" / "bad_box" / "metrics.json").exists()
+
+
+def test_hand_coco_data_without_its_train_split_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probe 12, H63: a DETR experiment on data without train2017/ made its run dir and failed at setup. The data
+    module's check of data on disk (run before any dir) names the layout."""
+    from data.coco import CocoLayoutError
+
+    _write_coco(tmp_path, GOOD)  # val2017/ and its annotations only
+    module = CocoDataModule(root=str(tmp_path))
+    with pytest.raises(CocoLayoutError) as err:
+        module.check_on_disk(None)
+    assert _one_line(err).startswith(f"data.root={tmp_path} lacks train2017/ or annotations/instances_train2017.json")
+    _write_coco(tmp_path, GOOD, split="train")
+    (tmp_path / "annotations" / "instances_train2017.json").write_bytes((tmp_path / "annotations" /
+                                                                        "instances_val2017.json").read_bytes())
+    module.check_on_disk(None)  # both splits there
