@@ -368,8 +368,10 @@ def _text(path: Path) -> str:
         raise TableError(f"{path} is damaged: {err}") from None
     except RunFileError as err:
         raise TableError(str(err)) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise TableError(f"cannot read {path}: {getattr(err, 'strerror', None) or type(err).__name__}") from None
+    except UnicodeDecodeError:  # an editor's other encoding (UTF-16), or binary damage
+        raise TableError(f"{path} is damaged: not UTF-8 text, as train.py writes it") from None
+    except OSError as err:
+        raise TableError(f"cannot read {path}: {err.strerror or type(err).__name__}") from None
     if not text.strip():
         raise TableError(f"{path} is damaged: empty")
     if not text.endswith("\n"):

@@ -144,10 +144,12 @@ def test_unreadable_runs_are_listed_by_name_and_never_lose_the_table(tmp_path: P
     ("", "is damaged: empty"),
     ("- 1\n- 2\n", "is damaged: it holds a YAML list, not a config"),
     ("seed: 0\nrpe:\n  preset: no", "is damaged: truncated (it does not end with a line break)"),
+    # probe 12, H58: re-encoded by an editor; the line said "UnicodeDecodeError" only
+    ("\ufeffseed: 0\n".encode("utf-16").decode("latin-1"), "is damaged: not UTF-8 text, as train.py writes it"),
 ])
 def test_a_config_that_is_no_config_is_unreadable(tmp_path: Path, text: str, reason: str) -> None:
     run_dir = _run(tmp_path, "run", K, 0, {"val/top1": 99.0})
-    (run_dir / "config.yaml").write_text(text)
+    (run_dir / "config.yaml").write_bytes(text.encode("latin-1") if "\x00" in text else text.encode())
     [run] = make_tables.collect([tmp_path])
     assert (run.status, run.error, run.metrics) == ("unreadable", f"{run_dir / 'config.yaml'} {reason}", {})
 
