@@ -143,7 +143,10 @@ def _tables_written(args: argparse.Namespace) -> int:
             from storage.files import atomic_write_bytes
 
             readme = Path(args.readme)
-            text = with_findings(readme_text, findings_markdown(verdicts(family or tables)), args.readme_block)
+            crlf = "\r\n" in readme_text  # a Windows README keeps its line ends: the block is written in them too
+            text = with_findings(readme_text.replace("\r\n", "\n"), findings_markdown(verdicts(family or tables)),
+                                 args.readme_block)
+            text = text.replace("\n", "\r\n") if crlf else text
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
         if args.out:

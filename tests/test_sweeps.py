@@ -750,6 +750,11 @@ def test_findings_go_into_the_readme_between_markers(tmp_path: Path) -> None:
     assert make_tables.main([str(tmp_path), "--readme", str(readme), "--readme-block", "benchmark-findings"]) == 0
     assert readme.read_text() == text + "<!-- benchmark-findings:start -->\n" + text.split(
         "<!-- findings:start -->\n")[1].split("<!-- findings:end -->")[0] + "<!-- benchmark-findings:end -->\n"
+    # probe 12, H19: a README with Windows line ends keeps them (the block was written in LF, one CR dropped)
+    readme.write_bytes(b"intro\r\n<!-- findings:start -->\r\nold\r\n<!-- findings:end -->\r\noutro\r\n")
+    assert make_tables.main([str(tmp_path), "--readme", str(readme)]) == 0
+    written = readme.read_bytes()
+    assert written.count(b"\n") == written.count(b"\r\n") and written.endswith(b"<!-- findings:end -->\r\noutro\r\n")
     readme.write_text("no markers\n")
     with pytest.raises(make_tables.TableError, match="findings:start"):
         make_tables.with_findings(readme.read_text(), "x")
