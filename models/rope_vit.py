@@ -52,6 +52,7 @@ from torch import Tensor
 from models.checkpoint_files import RunConfigError, first_non_finite, read_checkpoint_file
 from models.deit import RPEVisionTransformer
 from rpe import RPEConfig
+from rpe.config import FLOAT32_MAX, FLOAT32_TINY
 from storage.destinations import save_export
 
 __all__ = [
@@ -91,7 +92,7 @@ OUR_FREQS = re.compile(r"blocks\.(\d+)\.attn\.rpe_k\.rope\.freqs")
 HINT_FORMS = {
     "num_heads": "a positive integer",
     "window_size": "a positive integer (the window side in patches)",
-    "theta": "a positive finite number",
+    "theta": f"a positive float32 number ({FLOAT32_TINY:.3g} to {FLOAT32_MAX:.3g}: its frequencies are float32)",
     "img_size": "a positive integer (a square image) or a pair of them (H, W)",
 }
 
@@ -108,7 +109,7 @@ def checked_hint(key: str, value: Any, where: str, patch: tuple[int, int] | None
     if key in ("num_heads", "window_size") and _is_int(value) and value > 0:
         return int(value)
     if key == "theta" and isinstance(value, numbers.Real) and not isinstance(value, bool) and (
-            math.isfinite(value) and value > 0):
+            FLOAT32_TINY <= value <= FLOAT32_MAX):
         return float(value)
     form = HINT_FORMS[key]
     if key == "img_size":

@@ -403,11 +403,11 @@ def test_hints_overrides_and_weights_are_checked_as_the_deit_loader_checks_them(
     non-finite tensor is refused naming it."""
     axial, mixed = save(tmp_path, hand_state(False), "axial.pth"), save(tmp_path, hand_state(True), "mixed.pth")
     cases = [
-        (axial, {"theta": 0}, "the override theta=0 must be a positive finite number"),
-        (mixed, {"theta": 0.0}, "the override theta=0.0 must be a positive finite number"),
-        (mixed, {"theta": "abc"}, "the override theta='abc' must be a positive finite number"),
-        (axial, {"theta": float("nan")}, "the override theta=nan must be a positive finite number"),
-        (mixed, {"theta": True}, "the override theta=True must be a positive finite number"),
+        (axial, {"theta": 0}, "the override theta=0 must be a positive float32 number"),
+        (mixed, {"theta": 0.0}, "the override theta=0.0 must be a positive float32 number"),
+        (mixed, {"theta": "abc"}, "the override theta='abc' must be a positive float32 number"),
+        (axial, {"theta": float("nan")}, "the override theta=nan must be a positive float32 number"),
+        (mixed, {"theta": True}, "the override theta=True must be a positive float32 number"),
         (mixed, {"img_size": "32"}, "the override img_size='32' must be a positive integer"),
         (mixed, {"img_size": (32,)}, r"the override img_size=\(32,\) must be a positive integer"),
         (mixed, {"img_size": 0}, "the override img_size=0 must be a positive integer"),
@@ -420,7 +420,7 @@ def test_hints_overrides_and_weights_are_checked_as_the_deit_loader_checks_them(
             from_rope_swin_checkpoint(path, **overrides)
         assert str(path) in _one_line(err)
     for number, (arch, match) in enumerate(((5, "'arch' is a int; it must be a dict"),
-                                            ({"theta": 0}, r"arch.theta=0 must be a positive finite number"),
+                                            ({"theta": 0}, r"arch.theta=0 must be a positive float32 number"),
                                             ({"img_size": "32"}, r"arch.img_size='32' must be a positive integer"))):
         path = save(tmp_path, hand_state(True), f"hint{number}.pth", arch=arch)
         with pytest.raises(RoPESwinCheckpointError, match=match) as err:
