@@ -1529,6 +1529,7 @@ def _check_rendezvous_variables() -> None:
                                " it (the run picks a free port for its own processes)")
     if port and not _external_launch():  # the run's own rank 0 opens it: one in use fails its rendezvous
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store: a closed one's port is free
             try:
                 probe.bind(("", int(port)))
             except OSError as err:

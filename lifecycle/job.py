@@ -974,7 +974,8 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
             _save_config_files(run_dir, cfg)
         with guarded(run_dir / CHECKPOINTS, "create"):
             (run_dir / CHECKPOINTS).mkdir(exist_ok=True)
-    _install_ddp_child_command(job, cfg, script, retest=finished)
+    if rank0:  # the process that starts the workers; a worker (killed, say) would leave a folder of its own
+        _install_ddp_child_command(job, cfg, script, retest=finished)
 
     datamodule, model = build_data_and_model(cfg)
     if hasattr(model, "check_datamodule"):  # the model's own data check first: it says more than the monitor's
