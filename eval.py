@@ -361,9 +361,11 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
                          " checkpoint: eval.py without testset=)")
     ckpt_path, run_config, run_cfg, checkpoint = _load_run(cfg)
     status = run_status(run_config.parent)
-    same_training = status.state == "finished" and (status.metrics or {}).get(TRAINING_KEY) == checkpoint.get(
-        CHECKPOINT_TRAINING_KEY)  # another training's weights are named by the tables (`training_problem`)
-    replaced = best_step_problem(checkpoint.get("global_step"), status.metrics or {}) if same_training else ""
+    run_metrics = status.metrics or {}
+    # another training's weights are named by the tables (`training_problem`)
+    same_training = status.state == "finished" and run_metrics.get(TRAINING_KEY) == checkpoint.get(
+        CHECKPOINT_TRAINING_KEY)
+    replaced = best_step_problem(checkpoint.get("global_step"), run_metrics) if same_training else ""
     if replaced:  # a result is of the run's result, its best.ckpt: one measured of other weights would pass for it
         raise RunConfigError(f"ckpt_path={cfg.ckpt_path} is not the run's best.ckpt: it is {replaced}; valid: the"
                              " run's own best.ckpt (train the run again to make it), or eval.py without testset=")

@@ -154,7 +154,7 @@ class _Parser(argparse.ArgumentParser):
         raise BenchError(f"{message} (see --help)")
 
 
-def _devices() -> list[str]:
+def available_devices() -> list[str]:
     """The devices this machine can run on, as --device takes them."""
     valid = ["cpu"]
     if torch.cuda.is_available():
@@ -182,7 +182,7 @@ def check_args(args: argparse.Namespace) -> None:
             resolve_rpe(case_rpe(case, args.backend))
         except RPEConfigError as err:
             raise BenchError(f"--presets {case!r}: {err}") from None
-    valid = _devices()
+    valid = available_devices()
     try:
         device = torch.device(args.device)
     except (RuntimeError, ValueError):

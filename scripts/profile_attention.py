@@ -118,19 +118,15 @@ def main() -> None:
     for name, least in (("batch", 1), ("reps", 1), ("warmup", 0)):
         if getattr(args, name) < least:
             parser.exit(2, f"error: --{name} {getattr(args, name)} is out of range; valid: an integer >= {least}\n")
-    if args.device not in _devices():
+    from scripts.benchmark import available_devices
+
+    if args.device not in available_devices():
         parser.exit(2, f"error: --device {args.device!r} is not available on this machine; valid:"
-                       f" {', '.join(_devices())}\n")
+                       f" {', '.join(available_devices())}\n")
     from lifecycle.signals import exit_when_interrupted
 
     with exit_when_interrupted("profile_attention.py", "nothing was written (it only prints its timings)"):
         _profile(args)
-
-
-def _devices() -> list[str]:
-    """The devices this machine can time on, as --device takes them."""
-    return ["cpu", *(["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
-                     if torch.cuda.is_available() else [])]
 
 
 def _profile(args: argparse.Namespace) -> None:
