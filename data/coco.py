@@ -188,22 +188,38 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true/false are not ids
 
 
-def _first_bad_id(ann_file: Path) -> str:
-    """``"; <kind> id <value> is not an integer"`` for the first such id in ``ann_file`` (pycocotools, which
-    sorts and indexes by id, fails on one without naming it), else ''."""
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (``"a string"``, ``"null"``)."""
+    if isinstance(value, bool):
+        return "true or false"
+    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), "null")
+
+
+def _structure_problem(ann_file: Path) -> str:
+    """The first place where ``ann_file`` is not shaped as COCO's format says, e.g. ``"images is a string, expected
+    a list of objects"`` or ``"image id None is not an integer"`` (pycocotools, which indexes every section by id,
+    fails on these with a bare TypeError or KeyError); '' when none is found."""
     try:
         dataset = json.loads(ann_file.read_text())
     except (OSError, ValueError, RecursionError):
         return ""
     if not isinstance(dataset, dict):
-        return ""
+        return f"the file holds {_json_kind(dataset)}, expected an object"
+    for section in ("images", "annotations", "categories"):
+        records = dataset.get(section)
+        if section in dataset and not isinstance(records, list):
+            return f"{section} is {_json_kind(records)}, expected a list of objects"
+        bad = next((i for i, record in enumerate(records or []) if not isinstance(record, dict)), None)
+        if bad is not None:
+            return f"{section}[{bad}] is {_json_kind(records[bad])}, expected an object"
     for section, kind, key in (("images", "image", "id"), ("categories", "category", "id"),
                                ("annotations", "annotation", "id"), ("annotations", "annotation image", "image_id"),
                                ("annotations", "annotation category", "category_id")):
         for record in dataset.get(section) or []:
-            value = record.get(key) if isinstance(record, dict) else None
+            value = record.get(key)
             if not _is_int(value):
-                return f"; {kind} id {value!r} is not an integer"
+                return f"{kind} id {value!r} is not an integer"
     return ""
 
 
@@ -239,9 +255,10 @@ class CocoDetectionDataset(CocoDetection):
         except RecursionError:
             raise DataConfigError(_too_deep(ann_file)) from None
         except (UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError) as err:
+            problem = _structure_problem(Path(ann_file)) or f"{type(err).__name__}: {err}"
             raise DataConfigError(  # pycocotools asserts that the JSON is an object
-                f"{ann_file} is not a COCO annotation file ({type(err).__name__}: {err}"
-                f"{_first_bad_id(Path(ann_file))}); expected a JSON object with images, annotations and categories"
+                f"{ann_file} is not a COCO annotation file ({problem}); expected a JSON object with lists of objects"
+                " named images, annotations and categories"
             ) from None
         self.detr_transforms = transforms
         self.label_to_cat: list[int] = sorted(self.coco.cats.keys())

@@ -1018,6 +1018,9 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
         HydraConfig.instance().set_config(cfg)
         try:
             check_settings(cfg, config_name)
+            # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
+            # value or a sweep config's params) meets its processes through the same rendezvous variables
+            refuse_launch_variables(cfg)
             if config_name == "train":
                 check_schedule(cfg)
                 inputs = _build_inputs(cfg)
@@ -1412,6 +1415,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             _check_swept_values(config_name, overrides, cfg)
         if config_name == "eval":
             check_devices(cfg)
+            if not eval_worker:  # its DDP workers' folders and torch's caches go there too
+                _check_temp_dir(cfg, [str(root) for root in _job_data_root(cfg)[1:] if root is not None])
         if config_name == "train":
             check_schedule(cfg)
             check_buildable(cfg)

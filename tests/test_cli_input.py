@@ -1836,6 +1836,24 @@ def test_a_launch_variable_nobody_launched_is_one_line_before_the_run_dir(
     assert "valid:" in line and not runs.exists()
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    (["trainer=cpu,ddp_cpu"], "trainer=ddp_cpu"),  # probe 12, g109: a grid over trainers
+    # g16b: a sweep config's params, whose further values each carry the swept trainer (the first: a row's preset)
+    (["sweep=where_mini", "seed=0", "+hydra.sweeper.params.trainer=ddp_cpu"], r"rpe\.preset=\w+"),
+])
+def test_a_launch_variable_is_judged_for_every_job_of_a_sweep(
+        args: list[str], named: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 12, g16b and g109: a sweep whose jobs become DDP runs only through a swept value was checked on its
+    first job's composition (one process, no rendezvous), so every job failed on MASTER_PORT=abc after its dir."""
+    monkeypatch.setenv("MASTER_PORT", "abc")
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", "-m", *args,
+                                         f"hydra.sweep.dir={tmp_path}/sw"], capsys, monkeypatch)
+    assert re.match(f"error: the sweep's job with {named}: environment variable MASTER_PORT=abc is not a port number;"
+                    " valid: 1-65535", line), line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_rank_0_of_a_one_process_run_is_what_it_would_be_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                 ) -> None:
     """LOCAL_RANK=0 (an interactive SLURM shell's SLURM_PROCID=0) with one process: nothing to refuse."""
@@ -2034,24 +2052,26 @@ def test_an_encoding_whose_tables_cannot_fit_in_memory_is_one_line_before_the_ru
     assert "valid: settings whose tables fit" in line and not runs.exists()
 
 
-@pytest.mark.parametrize("how", ["environment", "env_set"])
-def test_a_temp_dir_inside_another_run_is_one_line_before_the_run_dir(how: str, tmp_path: Path,
+@pytest.mark.parametrize(("how", "script"), [("environment", "train"), ("env_set", "train"),
+                                            ("environment", "eval")])  # eval.py takes no env_set at all
+def test_a_temp_dir_inside_another_run_is_one_line_before_the_run_dir(how: str, script: str, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 12, g12 and g102: ``TMPDIR=<another run's dir>`` (or ``+hydra.job.env_set.TMPDIR=``) had the DDP
-    workers' config folders and torch's caches written into that run, and one left behind."""
+    workers' config folders and torch's caches written into that run, and one left behind. eval.py too."""
     import tempfile
 
     other = tmp_path / "other"
     (other / "checkpoints").mkdir(parents=True)
     (other / "run.json").write_text('{"state": "finished"}')
     (other / "config.yaml").write_text("seed: 0\n")
-    args = ["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r"]
+    args = (["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r"] if script == "train" else
+            [f"ckpt_path={tmp_path}/runs/r/checkpoints/best.ckpt"])
     if how == "environment":
         monkeypatch.setattr(tempfile, "tempdir", str(other))
     else:
         args.append(f"+hydra.job.env_set.TMPDIR={other}")
-    line = _refused_by_the_command_line(args, capsys, monkeypatch)
+    line = _refused_by_the_command_line(args, capsys, monkeypatch, config_name=script)
     what = "TMPDIR" if how == "environment" else "hydra.job.env_set.TMPDIR"
     assert line.startswith(f"error: {what}='{other}' is the run dir {other}, whose files are that run's"), line
     assert line.endswith(f"(the temp dir, {other}: set TMPDIR to a folder of its own)")

@@ -903,7 +903,7 @@ def test_duplicate_annotation_ids_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("image_id", "ann_image", "expected"), [
     (True, True, "image id True is not an integer; COCO ids are integers"),  # JSON true passes as 1 otherwise
     (9.0, 9.0, "image id 9.0 is not an integer; COCO ids are integers"),
-    ("img1", "img1", "is not a COCO annotation file (TypeError: "),  # pycocotools fails sorting ids...
+    ("img1", "img1", "is not a COCO annotation file (image id 'img1' is not an integer); expected"),  # pycocotools
 ])
 def test_an_id_that_is_not_an_integer_is_named(tmp_path: Path, image_id: object, ann_image: object,
                                                expected: str) -> None:
@@ -913,8 +913,24 @@ def test_an_id_that_is_not_an_integer_is_named(tmp_path: Path, image_id: object,
     with pytest.raises(DataConfigError) as err:
         _dataset(tmp_path)
     assert _one_line(err).startswith(f"{ann_file}") and expected in _one_line(err)
-    if isinstance(image_id, str):  # ...and the message names the id it failed on
-        assert "; image id 'img1' is not an integer)" in _one_line(err)
+
+
+@pytest.mark.parametrize(("dataset", "problem"), [
+    # probe 12, H64: a hand-edited file's section of the wrong type was a bare TypeError from pycocotools
+    ({"images": "x", "annotations": [], "categories": []}, "images is a string, expected a list of objects"),
+    ({"images": [], "annotations": {"id": 1}, "categories": []}, "annotations is an object, expected a list"),
+    ({"images": [3], "annotations": [], "categories": []}, "images[0] is a number, expected an object"),
+    ({"images": [], "annotations": [], "categories": [None]}, "categories[0] is null, expected an object"),
+])
+def test_a_section_of_the_wrong_json_type_is_named(tmp_path: Path, dataset: dict, problem: str) -> None:
+    ann_file = tmp_path / "annotations" / "instances_val2017.json"
+    ann_file.parent.mkdir()
+    ann_file.write_text(json.dumps(dataset))
+    (tmp_path / "val2017").mkdir()
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err).startswith(f"{ann_file} is not a COCO annotation file ({problem}"), _one_line(err)
+    assert "Error" not in _one_line(err)  # no exception class: the file's own words
 
 
 def test_annotation_of_a_missing_image_is_refused(tmp_path: Path) -> None:
