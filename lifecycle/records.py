@@ -36,6 +36,9 @@ from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 # task's file when it starts, which shows which findings existed before the run's results did
 FINDINGS_DIR = Path(__file__).resolve().parents[1] / "findings"
 FINDINGS_SNAPSHOT = "findings.yaml"
+# The trials an optuna sweep launched, by job number (`lifecycle.sweeper.record_trials`), in its sweep dir:
+# ``{"trials": {<num>: [<override>, ...]}}``; the tables read it as a basic sweep's grid
+TRIALS_FILE = "trials.yaml"
 RUN_LOCK = "run.lock"
 FAILURE = "failed.json"
 HYDRA_DIR = ".hydra"

@@ -6,7 +6,9 @@ refuse the value, and the plugin's own fallback then tells the failure *with* th
 too: the sweep ended in two tracebacks and its further trials never ran. Here a trial whose job failed (or gave
 no number: a smoke run's) is told to optuna as failed, with no value, before the plugin sees it; the plugin
 goes on with the trials that have a value. Like the basic sweeper, the sweep also leaves its config in the sweep
-dir (``multirun.yaml``), so that a later launch into that dir can be checked to be the same study.
+dir (``multirun.yaml``), so that a later launch into that dir can be checked to be the same study. An optuna study
+has no fixed grid, so each trial's overrides are recorded as it is launched (`TRIALS_FILE`): the tables then name a
+trial that failed before it had a run dir, as they name a grid point of a basic sweep that never ran.
 """
 
 from __future__ import annotations
@@ -22,6 +24,28 @@ from omegaconf import OmegaConf
 
 from lifecycle.command import current
 from lifecycle.console import one_line, say
+from lifecycle.records import TRIALS_FILE
+
+
+def record_trials(sweep_dir: Path, job_overrides: Any, initial_job_idx: int) -> None:
+    """Add a batch of trials (their overrides, numbered from ``initial_job_idx``) to ``sweep_dir``'s `TRIALS_FILE`,
+    atomically; an earlier launch's trials into the same dir (the same study, checked) are kept."""
+    import yaml
+
+    from storage.files import atomic_write_bytes, read_bounded_bytes
+
+    path = sweep_dir / TRIALS_FILE
+    trials: dict[int, list[str]] = {}
+    if path.is_file():
+        try:
+            earlier = yaml.safe_load(read_bounded_bytes(path).decode("utf-8"))
+            trials = {int(k): [str(o) for o in v] for k, v in (earlier or {}).get("trials", {}).items()}
+        except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError, RecursionError):
+            trials = {}  # a damaged record is replaced by what this launch knows; the runs' own dirs stand
+    for n, overrides in enumerate(job_overrides):
+        trials[initial_job_idx + n] = [str(o) for o in overrides]
+    text = yaml.safe_dump({"trials": dict(sorted(trials.items()))}, sort_keys=False, allow_unicode=True)
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def trial_value(ret: JobReturn) -> float | None:
@@ -54,6 +78,7 @@ class _FailuresToldFirst:
         self.sweeper = sweeper
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
+        record_trials(Path(str(self.sweeper.config.hydra.sweep.dir)), job_overrides, initial_job_idx)
         returns = list(self.launcher.launch(job_overrides, initial_job_idx))
         trials = self.sweeper.batch
         kept = []

@@ -52,6 +52,7 @@ from lifecycle.records import (
     PERCENT_METRICS,
     RUN_RECORD,
     TESTSETS,
+    TRIALS_FILE,
     RunStatus,
     partial_run,
     read_run_record,
@@ -913,10 +914,12 @@ def _normalised(overrides: Iterable[str]) -> frozenset[str]:
 
 def grid_files(sweep_dir: Path) -> list[Path]:
     """``multirun.yaml`` (the latest launch) and the earlier launches' grids that train.py kept before Hydra
-    replaced it (``multirun.<n>.yaml``, `lifecycle.cli.keep_earlier_grid`), oldest first."""
+    replaced it (``multirun.<n>.yaml``, `lifecycle.cli.keep_earlier_grid`), oldest first; then an optuna sweep's
+    record of its trials (`lifecycle.sweeper.TRIALS_FILE`), where it has one."""
     earlier = sorted((p for p in sweep_dir.glob("multirun.*.yaml") if p.name.split(".")[1].isdigit()),
                      key=lambda p: int(p.name.split(".")[1]))
-    return [*earlier, sweep_dir / "multirun.yaml"]
+    trials = sweep_dir / TRIALS_FILE
+    return [*earlier, sweep_dir / "multirun.yaml", *([trials] if entry_exists(trials) else [])]
 
 
 def expected_jobs(sweep_dir: Path) -> list[list[str]]:
@@ -937,8 +940,10 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]]:
 
 
 def _launch_jobs(path: Path) -> list[list[str]]:
-    """The jobs of one launch's saved grid (a ``multirun.yaml``)."""
+    """The jobs of one launch's saved grid (a ``multirun.yaml``), or the trials an optuna sweep launched."""
     saved = _yaml(path)
+    if path.name == TRIALS_FILE:
+        return [overrides for _, overrides in _trials(path, saved)]
     hydra = saved.get("hydra") if isinstance(saved, dict) else None
     sweeper = hydra.get("sweeper") if isinstance(hydra, dict) else None
     if not isinstance(sweeper, dict):
@@ -954,6 +959,17 @@ def _launch_jobs(path: Path) -> list[list[str]]:
         return sweep_grid([f"{k}={v}" for k, v in params.items()] + [str(o) for o in task])
     except Exception as err:  # Hydra's parse errors have no common base class
         raise TableError(f"{path} is damaged: {str(err).splitlines()[0]}") from None
+
+
+def _trials(path: Path, saved: Any) -> list[tuple[int, list[str]]]:
+    """``(job number, overrides)`` of each trial in an optuna sweep's `TRIALS_FILE` (read as ``saved``)."""
+    trials = saved.get("trials") if isinstance(saved, dict) else None
+    if not isinstance(trials, dict) or not all(
+            isinstance(num, int) and isinstance(job, list) and all(isinstance(o, str) for o in job)
+            for num, job in trials.items()):
+        raise TableError(f"{path} is damaged: not the record of an optuna sweep's trials (trials: {{<number>:"
+                         " [<override>, ...]}})")
+    return sorted(trials.items())
 
 
 def _resolved_where_possible(cfg: DictConfig) -> dict[str, Any]:
@@ -1070,6 +1086,9 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
         subdir = ((saved.get("hydra") or {}).get("sweep") or {}).get("subdir") if isinstance(saved, dict) else None
         if str(subdir).replace(" ", "") == "${hydra.job.num}":
             numbers = {_normalised(job): i for i, job in enumerate(_launch_jobs(sweep_dir / "multirun.yaml"))}
+            if entry_exists(sweep_dir / TRIALS_FILE):  # an optuna sweep's trials, numbered as launched
+                numbers |= {_normalised(job): num for num, job in _trials(sweep_dir / TRIALS_FILE,
+                                                                        _yaml(sweep_dir / TRIALS_FILE))}
     except (TableError, AttributeError):
         numbers = {}
     return [_missing_run(sweep_dir, job, why + (f" (its dir would be {_shown(sweep_dir / str(numbers[key]))})"

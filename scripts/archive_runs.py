@@ -3,7 +3,8 @@
     python scripts/archive_runs.py runs/sweeps/where_mini --to docs/ablations_mini_runs
 
 A sweep's run dirs hold checkpoints (megabytes each) and live in ``runs/``, outside version control. This
-copies what ``make_tables.py`` reads, and nothing else: the sweep's ``multirun.yaml`` (its grid) and, for
+copies what ``make_tables.py`` reads, and nothing else: the sweep's ``multirun.yaml`` (its grid; an optuna
+sweep's ``trials.yaml`` too, the trials it launched) and, for
 every run that ended (finished or failed, by the lifecycle's ``run_status``), its resolved ``config.yaml``,
 its ``.hydra/overrides.yaml``, its ``run.json`` where it has one (the state and length), its result file
 and, for a finished run, its results on other test sets (``testsets/<name>.json``, from ``eval.py

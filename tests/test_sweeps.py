@@ -1030,6 +1030,9 @@ def test_an_optuna_trial_without_a_value_is_told_failed_and_the_study_goes_on(tm
         assert states == ["FAIL", "COMPLETE", "FAIL", "COMPLETE"] and sweeper.study.best_value == 3.0
         assert OmegaConf.load(tmp_path / f"s{n_jobs}" / "optimization_results.yaml").best_value == 3.0
         assert (tmp_path / f"s{n_jobs}" / "multirun.yaml").is_file()  # the study, for a later launch's check
+        trials = OmegaConf.to_container(OmegaConf.load(tmp_path / f"s{n_jobs}" / "trials.yaml"))["trials"]
+        assert sorted(trials) == [0, 1, 2, 3] and all(len(job) == 1 and job[0].startswith("x=") for job in
+                                                      trials.values())  # each trial's drawn value, by its number
     (tmp_path / "s1" / "optimization_results.yaml").unlink()
     sweeper, _ = sweep([math.nan, math.nan], 1)  # no trial with a value: no best trial, no traceback
     assert [t.state.name for t in sweeper.study.trials] == ["FAIL", "FAIL"]

@@ -464,6 +464,31 @@ def test_a_missing_job_of_a_numbered_sweep_names_the_dir_it_would_have(tmp_path:
                                        f"no run dir (its dir would be {sweep / '1'})"]
 
 
+def test_an_optuna_trial_that_never_had_a_run_dir_is_named_and_archived(tmp_path: Path) -> None:
+    """Probe 11, e78: an optuna sweep has no grid, so a trial that failed before it had a run dir appeared nowhere
+    in the table ("1 ok"). The sweeper records each trial's overrides as it launches it (`record_trials`); the
+    tables expect them as a basic sweep's grid points, and the archive keeps the record."""
+    from lifecycle.sweeper import record_trials  # the optuna extra: tests run with it installed
+    from reports.collect import expected_jobs
+
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {
+        "sweeper": {"_target_": "hydra_plugins.rpe_sweepers.optuna_rpe.RpeOptunaSweeper", "params": {}},
+        "sweep": {"dir": str(sweep), "subdir": "${hydra.job.num}"}, "overrides": {"task": ["rpe=irpe_k"]}}}))
+    record_trials(sweep, [["rpe=irpe_k", "seed=3"]], 0)
+    record_trials(sweep, [("rpe=irpe_k", "seed=8"), ("rpe=irpe_k", "seed=1")], 1)  # a later batch adds its trials
+    assert expected_jobs(sweep) == [["rpe=irpe_k", "seed=3"], ["rpe=irpe_k", "seed=8"], ["rpe=irpe_k", "seed=1"]]
+    runs = [r for r in make_tables.collect([sweep]) if r.status == "missing"]
+    assert [r.error for r in runs] == [f"no run dir (its dir would be {sweep / str(n)})" for n in range(3)]
+    archive = tmp_path / "archive"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    assert expected_jobs(archive / "sw") == expected_jobs(sweep)
+    (sweep / "trials.yaml").write_text("trials: [1, 2]\n")
+    (bad,) = [r for r in make_tables.collect([sweep]) if r.status == "unreadable"]
+    assert "trials.yaml is damaged: not the record of an optuna sweep's trials" in bad.error
+
+
 def test_a_sweep_config_launch_keeps_the_earlier_grid_without_dash_m(tmp_path: Path) -> None:
     """``train.py sweep=<name> seed=...`` is a sweep through its config's Hydra mode, not ``-m``: its
     pre-flight keeps the earlier launch's grid too (two lanes of scripts/benchmark_tasks.sh are two launches)."""
