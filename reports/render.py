@@ -244,16 +244,28 @@ def to_csv(tables: list[Table]) -> str:
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Parse a table CSV written by this script back into typed records."""
+    """Parse a table CSV written by this script back into typed records; a line that is not one of its records
+    (fields missing, a number that is none, a field past the csv module's size limit) is a ValueError naming
+    the line."""
     records = []
     with open(path, newline="") as f:
-        for line in csv.DictReader(f):
-            record: dict[str, Any] = dict(line)
-            for key in ("mean", "std", "paper"):
-                record[key] = float(line[key]) if line[key] else None
-            for key in ("n",) + STATUS_COLUMNS:
-                record[key] = int(line[key])
-            records.append(record)
+        reader = csv.DictReader(f)
+        try:
+            for line in reader:
+                record: dict[str, Any] = dict(line)
+                missing = [key for key, value in line.items() if value is None]
+                if missing:
+                    raise ValueError(f"line {reader.line_num} has no {missing[0]} field")
+                try:
+                    for key in ("mean", "std", "paper"):
+                        record[key] = float(line[key]) if line[key] else None
+                    for key in ("n",) + STATUS_COLUMNS:
+                        record[key] = int(line[key])
+                except ValueError as err:
+                    raise ValueError(f"line {reader.line_num}: {err}") from None
+                records.append(record)
+        except csv.Error as err:
+            raise ValueError(f"line {reader.line_num}: {err}") from None
     return records
 
 

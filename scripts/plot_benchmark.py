@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -31,6 +32,9 @@ from reports.render import CSV_COLUMNS, read_csv  # noqa: E402
 from storage.files import atomic_write_bytes  # noqa: E402
 
 METRIC = "val/top1"
+# A make_tables.py CSV is kilobytes (a line per table, row, column and metric); a larger file is not one
+CSV_BYTES = 64 * 1024 * 1024
+HEADER_BYTES = 64 * 1024
 
 
 class PlotError(ValueError):
@@ -46,7 +50,7 @@ def check_header(path: Path, name: str) -> None:
     """Refuse a file whose first line is not the header of a make_tables.py CSV (e.g. its Markdown tables)."""
     try:
         with open(path, newline="") as f:
-            first = f.readline()
+            first = f.readline(HEADER_BYTES)  # bounded: a file of one endless line is not read whole
     except UnicodeDecodeError:
         first = None
     fields = next(csv.reader([first]), []) if first is not None else []
@@ -120,12 +124,30 @@ def plot(columns: list[str], values: dict[str, list[tuple[float, float] | None]]
     return fig
 
 
+def _percent(text: str) -> float:
+    """A top-1 in percent, the y axis's range: 0-100 (``nan`` or ``inf`` would draw no line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a top-1 in percent; valid: a number from 0 to 100")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
+    from lifecycle.signals import exit_when_interrupted
+
+    with exit_when_interrupted("plot_benchmark.py", "the PNG is written whole or not at all: run it again"):
+        return _plotted(argv)
+
+
+def _plotted(argv: list[str] | None) -> int:
     parser = _Parser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", help="a table CSV of scripts/make_tables.py --out")
     parser.add_argument("--table", required=True, help="the table's name (the CSV's `table` column)")
     parser.add_argument("--out", required=True, help="the PNG to write")
-    parser.add_argument("--chance", type=float, default=None, help="draw chance at this top-1")
+    parser.add_argument("--chance", type=_percent, default=None, help="draw chance at this top-1 (0-100)")
     parser.add_argument("--rows", nargs="+", default=None, help="only these rows (default: every row)")
     try:
         args = parser.parse_args(argv)
@@ -140,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             check_destination(out, "--out")  # never into a run dir or a data root
         except DestinationError as err:
             raise PlotError(str(err)) from None
+        if path.stat().st_size > CSV_BYTES:
+            raise PlotError(f"{args.csv!r} is {path.stat().st_size} bytes, more than the {CSV_BYTES} of any"
+                            " make_tables.py CSV; give the CSV that make_tables.py --out wrote")
         check_header(path, args.csv)
         try:
             records = read_csv(path)

@@ -77,3 +77,25 @@ def test_out_inside_a_run_or_a_data_root_and_a_markdown_table_are_refused(
     assert err.startswith(f"error: {str(markdown)!r} is not a make_tables.py CSV: it begins '## shift_mini'")
     assert "expected the header line 'table,row,col,metric,mean,std,n," in err and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("body", "argv", "message"), [
+    # a record cut short (an editor's truncation) and a field past the csv module's limit were tracebacks
+    ("shift_mini,huang\n", [], "is not a make_tables.py CSV (line 2 has no col field)"),
+    ('"' + "x" * 200_000 + '"\n', [], "is not a make_tables.py CSV (line 1: field larger than field limit"),
+    ("", ["--chance", "inf"], "argument --chance: 'inf' is not a top-1 in percent; valid: a number from 0 to 100"),
+    ("", ["--chance", "nan"], "argument --chance: 'nan' is not a top-1 in percent"),
+])
+def test_a_damaged_csv_or_a_chance_off_the_axis_is_one_line(body: str, argv: list[str], message: str,
+                                                             tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _write_csv(tmp_path / "t.csv", LINES)
+    with open(tmp_path / "t.csv", "a") as f:
+        f.write(body)
+    if body:  # the damaged line alone after the header
+        header = (tmp_path / "t.csv").read_text().splitlines()[0]
+        (tmp_path / "t.csv").write_text(f"{header}\n{body}")
+    out = tmp_path / "p.png"
+    assert plot_benchmark.main([str(tmp_path / "t.csv"), "--table", "shift_mini", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
