@@ -22,10 +22,46 @@ def _interrupted(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+# What marks a folder as results or data (`storage.destinations`): a run's record, a sweep's grid, a generated data
+# root's completion marker, an archive's marker
+_MARKED = {"run.json": "run dir", "multirun.yaml": "sweep dir", ".complete.json": "data root",
+           ".archive.json": "archive"}
+
+
+def temp_dir_problem() -> str | None:
+    """Why the temp dir (the first of ``TMPDIR``, ``TEMP``, ``TMP`` that is set, as Python's `tempfile` takes it)
+    cannot be used, or None: it lies inside a run dir, a sweep dir, a data root or an archive, where Lightning's
+    import would make torch's cache folder before any check ran (a refused command left one in a test set's
+    root). Only the standard library: it runs before those imports."""
+    import os
+
+    name = next((n for n in ("TMPDIR", "TEMP", "TMP") if os.environ.get(n)), None)
+    if name is None:
+        return None
+    given = os.environ[name]
+    folder = os.path.realpath(given)
+    while True:
+        for marker, kind in _MARKED.items():
+            if os.path.lexists(os.path.join(folder, marker)):
+                return (f"{name}={given!r} lies in the {kind} {folder}, and torch and Lightning write their caches"
+                        f" into the temp dir as they start; valid: set {name} to a folder of its own (e.g. /tmp)")
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def guard_imports(name: str) -> None:
     """From now on SIGINT is one line and exit 130, where ``name`` (the caller's ``__name__``) says it runs as a
-    script; a module that merely imports it (a test) keeps Python's handling. An ignored SIGINT stays ignored."""
-    if name == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    script; a module that merely imports it (a test) keeps Python's handling. An ignored SIGINT stays ignored.
+    A script whose temp dir lies among results or data (`temp_dir_problem`) ends here, with one line and exit 2."""
+    if name != "__main__":
+        return
+    problem = temp_dir_problem()
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
 
 

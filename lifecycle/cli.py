@@ -1202,7 +1202,7 @@ def _check_temp_dir(cfg: DictConfig, data_roots: list[str]) -> None:
     inside another run's dir had those folders written there, and one left behind."""
     import tempfile
 
-    from storage.destinations import DestinationError, check_destination
+    from storage.destinations import DestinationError, check_destination, real, sweep_dir_of
 
     env_set = OmegaConf.select(cfg, "hydra.job.env_set", default=None) or {}
     given = [(f"hydra.job.env_set.{name}", str(env_set[name])) for name in ("TMPDIR", "TEMP", "TMP") if name in env_set]
@@ -1211,6 +1211,11 @@ def _check_temp_dir(cfg: DictConfig, data_roots: list[str]) -> None:
             check_destination(temp, what, data_roots=data_roots)
         except DestinationError as err:
             raise CommandLineError(f"{err} (the temp dir, {temp}: set TMPDIR to a folder of its own)") from None
+        sweep = sweep_dir_of(real(temp))
+        if sweep is not None:  # its tables would list the folders left there as runs of the sweep
+            raise CommandLineError(f"{what}={temp!r} is inside the sweep dir {sweep}, whose folders are its jobs';"
+                                   " valid: a folder outside every sweep dir (the temp dir: set TMPDIR to a folder"
+                                   " of its own)")
 
 
 def _check_sweeper_counts(cfg: DictConfig) -> None:
@@ -1247,12 +1252,18 @@ def _check_launcher_folder(cfg: DictConfig) -> None:
                                " default is ${hydra.sweep.dir}/.submitit/%j), or a folder inside hydra.sweep.dir")
     # sbatch options that name files or a working dir: the scheduler writes the job's logs wherever they say
     extra = launcher.get("additional_parameters") or {}
-    for key in ("chdir", "D"):
-        if key in extra:
+
+    def names(key: Any, option: str, short: str) -> bool:  # sbatch (getopt_long) takes an option's unique prefix
+        given = str(key).lstrip("-")
+        return given == short or (len(given) >= 2 and option.startswith(given))
+
+    for key in extra:
+        if names(key, "chdir", "D"):
             raise CommandLineError(f"hydra.launcher.additional_parameters.{key}={extra[key]} moves the jobs' working"
                                    " dir, from which their paths are resolved; valid: leave it out")
-    for key in ("output", "error", "input", "o", "e", "i"):
-        if key in extra and not inside(extra[key]):
+    for key in extra:
+        if any(names(key, option, short) for option, short in (("output", "o"), ("error", "e"), ("input", "i"))) \
+                and not inside(extra[key]):
             raise CommandLineError(f"hydra.launcher.additional_parameters.{key}={extra[key]} is not inside the sweep"
                                    f" dir {sweep_dir}: the scheduler would write (or read) each job's log there;"
                                    " valid: leave it out (the logs go into the submitit folder), or a path inside"
@@ -1506,6 +1517,21 @@ LAUNCH_VARIABLES = (*RANK_VARIABLES, "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_A
 # What decides the code a process imports or loads, which no config may set for the job (`refuse_launch_variables`)
 LOADER_VARIABLES = ("PATH", "BASH_ENV", "ENV")
 LOADER_PREFIXES = ("PYTHON", "LD_", "DYLD_")
+# What else a job's ``hydra.job.env_set`` may set: the variables that tune its libraries (threads, devices, logging,
+# the experiment tracker), none of which names a file or folder. Any other variable could point a program the job
+# or its DDP workers run at a run folder's files (HOME: git's config, whose fsmonitor command git runs; a cache dir:
+# compiled code that torch loads); those are set in the shell that starts the command, by the user. The temp dir
+# and the data dir are taken too: each is checked as a destination (`_check_temp_dir`, `check_data_root`).
+ENV_SET_FAMILIES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "NCCL_", "GLOO_", "CUDA_", "CUBLAS_", "PYTORCH_", "TORCH_",
+                    "WANDB_", "TOKENIZERS_")
+ENV_SET_PATH_WORDS = ("DIR", "PATH", "HOME", "CACHE", "FILE", "ROOT", "PREFIX", "LIB", "PLUGIN", "SOCKET")
+ENV_SET_CHECKED = ("TMPDIR", "TEMP", "TMP", "RPE_DATA_DIR")
+
+
+def env_set_allowed(name: str) -> bool:
+    """Whether ``hydra.job.env_set`` may set ``name`` (`ENV_SET_FAMILIES`, `ENV_SET_CHECKED`)."""
+    return name in ENV_SET_CHECKED or (name.startswith(ENV_SET_FAMILIES)
+                                       and not any(word in name for word in ENV_SET_PATH_WORDS))
 
 
 def _external_launch() -> bool:
@@ -1528,7 +1554,11 @@ def _check_rendezvous_variables() -> None:
         if name in os.environ and not os.environ[name].strip():  # Lightning reads it as given, an empty host or port
             raise CommandLineError(f"environment variable {name} is set but empty; valid: unset {name} (the run's own"
                                    " processes meet on this machine), or a host and port of this cluster")
-    port = os.environ.get("MASTER_PORT", "").strip()
+        if os.environ.get(name, "") != os.environ.get(name, "").strip():  # torch reads it with the blanks
+            raise CommandLineError(f"environment variable {name}={os.environ[name]!r} has a blank around it, which"
+                                   " torch's rendezvous reads as part of it (no such host or port: the processes"
+                                   f" would wait forever); valid: {name}={os.environ[name].strip()!r}")
+    port = os.environ.get("MASTER_PORT", "")
     if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
         raise CommandLineError(f"environment variable MASTER_PORT={port} is not a port number; valid: 1-65535, or unset"
                                " it (the run picks a free port for its own processes)")
@@ -1541,7 +1571,7 @@ def _check_rendezvous_variables() -> None:
                 raise CommandLineError(f"environment variable MASTER_PORT={port} cannot be opened ({err.strerror}:"
                                        " another process listens there?); valid: a free port, or unset MASTER_PORT"
                                        " (the run picks a free one for its own processes)") from None
-    address = os.environ.get("MASTER_ADDR", "").strip()
+    address = os.environ.get("MASTER_ADDR", "")
     if address:
         try:
             socket.getaddrinfo(address, None)
@@ -1589,12 +1619,20 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
                                    " launch, which the launcher sets for each of its processes (Lightning's own for"
                                    " trainer.devices > 1); valid: leave it out, and start the run with"
                                    " trainer.devices=<n> or under srun/torchrun")
+        if not env_set_allowed(str(name)):
+            raise CommandLineError(f"hydra.job.env_set.{name}={env_set[name]!r} is not a variable a job may set: one"
+                                   " that is no library setting could point what the job runs (git, torch's caches)"
+                                   " at another folder's files; valid: the variables of "
+                                   f"{', '.join(f + '*' for f in ENV_SET_FAMILIES)} without a path in them, and"
+                                   f" {', '.join(ENV_SET_CHECKED)}; set others in the shell that starts the command")
     _refuse_srun_variables()
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)
     nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
-    scheduled = "Slurm" in str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")  # run by srun
+    # run by srun: the SLURM launcher starts the jobs of a sweep; a single run (no -m) never reaches it
+    scheduled = current().sweeping and "Slurm" in str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")
+                                                       or "")
     if isinstance(nodes, int) and nodes > 1 and not scheduled and not _external_launch():
         raise CommandLineError(f"trainer.num_nodes={nodes} needs a launcher that starts the run's processes on every"
                                " node (srun, torchrun): without one, this process would wait for the other nodes"

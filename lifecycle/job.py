@@ -1102,11 +1102,15 @@ def code_version() -> str:
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
+    # git reads only the checkout's own config: no fsmonitor or other command from a global or system config
+    # (one named by a HOME the job was given) runs inside a training
+    git = ["git", "-c", "core.fsmonitor=false", "-C", str(root)]
+    quiet = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+        commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, env=quiet,
                                 text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                "rpe", "models", "data", "configs", "train.py", "eval.py"], capture_output=True,
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", "rpe", "models", "data",
+                                "configs", "train.py", "eval.py"], capture_output=True, env=quiet,
                                text=True, timeout=30, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -37,6 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import starting  # noqa: E402
+
+starting.guard_imports(__name__)  # a temp dir among results, Ctrl-C during the imports: one line
+
 from data.bounded_json import MAX_JSON_BYTES, JsonBoundsError, read_json_bytes  # noqa: E402
 from lifecycle.identity import identity_config, identity_hash, run_length  # noqa: E402
 from lifecycle.records import CONFIG, FAILURE, FINDINGS_SNAPSHOT, METRICS, RUN_RECORD, run_status  # noqa: E402
@@ -249,4 +253,5 @@ def _archived(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    starting.imported()
     sys.exit(main())

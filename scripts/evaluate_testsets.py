@@ -33,6 +33,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate_testsets, its sibling
 
+import starting  # noqa: E402
+
+starting.guard_imports(__name__)  # a temp dir among results, Ctrl-C during the imports: one line
+
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from lifecycle.cli import compose_checked, literal  # noqa: E402
@@ -355,4 +359,5 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
 
 
 if __name__ == "__main__":
+    starting.imported()
     sys.exit(main())

@@ -22,6 +22,10 @@ from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import starting  # noqa: E402
+
+starting.guard_imports(__name__)  # a temp dir among results, Ctrl-C during the imports: one line
+
 from lifecycle.cli import compose_checked  # noqa: E402
 from lifecycle.console import one_line, say, user_error_types  # noqa: E402
 
@@ -143,4 +147,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    starting.imported()
     sys.exit(main())

@@ -47,6 +47,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import starting  # noqa: E402
+
+starting.guard_imports(__name__)  # a temp dir among results, Ctrl-C during the imports: one line
+
+
 # The public names of the parts, so that `scripts.make_tables` stays the one import of the tables.
 from reports.cells import NOT_COUNTED, Cell, Table, build_tables, split_by_config  # noqa: E402
 from reports.collect import (  # noqa: E402
@@ -198,4 +203,5 @@ def run_data_roots(runs: list[Any]) -> list[str]:
 
 
 if __name__ == "__main__":
+    starting.imported()
     sys.exit(main())

@@ -22,6 +22,10 @@ from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import starting  # noqa: E402
+
+starting.guard_imports(__name__)  # a temp dir among results, Ctrl-C during the imports: one line
+
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only: never open a window, work without a display
@@ -188,4 +192,5 @@ def _plotted(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
+    starting.imported()
     sys.exit(main())

@@ -635,6 +635,11 @@ def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture,
      "hydra.launcher.additional_parameters.output={tmp}/other_run/slurm-%j.out is not inside the sweep dir {tmp}/sw"),
     (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.chdir={tmp}"],
      "hydra.launcher.additional_parameters.chdir={tmp} moves the jobs' working dir"),
+    # probe 13, i4b: sbatch takes an option's unique prefix (getopt_long)
+    (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.chd={tmp}"],
+     "hydra.launcher.additional_parameters.chd={tmp} moves the jobs' working dir"),
+    (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.outp={tmp}/other_run/o"],
+     "hydra.launcher.additional_parameters.outp={tmp}/other_run/o is not inside the sweep dir {tmp}/sw"),
 ])
 def test_a_sweeper_or_launcher_setting_that_cannot_work_is_one_line_before_the_sweep_dir(
         args: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture,
@@ -1810,6 +1815,17 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     # probe 12, g4: exported but empty
     ({"MASTER_ADDR": ""}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR is set but empty; valid: unset MASTER_ADDR"),
+    # probe 13, i1: HOME (git's config, whose fsmonitor command the job's git ran) or a cache dir of compiled code
+    ({}, ["+hydra.job.env_set.HOME=/runs/other"], "hydra.job.env_set.HOME='/runs/other' is not a variable a job may"
+     " set"),
+    ({}, ["+hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR=/runs/other"], "hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR="),
+    ({}, ["+hydra.job.env_set.WANDB_DIR=/runs/other"], "hydra.job.env_set.WANDB_DIR='/runs/other' is not a variable"),
+    # probe 13, i5: a blank after the host: torch's rendezvous looked up "localhost " forever, deaf to SIGTERM
+    ({"MASTER_ADDR": "localhost "}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_ADDR='localhost ' has a blank around it"),
+    # probe 13, i3: the SLURM launcher starts a sweep's jobs, never a single run's second node (a hang)
+    ({}, ["hydra/launcher=slurm", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2"],
+     "trainer.num_nodes=2 needs a launcher that starts the run's processes on every node"),
     # probe 10, C143: sbatch --ntasks=2, train.py started without srun: Lightning refused it inside the job
     ({"SLURM_JOB_ID": "123", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, [],
      "environment variable SLURM_NTASKS=2 without SLURM_NTASKS_PER_NODE: Lightning refuses this SLURM job (You set"
@@ -2050,6 +2066,41 @@ def test_an_encoding_whose_tables_cannot_fit_in_memory_is_one_line_before_the_ru
     assert line.startswith("error: the model's weights and buffers would take "), line
     assert "the largest, blocks.0.attn.rpe_k.lookup_table_bias of shape (4, 10000000000000001)" in line
     assert "valid: settings whose tables fit" in line and not runs.exists()
+
+
+def test_a_temp_dir_inside_a_sweep_dir_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 13, i2: ``TMPDIR=<another sweep's dir>`` left the DDP workers' config folders there, which that sweep's
+    tables then listed as unfinished runs of it."""
+    import tempfile
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(sweep))
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r"], capsys,
+                                        monkeypatch)
+    assert line.startswith(f"error: TMPDIR='{sweep}' is inside the sweep dir {sweep}, whose folders are its"
+                           " jobs'"), line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("marker", ["run.json", "multirun.yaml", ".complete.json", ".archive.json"])
+def test_a_temp_dir_among_results_ends_a_script_before_its_imports(marker: str, tmp_path: Path) -> None:
+    """Probe 13, i10: Lightning's import makes torch's cache folder in the temp dir, before any check ran: a refused
+    command left one in a test set's root. Every entry point checks the temp dir first, with the standard library."""
+    import subprocess
+
+    held = tmp_path / "held"
+    (held / "sub").mkdir(parents=True)
+    (held / marker).write_text("{}")
+    for script in ("train.py", "eval.py", "scripts/make_tables.py"):
+        result = subprocess.run([sys.executable, str(cli.CONFIG_DIR.parent / script)], capture_output=True,
+                                text=True, env={**os.environ, "TMPDIR": str(held / "sub")}, timeout=60)
+        assert result.returncode == 2 and result.stderr.startswith(f"error: TMPDIR='{held / 'sub'}' lies in the "), \
+            result.stderr[-2000:]
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert sorted(p.name for p in held.rglob("*")) == sorted([marker, "sub"])  # nothing made there
 
 
 @pytest.mark.parametrize(("how", "script"), [("environment", "train"), ("env_set", "train"),

@@ -523,3 +523,18 @@ def test_a_stop_signal_between_two_sweep_jobs_is_one_line_and_the_sweeps_exit(ca
     assert lines[0].startswith("error: run interrupted before its job began by SIGHUP; rerun the same command")
     assert lines[1:] == ["error: 1 sweep job(s) failed:", "  /sweep/0: an earlier job's failure"]
     assert {s: signal.getsignal(s) for s in job.STOP_SIGNALS} == before and held == 0
+
+
+def test_the_code_version_runs_no_command_from_a_git_config_outside_the_checkout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 13, i1: with HOME at a run folder holding a ``.gitconfig``, the job's ``git status`` ran the fsmonitor
+    command that file named. git reads only the checkout's own config."""
+    from lifecycle.job import code_version
+
+    marker = tmp_path / "ran"
+    (tmp_path / ".gitconfig").write_text(f'[core]\n\tfsmonitor = "touch {marker}; echo"\n')
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    version = code_version.__wrapped__()
+    assert not marker.exists()
+    assert version == "unknown" or len(version.removesuffix("+dirty")) == 12, version
