@@ -292,6 +292,7 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     (checked to fit the model and to be finite) and the run's data (checked to be on disk; never generated)."""
     from lifecycle.run_config import (
         build_data_and_model,
+        check_run_categories,
         check_run_classes,
         load_run_weights,
         require_existing_data,
@@ -310,6 +311,7 @@ def _run_data_and_model(cfg: DictConfig) -> tuple[Any, Any]:
     what = f"data_root={data_root}" if data_root is not None else f"data.root of {run_config}"
     classes_note = check_run_classes(datamodule, run_class_names(checkpoint, run_cfg, run_config.parent), what,
                                      other=data_root is not None)
+    check_run_categories(datamodule, checkpoint, what)
     for note in (getattr(datamodule, "data_root_note", ""), classes_note):
         if note:
             say(f"note: {note}", stream=sys.stderr)
@@ -327,6 +329,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     from lifecycle.run_config import (
         RunConfigError,
         build_data_and_model,
+        check_run_categories,
         load_run_weights,
         run_class_names,
     )
@@ -388,6 +391,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     generated = marker.get("generator") if own and marker and configured_generator(testset) is not None else None
     sha256 = testset_sha256(testset, generated)
     check_classes(datamodule, model, testset["name"], run_class_names(checkpoint, run_cfg, run_config.parent), own)
+    check_run_categories(datamodule, checkpoint, f"testset={testset['name']}")
     adapted = adapt_model(model, input_size(datamodule), ape_rule, testset["name"], datamodule.batch_size)
     from lifecycle.identity import identity_config, identity_hash, run_length
 

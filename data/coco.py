@@ -13,6 +13,7 @@ size (2,)} ]}``. Labels are contiguous 0..C-1 over the sorted category ids; ``la
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import functools
 import io
 import json
@@ -639,6 +640,38 @@ def _categories(ann_file: Path) -> list[int]:
         ) from None
 
 
+# The data module's state in a checkpoint (`CocoDataModule.state_dict`): the categories its labels index
+CATEGORIES_STATE = "categories"
+
+
+def recorded_categories(checkpoint: Any) -> list[tuple[int, str]] | None:
+    """``[(category id, name), ...]`` in label order that a checkpoint's model was trained on; None where it
+    records none (a checkpoint saved before they were recorded, or of other data)."""
+    state = checkpoint.get(CocoDataModule.__qualname__) if isinstance(checkpoint, dict) else None
+    pairs = state.get(CATEGORIES_STATE) if isinstance(state, dict) else None
+    if not (isinstance(pairs, list) and pairs and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], int) and isinstance(p[1], str)
+            for p in pairs)):
+        return None
+    return [(int(i), str(n)) for i, n in pairs]
+
+
+def category_names(dataset: Any) -> list[tuple[int, str]]:
+    """``[(category id, name), ...]`` of a loaded `CocoDetectionDataset`, in label order."""
+    return [(cat, str(dataset.coco.cats[cat].get("name", ""))) for cat in dataset.label_to_cat]
+
+
+def categories_difference(model: list[tuple[int, str]], data: list[tuple[int, str]]) -> str:
+    """How ``data``'s categories (id, name, in label order) differ from the ``model``'s, or '' where they agree."""
+    if model == data:
+        return ""
+    for label, (ours, theirs) in enumerate(zip(model, data, strict=False)):
+        if ours != theirs:
+            return (f"label {label} is category {ours[0]} {ours[1]!r} for the model, category {theirs[0]}"
+                    f" {theirs[1]!r} in the data")
+    return f"the model has {len(model)} categories, the data {len(data)}"
+
+
 class CocoDataModule(L.LightningDataModule):
     """COCO-2017-layout detection data with DETR's transforms; test = the val split.
 
@@ -718,6 +751,21 @@ class CocoDataModule(L.LightningDataModule):
         if self.generator is None:
             for split in ("train", "val"):
                 self._check(split)
+            self._check_separate_splits()
+
+    def _check_separate_splits(self) -> None:
+        """The val split is not the training split under another name: one image folder (a symlink), or one
+        annotation file (a link, or a copy of the same bytes). A run would validate on what it trained on."""
+        (train_folder, train_ann), (val_folder, val_ann) = self.paths("train"), self.paths("val")
+        if os.path.realpath(train_folder) == os.path.realpath(val_folder):
+            raise CocoLayoutError(f"data.root={self.root}: {val_folder.name}/ and {train_folder.name}/ are one folder"
+                                  f" ({os.path.realpath(val_folder)}): the run would be validated on its training"
+                                  " images; valid: a val split of images of its own")
+        if os.path.realpath(train_ann) == os.path.realpath(val_ann) or (
+                train_ann.stat().st_size == val_ann.stat().st_size and filecmp.cmp(train_ann, val_ann, shallow=False)):
+            raise CocoLayoutError(f"data.root={self.root}: annotations/{val_ann.name} holds the same bytes as"
+                                  f" annotations/{train_ann.name}: the run would be validated on its training"
+                                  " images; valid: a val split of images and annotations of its own")
 
     def _check(self, split: str) -> tuple[Path, Path]:
         if not self.root.is_dir():
@@ -764,6 +812,16 @@ class CocoDataModule(L.LightningDataModule):
                 f"data.num_classes={self.num_classes} but {self.root} has "
                 f"{len(self.val_set.label_to_cat)} categories"
             )
+
+    def state_dict(self) -> dict[str, Any]:
+        """What every checkpoint of a run records of its data (Lightning saves it beside the weights): the
+        categories its labels index, ids and names (`recorded_categories`), so that an evaluation on other data
+        can tell whether label ``i`` means the same object there. Empty before the splits are read."""
+        reference = self.train_set if self.train_set is not None else self.val_set
+        return {CATEGORIES_STATE: [list(pair) for pair in category_names(reference)]} if reference is not None else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore: the categories are read from the data again."""
 
     @property
     def label_to_cat(self) -> list[int]:

@@ -193,7 +193,8 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], dangling: list[str] | None = None,
-                       links: list[tuple[str, str]] | None = None) -> list[tuple[str, list[str]]]:
+                       links: list[tuple[str, str]] | None = None,
+                       inodes: dict[str, int] | None = None) -> list[tuple[str, list[str]]]:
     """``(folder, sorted file names)`` for every folder under ``class_dir``, sorted by folder: what
     torchvision's ImageFolder walks (``sorted(os.walk(class_dir, followlinks=True))``) less hidden entries,
     and refusing what would make that walk go wrong.
@@ -208,7 +209,8 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
     `DataConfigError` naming the link; symlinked files, and symlinked folders elsewhere, are followed.
     An entry that is no regular file (a FIFO, socket or device, or a link to one) is refused the same way:
     opening it as an image could block the run forever (a FIFO), where no stop signal ends it. ``links`` collects
-    ``(path, real path)`` of each symlinked file, for `_refuse_image_in_two_classes`.
+    ``(path, real path)`` of each symlinked file, for `_refuse_image_in_two_classes`; ``inodes`` the inode of each
+    regular file (from the directory listing: no stat), for `_refuse_hard_link_in_two_classes`.
     """
     folders = []
     stack = [(class_dir, os.path.realpath(class_dir), (split_real,))]
@@ -254,6 +256,8 @@ def _walk_class_folder(class_dir: str, split_real: str, seen: dict[str, str], da
                         dangling.append(entry.path)  # listed as a file, as os.walk does; unreadable when loaded
                 elif entry.is_symlink() and links is not None:
                     links.append((entry.path, os.path.realpath(entry.path)))
+                elif not entry.is_symlink() and inodes is not None:
+                    inodes[entry.path] = entry.inode()
             else:
                 sub_real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
                 stack.append((entry.path, sub_real, (*chain, real)))
@@ -278,6 +282,25 @@ def _refuse_image_in_two_classes(links: list[tuple[str, str, str]], seen: dict[s
             raise DataConfigError(f"image {link} (class {target_class}) is a symlink to {target}, which is also"
                                   f" {first} (class {first_class}): one image would be a sample of two classes;"
                                   " remove the link")
+
+
+def _refuse_hard_link_in_two_classes(found: list[tuple[str, int]], inodes: dict[str, int], target_class: str,
+                                     owners: dict[int, str], split_dir: str) -> None:
+    """Refuse an image of ``target_class`` that is a hard link to an image of another class (one file, two
+    labels). ``found``: the class's ``(image, class index)``; ``inodes`` their inodes (`_walk_class_folder`);
+    ``owners``: inode -> the class that first listed it, over the split so far."""
+    for path, _ in found:
+        inode = inodes.get(path)
+        if inode is None:
+            continue
+        first = owners.setdefault(inode, target_class)
+        if first == target_class:
+            continue
+        other = next((str(q) for q in Path(split_dir, first).rglob("*")
+                      if q.is_file() and not q.is_symlink() and os.path.samefile(q, path)), None)
+        if other is not None:  # an inode of another file system is no link: the same number, another file
+            raise DataConfigError(f"image {path} (class {target_class}) is a hard link to {other} (class {first}),"
+                                  " one file: one image would be a sample of two classes; remove one of them")
 
 
 class CheckedImageFolder(ImageFolder):
@@ -308,6 +331,7 @@ class CheckedImageFolder(ImageFolder):
         split_real, seen = os.path.realpath(directory), {}
         samples: list[tuple[str, int]] = []
         linked: list[tuple[str, str, str]] = []  # (symlinked image, its real path, its class)
+        owners: dict[int, str] = {}  # inode -> the class that first listed it (hard links)
         empty = []
         for target_class in sorted(class_to_idx):
             class_dir = os.path.join(directory, target_class)
@@ -315,12 +339,14 @@ class CheckedImageFolder(ImageFolder):
                 continue
             dangling: list[str] = []
             links: list[tuple[str, str]] = []
+            inodes: dict[str, int] = {}
             found = [
                 (os.path.join(folder, name), class_to_idx[target_class])
-                for folder, names in _walk_class_folder(class_dir, split_real, seen, dangling, links)
+                for folder, names in _walk_class_folder(class_dir, split_real, seen, dangling, links, inodes)
                 for name in names
                 if is_valid_file(os.path.join(folder, name))
             ]
+            _refuse_hard_link_in_two_classes(found, inodes, target_class, owners, directory)
             linked.extend((link, real, target_class) for link, real in links if is_valid_file(link))
             broken = next((path for path in dangling if is_valid_file(path)), None)
             if broken is not None:  # it would fail only when a batch first draws it, maybe epochs later

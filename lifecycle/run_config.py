@@ -276,6 +276,27 @@ def check_run_classes(datamodule: Any, run_classes: list[str] | None, what: str,
     return ""
 
 
+def check_run_categories(datamodule: Any, checkpoint: Mapping[str, Any], what: str,
+                         error: type[Exception] = RunDataError) -> None:
+    """Refuse, in one ``error`` line before anything is evaluated, COCO data whose categories (ids and names, in
+    label order: the val annotation file's) are not those the run's model was trained on, as its checkpoint records
+    them (`data.coco.recorded_categories`): a file whose names were swapped with their boxes' ids scored each box
+    against another object, and gave a number. A checkpoint that records none (saved before they were recorded)
+    is not checked; other data modules have `check_run_classes`."""
+    from data.coco import CocoDataModule, categories_difference, category_names, recorded_categories
+
+    recorded = recorded_categories(dict(checkpoint))
+    if recorded is None or not isinstance(datamodule, CocoDataModule):
+        return
+    datamodule.setup("test")  # reads the val split's annotation file, which the test reads anyway
+    difference = categories_difference(recorded, category_names(datamodule.val_set))
+    if difference:
+        shown = ", ".join(f"{i} {n!r}" for i, n in recorded)
+        raise error(f"{what}: the categories of {datamodule.val_set.ann_file} are not those the run's model was"
+                    f" trained on ({difference}); each box would be scored against another object (nothing was"
+                    f" evaluated); valid: data whose categories are the run's: {shown}")
+
+
 def detach_generator(datamodule: Any) -> Any:
     """Take the generator off a built datamodule so that its ``prepare_data`` can never write data (it then
     only checks the layout); the generator is kept as ``datamodule.run_generator`` for

@@ -216,7 +216,30 @@ def test_hand_coco_data_without_its_train_split_is_refused_before_the_run_dir(tm
     with pytest.raises(CocoLayoutError) as err:
         module.check_on_disk(None)
     assert _one_line(err).startswith(f"data.root={tmp_path} lacks train2017/ or annotations/instances_train2017.json")
-    _write_coco(tmp_path, GOOD, split="train")
-    (tmp_path / "annotations" / "instances_train2017.json").write_bytes((tmp_path / "annotations" /
-                                                                        "instances_val2017.json").read_bytes())
+    _write_coco(tmp_path, GOOD[:1], split="train")
     module.check_on_disk(None)  # both splits there
+
+
+def test_hand_coco_data_whose_val_split_is_its_train_split_is_refused(tmp_path: Path) -> None:
+    """Probe 13, j15: ``val2017`` a symlink to ``train2017`` with a copy of the training annotations trained and
+    validated on the same images, and the result was counted. One line before the run dir, as for one folder."""
+    import shutil
+
+    from data.coco import CocoLayoutError
+
+    _write_coco(tmp_path, GOOD, split="train")
+    shutil.copy(tmp_path / "annotations" / "instances_train2017.json", tmp_path / "annotations" /
+                "instances_val2017.json")
+    os.symlink(tmp_path / "train2017", tmp_path / "val2017")
+    module = CocoDataModule(root=str(tmp_path))
+    with pytest.raises(CocoLayoutError) as err:
+        module.check_on_disk(None)
+    assert _one_line(err) == (f"data.root={tmp_path}: val2017/ and train2017/ are one folder"
+                              f" ({tmp_path / 'train2017'}): the run would be validated on its training images;"
+                              " valid: a val split of images of its own")
+    os.unlink(tmp_path / "val2017")
+    shutil.copytree(tmp_path / "train2017", tmp_path / "val2017")  # a copy of the folder: the annotations tell
+    with pytest.raises(CocoLayoutError) as err:
+        module.check_on_disk(None)
+    assert _one_line(err).startswith(f"data.root={tmp_path}: annotations/instances_val2017.json holds the same bytes"
+                                     " as annotations/instances_train2017.json")

@@ -741,6 +741,22 @@ def test_an_image_in_two_classes_is_refused(tmp_path: Path, target: str) -> None
                               " sample of two classes; remove the link")
 
 
+def test_an_image_hard_linked_into_two_classes_is_refused(tmp_path: Path) -> None:
+    """Probe 13, j17: a hard link is one file under two names, and only symlinks were checked: one image trained as
+    a sample of two classes. Hard links within one class (a weighting) stay allowed."""
+    root = _fake(tmp_path / "fake")
+    train = root / "train"
+    os.link(train / "class_000" / "0001.png", train / "class_000" / "again.png")
+    _dm(root).setup("fit")
+    link = train / "class_001" / "borrowed.png"
+    os.link(train / "class_000" / "0000.png", link)
+    with pytest.raises(DataConfigError) as err:
+        _dm(root).setup("fit")
+    assert _one_line(err) == (f"image {link} (class class_001) is a hard link to {train / 'class_000' / '0000.png'}"
+                              " (class class_000), one file: one image would be a sample of two classes; remove one"
+                              " of them")
+
+
 def test_a_dangling_symlinked_image_is_refused_at_setup(tmp_path: Path) -> None:
     """torchvision lists it as an image; it fails when a batch first draws it (never, if it falls in the
     dropped last batch). A dangling link that is no image (notes.txt) is not a sample, and stays allowed."""

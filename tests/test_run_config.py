@@ -212,6 +212,33 @@ def test_eval_on_a_detr_run(tmp_path: Path, data_dir: Path) -> None:
     assert metrics["val/AP"] == pytest.approx(stored["val/AP"], abs=1e-6)
     assert metrics["params_M"] > 0.1 and "MACs_M" not in metrics
 
+    # probe 13, j9: the checkpoint records the categories its labels index; data that names them otherwise (a copy
+    # whose square and circle swapped names and ids) is one line, not an AP of boxes scored against other objects
+    import shutil
+
+    import torch
+
+    from lifecycle.run_config import RunDataError
+
+    recorded = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["CocoDataModule"]["categories"]
+    assert [cat_id for cat_id, _ in recorded] == [1, 2, 3] and all(name for _, name in recorded)
+    copy = tmp_path / "copy"
+    shutil.copytree(data_dir / "shapes_coco_eval", copy)
+    (copy / ".complete.json").unlink()  # hand data
+    ann_file = copy / "annotations" / "instances_val2017.json"
+    coco = json.loads(ann_file.read_text())
+    names = {c["id"]: c["name"] for c in coco["categories"]}
+    for category in coco["categories"]:
+        category["name"] = names[{1: 2, 2: 1}.get(category["id"], category["id"])]
+    ann_file.write_text(json.dumps(coco))
+    cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}", "trainer.limit_test_batches=1",
+                          f"data_root={copy}"], run / "eval2", data_dir, config_name="eval")
+    with pytest.raises(RunDataError) as err:
+        eval_script.evaluate(cfg)
+    assert str(err.value).startswith(f"data_root={copy}: the categories of {ann_file} are not those the run's model"
+                                     f" was trained on (label 0 is category 1 {names[1]!r} for the model, category 1"
+                                     f" {names[2]!r} in the data)"), err.value
+
 
 def test_resolvers_are_never_called(tmp_path: Path) -> None:
     """Interpolations anywhere in the parts that are read, even at the top, are refused unresolved."""
