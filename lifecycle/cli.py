@@ -1237,19 +1237,27 @@ def _check_launcher_folder(cfg: DictConfig) -> None:
     """A submitit launcher's folder (its pickled jobs and logs) lies inside the sweep dir, as by default
     (``${hydra.sweep.dir}/.submitit/%j``): elsewhere it wrote into another run's dir or a data root, and a
     refused submission left its files there."""
+    from storage.destinations import real
+
     launcher = cfg.hydra.get("launcher") or {}
     if "submitit_folder" not in launcher:
         return
     sweep_dir = os.path.normpath(os.path.abspath(str(cfg.hydra.sweep.dir)))
+    real_sweep_dir = str(real(sweep_dir))
 
-    def inside(path: Any) -> bool:
+    def inside(path: Any) -> bool:  # as written and as the file system resolves it (a link below the sweep dir)
         folder = os.path.normpath(os.path.abspath(str(path)))
-        return os.path.commonpath([folder, sweep_dir]) == sweep_dir and folder != sweep_dir
+        resolved = str(real(folder))
+        return (os.path.commonpath([folder, sweep_dir]) == sweep_dir and folder != sweep_dir
+                and os.path.commonpath([resolved, real_sweep_dir]) == real_sweep_dir and resolved != real_sweep_dir)
 
     if not inside(launcher.submitit_folder):
+        resolved = real(str(launcher.submitit_folder))
+        through = (f" (through a link it is {resolved})" if resolved != Path(os.path.abspath(
+            str(launcher.submitit_folder))) else "")
         raise CommandLineError(f"hydra.launcher.submitit_folder={launcher.submitit_folder} is not inside the sweep dir"
-                               f" {sweep_dir}: the launcher's files belong to its sweep; valid: leave it out (the"
-                               " default is ${hydra.sweep.dir}/.submitit/%j), or a folder inside hydra.sweep.dir")
+                               f" {sweep_dir}{through}: the launcher's files belong to its sweep; valid: leave it out"
+                               " (the default is ${hydra.sweep.dir}/.submitit/%j), or a folder inside hydra.sweep.dir")
     # sbatch options that name files or a working dir: the scheduler writes the job's logs wherever they say
     extra = launcher.get("additional_parameters") or {}
 
@@ -1600,6 +1608,22 @@ def _refuse_srun_variables() -> None:
                                ) from None
 
 
+def _refuse_slurm_task_counts(devices: Any, nodes: Any) -> None:
+    """Lightning's own check of a SLURM job's tasks per node and nodes against ``trainer.devices`` and
+    ``trainer.num_nodes``, which it runs when it builds the Trainer (inside the job, after the run dir): a
+    one-task ``sbatch`` job with ``trainer.devices=2`` is refused before any dir."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    if not (SLURMEnvironment.detect() and isinstance(devices, int) and isinstance(nodes, int)):
+        return
+    try:
+        SLURMEnvironment().validate_settings(num_devices=devices, num_nodes=nodes)
+    except ValueError as err:
+        raise CommandLineError(f"this SLURM job's tasks do not match the run: {one_line(err).replace('`', '')};"
+                               " valid: trainer.devices=<the job's --ntasks-per-node> and trainer.num_nodes=<its"
+                               " --nodes>, or sbatch options that match them") from None
+
+
 def refuse_launch_variables(cfg: DictConfig) -> None:
     """A process of one run that a launch variable would make a rank of a multi-process launch nobody started.
 
@@ -1630,6 +1654,7 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
 
     world = configured_world_size(cfg)
     nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
+    _refuse_slurm_task_counts(OmegaConf.select(cfg, "trainer.devices", default=None), nodes)
     # run by srun: the SLURM launcher starts the jobs of a sweep; a single run (no -m) never reaches it
     scheduled = current().sweeping and "Slurm" in str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")
                                                        or "")

@@ -241,7 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     from lifecycle.signals import exit_when_interrupted
 
     with exit_when_interrupted("benchmark.py", "nothing was written (its table and --json come after every case)"):
-        rows = measure(args)
+        try:
+            rows = measure(args)
+        except (RuntimeError, MemoryError) as err:  # a head or batch the machine cannot hold: torch's allocator
+            text = " ".join(str(err).split())
+            if not isinstance(err, MemoryError) and "allocate" not in text and "out of memory" not in text:
+                raise
+            print(f"error: a model or batch of these arguments does not fit in the device's memory ({text[:200]});"
+                  " nothing was written; valid: a smaller --batch or --classes", file=sys.stderr)
+            return 2
     setup = (f"model={args.model} batch={args.batch} device={args.device} bf16={args.bf16} "
              f"compile={args.compile} backend={args.backend} threads={torch.get_num_threads()} "
              f"torch={torch.__version__}")

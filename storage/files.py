@@ -119,10 +119,28 @@ def replace_durably(tmp: str | os.PathLike, path: Path) -> None:
 
 
 def temp_path_for(path: Path) -> str:
-    """A new temporary file next to ``path`` (closed, empty) for an atomic write of it."""
+    """A new temporary file next to ``path`` (closed, empty) for an atomic write of it, with the mode the file
+    will have (`_mode_for`): mkstemp's 0600 would replace a shared run's readable records with private ones."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-    os.close(fd)
+    try:
+        os.fchmod(fd, _mode_for(path))
+    finally:
+        os.close(fd)
     return tmp
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits a file written at ``path`` gets: those of the plain file it replaces (a read-only
+    README stays read-only), else what ``open`` gives a new file under the process's umask."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes, make_parents: bool = True) -> None:

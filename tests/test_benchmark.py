@@ -109,3 +109,16 @@ def test_ctrl_c_to_profile_attention_is_one_line() -> None:
     assert started.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == ("error: profile_attention.py interrupted by SIGINT; nothing was written"
                                             " (it only prints its timings)") and "Traceback" not in err, err[-2000:]
+
+
+def test_a_head_the_machine_cannot_hold_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 13, i16: ``--classes 100000000000`` was the allocator's traceback from inside ``nn.Linear``."""
+    from scripts import benchmark
+
+    out = tmp_path / "b.json"
+    code = benchmark.main(["--model", "deit_small", "--presets", "none", "--batch", "2", "--steps", "1", "--warmup",
+                           "0", "--device", "cpu", "--threads", "1", "--classes", "100000000000", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: a model or batch of these arguments does not fit in the device's"
+                                        " memory (") and len(err.strip().splitlines()) == 1, err
+    assert "valid: a smaller --batch or --classes" in err and not out.exists()

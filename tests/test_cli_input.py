@@ -662,6 +662,23 @@ def test_a_sweeper_or_launcher_setting_that_cannot_work_is_one_line_before_the_s
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_submitit_folder_through_a_link_out_of_the_sweep_dir_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 13, i27b: a link inside the sweep dir that leads into a finished run passed the check of the folder's
+    text, and submitit wrote its pickles and logs into that run."""
+    other = tmp_path / "other_run"
+    other.mkdir()
+    (tmp_path / "sw" / "logs").mkdir(parents=True)
+    (tmp_path / "sw" / "logs" / "lnk").symlink_to(other)
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", "-m", "seed=0",
+                                         "hydra/launcher=submitit_local",
+                                         f"hydra.launcher.submitit_folder={tmp_path}/sw/logs/lnk/sub",
+                                         f"hydra.sweep.dir={tmp_path}/sw"], capsys, monkeypatch)
+    assert line.startswith(f"error: hydra.launcher.submitit_folder={tmp_path}/sw/logs/lnk/sub is not inside the sweep"
+                           f" dir {tmp_path}/sw (through a link it is {other}/sub)"), line
+    assert list(other.iterdir()) == []
+
+
 def test_a_dollar_in_a_run_or_sweep_dir_is_refused_before_any_dir(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     r"""Hydra stores the dir it made and reads it back as a config value: a run named ``p5${x}`` (Hydra's escaped
@@ -1826,6 +1843,11 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     # probe 13, i3: the SLURM launcher starts a sweep's jobs, never a single run's second node (a hang)
     ({}, ["hydra/launcher=slurm", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2"],
      "trainer.num_nodes=2 needs a launcher that starts the run's processes on every node"),
+    # probe 13, i26: a one-task sbatch job with trainer.devices=2: Lightning refused it after the run dir
+    ({"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
+      "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NAME": "job.sh"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "this SLURM job's tasks do not match the run: You set devices=2 in Lightning, but the number of tasks per node"
+     " configured in SLURM --ntasks-per-node=1 does not match"),
     # probe 10, C143: sbatch --ntasks=2, train.py started without srun: Lightning refused it inside the job
     ({"SLURM_JOB_ID": "123", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, [],
      "environment variable SLURM_NTASKS=2 without SLURM_NTASKS_PER_NODE: Lightning refuses this SLURM job (You set"

@@ -888,3 +888,28 @@ def test_a_file_that_loads_but_holds_no_lightning_checkpoint_is_unreadable(tmp_p
     (tmp_path / "checkpoints").mkdir()
     shutil.move(path, tmp_path / "checkpoints" / "last.ckpt")
     assert job.holds_results(tmp_path)  # unreadable checkpoints are kept, to be safe
+
+
+def test_an_atomic_write_gives_the_file_the_mode_of_the_one_it_replaces_or_of_the_umask(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 13, j58: every record was written 0600 whatever the umask (mkstemp's mode), so a colleague could not read
+    a shared run dir or archive, and a read-only README came back writable."""
+    import os
+    import stat
+
+    from storage.files import atomic_write_bytes
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_bytes(tmp_path / "new.json", b"{}")
+        assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
+        (tmp_path / "readme.md").write_text("x")
+        (tmp_path / "readme.md").chmod(0o444)
+        atomic_write_bytes(tmp_path / "readme.md", b"y")
+        assert stat.S_IMODE((tmp_path / "readme.md").stat().st_mode) == 0o444
+        assert (tmp_path / "readme.md").read_bytes() == b"y"
+        os.umask(0o077)
+        atomic_write_bytes(tmp_path / "private.json", b"{}")
+        assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
