@@ -132,15 +132,31 @@ class ResumeCheckpoint(Checkpoint):
             rank_zero_warn(f"resumed in the middle of epoch {position[0]} ({position[1]} batches done), but the"
                            f" training loader's sampler ({sampler}) cannot skip them: this epoch sees them again")
 
+    def _stop_together(self, trainer: L.Trainer) -> bool:
+        """Whether the ranks of a run of several processes stop here, all of them: each rank's stop signal (its
+        number, 0 for none) is all-reduced to the largest, so a signal that reached one rank only (a scheduler's
+        per-task signal, a stray ``kill``) stops every rank at this same point, and each records it. A rank that
+        stopped on its own flag had left the others waiting for it in their next collective, forever. A
+        collective of one number at each step's end, on every rank alike."""
+        mine = self.stop_signal or 0
+        flag = torch.tensor([mine], dtype=torch.int64, device=trainer.strategy.root_device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        signum = int(flag.item())
+        if signum and self.stop_signal is None:  # another rank's signal: this rank's job is interrupted by it too
+            from lifecycle.command import current
+
+            self.stop_signal = signum
+            current().signals.received = signum
+        return bool(signum)
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        if self.stop_signal is not None:
-            if trainer.world_size > 1:
-                # Ranks may see the signal at different steps: let Lightning broadcast rank 0's flag and
-                # stop every rank together at the next step (SIGTERMException, saved in on_exception).
-                trainer._signal_connector.received_sigterm = True
-            else:
-                self._save(trainer)
-                raise RunInterrupted(self.stop_signal)
+        if trainer.world_size > 1:
+            if self._stop_together(trainer):  # every rank raises SIGTERMException at this batch's end (saved in
+                trainer._signal_connector.received_sigterm = True  # on_exception)
+        elif self.stop_signal is not None:
+            self._save(trainer)
+            raise RunInterrupted(self.stop_signal)
         if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
             self._save(trainer)
 
@@ -152,9 +168,10 @@ class ResumeCheckpoint(Checkpoint):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save(trainer)
-        if self.stop_signal is not None:
+        stopping = self._stop_together(trainer) if trainer.world_size > 1 else self.stop_signal is not None
+        if stopping:
             # Stop at the epoch's boundary, once every on_train_epoch_end hook (best.ckpt's too) has run:
-            # Lightning raises SIGTERMException there, and on_exception saves that state.
+            # Lightning raises SIGTERMException there, on every rank, and on_exception saves that state.
             trainer._signal_connector.received_sigterm = True
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:

@@ -75,6 +75,18 @@ class SignalOnRank(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SignalRank(L.Callback):
+    """Sends ``signum`` to the process of global rank ``rank`` (its handlers installed) after training step
+    ``step``: a scheduler's per-task signal, or a stray ``kill``, that reaches one DDP worker only."""
+
+    def __init__(self, rank: int = 1, step: int = 1, signum: int = int(signal.SIGUSR1)) -> None:
+        self.rank, self.step, self.signum = rank, step, signum
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
 class RaiseOnRank(L.Callback):
     """Raises ``RuntimeError`` in the process of global rank ``rank`` after training step ``step``: a DDP
     worker that fails while its parent goes on."""
