@@ -614,6 +614,12 @@ def _p_text(p: float | None) -> str:
     return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def markdown_cell(text: object) -> str:
+    """``text`` as one cell of a Markdown table: a ``|`` escaped (a run named ``fake|99.99`` had its row read as
+    other columns, a number under the wrong heading) and a line break made a blank."""
+    return " ".join(str(text).replace("|", "\\|").splitlines())
+
+
 def findings_markdown(results: list[Verdict]) -> str:
     """The verdict table, one line per finding and table, and a line counting the verdicts. A finding whose
     ablation has no table here is not listed (it is judged where its table is built; it joins no test)."""
@@ -630,8 +636,9 @@ def findings_markdown(results: list[Verdict]) -> str:
             ours = f"{v.mean:+.2f} [{v.ci[0]:+.2f}, {v.ci[1]:+.2f}] ({v.n})"
         table = f"`{v.table}`" if v.table != "–" else "–"
         verdict = f"{v.verdict} ({v.note})" if v.note else v.verdict
-        lines.append(f"| {v.finding.claim} | {v.finding.cited} | {table} | {v.paper} | {ours} | {_p_text(v.p)} "
-                     f"| {_p_text(v.p_t)} | {_p_text(v.p_holm)} | {verdict} |")
+        cells = (v.finding.claim, v.finding.cited, table, v.paper, ours, _p_text(v.p), _p_text(v.p_t),
+                 _p_text(v.p_holm), verdict)
+        lines.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
     counts = Counter(v.verdict for v in results)
     tested = [v for v in results if v.p_holm is not None]
     family = max((v.family for v in tested), default=0)

@@ -10,7 +10,7 @@ from typing import Any
 
 from reports.cells import NOT_COUNTED, Table, _natural
 from reports.collect import ENV_KEYS, STATUSES, TableError
-from reports.findings import findings_markdown, resolving_power, resolving_text, verdicts
+from reports.findings import findings_markdown, markdown_cell, resolving_power, resolving_text, verdicts
 from reports.layouts import ABLATION_SCALE, DEFAULT_SCALE
 
 STATUS_COLUMNS = tuple(s.replace(" ", "_") for s in STATUSES)  # a count per status ("no result": no_result)
@@ -127,9 +127,9 @@ def to_markdown(tables: list[Table], family: list[Table] | None = None) -> str:
         for metric in _metrics_present(table):
             grid = _grid(table, metric)
             out.write(f"\n**{metric}**\n\n")
-            out.write("| " + " | ".join(grid[0]) + " |\n|" + "---|" * len(grid[0]) + "\n")
+            out.write("| " + " | ".join(markdown_cell(c) for c in grid[0]) + " |\n|" + "---|" * len(grid[0]) + "\n")
             for line in grid[1:]:
-                out.write("| " + " | ".join(line) + " |\n")
+                out.write("| " + " | ".join(markdown_cell(c) for c in line) + " |\n")
         metric = table.layout.metrics[0]
         powers = [(f"{metric}, the runs' own results", resolving_power(table, metric))]
         powers += [(f"{metric}, {column}", resolving_power(table, metric, column)) for column in table.testsets]

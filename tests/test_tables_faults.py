@@ -753,3 +753,23 @@ def test_a_stop_signal_to_make_tables_or_archive_runs_is_one_line(script: str, t
     assert err.startswith(f"error: {script}.py interrupted by SIGTERM; each file it ") and err.count("\n") == 1, err
     assert "run the same command again" in err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_pipe_in_a_name_stays_inside_its_markdown_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 13, j84: a run named ``fake|99.99`` split its Markdown row into one more column, so that rendered the
+    bucket count stood under val/top1. Every cell escapes ``|``: each line of a table has its header's columns."""
+    import re
+
+    from reports import render
+    from reports.findings import markdown_cell
+
+    assert markdown_cell("fake|99.99 (trains irpe_k)") == "fake\\|99.99 (trains irpe_k)"
+    assert markdown_cell("two\nlines") == "two lines"
+    _sound_runs(tmp_path)
+    grid = render._grid
+    monkeypatch.setattr(render, "_grid", lambda table, metric: [grid(table, metric)[0], [
+        "fake|99.99 (trains irpe_k)", *grid(table, metric)[1][1:]]])
+    markdown = make_tables.to_markdown(list(_tables(tmp_path).values()))
+    rows = [line for line in markdown.splitlines() if line.startswith("| RPE on") or line.startswith("| fake")]
+    assert rows[1].startswith("| fake\\|99.99 (trains irpe_k) |"), markdown
+    assert len({len(re.findall(r"(?<!\\)\|", line)) for line in rows}) == 1  # the header's columns, no more
