@@ -287,8 +287,9 @@ def scan_files(root: str | Path, folders: Iterable[str] | None = None) -> tuple[
     Names and ``stat`` only, never the bytes: ImageNet's 1.3M files take seconds this way and an hour read
     whole. So an image edited in place with its size and mtime kept goes unseen; a file added, removed,
     renamed, moved to another class folder, or rewritten (a copy without ``-p``/``-a`` too) changes it.
-    Hidden names (``.DS_Store``, markers) are left out; a symlink enters by its path and target.
-    ``OSError`` is the caller's.
+    Hidden names (``.DS_Store``, markers) are left out; a symlink enters by its path and target, and a symlinked
+    folder by its files too, as the data modules read them (a file added behind the link changes the digest); a
+    folder reached twice (a link loop, which the data modules refuse) is walked once. ``OSError`` is the caller's.
     """
     root = Path(root)
     digest = hashlib.sha256()
@@ -303,7 +304,13 @@ def scan_files(root: str | Path, folders: Iterable[str] | None = None) -> tuple[
                 digest.update(os.fsencode(f"{top.name}\0{info.st_size}\0{info.st_mtime_ns}\n"))
                 count += 1
             continue
-        for folder, dirs, names in os.walk(top.path, onerror=_raise):
+        walked: set[str] = set()
+        for folder, dirs, names in os.walk(top.path, onerror=_raise, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in walked:
+                dirs[:] = []
+                continue
+            walked.add(real)
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             where = Path(folder).relative_to(root)
             for name in dirs:

@@ -77,6 +77,23 @@ def test_the_file_fingerprint_sees_swapped_classes_and_not_a_move(hand_root: Pat
     assert scan_files(moved, ["train", "val"])[0] != digest
 
 
+def test_the_file_fingerprint_sees_files_added_behind_a_symlinked_folder(hand_root: Path, tmp_path: Path) -> None:
+    """Probe 13, j65: a class folder that is a symlink entered the fingerprint by its path and target only, so
+    images added behind it after training were evaluated (and counted) as the run's own data."""
+    data = tmp_path / "data"
+    shutil.copytree(hand_root, data)
+    first = sorted(p.name for p in (data / "val").iterdir())[0]
+    shutil.move(data / "val" / first, tmp_path / "subset")
+    (data / "val" / first).symlink_to(tmp_path / "subset")
+    digest, count = scan_files(data, ["train", "val"])
+    assert count == 96  # the linked folder's images are counted, as the data module reads them
+    extra = next((tmp_path / "subset").iterdir())
+    shutil.copy2(extra, tmp_path / "subset" / f"added{extra.suffix}")
+    assert scan_files(data, ["train", "val"]) != (digest, count)
+    (tmp_path / "subset" / "loop").symlink_to(tmp_path / "subset")  # a loop is walked once (the data module refuses it)
+    assert scan_files(data, ["train", "val"])[1] == 97
+
+
 def test_only_data_without_a_generator_get_a_record(hand_root: Path) -> None:
     record = data_record({"root": str(hand_root), "generator": None, "train_split": "train", "val_split": "val"})
     assert record is not None and record["root"] == str(hand_root.resolve()) and record["count"] == 96
