@@ -1278,6 +1278,23 @@ def _check_launcher_folder(cfg: DictConfig) -> None:
                                    " hydra.sweep.dir")
 
 
+def _check_slurm_shape(cfg: DictConfig) -> None:
+    """The SLURM launcher asks for the nodes and tasks per node the run's Trainer expects (``trainer.num_nodes``,
+    ``trainer.devices``; its defaults are exactly these): another count was submitted, queued and then refused by
+    Lightning inside every job, or left processes waiting for tasks that were never asked for."""
+    launcher = cfg.hydra.get("launcher") or {}
+    if "Slurm" not in str(launcher.get("_target_", "")):
+        return
+    for key, setting in (("nodes", "trainer.num_nodes"), ("tasks_per_node", "trainer.devices")):
+        asked = OmegaConf.select(cfg, f"hydra.launcher.{key}", default=None, throw_on_resolution_failure=False)
+        wanted = OmegaConf.select(cfg, setting, default=None, throw_on_resolution_failure=False)
+        if isinstance(asked, int) and isinstance(wanted, int) and asked != wanted:
+            raise CommandLineError(f"hydra.launcher.{key}={asked} but {setting}={wanted}: every job would start"
+                                   f" {asked} {'node' if key == 'nodes' else 'task'}(s) where the run expects"
+                                   f" {wanted}, and be refused once scheduled; valid: leave hydra.launcher.{key} out"
+                                   f" (it follows {setting}), or set {setting}={asked}")
+
+
 def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: str) -> None:
     """Every job of a grid sweep has a run dir of its own, checked before the sweep dir is made.
 
@@ -1431,6 +1448,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         if sweeping:  # -m, or a sweep config that sets Hydra's mode
             _check_sweeper_counts(cfg)
             _check_launcher_folder(cfg)
+            _check_slurm_shape(cfg)
             _check_swept_values(config_name, overrides, cfg)
         if config_name == "eval":
             check_devices(cfg)
@@ -1582,13 +1600,31 @@ def _check_rendezvous_variables() -> None:
     address = os.environ.get("MASTER_ADDR", "")
     if address:
         try:
-            socket.getaddrinfo(address, None)
+            found = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
         except (OSError, UnicodeError) as err:
             reason = getattr(err, "strerror", None) or type(err).__name__
             raise CommandLineError(f"environment variable MASTER_ADDR={address} does not resolve ({reason}): the run's"
                                    " processes would wait for each other there forever; valid: a host name or address"
                                    " of this cluster, or unset it (the run's own processes meet on this machine)"
                                    ) from None
+        if not _external_launch() and not any(_binds(family, sockaddr[0]) for family, *_, sockaddr in found):
+            # the run's own processes meet at its rank 0, on this machine: an address of another host (one left
+            # from a cluster shell) had every rank wait to connect there forever, deaf to SIGTERM
+            raise CommandLineError(f"environment variable MASTER_ADDR={address} is not an address of this machine,"
+                                   " where the run starts its own processes and they meet; valid: unset MASTER_ADDR,"
+                                   " or localhost (start the run under srun or torchrun to meet on another host)")
+
+
+def _binds(family: int, host: str) -> bool:
+    """Whether a socket of ``family`` can be bound to ``host`` here: whether it is an address of this machine."""
+    import socket
+
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+        return True
+    except OSError:
+        return False
 
 
 def _refuse_srun_variables() -> None:

@@ -635,6 +635,9 @@ def _refused_by_the_command_line(args: list[str], capsys: pytest.CaptureFixture,
      "hydra.launcher.additional_parameters.output={tmp}/other_run/slurm-%j.out is not inside the sweep dir {tmp}/sw"),
     (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.chdir={tmp}"],
      "hydra.launcher.additional_parameters.chdir={tmp} moves the jobs' working dir"),
+    # probe 13, i50: the launcher asked for one node where the run expects two
+    (["seed=0", "hydra/launcher=slurm", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2",
+      "hydra.launcher.nodes=1"], "hydra.launcher.nodes=1 but trainer.num_nodes=2: every job would start 1 node(s)"),
     # probe 13, i4b: sbatch takes an option's unique prefix (getopt_long)
     (["seed=0", "hydra/launcher=slurm", "+hydra.launcher.additional_parameters.chd={tmp}"],
      "hydra.launcher.additional_parameters.chd={tmp} moves the jobs' working dir"),
@@ -1837,6 +1840,9 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
      " set"),
     ({}, ["+hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR=/runs/other"], "hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR="),
     ({}, ["+hydra.job.env_set.WANDB_DIR=/runs/other"], "hydra.job.env_set.WANDB_DIR='/runs/other' is not a variable"),
+    # probe 13, i30: an address of another host (left from a cluster shell): every rank waited to connect there
+    ({"MASTER_ADDR": "192.0.2.1"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "environment variable MASTER_ADDR=192.0.2.1 is not an address of this machine"),
     # probe 13, i5: a blank after the host: torch's rendezvous looked up "localhost " forever, deaf to SIGTERM
     ({"MASTER_ADDR": "localhost "}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR='localhost ' has a blank around it"),
