@@ -41,14 +41,40 @@ def temp_dir_problem() -> str | None:
     given = os.environ[name]
     folder = os.path.realpath(given)
     while True:
-        for marker, kind in _MARKED.items():
-            if os.path.lexists(os.path.join(folder, marker)):
-                return (f"{name}={given!r} lies in the {kind} {folder}, and torch and Lightning write their caches"
-                        f" into the temp dir as they start; valid: set {name} to a folder of its own (e.g. /tmp)")
+        kind = next((kind for marker, kind in _MARKED.items() if os.path.lexists(os.path.join(folder, marker))),
+                    None) or ("data root" if _laid_out_as_data(folder) else None)
+        if kind is not None:
+            return (f"{name}={given!r} lies in the {kind} {folder}, and torch and Lightning write their caches"
+                    f" into the temp dir as they start; valid: set {name} to a folder of its own (e.g. /tmp)")
         parent = os.path.dirname(folder)
         if parent == folder:
             return None
         folder = parent
+
+
+# What a class folder's images are named (torchvision's image extensions)
+_IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def _laid_out_as_data(folder: str) -> bool:
+    """Whether ``folder`` is laid out as a dataset without a marker (hand data): ImageFolder's ``train/`` and
+    ``val/`` with a class folder of images, or COCO's ``annotations/`` beside an image folder. A few listings."""
+    import os
+
+    if os.path.isdir(os.path.join(folder, "annotations")) and any(
+            os.path.isdir(os.path.join(folder, split)) for split in ("train2017", "val2017")):
+        return True
+    if not all(os.path.isdir(os.path.join(folder, split)) for split in ("train", "val")):
+        return False
+    try:
+        with os.scandir(os.path.join(folder, "train")) as classes:
+            for entry in classes:
+                if entry.is_dir() and not entry.name.startswith("."):
+                    with os.scandir(entry.path) as images:
+                        return any(e.name.lower().endswith(_IMAGE_SUFFIXES) for e in images)
+    except OSError:
+        return False
+    return False
 
 
 def guard_imports(name: str) -> None:

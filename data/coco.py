@@ -197,6 +197,19 @@ def _json_kind(value: Any) -> str:
         type(value), "null")
 
 
+def _section_problem(dataset: dict[str, Any]) -> str:
+    """The first section of a COCO file (``images``, ``annotations``, ``categories``) that is not a list of objects,
+    named with what it is, or ''. pycocotools iterates an object (``"categories": {}``) as an empty list."""
+    for section in ("images", "annotations", "categories"):
+        records = dataset.get(section)
+        if section in dataset and not isinstance(records, list):
+            return f"{section} is {_json_kind(records)}, expected a list of objects"
+        bad = next((i for i, record in enumerate(records or []) if not isinstance(record, dict)), None)
+        if bad is not None:
+            return f"{section}[{bad}] is {_json_kind(records[bad])}, expected an object"
+    return ""
+
+
 def _structure_problem(ann_file: Path) -> str:
     """The first place where ``ann_file`` is not shaped as COCO's format says, e.g. ``"images is a string, expected
     a list of objects"`` or ``"image id None is not an integer"`` (pycocotools, which indexes every section by id,
@@ -207,13 +220,9 @@ def _structure_problem(ann_file: Path) -> str:
         return ""
     if not isinstance(dataset, dict):
         return f"the file holds {_json_kind(dataset)}, expected an object"
-    for section in ("images", "annotations", "categories"):
-        records = dataset.get(section)
-        if section in dataset and not isinstance(records, list):
-            return f"{section} is {_json_kind(records)}, expected a list of objects"
-        bad = next((i for i, record in enumerate(records or []) if not isinstance(record, dict)), None)
-        if bad is not None:
-            return f"{section}[{bad}] is {_json_kind(records[bad])}, expected an object"
+    problem = _section_problem(dataset)
+    if problem:
+        return problem
     for section, kind, key in (("images", "image", "id"), ("categories", "category", "id"),
                                ("annotations", "annotation", "id"), ("annotations", "annotation image", "image_id"),
                                ("annotations", "annotation category", "category_id")):
@@ -261,6 +270,10 @@ class CocoDetectionDataset(CocoDetection):
                 f"{ann_file} is not a COCO annotation file ({problem}); expected a JSON object with lists of objects"
                 " named images, annotations and categories"
             ) from None
+        problem = _section_problem(self.coco.dataset)  # what pycocotools let through (an object for a list)
+        if problem:
+            raise DataConfigError(f"{ann_file} is not a COCO annotation file ({problem}); expected a JSON object with"
+                                  " lists of objects named images, annotations and categories")
         self.detr_transforms = transforms
         self.label_to_cat: list[int] = sorted(self.coco.cats.keys())
         self.cat_to_label = {cat: i for i, cat in enumerate(self.label_to_cat)}
@@ -771,6 +784,11 @@ class CocoDataModule(L.LightningDataModule):
         if not self.root.is_dir():
             raise CocoLayoutError(f"data.root={self.root} {absent_folder(self.root)}; {LAYOUT}")
         folder, ann = self.paths(split)
+        for path in (folder, ann):
+            if os.path.islink(path) and not path.exists():  # a loop, or a target that is gone: not "missing"
+                raise CocoLayoutError(f"{path} is a symlink that leads nowhere ({os.readlink(path)}: a link loop or a"
+                                      f" target that does not exist); valid: a link to the real {path.name}, or the"
+                                      " file itself")
         if ann.exists() and not ann.is_file():
             raise CocoLayoutError(f"{ann} is not a plain file (a folder, FIFO, socket or device); valid: the COCO"
                                   " annotation file (JSON)")

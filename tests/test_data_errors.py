@@ -220,6 +220,20 @@ def test_hand_coco_data_without_its_train_split_is_refused_before_the_run_dir(tm
     module.check_on_disk(None)  # both splits there
 
 
+def test_a_coco_annotation_file_that_is_a_link_loop_is_named_as_one(tmp_path: Path) -> None:
+    """Probe 13, j98: a symlink loop in the place of the annotation file was reported as a missing file."""
+    from data.coco import CocoLayoutError
+
+    _write_coco(tmp_path, GOOD, split="train")
+    _write_coco(tmp_path, GOOD[:1])
+    ann = tmp_path / "annotations" / "instances_val2017.json"
+    ann.unlink()
+    ann.symlink_to(ann)
+    with pytest.raises(CocoLayoutError) as err:
+        CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+    assert _one_line(err).startswith(f"{ann} is a symlink that leads nowhere ({ann}: a link loop or a target")
+
+
 def test_hand_coco_data_whose_val_split_is_its_train_split_is_refused(tmp_path: Path) -> None:
     """Probe 13, j15: ``val2017`` a symlink to ``train2017`` with a copy of the training annotations trained and
     validated on the same images, and the result was counted. One line before the run dir, as for one folder."""

@@ -937,6 +937,8 @@ def test_an_id_that_is_not_an_integer_is_named(tmp_path: Path, image_id: object,
     ({"images": [], "annotations": {"id": 1}, "categories": []}, "annotations is an object, expected a list"),
     ({"images": [3], "annotations": [], "categories": []}, "images[0] is a number, expected an object"),
     ({"images": [], "annotations": [], "categories": [None]}, "categories[0] is null, expected an object"),
+    # probe 13, j117: an object where the list belongs passes pycocotools, which iterates it as an empty list
+    ({"images": [], "annotations": [], "categories": {}}, "categories is an object, expected a list of objects"),
 ])
 def test_a_section_of_the_wrong_json_type_is_named(tmp_path: Path, dataset: dict, problem: str) -> None:
     ann_file = tmp_path / "annotations" / "instances_val2017.json"
