@@ -111,30 +111,30 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 
 def replace_durably(tmp: str | os.PathLike, path: Path) -> None:
-    """Flush ``tmp``, rename it over ``path`` and flush the folder: after a crash, old or new, never half."""
+    """Flush ``tmp``, give it the mode ``path`` is to have (`_mode_for`), rename it over ``path`` and flush the
+    folder: after a crash, old or new, never half."""
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
+        os.fchmod(f.fileno(), _mode_for(path))
     os.replace(tmp, path)
     fsync_dir(path.parent)
 
 
 def temp_path_for(path: Path) -> str:
-    """A new temporary file next to ``path`` (closed, empty) for an atomic write of it, with the mode the file
-    will have (`_mode_for`): mkstemp's 0600 would replace a shared run's readable records with private ones."""
+    """A new temporary file next to ``path`` (closed, empty, this user's alone until `replace_durably` gives it
+    its mode) for an atomic write of it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-    try:
-        os.fchmod(fd, _mode_for(path))
-    finally:
-        os.close(fd)
+    os.close(fd)
     return tmp
 
 
 def _mode_for(path: Path) -> int:
-    """The permission bits a file written at ``path`` gets: those of the plain file it replaces (a read-only
-    README stays read-only), else what ``open`` gives a new file under the process's umask."""
+    """The permission bits a file written at ``path`` gets: those of the plain file it replaces where its owner
+    may read it (a read-only README stays read-only; a record damaged to mode 000 is written readable again),
+    else what ``open`` gives a new file under the process's umask. mkstemp's 0600 made every record private."""
     try:
         st = os.stat(path, follow_symlinks=False)
-        if stat.S_ISREG(st.st_mode):
+        if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IRUSR:
             return stat.S_IMODE(st.st_mode)
     except OSError:
         pass

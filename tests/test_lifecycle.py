@@ -908,6 +908,10 @@ def test_an_atomic_write_gives_the_file_the_mode_of_the_one_it_replaces_or_of_th
         atomic_write_bytes(tmp_path / "readme.md", b"y")
         assert stat.S_IMODE((tmp_path / "readme.md").stat().st_mode) == 0o444
         assert (tmp_path / "readme.md").read_bytes() == b"y"
+        (tmp_path / "damaged.json").write_text("{}")
+        (tmp_path / "damaged.json").chmod(0)  # a record damaged to mode 000 is written readable again
+        atomic_write_bytes(tmp_path / "damaged.json", b"{}")
+        assert stat.S_IMODE((tmp_path / "damaged.json").stat().st_mode) == 0o644
         os.umask(0o077)
         atomic_write_bytes(tmp_path / "private.json", b"{}")
         assert stat.S_IMODE((tmp_path / "private.json").stat().st_mode) == 0o600
