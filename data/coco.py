@@ -765,6 +765,22 @@ class CocoDataModule(L.LightningDataModule):
             for split in ("train", "val"):
                 self._check(split)
             self._check_separate_splits()
+            self._check_val_has_boxes()
+
+    def _check_val_has_boxes(self) -> None:
+        """The val annotation file (COCO's is tens of MB, read in a second) lists a non-crowd box: without one AP
+        is undefined, which setup found only after the run dir was made. A file that does not parse is named by
+        setup, with the line of its error."""
+        ann = self.paths("val")[1]
+        try:
+            with ann.open() as f:
+                annotations = json.load(f).get("annotations")
+        except (OSError, ValueError, RecursionError, AttributeError):
+            return
+        if isinstance(annotations, list) and not any(
+                isinstance(a, dict) and a.get("iscrowd", 0) == 0 for a in annotations):
+            raise CocoLayoutError(f"{ann} has no ground truth: none of its {len(annotations)} annotations is a"
+                                  " non-crowd box (iscrowd 0); the val split needs some, else AP would be undefined")
 
     def _check_separate_splits(self) -> None:
         """The val split is not the training split under another name: one image folder (a symlink), or one

@@ -220,6 +220,20 @@ def test_hand_coco_data_without_its_train_split_is_refused_before_the_run_dir(tm
     module.check_on_disk(None)  # both splits there
 
 
+def test_hand_coco_val_annotations_without_a_box_are_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """Probe 13, j41: ``"annotations": []`` in the val file was refused at setup, after the run dir was made."""
+    from data.coco import CocoLayoutError
+
+    _write_coco(tmp_path, GOOD, split="train")
+    ann = _write_coco(tmp_path, [])
+    with pytest.raises(CocoLayoutError) as err:
+        CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+    assert _one_line(err) == (f"{ann} has no ground truth: none of its 0 annotations is a non-crowd box (iscrowd 0);"
+                              " the val split needs some, else AP would be undefined")
+    _write_coco(tmp_path, GOOD[1:])
+    CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+
+
 def test_a_coco_annotation_file_that_is_a_link_loop_is_named_as_one(tmp_path: Path) -> None:
     """Probe 13, j98: a symlink loop in the place of the annotation file was reported as a missing file."""
     from data.coco import CocoLayoutError
