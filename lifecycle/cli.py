@@ -1550,7 +1550,7 @@ LOADER_PREFIXES = ("PYTHON", "LD_", "DYLD_")
 # and the data dir are taken too: each is checked as a destination (`_check_temp_dir`, `check_data_root`).
 ENV_SET_FAMILIES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "NCCL_", "GLOO_", "CUDA_", "CUBLAS_", "PYTORCH_", "TORCH_",
                     "WANDB_", "TOKENIZERS_")
-ENV_SET_PATH_WORDS = ("DIR", "PATH", "HOME", "CACHE", "FILE", "ROOT", "PREFIX", "LIB", "PLUGIN", "SOCKET")
+ENV_SET_PATH_WORDS = ("DIR", "PATH", "HOME", "CACHE", "FILE", "ROOT", "PREFIX", "LIB", "PLUGIN")
 ENV_SET_CHECKED = ("TMPDIR", "TEMP", "TMP", "RPE_DATA_DIR")
 
 

@@ -1898,6 +1898,17 @@ def test_a_launch_variable_is_judged_for_every_job_of_a_sweep(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_env_set_takes_the_settings_of_the_libraries_a_run_uses() -> None:
+    """What a researcher sets for a job (threads, devices, NCCL's network, the tracker) is taken; what names a file or
+    folder, or anything outside those families, is not (probe 13, i1)."""
+    allowed = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG",
+               "PYTORCH_CUDA_ALLOC_CONF", "TORCH_DISTRIBUTED_DEBUG", "WANDB_PROJECT", "TMPDIR", "RPE_DATA_DIR")
+    refused = ("HOME", "XDG_CONFIG_HOME", "TORCH_HOME", "TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH",
+               "NCCL_DEBUG_FILE", "WANDB_DIR", "GIT_DIR", "MPLCONFIGDIR", "RPE_DDP_WORKER_CONFIG")
+    assert all(cli.env_set_allowed(name) for name in allowed)
+    assert not any(cli.env_set_allowed(name) for name in refused)
+
+
 def test_rank_0_of_a_one_process_run_is_what_it_would_be_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                                 ) -> None:
     """LOCAL_RANK=0 (an interactive SLURM shell's SLURM_PROCID=0) with one process: nothing to refuse."""
