@@ -21,7 +21,7 @@ import logging
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -657,10 +657,10 @@ def _categories(ann_file: Path) -> list[int]:
 CATEGORIES_STATE = "categories"
 
 
-def recorded_categories(checkpoint: Any) -> list[tuple[int, str]] | None:
+def recorded_categories(checkpoint: Mapping[str, Any]) -> list[tuple[int, str]] | None:
     """``[(category id, name), ...]`` in label order that a checkpoint's model was trained on; None where it
     records none (a checkpoint saved before they were recorded, or of other data)."""
-    state = checkpoint.get(CocoDataModule.__qualname__) if isinstance(checkpoint, dict) else None
+    state = checkpoint.get(CocoDataModule.__qualname__)
     pairs = state.get(CATEGORIES_STATE) if isinstance(state, dict) else None
     if not (isinstance(pairs, list) and pairs and all(
             isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], int) and isinstance(p[1], str)

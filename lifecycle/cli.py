@@ -1627,9 +1627,11 @@ def _binds(family: int, host: str) -> bool:
         return False
 
 
-def _refuse_srun_variables() -> None:
-    """Lightning's own check of a SLURM job's task variables, which it runs when it builds the Trainer (inside the
-    job, after the run dir): ``sbatch --ntasks=2`` with train.py started without srun is refused before any dir."""
+def _refuse_slurm_job_mismatch(devices: Any, nodes: Any) -> None:
+    """Lightning's own checks of a SLURM job, which it runs when it builds the Trainer (inside the job, after the
+    run dir), run before any dir: its task variables (``sbatch --ntasks=2`` with train.py started without srun),
+    and its tasks per node and nodes against ``trainer.devices`` and ``trainer.num_nodes`` (a one-task job with
+    ``trainer.devices=2``)."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     if not SLURMEnvironment.detect():
@@ -1642,15 +1644,7 @@ def _refuse_srun_variables() -> None:
                                f" refuses this SLURM job ({one_line(err).replace('`', '')}); valid: sbatch"
                                " --ntasks-per-node=<n> with trainer.devices=<n>, and start train.py under srun"
                                ) from None
-
-
-def _refuse_slurm_task_counts(devices: Any, nodes: Any) -> None:
-    """Lightning's own check of a SLURM job's tasks per node and nodes against ``trainer.devices`` and
-    ``trainer.num_nodes``, which it runs when it builds the Trainer (inside the job, after the run dir): a
-    one-task ``sbatch`` job with ``trainer.devices=2`` is refused before any dir."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
-    if not (SLURMEnvironment.detect() and isinstance(devices, int) and isinstance(nodes, int)):
+    if not (isinstance(devices, int) and isinstance(nodes, int)):
         return
     try:
         SLURMEnvironment().validate_settings(num_devices=devices, num_nodes=nodes)
@@ -1685,12 +1679,11 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
                                    " at another folder's files; valid: the variables of "
                                    f"{', '.join(f + '*' for f in ENV_SET_FAMILIES)} without a path in them, and"
                                    f" {', '.join(ENV_SET_CHECKED)}; set others in the shell that starts the command")
-    _refuse_srun_variables()
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)
     nodes = OmegaConf.select(cfg, "trainer.num_nodes", default=1)
-    _refuse_slurm_task_counts(OmegaConf.select(cfg, "trainer.devices", default=None), nodes)
+    _refuse_slurm_job_mismatch(OmegaConf.select(cfg, "trainer.devices", default=None), nodes)
     # run by srun: the SLURM launcher starts the jobs of a sweep; a single run (no -m) never reaches it
     scheduled = current().sweeping and "Slurm" in str(OmegaConf.select(cfg, "hydra.launcher._target_", default="")
                                                        or "")

@@ -285,7 +285,7 @@ def check_run_categories(datamodule: Any, checkpoint: Mapping[str, Any], what: s
     is not checked; other data modules have `check_run_classes`."""
     from data.coco import CocoDataModule, categories_difference, category_names, recorded_categories
 
-    recorded = recorded_categories(dict(checkpoint))
+    recorded = recorded_categories(checkpoint)
     if recorded is None or not isinstance(datamodule, CocoDataModule):
         return
     datamodule.setup("test")  # reads the val split's annotation file, which the test reads anyway
