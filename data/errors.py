@@ -50,6 +50,17 @@ def load_rgb_image(path: str | Path) -> Image.Image:
         raise DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})") from None
 
 
+def image_size(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of the image at ``path`` from its header alone (no pixels decoded); a file PIL cannot
+    identify is a `DataConfigError` naming it, as in `load_rgb_image`."""
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except Exception as err:  # any failure to identify this one file is reported as this file's
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})") from None
+
+
 def _to_rgb(path: str | Path, image: Image.Image) -> Image.Image:
     """``image`` as 8-bit RGB. PIL's own conversion clips 16-bit grey values above 255 (most of the range) to
     white, so 16-bit images are scaled to 8 bits; 32-bit integer or float pixels have no known range."""

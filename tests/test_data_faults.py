@@ -1047,17 +1047,23 @@ def test_box_within_the_tolerance_is_clipped_for_training_and_evaluation(tmp_pat
     assert evaluate_coco(ds.coco, detection)["AP"] == pytest.approx(100.0)
 
 
-def test_image_whose_size_differs_from_the_file_is_refused(tmp_path: Path) -> None:
+def test_image_whose_size_differs_from_the_file_is_refused_at_setup(tmp_path: Path) -> None:
+    """Found from the image's header when the dataset is built (before any run dir), not when a batch reaches
+    the image; a file replaced after that is still caught when loaded."""
     ann_file = _write_coco(tmp_path, GOOD)
+    expected = (f"image {tmp_path / 'val2017' / 'b.png'} is 60x40 pixels but {ann_file} records 50x40 for image"
+                " id 10; fix its width and height")
     Image.new("RGB", (60, 40)).save(tmp_path / "val2017" / "b.png")
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err) == expected
+    Image.new("RGB", (50, 40)).save(tmp_path / "val2017" / "b.png")
     ds = _dataset(tmp_path)
+    Image.new("RGB", (60, 40)).save(tmp_path / "val2017" / "b.png")
     ds[0]
     with pytest.raises(DataConfigError) as err:
         ds[1]
-    assert _one_line(err) == (
-        f"image {tmp_path / 'val2017' / 'b.png'} is 60x40 pixels but {ann_file} records 50x40 for image id 10; "
-        "fix its width and height"
-    )
+    assert _one_line(err) == expected
 
 
 def test_a_root_that_cannot_be_made_names_data_root(tmp_path: Path) -> None:
