@@ -59,6 +59,49 @@ def has_coco_layout(root: str | os.PathLike) -> bool:
     return any(folder.is_dir() and ann.is_file() for folder, ann in (coco_paths(root, s) for s in ("train", "val")))
 
 
+_CHECKED_DATA: set[tuple] = set()
+"""Hand COCO data this process has checked before a run dir (`CocoDataModule.check_on_disk`), by its files'
+identities and the settings that judge them."""
+
+
+def _file_identity(path: Path) -> tuple:
+    """What changes when ``path`` (a file or folder, links followed) is replaced or rewritten."""
+    info = path.stat()
+    return os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _file_identities(folder: Path) -> dict[tuple[int, int], str]:
+    """``{(st_dev, st_ino): path relative to folder}`` of every file below ``folder``, links to files and folders
+    followed, each folder walked once. From directory listings (a stat only for links): 118k COCO images take
+    well under a second."""
+    found: dict[tuple[int, int], str] = {}
+    walked: set[str] = set()
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        real = os.path.realpath(current)
+        if real in walked:
+            continue
+        walked.add(real)
+        try:
+            device = os.stat(current).st_dev
+            entries = list(os.scandir(current))
+        except OSError:  # an unreadable folder is named when its images are read
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    pending.append(Path(entry.path))
+                elif entry.is_symlink():
+                    info = entry.stat()
+                    found.setdefault((info.st_dev, info.st_ino), os.path.relpath(entry.path, folder))
+                elif entry.is_file():
+                    found.setdefault((device, entry.inode()), os.path.relpath(entry.path, folder))
+            except OSError:  # a link that leads nowhere is no training image
+                continue
+    return found
+
+
 class CocoLayoutError(DataConfigError):
     """The COCO root is missing or incomplete; the one-line message names the path and the layout."""
 
@@ -783,29 +826,53 @@ class CocoDataModule(L.LightningDataModule):
         return coco_paths(self.root, split)
 
     def check_on_disk(self, world_size: int | None) -> None:
-        """Before a run dir is made: data that is not generated has both splits' image folders and annotation
-        files, each a JSON object at its start (`_check`; their contents are read at setup). ``world_size`` is
-        the data modules' common argument, unused here."""
-        if self.generator is None:
-            for split in ("train", "val"):
-                self._check(split)
-            self._check_separate_splits()
-            self._check_val_has_boxes()
-
-    def _check_val_has_boxes(self) -> None:
-        """The val annotation file (COCO's is tens of MB, read in a second) lists a non-crowd box: without one AP
-        is undefined, which setup found only after the run dir was made. A file that does not parse is named by
-        setup, with the line of its error."""
-        ann = self.paths("val")[1]
-        try:
-            with ann.open() as f:
-                annotations = json.load(f).get("annotations")
-        except (OSError, ValueError, RecursionError, AttributeError):
+        """Before a run dir is made: data that is not generated is read and checked as `setup` reads it (both
+        splits' folders and annotation files, every record and image size, the categories, ground truth in each
+        split), and its val split must not be its training split (`_check_separate_splits`,
+        `_check_separate_images`). The datasets built here are dropped; the same files are passed in this process
+        once (a sweep's jobs check one dataset once). ``world_size`` is the data modules' common argument, unused
+        here."""
+        if self.generator is not None:
             return
-        if isinstance(annotations, list) and not any(
-                isinstance(a, dict) and a.get("iscrowd", 0) == 0 for a in annotations):
-            raise CocoLayoutError(f"{ann} has no ground truth: none of its {len(annotations)} annotations is a"
-                                  " non-crowd box (iscrowd 0); the val split needs some, else AP would be undefined")
+        for split in ("train", "val"):
+            self._check(split)
+        self._check_separate_splits()
+        key = (self.invalid_boxes, self.num_classes, *(_file_identity(path) for split in ("train", "val")
+                                                       for path in self.paths(split)))
+        if key in _CHECKED_DATA:
+            return
+        try:
+            self.val_set = self._build("val")  # the smaller split first: its faults are named in seconds
+            self._check_separate_images(self.val_set)
+            self.train_set = self._build("train")
+            self._check_built()
+        finally:
+            self.train_set = self.val_set = None
+        _CHECKED_DATA.add(key)
+
+    def _check_separate_images(self, val_set: CocoDetectionDataset) -> None:
+        """No val image is a training image: the same file (a hard or symbolic link), or a file of the same name
+        and bytes in the training folder (a copy). One such image would be validated on after training on it.
+        The training folder is listed, not read: names and inode numbers only."""
+        train_folder = self.paths("train")[0]
+        train_files = _file_identities(train_folder)
+        for image in val_set.coco.dataset.get("images", []):
+            name = image["file_name"]
+            path = Path(val_set.root, name)
+            try:
+                info = path.stat()
+            except OSError:
+                continue
+            same = train_files.get((info.st_dev, info.st_ino))
+            if same is None:
+                twin = train_folder / name
+                if twin.is_file() and twin.stat().st_size == info.st_size and filecmp.cmp(twin, path, shallow=False):
+                    same = name
+            if same is not None:
+                raise CocoLayoutError(
+                    f"data.root={self.root}: val image {os.path.relpath(path, self.root)} (image id {image['id']}) is"
+                    f" {train_folder.name}/{same} (a link or a copy of it): the run would be validated on its"
+                    " training images; valid: a val split of images of its own")
 
     def _check_separate_splits(self) -> None:
         """The val split is not the training split under another name: one image folder (a symlink), or one
@@ -849,9 +916,18 @@ class CocoDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = CocoDetectionDataset(*self._check("train"), self.train_tf, self.invalid_boxes)
+            self.train_set = self._build("train")
         if self.val_set is None:
-            self.val_set = CocoDetectionDataset(*self._check("val"), self.eval_tf, self.invalid_boxes)
+            self.val_set = self._build("val")
+        self._check_built()
+
+    def _build(self, split: str) -> CocoDetectionDataset:
+        """The dataset of ``split``, its annotation file checked against itself and its images."""
+        transforms = self.train_tf if split == "train" else self.eval_tf
+        return CocoDetectionDataset(*self._check(split), transforms, self.invalid_boxes)
+
+    def _check_built(self) -> None:
+        """The splits built so far each hold ground truth, list the same categories, as many as the config's."""
         for split, dataset in (("train", self.train_set), ("val", self.val_set)):
             if dataset is not None and dataset.num_ground_truth == 0:
                 why = "AP would be undefined" if split == "val" else "there would be nothing to learn"

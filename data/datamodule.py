@@ -691,7 +691,7 @@ class ImageFolderDataModule(L.LightningDataModule):
         folders must exist, each class folder must hold an image (by name), the class folders must pass
         `_check_classes`, the training split must hold a batch per device (``world_size``, None where the
         machine decides: then one, which refuses only what no device count would allow), and the val split an
-        image per device."""
+        image per device. Hand data is then set up as a run sets it up (see below)."""
         try:
             if not self.root.is_dir() or (self.generator is not None and read_marker(self.root) is None):
                 return
@@ -716,6 +716,14 @@ class ImageFolderDataModule(L.LightningDataModule):
         if world_size is not None:  # every device evaluates a share of the val split (`EvaluationSampler`)
             val_dir = self.root / self.val_split
             check_evaluation_world(count_images(val_dir, world_size), world_size, str(val_dir))
+        if self.generator is None:
+            # Hand data: the splits `setup` decodes whole (a deterministic transform, small enough to keep) are
+            # decoded now, into this process's cache that setup then reads, so an image that cannot be read is
+            # named before the run dir. A split too large to keep, or augmented, is read by its batches.
+            try:
+                self.setup("fit")
+            finally:
+                self.train_set = self.val_set = None
 
     def _check_batch_fits(self, per_rank: int) -> None:
         if per_rank < self.batch_size:

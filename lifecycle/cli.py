@@ -1679,6 +1679,12 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
                                    " at another folder's files; valid: the variables of "
                                    f"{', '.join(f + '*' for f in ENV_SET_FAMILIES)} without a path in them, and"
                                    f" {', '.join(ENV_SET_CHECKED)}; set others in the shell that starts the command")
+        value = str(env_set[name])
+        if str(name) not in ENV_SET_CHECKED and ("/" in value or os.sep in value or value.startswith("~")):
+            # a setting whose name says no path may still take one (TORCH_LOGS_OUT: a log file torch opens on import)
+            raise CommandLineError(f"hydra.job.env_set.{name}={value!r} names a path, which a library would write to"
+                                   " or read from beside the run's checks (another run's dir, say); valid: a value"
+                                   " without a path, or set it in the shell that starts the command")
     from lifecycle.settings import configured_world_size
 
     world = configured_world_size(cfg)

@@ -1840,6 +1840,10 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
      " set"),
     ({}, ["+hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR=/runs/other"], "hydra.job.env_set.TORCHINDUCTOR_CACHE_DIR="),
     ({}, ["+hydra.job.env_set.WANDB_DIR=/runs/other"], "hydra.job.env_set.WANDB_DIR='/runs/other' is not a variable"),
+    # probe 14, k2: a library setting whose name says no path, but which takes one: torch opened a log file there
+    ({}, ["+hydra.job.env_set.TORCH_LOGS_OUT=/runs/other/torch.log"],
+     "hydra.job.env_set.TORCH_LOGS_OUT='/runs/other/torch.log' names a path"),
+    ({}, ["+hydra.job.env_set.NCCL_DEBUG='~/x'"], "hydra.job.env_set.NCCL_DEBUG='~/x' names a path"),
     # probe 13, i30: an address of another host (left from a cluster shell): every rank waited to connect there
     ({"MASTER_ADDR": "192.0.2.1"}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR=192.0.2.1 is not an address of this machine"),

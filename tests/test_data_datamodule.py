@@ -206,6 +206,28 @@ def test_hidden_folders_are_never_classes(tmp_path: Path) -> None:
     assert sorted(scan_content(root)[0]["train"]) == names
 
 
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_an_unreadable_hand_image_is_named_by_the_check_before_the_run_dir(tmp_path: Path, split: str) -> None:
+    """Probe 14, l52: a 0-byte image in hand ImageFolder data was named by setup, after the run dir was made.
+    ``check_on_disk`` decodes what setup decodes (splits with a fixed transform, into the process's cache), so
+    setup then reads the cache, not the files again."""
+    from data import memory
+
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=2, img_size=16)
+    empty = root / split / "class_001" / "zz_empty.png"
+    empty.write_bytes(b"")
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
+    with pytest.raises(DataConfigError) as info:
+        dm.check_on_disk(1)
+    assert str(info.value).startswith(f"image {empty} cannot be read (UnidentifiedImageError"), info.value
+    empty.unlink()
+    dm.check_on_disk(1)
+    assert dm.train_set is None and dm.val_set is None
+    cached = len(memory._cache)
+    dm.setup("fit")
+    assert len(memory._cache) == cached and isinstance(dm.val_set, memory.DecodedSplit)
+
+
 def test_class_folders_are_checked_on_disk_before_any_image_is_read(tmp_path: Path) -> None:
     """Probe case 61: an empty class folder, class names that differ between the splits and a class count other
     than data.num_classes are refused by ``check_on_disk`` (before the run dir), as ``setup`` refuses them."""

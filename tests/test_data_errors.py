@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def _write_coco(root: Path, anns: list[dict], split: str = "val") -> Path:
     (root / f"{split}2017").mkdir(parents=True, exist_ok=True)
     (root / "annotations").mkdir(exist_ok=True)
     for name in ("a.png", "b.png"):
-        Image.new("RGB", (50, 40), (100, 100, 100)).save(root / f"{split}2017" / name)
+        Image.new("RGB", (50, 40), (100, 100, 100 if split == "val" else 120)).save(root / f"{split}2017" / name)
     images = [{"id": 9, "file_name": "a.png", "width": 50, "height": 40},
               {"id": 10, "file_name": "b.png", "width": 50, "height": 40}]
     cats = [{"id": 2, "name": "two"}, {"id": 5, "name": "five"}]
@@ -235,6 +236,57 @@ def test_hand_coco_val_annotations_without_a_box_are_refused_before_the_run_dir(
                               " the val split needs some, else AP would be undefined")
     _write_coco(tmp_path, GOOD[1:])
     CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+
+
+@pytest.mark.parametrize("how", ["hard link", "symlink", "copy"])
+def test_hand_coco_val_images_that_are_training_images_are_refused_before_the_run_dir(tmp_path: Path, how: str) -> None:
+    """Probe 14, l54: val2017/ of hard links to the training images, under an annotation file re-serialised (other
+    bytes, same records), trained and validated on the same images, silently. One such image is refused, whether
+    a hard link, a symlink or a copy under its own name; an image of its own passes."""
+    from data.coco import CocoLayoutError
+
+    _write_coco(tmp_path, GOOD[:1], split="train")  # annotation files of other bytes
+    _write_coco(tmp_path, GOOD)
+    val_b = tmp_path / "val2017" / "b.png"
+    val_b.unlink()
+    if how == "hard link":
+        os.link(tmp_path / "train2017" / "b.png", val_b)
+    elif how == "symlink":
+        val_b.symlink_to(tmp_path / "train2017" / "b.png")
+    else:
+        shutil.copy(tmp_path / "train2017" / "b.png", val_b)
+    with pytest.raises(CocoLayoutError) as err:
+        CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+    assert _one_line(err) == (f"data.root={tmp_path}: val image val2017/b.png (image id 10) is train2017/b.png (a"
+                              " link or a copy of it): the run would be validated on its training images; valid: a"
+                              " val split of images of its own")
+    val_b.unlink()
+    Image.new("RGB", (50, 40), (7, 7, 7)).save(val_b)
+    CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+
+
+@pytest.mark.parametrize("damage", ["deep info", "width a string", "size mismatch"])
+def test_hand_coco_annotation_contents_are_checked_before_the_run_dir(tmp_path: Path, damage: str) -> None:
+    """Probe 14, l56, l58: a val annotation file nested 200000 deep inside ``info``, or an image's width given
+    as a string, was named by setup, after the run dir was made. The data module's check of data on disk reads
+    both files as setup does."""
+    _write_coco(tmp_path, GOOD, split="train")
+    ann = _write_coco(tmp_path, GOOD)
+    record = json.loads(ann.read_text())
+    if damage == "deep info":
+        ann.write_text(json.dumps(record)[:-1] + ', "info": ' + "[" * 200000 + "]" * 200000 + "}")
+        expected = f"{ann} is not a COCO annotation file: its arrays or objects nest deeper"
+    elif damage == "width a string":
+        record["images"][0]["width"] = "50"
+        ann.write_text(json.dumps(record))
+        expected = f"{ann}: image id 9 (a.png) has width '50' and height 40; expected its size in pixels"
+    else:
+        record["images"][0]["width"] = 51
+        ann.write_text(json.dumps(record))
+        expected = f"image {tmp_path / 'val2017' / 'a.png'} is 50x40 pixels but {ann} records 51x40 for image id 9"
+    with pytest.raises(DataConfigError) as err:
+        CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+    assert _one_line(err).startswith(expected), _one_line(err)
 
 
 def test_a_coco_annotation_file_that_is_a_link_loop_is_named_as_one(tmp_path: Path) -> None:
