@@ -39,7 +39,7 @@ from torchvision.transforms import v2
 
 from data.datamodule import evaluation_order, make_loader, trainer_world
 from data.errors import DataConfigError, absent_folder, image_size, load_rgb_image
-from data.generation import ensure_generated
+from data.generation import check_generated, ensure_generated
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -832,7 +832,8 @@ class CocoDataModule(L.LightningDataModule):
         `_check_separate_images`). The datasets built here are dropped; the same files are passed in this process
         once (a sweep's jobs check one dataset once). ``world_size`` is the data modules' common argument, unused
         here."""
-        if self.generator is not None:
+        if self.generator is not None:  # generated data edited since: refused here, not by the job's prepare_data
+            check_generated(self.root, shapes_generator(**self.generator))
             return
         for split in ("train", "val"):
             self._check(split)

@@ -17,7 +17,15 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from data.errors import DataConfigError, absent_folder, load_rgb_image, not_regular
-from data.generation import Generator, _plain, class_folders, ensure_generated, read_marker, resolve_generator
+from data.generation import (
+    Generator,
+    _plain,
+    check_generated,
+    class_folders,
+    ensure_generated,
+    read_marker,
+    resolve_generator,
+)
 from data.memory import decoded
 
 LAYOUT_HINT = (
@@ -697,6 +705,8 @@ class ImageFolderDataModule(L.LightningDataModule):
                 return
         except DataConfigError:  # a damaged marker: named by prepare_data, after the destination checks
             return
+        if self.generator is not None:  # generated data edited since: refused here, not by the job's prepare_data
+            check_generated(self.root, self.generator)
         classes = {}
         for split in (self.train_split, self.val_split):
             split_dir = self._check_split_dir(split)

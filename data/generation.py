@@ -548,6 +548,29 @@ def check_marker(root: Path, marker: dict[str, Any], expected: dict[str, Any]) -
         )
 
 
+class UnmarkedRootError(DataConfigError):
+    """A generator's root holds files but no completion marker: data put there by hand, or a half-made copy."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        super().__init__(f"data.root={root} exists but has no {MARKER_NAME} completion marker; it was not made by"
+                         " data.generator (delete it to regenerate, or set data.generator=null to use it as is)")
+
+
+def check_generated(root: str | Path, generator: Generator) -> None:
+    """The checks `ensure_generated` makes of data already generated at ``root`` (its marker against
+    ``generator``, its content against the marker's digest), writing nothing: run before a run dir, so that data
+    edited since its generation is refused there. Data not generated yet, and a marker without a sealed digest
+    (which `ensure_generated` checks by generating anew), are left to `ensure_generated`."""
+    root = Path(root).expanduser().absolute()
+    marker = read_marker(root)
+    if marker is None:
+        return
+    check_marker(root, marker, describe_generator(generator))
+    if marker.get(DIGEST_KEY) not in (None, _NOTHING_DIGESTED) and marker.get(SEAL_KEY) == seal(marker):
+        check_content(root, marker, generator, record=False)
+
+
 def ensure_generated(root: str | Path, generator: Generator) -> bool:
     """Run ``generator`` into ``root`` unless ``root`` already holds a completed generation.
 
@@ -610,10 +633,7 @@ def _generate_locked(root: Path, generator: Generator, expected: dict[str, Any],
         if root.is_dir() and not any(root.iterdir()):
             root.rmdir()  # an empty placeholder dir is harmless; the rename below needs it gone
         else:
-            raise DataConfigError(
-                f"data.root={root} exists but has no {MARKER_NAME} completion marker; it was not made by "
-                "data.generator (delete it to regenerate, or set data.generator=null to use it as is)"
-            )
+            raise UnmarkedRootError(root)
 
     tmp = new_temp_dir(root)
     try:

@@ -275,7 +275,14 @@ def generate_testset_data(cfg: DictConfig) -> Path:
     from storage.destinations import check_destination
 
     check_destination(datamodule.root, "testset.data.root", data_root=True)  # never inside a run or another dataset
-    datamodule.prepare_data()
+    from data.generation import MARKER_NAME, UnmarkedRootError
+
+    try:
+        datamodule.prepare_data()
+    except UnmarkedRootError as err:  # a test set's data is always generated: data.generator=null is no remedy
+        raise TestsetError(f"testset.data.root={err.root} exists but has no {MARKER_NAME} completion marker: it was"
+                           " not made by the test set's generator (a half-made or hand-made folder); delete it to"
+                           " regenerate it, or give the test set another testset.data.root") from None
     return Path(datamodule.root).expanduser().absolute()
 
 

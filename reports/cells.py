@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.collect import STATUSES, TESTSET_NAME, TESTSETS, Run
+from reports.collect import APE_RULE, STATUSES, TESTSET_NAME, TESTSETS, Run
 from reports.layouts import LAYOUTS, PAPER, Layout, PaperTable
 
 NOT_COUNTED = "runs not counted"  # the table of runs that no cell can hold (their config is unreadable)
@@ -106,9 +106,8 @@ class Cell:
 
     def testset_problems(self, column: str) -> list[tuple[Run, str, str]]:
         """``(run, file, why)`` of the cell's counted runs whose result for ``column``'s test set is not counted."""
-        name = column.split("@", 1)[0]  # a test set's name has no '@' (`collect.TESTSET_NAME`)
         return [(run, file, why) for run in self.runs if run.status == "ok" for file, why in run.testset_problems
-                if file == TESTSETS or _file_column(file).partition("@")[0] == name]
+                if file == TESTSETS or _concerns(_file_column(file), column)]
 
     def testset_text(self, column: str, metric: str, digits: int = 2) -> str:
         """The cell in a test-set column: ``mean ± std (n)`` over the seeds evaluated there, then ``k of N seeds
@@ -246,6 +245,14 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     return split
 
 
+def _concerns(result: str, column: str) -> bool:
+    """Whether a result file's ``<name>[@<rule>]`` belongs in ``column``: its test set, and its rule where both
+    have one (a result without a rule stands in every rule's column; a plain column takes every rule's)."""
+    name, _, rule = result.partition("@")  # a test set's name has no '@' (`collect.TESTSET_NAME`)
+    column_name, _, column_rule = column.partition("@")
+    return name == column_name and (not rule or not column_rule or rule == column_rule)
+
+
 def _file_column(file: str) -> str:
     """``testsets/<name>[@<rule>].json`` -> ``<name>[@<rule>]``."""
     return file.removeprefix(f"{TESTSETS}/").removesuffix(".json")
@@ -258,10 +265,13 @@ def testset_columns(layout: Layout, runs: list[Run]) -> list[str]:
     its plain column only where no result of it has a rule (module docstring)."""
     counted = [run for run in runs if run.status == "ok"]
     found = {column for run in counted for column, rule in run.testsets.items() if rule}
-    # a test set without a rule anywhere, or whose every result is not counted, gets its plain column
+    # a result not counted shows in its own rule's column (named by its file), so that two rules never share one
+    rejected = {_file_column(file) for run in counted for file, _ in run.testset_problems if file != TESTSETS}
+    found |= {column for column in rejected if "@" in column and TESTSET_NAME.fullmatch(column.partition("@")[0])
+              and APE_RULE.fullmatch(column.partition("@")[2])}
+    # a test set without a rule anywhere gets its plain column
     plain = {column for run in counted for column, rule in run.testsets.items() if rule is None}
-    plain |= {_file_column(file).partition("@")[0] for run in counted
-              for file, _ in run.testset_problems if file != TESTSETS}
+    plain |= {column.partition("@")[0] for column in rejected}
     found |= {name for name in plain if TESTSET_NAME.fullmatch(name)
               and not any(column.split("@", 1)[0] == name for column in found)}
     columns: list[str] = []

@@ -264,8 +264,8 @@ def read_csv(path: str | Path) -> list[dict[str, Any]]:
                 except ValueError as err:
                     raise ValueError(f"line {reader.line_num}: {err}") from None
                 records.append(record)
-        except csv.Error as err:
-            raise ValueError(f"line {reader.line_num}: {err}") from None
+        except csv.Error as err:  # the DictReader's count lags a row: the line being read is its reader's
+            raise ValueError(f"line {reader.reader.line_num}: {err}") from None
     return records
 
 

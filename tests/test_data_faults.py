@@ -409,11 +409,12 @@ def test_generated_data_changed_by_hand_is_refused(tmp_path: Path, edit, differe
     ensure_generated(root, FAKE)
     edit(root)
     dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE, num_classes=3)
-    with pytest.raises(DataConfigError) as err:
-        dm.prepare_data()
-    message = _one_line(err)
-    assert message.startswith(f"data.root={root} no longer holds what was generated (")
-    assert difference in message and message.endswith(f"delete {root} to regenerate it")
+    for check in (dm.check_on_disk, dm.prepare_data):  # before the run dir (probe 14, l123), and in the job
+        with pytest.raises(DataConfigError) as err:
+            check(1) if check == dm.check_on_disk else check()
+        message = _one_line(err)
+        assert message.startswith(f"data.root={root} no longer holds what was generated (")
+        assert difference in message and message.endswith(f"delete {root} to regenerate it")
 
 
 def _swap(root: Path) -> None:
@@ -452,6 +453,9 @@ def test_images_moved_replaced_or_edited_after_generation_are_refused(tmp_path: 
     marker = (root / MARKER_NAME).read_bytes()
     IMAGE_CHANGES[change](root)
     dm = ImageFolderDataModule(root=str(root), img_size=8, batch_size=2, num_workers=0, generator=FAKE, num_classes=3)
+    with pytest.raises(DataConfigError) as err:
+        dm.check_on_disk(1)  # before the run dir, as prepare_data below
+    assert "its images differ from the content digest" in _one_line(err)
     with pytest.raises(DataConfigError) as err:
         dm.prepare_data()
     assert _one_line(err) == (f"data.root={root} no longer holds what was generated (its images differ from the"
@@ -501,6 +505,9 @@ def test_generated_coco_data_edited_after_generation_is_refused(tmp_path: Path, 
     assert scan_content(root, marker["content"])[1] != marker[DIGEST_KEY]
     with pytest.raises(DataConfigError, match="no longer holds what was generated"):
         check_content(root, marker, generator)
+    settings = dict(num_train=2, num_val=3, image_size=(32, 32), object_size=(8, 12), max_objects=2)
+    with pytest.raises(DataConfigError, match="no longer holds what was generated"):  # before the run dir
+        CocoDataModule(root=str(root), generator=settings).check_on_disk(None)
 
 
 def test_an_older_coco_marker_whose_digest_covered_no_file_is_checked_by_regenerating(tmp_path: Path) -> None:

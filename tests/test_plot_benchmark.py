@@ -80,9 +80,10 @@ def test_out_inside_a_run_or_a_data_root_and_a_markdown_table_are_refused(
 
 
 @pytest.mark.parametrize(("body", "argv", "message"), [
-    # a record cut short (an editor's truncation) and a field past the csv module's limit were tracebacks
+    # a record cut short (an editor's truncation) and a field past the csv module's limit were tracebacks; the line
+    # named is the damaged one, not the header
     ("shift_mini,huang\n", [], "is not a make_tables.py CSV (line 2 has no col field)"),
-    ('"' + "x" * 200_000 + '"\n', [], "is not a make_tables.py CSV (line 1: field larger than field limit"),
+    ('"' + "x" * 200_000 + '"\n', [], "is not a make_tables.py CSV (line 2: field larger than field limit"),
     ("", ["--chance", "inf"], "argument --chance: 'inf' is not a top-1 in percent; valid: a number from 0 to 100"),
     ("", ["--chance", "nan"], "argument --chance: 'nan' is not a top-1 in percent"),
 ])

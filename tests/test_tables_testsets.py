@@ -159,6 +159,26 @@ def test_each_ape_rule_is_its_own_column_and_a_run_without_a_table_stands_in_eac
     assert rows["k"][f"{INTERPOLATE} (no APE)"] == "87.00 ± 2.83 (n=2)"
 
 
+def test_results_not_counted_stay_in_their_own_rules_column(tmp_path: Path) -> None:
+    """Probe 14, l38b: a run's two results not counted (one per APE rule) were shown under the bare test-set name,
+    "2 not counted" in one column, which the legend says means that no run has an absolute table. Each is
+    counted against its own rule's column; a run without a table stands in each."""
+    runs = _own_runs(tmp_path)
+    no_ape = _run(tmp_path, K_NO_APE, 0, 90.0)
+    for rule in ("extend", "interpolate"):
+        _result(runs[(K, 0)], 60.0, ape_rule=rule, images_read=8)  # partial tests: never counted
+    _result(no_ape, 85.0, ape_rule=None, images_read=8)
+    table = _table(tmp_path)
+    extend = f"{RIGHT}@extend"
+    assert table.testsets == [extend, INTERPOLATE]
+    k = table.cells[("k", "with APE")]
+    for column in (extend, INTERPOLATE):
+        assert [file for _, file, _ in k.testset_problems(column)] == [f"testsets/{column}.json"]
+        assert k.testset_text(column, "val/top1") == "0 of 2 seeds evaluated, 1 not counted"
+        assert [file for _, file, _ in table.cells[("k", "no APE")].testset_problems(column)] == [
+            f"testsets/{RIGHT}.json"]
+
+
 def test_a_test_set_without_any_rule_gets_its_plain_column(tmp_path: Path) -> None:
     no_ape = [_run(tmp_path, K_NO_APE, seed, top1) for seed, top1 in ((0, 90.0), (1, 92.0))]
     _result(no_ape[0], 85.0, ape_rule=None)

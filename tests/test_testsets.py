@@ -836,6 +836,23 @@ def test_test_sets_that_would_share_one_data_folder_are_refused_before_anything(
     refuse_shared_roots({"a": one, "b": data / "one_b", "c": None})  # a name that only begins alike is its own
 
 
+def test_generate_testsets_names_a_test_sets_own_remedy_for_a_folder_without_its_marker(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Probe 14, l36: a test set's folder without its completion marker (a half-made leftover) was refused with the
+    training remedy "set data.generator=null", which is no setting of a test set."""
+    from scripts.generate_testsets import main
+
+    root = tmp_path / "testsets" / "relational_right_v2"
+    (root / "val").mkdir(parents=True)
+    (root / "val" / "x.png").write_bytes(b"")
+    assert main(["relational_right", "--set", f"paths.data_dir={tmp_path}"]) == 1
+    assert capsys.readouterr().err == (
+        f"error: relational_right: testset.data.root={root} exists but has no .complete.json completion marker: it"
+        " was not made by the test set's generator (a half-made or hand-made folder); delete it to regenerate it, or"
+        " give the test set another testset.data.root\n")
+    assert sorted(p.name for p in root.rglob("*")) == ["val", "x.png"]  # left as it was
+
+
 @pytest.mark.parametrize("where", ["data_dir", "root"])
 def test_generate_testsets_names_a_symlink_loop_in_the_data_root(where: str, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
