@@ -1615,6 +1615,33 @@ def _check_rendezvous_variables() -> None:
                                    " or localhost (start the run under srun or torchrun to meet on another host)")
 
 
+def _check_interface_variables() -> None:
+    """``GLOO_SOCKET_IFNAME`` and ``NCCL_SOCKET_IFNAME`` (in the environment or ``hydra.job.env_set``) name network
+    interfaces of this machine: one that does not exist failed the process group's start with a C++ assertion's
+    traceback, after the run dir was made. Gloo opens each listed interface; NCCL takes the interfaces whose names
+    begin with an entry (``=name``: that name only; a list starting with ``^`` excludes, and is not judged)."""
+    import socket
+
+    try:
+        interfaces = [name for _, name in socket.if_nameindex()]
+    except OSError:  # no interface list on this system: nothing to compare with
+        return
+    for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        value = os.environ.get(variable)
+        if value is None or value.startswith("^"):
+            continue
+        entries = [entry.strip() for entry in value.split(",")]
+        if variable.startswith("GLOO"):
+            missing = [entry for entry in entries if entry not in interfaces]
+        else:
+            missing = [] if any(name == entry[1:] if entry.startswith("=") else name.startswith(entry)
+                                for entry in entries if entry for name in interfaces) else entries
+        if missing:
+            raise CommandLineError(f"{variable}={value} names no network interface of this machine ({missing[0]!r}):"
+                                   " the run's processes could not open their process group; valid: one of"
+                                   f" {', '.join(interfaces)}, or unset it")
+
+
 def _binds(family: int, host: str) -> bool:
     """Whether a socket of ``family`` can be bound to ``host`` here: whether it is an address of this machine."""
     import socket
@@ -1700,6 +1727,7 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
     strategy = str(OmegaConf.select(cfg, "trainer.strategy", default="") or "").lower()  # a name or a node
     if world != 1 or "ddp" in strategy or "fsdp" in strategy:  # one process of a DDP strategy meets itself too
         _check_rendezvous_variables()
+        _check_interface_variables()
     given = {name: os.environ[name] for name in RANK_VARIABLES if os.environ.get(name, "").strip()}
     if not given:
         return

@@ -112,10 +112,11 @@ class Cell:
     def testset_text(self, column: str, metric: str, digits: int = 2) -> str:
         """The cell in a test-set column: ``mean ± std (n)`` over the seeds evaluated there, then ``k of N seeds
         evaluated`` when not all N counted seeds are, and ``m not counted`` for results that cannot be trusted
-        (listed under the table); "–" when the cell counts no run (its own column says why)."""
+        (listed under the table); "–" when the cell counts no run (its own column says why), or its runs do not
+        report ``metric`` (a detection run in a top-1 grid beside classification runs)."""
         counted = self.count("ok")
-        if not counted:
-            return "–"
+        if not counted or not any(metric in run.metrics for run in self.runs if run.status == "ok"):
+            return "–"  # nothing counted, or runs that never report the metric (DETR's in a top-1 grid)
         mean, std, n = self.testset_stats(column, metric)
         parts = [] if mean is None else [_mean_text(mean, std, n, digits)]
         if n < counted:

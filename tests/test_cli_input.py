@@ -1844,6 +1844,12 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     ({}, ["+hydra.job.env_set.TORCH_LOGS_OUT=/runs/other/torch.log"],
      "hydra.job.env_set.TORCH_LOGS_OUT='/runs/other/torch.log' names a path"),
     ({}, ["+hydra.job.env_set.NCCL_DEBUG='~/x'"], "hydra.job.env_set.NCCL_DEBUG='~/x' names a path"),
+    # probe 14, k43: an interface that does not exist: gloo's assertion, a traceback after the run dir
+    ({}, ["trainer=ddp_cpu", "trainer.devices=2", "+hydra.job.env_set.GLOO_SOCKET_IFNAME=bogus0"],
+     "GLOO_SOCKET_IFNAME=bogus0 names no network interface of this machine ('bogus0'): the run's processes could"
+     " not open their process group; valid: one of lo"),
+    ({"NCCL_SOCKET_IFNAME": "=l"}, ["trainer=ddp_cpu", "trainer.devices=2"],
+     "NCCL_SOCKET_IFNAME==l names no network interface of this machine ('=l')"),
     # probe 13, i30: an address of another host (left from a cluster shell): every rank waited to connect there
     ({"MASTER_ADDR": "192.0.2.1"}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR=192.0.2.1 is not an address of this machine"),
@@ -1911,6 +1917,20 @@ def test_env_set_takes_the_settings_of_the_libraries_a_run_uses() -> None:
                "NCCL_DEBUG_FILE", "WANDB_DIR", "GIT_DIR", "MPLCONFIGDIR", "RPE_DDP_WORKER_CONFIG")
     assert all(cli.env_set_allowed(name) for name in allowed)
     assert not any(cli.env_set_allowed(name) for name in refused)
+
+
+def test_interfaces_of_this_machine_pass_for_gloo_and_nccl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names as the libraries read them: gloo each listed name, NCCL a name's beginning, ``=`` a whole name, ``^``
+    an exclusion (not judged)."""
+    for variable, value in [("GLOO_SOCKET_IFNAME", "lo"), ("NCCL_SOCKET_IFNAME", "l"), ("NCCL_SOCKET_IFNAME", "=lo"),
+                            ("NCCL_SOCKET_IFNAME", "bogus,lo"), ("NCCL_SOCKET_IFNAME", "^bogus")]:
+        monkeypatch.setenv(variable, value)
+        cli._check_interface_variables()
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo,bogus0")
+    with pytest.raises(cli.CommandLineError, match=r"^GLOO_SOCKET_IFNAME=lo,bogus0 names no network interface of this"
+                                                   r" machine \('bogus0'\)"):
+        cli._check_interface_variables()
 
 
 def test_rank_0_of_a_one_process_run_is_what_it_would_be_anyway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

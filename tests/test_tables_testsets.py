@@ -179,6 +179,22 @@ def test_results_not_counted_stay_in_their_own_rules_column(tmp_path: Path) -> N
             f"testsets/{RIGHT}.json"]
 
 
+def test_a_cell_whose_runs_never_report_the_metric_has_no_test_set_entry() -> None:
+    """Probe 14, l171: a DeiT and a DETR run in one table: the DETR row's top-1 cell of a classification test set
+    read "0 of 1 seeds evaluated" (it can never have that result), as did the DeiT's AP cell."""
+    from reports.cells import Cell
+    from reports.collect import Run
+
+    column = f"{RIGHT}@interpolate"
+    deit = Run("deit", "ok", {"seed": 0}, metrics={"val/top1": 80.0, f"{column}/val/top1": 60.0},
+               testsets={column: "interpolate"})
+    detr = Run("detr", "ok", {"seed": 0}, metrics={"val/AP": 30.0})
+    assert Cell([deit]).testset_text(column, "val/top1") == "60.00"
+    assert Cell([deit]).testset_text(column, "val/AP") == "–"
+    assert Cell([detr]).testset_text(column, "val/top1") == "–"
+    assert Cell([detr]).testset_text(column, "val/AP") == "0 of 1 seeds evaluated"  # it reports AP: not evaluated
+
+
 def test_a_test_set_without_any_rule_gets_its_plain_column(tmp_path: Path) -> None:
     no_ape = [_run(tmp_path, K_NO_APE, seed, top1) for seed, top1 in ((0, 90.0), (1, 92.0))]
     _result(no_ape[0], 85.0, ape_rule=None)
