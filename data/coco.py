@@ -39,7 +39,7 @@ from torchvision.transforms import v2
 
 from data.datamodule import evaluation_order, make_loader, trainer_world
 from data.errors import DataConfigError, absent_folder, image_size, load_rgb_image
-from data.generation import check_generated, ensure_generated
+from data.generation import check_generated, ensure_generated, file_identities
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -68,38 +68,6 @@ def _file_identity(path: Path) -> tuple:
     """What changes when ``path`` (a file or folder, links followed) is replaced or rewritten."""
     info = path.stat()
     return os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
-
-
-def _file_identities(folder: Path) -> dict[tuple[int, int], str]:
-    """``{(st_dev, st_ino): path relative to folder}`` of every file below ``folder``, links to files and folders
-    followed, each folder walked once. From directory listings (a stat only for links): 118k COCO images take
-    well under a second."""
-    found: dict[tuple[int, int], str] = {}
-    walked: set[str] = set()
-    pending = [folder]
-    while pending:
-        current = pending.pop()
-        real = os.path.realpath(current)
-        if real in walked:
-            continue
-        walked.add(real)
-        try:
-            device = os.stat(current).st_dev
-            entries = list(os.scandir(current))
-        except OSError:  # an unreadable folder is named when its images are read
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir():
-                    pending.append(Path(entry.path))
-                elif entry.is_symlink():
-                    info = entry.stat()
-                    found.setdefault((info.st_dev, info.st_ino), os.path.relpath(entry.path, folder))
-                elif entry.is_file():
-                    found.setdefault((device, entry.inode()), os.path.relpath(entry.path, folder))
-            except OSError:  # a link that leads nowhere is no training image
-                continue
-    return found
 
 
 class CocoLayoutError(DataConfigError):
@@ -856,7 +824,7 @@ class CocoDataModule(L.LightningDataModule):
         and bytes in the training folder (a copy). One such image would be validated on after training on it.
         The training folder is listed, not read: names and inode numbers only."""
         train_folder = self.paths("train")[0]
-        train_files = _file_identities(train_folder)
+        train_files = file_identities(train_folder)
         for image in val_set.coco.dataset.get("images", []):
             name = image["file_name"]
             path = Path(val_set.root, name)

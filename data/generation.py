@@ -323,6 +323,44 @@ def scan_files(root: str | Path, folders: Iterable[str] | None = None) -> tuple[
     return digest.hexdigest(), count
 
 
+def file_identities(folder: Path, suffixes: tuple[str, ...] | None = None) -> dict[tuple[int, int], str]:
+    """``{(st_dev, st_ino): path relative to folder}`` of every file below ``folder`` (only names ending in one of
+    ``suffixes``, case aside, where given), links to files and folders followed, each folder walked once; hidden
+    names left out, as the data modules leave them. From directory listings (a stat only for links): 118k COCO
+    images take well under a second. Two names of one file (a hard or symbolic link) share an identity."""
+    found: dict[tuple[int, int], str] = {}
+    walked: set[str] = set()
+    pending = [Path(folder)]
+    while pending:
+        current = pending.pop()
+        real = os.path.realpath(current)
+        if real in walked:
+            continue
+        walked.add(real)
+        try:
+            device = os.stat(current).st_dev
+            entries = list(os.scandir(current))
+        except OSError:  # an unreadable folder is named when its images are read
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir():
+                    pending.append(Path(entry.path))
+                    continue
+                if suffixes is not None and not entry.name.lower().endswith(suffixes):
+                    continue
+                if entry.is_symlink():
+                    info = entry.stat()
+                    found.setdefault((info.st_dev, info.st_ino), os.path.relpath(entry.path, folder))
+                elif entry.is_file():
+                    found.setdefault((device, entry.inode()), os.path.relpath(entry.path, folder))
+            except OSError:  # a link that leads nowhere is no image
+                continue
+    return found
+
+
 def _raise(err: OSError) -> None:
     raise err
 

@@ -1552,6 +1552,9 @@ ENV_SET_FAMILIES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "NCCL_", "GLOO_", "CUDA
                     "WANDB_", "TOKENIZERS_")
 ENV_SET_PATH_WORDS = ("DIR", "PATH", "HOME", "CACHE", "FILE", "ROOT", "PREFIX", "LIB", "PLUGIN")
 ENV_SET_CHECKED = ("TMPDIR", "TEMP", "TMP", "RPE_DATA_DIR")
+# Settings that torch reads at import, in every DDP worker, and refuses there with a traceback: their choices
+# (case as torch reads them: any).
+ENV_SET_CHOICES = {"TORCH_DISTRIBUTED_DEBUG": ("OFF", "INFO", "DETAIL")}
 
 
 def env_set_allowed(name: str) -> bool:
@@ -1707,6 +1710,10 @@ def refuse_launch_variables(cfg: DictConfig) -> None:
                                    f"{', '.join(f + '*' for f in ENV_SET_FAMILIES)} without a path in them, and"
                                    f" {', '.join(ENV_SET_CHECKED)}; set others in the shell that starts the command")
         value = str(env_set[name])
+        choices = ENV_SET_CHOICES.get(str(name))
+        if choices and value.upper() not in choices:
+            raise CommandLineError(f"hydra.job.env_set.{name}={value!r} is not a value torch reads; valid:"
+                                   f" {', '.join(choices)}")
         if str(name) not in ENV_SET_CHECKED and ("/" in value or os.sep in value or value.startswith("~")):
             # a setting whose name says no path may still take one (TORCH_LOGS_OUT: a log file torch opens on import)
             raise CommandLineError(f"hydra.job.env_set.{name}={value!r} names a path, which a library would write to"

@@ -1634,6 +1634,12 @@ def check_splits(cfg: DictConfig) -> None:
             same = os.path.samefile(os.path.join(root, train), os.path.join(root, val))
         except OSError:
             pass
+        if same:
+            linked = next((split for split in (val, train) if os.path.islink(os.path.join(root, split))), val)
+            raise DataSettingError(
+                f"data.root={root}: {linked}/ is a link to {os.path.realpath(os.path.join(root, linked))}, the same"
+                f" folder as {train if linked == val else val}/: best.ckpt would be picked and tested on the images"
+                " it trained on; valid: a val split of images of its own")
     if same:
         raise DataSettingError(f"data.train_split={train} and data.val_split={val} are the same images: best.ckpt"
                                " would be picked and tested on the images it trained on, so its val/top1 would"

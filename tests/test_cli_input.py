@@ -870,6 +870,20 @@ def test_training_and_validating_on_one_split_is_refused(args: list[str], tmp_pa
     assert not (tmp_path / "data").exists()
 
 
+def test_a_val_split_that_is_a_link_to_the_training_split_is_named_as_one(small_root: Path, tmp_path: Path) -> None:
+    """Probe 14, l209: ``val -> train`` was refused as "the same images", with the settings given as the remedy."""
+    import shutil
+
+    root = tmp_path / "h"
+    shutil.copytree(small_root / "rs16", root, symlinks=True)
+    shutil.rmtree(root / "val")
+    (root / "val").symlink_to("train")
+    message = _refused_before_the_run_dir([*ON_DISK, "data.generator=null", f"data.root={root}"], tmp_path)
+    assert message == (f"data.root={root}: val/ is a link to {root / 'train'}, the same folder as train/: best.ckpt"
+                       " would be picked and tested on the images it trained on; valid: a val split of images of its"
+                       " own")
+
+
 @pytest.mark.parametrize(("strategy", "expected"), [
     ("fsdp", "trainer.strategy=fsdp needs a CUDA GPU, but the run has trainer.accelerator=cpu; valid here:"
              " trainer.strategy=auto or ddp"),
@@ -1844,6 +1858,9 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     ({}, ["+hydra.job.env_set.TORCH_LOGS_OUT=/runs/other/torch.log"],
      "hydra.job.env_set.TORCH_LOGS_OUT='/runs/other/torch.log' names a path"),
     ({}, ["+hydra.job.env_set.NCCL_DEBUG='~/x'"], "hydra.job.env_set.NCCL_DEBUG='~/x' names a path"),
+    # probe 14, k57: a value torch refuses at import, in each DDP worker, with a traceback after the run dir
+    ({}, ["trainer=ddp_cpu", "trainer.devices=2", "+hydra.job.env_set.TORCH_DISTRIBUTED_DEBUG=bogus"],
+     "hydra.job.env_set.TORCH_DISTRIBUTED_DEBUG='bogus' is not a value torch reads; valid: OFF, INFO, DETAIL"),
     # probe 14, k43: an interface that does not exist: gloo's assertion, a traceback after the run dir
     ({}, ["trainer=ddp_cpu", "trainer.devices=2", "+hydra.job.env_set.GLOO_SOCKET_IFNAME=bogus0"],
      "GLOO_SOCKET_IFNAME=bogus0 names no network interface of this machine ('bogus0'): the run's processes could"

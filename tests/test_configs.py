@@ -33,6 +33,19 @@ def test_every_option_composes(group: str, option: str, tmp_path: Path) -> None:
     assert resolved["data"]["_target_"] and resolved["model"]["_target_"] and resolved["trainer"]["_target_"]
 
 
+@pytest.mark.parametrize(("overrides", "name"), [
+    (["experiment=swin_micro_relational"], "swin_micro_relational"),
+    (["experiment=deit_small_irpe_k", "data.root=/d"], "deit_small_irpe_k"),
+    # probe 14, k52: the overlay's fixed name labelled a DeiT trained through it as Swin, in its dir and its row
+    (["experiment=swin_micro_relational", "model=deit_micro"], "deit_micro_relational"),
+    (["experiment=deit_small_irpe_k", "model=deit_tiny", "data.root=/d"], "deit_tiny_irpe_k"),
+])
+def test_an_experiments_runs_are_named_after_the_model_they_train(tmp_path: Path, overrides: list[str],
+                                                                   name: str) -> None:
+    cfg = compose_config(overrides, tmp_path / "run", tmp_path / "data")
+    assert cfg.name == name
+
+
 def test_slurm_launcher_composes(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -228,6 +228,34 @@ def test_an_unreadable_hand_image_is_named_by_the_check_before_the_run_dir(tmp_p
     assert len(memory._cache) == cached and isinstance(dm.val_set, memory.DecodedSplit)
 
 
+@pytest.mark.parametrize("how", ["hard link", "linked class folder", "copy"])
+def test_val_images_that_are_training_images_are_refused_before_the_run_dir(tmp_path: Path, how: str) -> None:
+    """Probe 14, l184, l213: a training image hard-linked into another class of val/, or val/'s class folders
+    symlinked to train/'s, trained and validated on the same images, silently (the checks were per split)."""
+    import os
+    import shutil
+
+    root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=2, img_size=16)
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
+    dm.check_on_disk(1)  # the fake splits hold images of their own
+    if how == "hard link":
+        os.link(root / "train" / "class_000" / "0000.png", root / "val" / "class_001" / "zz_link.png")
+        expected = "val image val/class_001/zz_link.png is train/class_000/0000.png"
+    elif how == "linked class folder":
+        shutil.rmtree(root / "val" / "class_000")
+        (root / "val" / "class_000").symlink_to(root / "train" / "class_000")
+        expected = "val image val/class_000/0000.png is train/class_000/0000.png"
+    else:
+        shutil.copy(root / "train" / "class_001" / "0001.png", root / "val" / "class_001" / "0001.png")
+        expected = "val image val/class_001/0001.png is train/class_001/0001.png"
+    dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
+    for check in (lambda: dm.check_on_disk(1), lambda: dm.setup("fit")):
+        with pytest.raises(DataConfigError) as info:
+            check()
+        assert str(info.value) == (f"data.root={root}: {expected} (a link or a copy of it): best.ckpt would be picked"
+                                   " and tested on images it trained on; valid: a val split of images of its own")
+
+
 def test_class_folders_are_checked_on_disk_before_any_image_is_read(tmp_path: Path) -> None:
     """Probe case 61: an empty class folder, class names that differ between the splits and a class count other
     than data.num_classes are refused by ``check_on_disk`` (before the run dir), as ``setup`` refuses them."""
@@ -417,7 +445,7 @@ def test_a_split_with_fewer_images_than_devices_is_one_line_before_the_run(tmp_p
     from data.datamodule import EvaluationSampler
 
     root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=4, img_size=16, splits=("train",))
-    make_fake_imagefolder(root, num_classes=2, per_class=1, img_size=16, splits=("val",))  # 2 val images
+    make_fake_imagefolder(root, num_classes=2, per_class=1, img_size=16, splits=("val",), seed=1)  # 2 val images
     dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0)
     dm.check_on_disk(2)
     with pytest.raises(DataConfigError) as err:
