@@ -596,15 +596,19 @@ class UnmarkedRootError(DataConfigError):
 
 
 def check_generated(root: str | Path, generator: Generator) -> None:
-    """The checks `ensure_generated` makes of data already generated at ``root`` (its marker against
-    ``generator``, its content against the marker's digest), writing nothing: run before a run dir, so that data
-    edited since its generation is refused there. Data not generated yet, and a marker without a sealed digest
-    (which `ensure_generated` checks by generating anew), are left to `ensure_generated`."""
+    """The check `ensure_generated` makes of data already generated at ``root`` by ``generator``: its content
+    against the marker's digest, writing nothing. Run before a run dir, so that data edited since its generation is
+    refused there (a marker of other settings is the command line's data-root check's to name). Data not generated
+    yet, and a marker without a sealed digest (which `ensure_generated` checks by generating anew), are left to
+    `ensure_generated`."""
     root = Path(root).expanduser().absolute()
     marker = read_marker(root)
     if marker is None:
         return
-    check_marker(root, marker, describe_generator(generator))
+    try:
+        check_marker(root, marker, describe_generator(generator))
+    except DataConfigError:  # other settings, or a damaged marker: the command line's data-root check names it
+        return
     if marker.get(DIGEST_KEY) not in (None, _NOTHING_DIGESTED) and marker.get(SEAL_KEY) == seal(marker):
         check_content(root, marker, generator, record=False)
 

@@ -1023,11 +1023,11 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             refuse_launch_variables(cfg)
             if config_name == "train":
                 check_schedule(cfg)
+                check_data_root(cfg)  # a later value's data root: its job would generate there
                 inputs = _build_inputs(cfg)
                 if n >= of_params and inputs != built:  # each build costs ~0.4 s; the same inputs, the same model
                     check_buildable(cfg)
                     built = inputs
-                check_data_root(cfg)  # a later value's data root: its job would generate there
         except ValueError as err:
             raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
         if key in INDEPENDENT_KEYS and key not in judged and base is not None:  # once a key: its values agree
@@ -1456,8 +1456,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 _check_temp_dir(cfg, [str(root) for root in _job_data_root(cfg)[1:] if root is not None])
         if config_name == "train":
             check_schedule(cfg)
+            data_roots = check_data_root(cfg)  # readable and where data may be, before the data module reads it
             check_buildable(cfg)
-            data_roots = check_data_root(cfg)
             _check_temp_dir(cfg, data_roots)
             if sweeping:
                 _check_sweeper_class(cfg)
