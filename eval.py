@@ -244,6 +244,9 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint (a run's are"
                                 " runs/<run>/checkpoints/best.ckpt and last.ckpt)")
     if ckpt_path.is_dir():
+        if ckpt_path.suffix == ".ckpt":  # a folder where the checkpoint belongs: no file inside it to point at
+            raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder, where the run's checkpoint file"
+                                    " belongs; valid: a checkpoint file (retrain the run to write it again)")
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
     if not ckpt_path.is_file():

@@ -39,7 +39,7 @@ from torchvision.transforms import v2
 
 from data.datamodule import evaluation_order, make_loader, trainer_world
 from data.errors import DataConfigError, absent_folder, image_size, load_rgb_image
-from data.generation import check_generated, ensure_generated, file_identities
+from data.generation import check_generated, ensure_generated, training_twin
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -276,6 +276,10 @@ class CocoDetectionDataset(CocoDetection):
             ) from None
         except RecursionError:
             raise DataConfigError(_too_deep(ann_file)) from None
+        except MemoryError:
+            raise DataConfigError(f"{ann_file} ({Path(ann_file).stat().st_size} bytes) does not fit into this"
+                                  " process's memory as parsed JSON; expected a COCO annotation file (COCO's"
+                                  " train2017 takes a few GB)") from None
         except (UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError) as err:
             problem = _structure_problem(Path(ann_file)) or f"{type(err).__name__}: {err}"
             raise DataConfigError(  # pycocotools asserts that the JSON is an object
@@ -659,8 +663,9 @@ def generate_shapes_coco(root: str | Path, **settings: Any) -> Path:
 
 # ---------------------------------------------------------------------------------------- data module
 def _check_starts_as_json_object(ann_file: Path) -> None:
-    """A COCO annotation file is a JSON object: one that starts otherwise (a sparse file of NULs, an image) is
-    named from its first bytes, before the parser reads all of it (a real one may take hundreds of MB)."""
+    """A COCO annotation file is a JSON object: one that starts or ends otherwise (a sparse file or tail of NULs, an
+    image, a file cut short) is named from its first or last bytes, before the parser reads all of it (a real one
+    may take hundreds of MB)."""
     try:
         with ann_file.open("rb") as f:
             head = f.read(4096).lstrip()
@@ -670,6 +675,16 @@ def _check_starts_as_json_object(ann_file: Path) -> None:
         what = "is empty" if not head else f"starts with {head[:12]!r}, not a JSON object"
         raise CocoLayoutError(f"{ann_file} is not a COCO annotation file: it {what}; expected a JSON object with"
                               " images, annotations and categories")
+    try:
+        with ann_file.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read().rstrip()
+    except OSError:
+        return
+    if tail[-1:] != b"}":  # a file cut short, or grown by a sparse tail of NULs (which the parser would read whole)
+        raise CocoLayoutError(f"{ann_file} is not a COCO annotation file: it ends with {tail[-12:]!r}, not with the"
+                              " '}' that closes a JSON object (a file cut short, or damaged); expected a JSON object"
+                              " with images, annotations and categories")
 
 
 def _categories(ann_file: Path) -> list[int]:
@@ -820,28 +835,22 @@ class CocoDataModule(L.LightningDataModule):
         _CHECKED_DATA.add(key)
 
     def _check_separate_images(self, val_set: CocoDetectionDataset) -> None:
-        """No val image is a training image: the same file (a hard or symbolic link), or a file of the same name
-        and bytes in the training folder (a copy). One such image would be validated on after training on it.
-        The training folder is listed, not read: names and inode numbers only."""
-        train_folder = self.paths("train")[0]
-        train_files = file_identities(train_folder)
+        """No val image is a training image: the same file (a hard or symbolic link) or the same bytes under any
+        name (`training_twin`). One such image would be validated on after training on it."""
+        (train_folder, _), (val_folder, _) = self.paths("train"), self.paths("val")
+        val_files = {}
         for image in val_set.coco.dataset.get("images", []):
-            name = image["file_name"]
-            path = Path(val_set.root, name)
             try:
-                info = path.stat()
+                val_files[os.path.normpath(image["file_name"])] = (val_folder / image["file_name"]).stat()
             except OSError:
                 continue
-            same = train_files.get((info.st_dev, info.st_ino))
-            if same is None:
-                twin = train_folder / name
-                if twin.is_file() and twin.stat().st_size == info.st_size and filecmp.cmp(twin, path, shallow=False):
-                    same = name
-            if same is not None:
-                raise CocoLayoutError(
-                    f"data.root={self.root}: val image {os.path.relpath(path, self.root)} (image id {image['id']}) is"
-                    f" {train_folder.name}/{same} (a link or a copy of it): the run would be validated on its"
-                    " training images; valid: a val split of images of its own")
+        twin = training_twin(train_folder, val_folder, val_files)
+        if twin is not None:
+            image = next(i for i in val_set.coco.dataset["images"] if os.path.normpath(i["file_name"]) == twin[0])
+            raise CocoLayoutError(
+                f"data.root={self.root}: val image {val_folder.name}/{twin[0]} (image id {image['id']}) is"
+                f" {train_folder.name}/{twin[1]} (a link or a copy of it): the run would be validated on its"
+                " training images; valid: a val split of images of its own")
 
     def _check_separate_splits(self) -> None:
         """The val split is not the training split under another name: one image folder (a symlink), or one

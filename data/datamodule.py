@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import filecmp
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -24,9 +23,10 @@ from data.generation import (
     check_generated,
     class_folders,
     ensure_generated,
-    file_identities,
+    listed_files,
     read_marker,
     resolve_generator,
+    training_twin,
 )
 from data.memory import decoded
 
@@ -773,25 +773,15 @@ class ImageFolderDataModule(L.LightningDataModule):
 
     def _check_separate_images(self) -> None:
         """No val image is a training image: the same file (a hard link, or a symlinked file or class folder) or
-        a file of the same path and bytes under the training split (a copy). Validated on, it would pick
-        best.ckpt and measure its result on what it trained on. The training split is listed, not read."""
+        the same bytes under any name (`training_twin`). Validated on, it would pick best.ckpt and measure its
+        result on what it trained on."""
         train_dir, val_dir = self.root / self.train_split, self.root / self.val_split
-        train = file_identities(train_dir, IMG_EXTENSIONS)
-        train_names = set(train.values())
-        for identity, name in sorted(file_identities(val_dir, IMG_EXTENSIONS).items(), key=lambda item: item[1]):
-            same = train.get(identity)
-            if same is None and name in train_names:
-                twin, image = train_dir / name, val_dir / name
-                try:
-                    if twin.stat().st_size == image.stat().st_size and filecmp.cmp(twin, image, shallow=False):
-                        same = name
-                except OSError:  # named when the image is read
-                    pass
-            if same is not None:
-                raise DataConfigError(
-                    f"data.root={self.root}: val image {self.val_split}/{name} is {self.train_split}/{same} (a link"
-                    " or a copy of it): best.ckpt would be picked and tested on images it trained on; valid: a val"
-                    " split of images of its own")
+        twin = training_twin(train_dir, val_dir, listed_files(val_dir, IMG_EXTENSIONS), IMG_EXTENSIONS)
+        if twin is not None:
+            raise DataConfigError(
+                f"data.root={self.root}: val image {self.val_split}/{twin[0]} is {self.train_split}/{twin[1]} (a link"
+                " or a copy of it): best.ckpt would be picked and tested on images it trained on; valid: a val"
+                " split of images of its own")
 
     def _check_classes(self, train: Sequence[str] | None, val: Sequence[str]) -> int:
         """The class folders of the splits (``train`` None: only val is read) against each other and the

@@ -323,12 +323,17 @@ def scan_files(root: str | Path, folders: Iterable[str] | None = None) -> tuple[
     return digest.hexdigest(), count
 
 
-def file_identities(folder: Path, suffixes: tuple[str, ...] | None = None) -> dict[tuple[int, int], str]:
-    """``{(st_dev, st_ino): path relative to folder}`` of every file below ``folder`` (only names ending in one of
-    ``suffixes``, case aside, where given), links to files and folders followed, each folder walked once; hidden
-    names left out, as the data modules leave them. From directory listings (a stat only for links): 118k COCO
-    images take well under a second. Two names of one file (a hard or symbolic link) share an identity."""
-    found: dict[tuple[int, int], str] = {}
+COPY_CHECK_BYTES = 512 * 2**20
+"""How many bytes `training_twin` may read to find val files that are copies of training files under other
+names: the files of sizes the two splits share. Hand data of a few thousand images is read whole; ImageNet is
+compared by names, links and same-path bytes only."""
+
+
+def listed_files(folder: Path, suffixes: tuple[str, ...] | None = None) -> dict[str, os.stat_result]:
+    """``{path relative to folder: stat}`` of every file below ``folder`` (only names ending in one of ``suffixes``,
+    case aside, where given), links to files and folders followed, each folder walked once; hidden names left out,
+    as the data modules leave them. Unreadable folders and links that lead nowhere are left to the data modules."""
+    found: dict[str, os.stat_result] = {}
     walked: set[str] = set()
     pending = [Path(folder)]
     while pending:
@@ -338,9 +343,8 @@ def file_identities(folder: Path, suffixes: tuple[str, ...] | None = None) -> di
             continue
         walked.add(real)
         try:
-            device = os.stat(current).st_dev
             entries = list(os.scandir(current))
-        except OSError:  # an unreadable folder is named when its images are read
+        except OSError:
             continue
         for entry in entries:
             if entry.name.startswith("."):
@@ -348,17 +352,62 @@ def file_identities(folder: Path, suffixes: tuple[str, ...] | None = None) -> di
             try:
                 if entry.is_dir():
                     pending.append(Path(entry.path))
-                    continue
-                if suffixes is not None and not entry.name.lower().endswith(suffixes):
-                    continue
-                if entry.is_symlink():
-                    info = entry.stat()
-                    found.setdefault((info.st_dev, info.st_ino), os.path.relpath(entry.path, folder))
-                elif entry.is_file():
-                    found.setdefault((device, entry.inode()), os.path.relpath(entry.path, folder))
-            except OSError:  # a link that leads nowhere is no image
+                elif (suffixes is None or entry.name.lower().endswith(suffixes)) and entry.is_file():
+                    found[os.path.relpath(entry.path, folder)] = entry.stat()
+            except OSError:
                 continue
     return found
+
+
+def training_twin(train_dir: Path, val_dir: Path, val_files: dict[str, os.stat_result],
+                  suffixes: tuple[str, ...] | None = None, budget: int | None = None) -> tuple[str, str] | None:
+    """``(val name, training name)`` of the first val file (by name) that is a file of the training split: the same
+    file (a hard link, or a symlinked file or folder: one device and inode), or the same bytes: a copy under any
+    name where the files of the sizes both splits hold take at most ``budget`` bytes to read (`COPY_CHECK_BYTES`
+    unless given), else under the same relative path only. None when the val split holds images of its own.
+    ``val_files``: the val files, relative to ``val_dir``, with their stat (links followed), as `listed_files`
+    gives them."""
+    train = listed_files(train_dir, suffixes)
+    by_identity = {(info.st_dev, info.st_ino): name for name, info in train.items()}
+    by_size: dict[int, list[str]] = {}
+    for name, info in train.items():
+        by_size.setdefault(info.st_size, []).append(name)
+    for name, info in sorted(val_files.items()):
+        same = by_identity.get((info.st_dev, info.st_ino))
+        if same is not None:
+            return name, same
+    shared = {size for size in (info.st_size for info in val_files.values()) if size in by_size}
+    cost = sum(info.st_size for info in val_files.values() if info.st_size in shared) + sum(
+        size * len(by_size[size]) for size in shared)
+    if cost <= (COPY_CHECK_BYTES if budget is None else budget):
+        digests: dict[tuple[int, str], str] = {}
+        for size in shared:
+            for train_name in by_size[size]:
+                digests.setdefault((size, _file_sha256(train_dir / train_name)), train_name)
+        for name, info in sorted(val_files.items()):
+            if info.st_size in shared:
+                same = digests.get((info.st_size, _file_sha256(val_dir / name)))
+                if same is not None:
+                    return name, same
+        return None
+    for name, info in sorted(val_files.items()):  # too much to read: copies under the same path only
+        twin = train.get(name)
+        if twin is not None and twin.st_size == info.st_size and _file_sha256(train_dir / name) == _file_sha256(
+                val_dir / name):
+            return name, name
+    return None
+
+
+def _file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes; an unreadable file gets a digest of its own (the data modules name it)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(functools.partial(f.read, 2**20), b""):
+                digest.update(block)
+    except OSError:
+        return f"unreadable:{path}"
+    return digest.hexdigest()
 
 
 def _raise(err: OSError) -> None:

@@ -331,6 +331,12 @@ def check_run_location(run_name: Any, log_dir: Any, source: str = "") -> None:
         raise CommandLineError(f"run_name{source} has a part of {len(too_long.encode())} bytes ({too_long[:40]}...);"
                                f" {rule}")
     root = Path(str(log_dir))
+    from storage.files import symlink_loop
+
+    loop = symlink_loop(Path(os.path.abspath(root)))
+    if loop is not None:  # named here: every later look inside the run dir would meet the loop first
+        raise CommandLineError(f"paths.log_dir={str(log_dir)!r} cannot be used: {loop} is a symlink loop (its links"
+                               " lead back to themselves); valid: a folder whose path has no link loop")
     whole = len(os.fsencode(os.path.abspath(root.joinpath(*parts))))
     if whole > PATH_BYTES:  # the file system's limit on a whole path, with room for the run's own files
         raise CommandLineError(f"run_name{source} makes a run dir path of {whole} bytes under paths.log_dir, more than"

@@ -227,6 +227,9 @@ def read_state_file(
         state = checkpoint["model"]
     elif isinstance(checkpoint, dict) and checkpoint and all(isinstance(v, Tensor) for v in checkpoint.values()):
         state = checkpoint
+    elif isinstance(checkpoint, dict) and "model" in checkpoint:  # there, but no mapping of names to tensors
+        raise error(f"checkpoint {path}: its 'model' entry is a {type(checkpoint['model']).__name__}, not a state"
+                    f" dict; expected {expected}")
     else:
         held = f"keys {', '.join(map(str, list(checkpoint)[:6]))}" if isinstance(checkpoint, dict) else (
             f"a {type(checkpoint).__name__}")

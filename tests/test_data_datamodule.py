@@ -228,12 +228,17 @@ def test_an_unreadable_hand_image_is_named_by_the_check_before_the_run_dir(tmp_p
     assert len(memory._cache) == cached and isinstance(dm.val_set, memory.DecodedSplit)
 
 
-@pytest.mark.parametrize("how", ["hard link", "linked class folder", "copy"])
-def test_val_images_that_are_training_images_are_refused_before_the_run_dir(tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize("how", ["hard link", "linked class folder", "copy", "renamed copy", "renamed copy, large"])
+def test_val_images_that_are_training_images_are_refused_before_the_run_dir(
+        tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 14, l184, l213: a training image hard-linked into another class of val/, or val/'s class folders
-    symlinked to train/'s, trained and validated on the same images, silently (the checks were per split)."""
+    symlinked to train/'s, trained and validated on the same images, silently (the checks were per split).
+    Probe 15, n25: byte copies under other names. Where the files of shared sizes take more than the budget to
+    read, copies are compared by path only: a renamed copy then passes, a same-path copy does not."""
     import os
     import shutil
+
+    from data import generation
 
     root = make_fake_imagefolder(tmp_path / "fake", num_classes=2, per_class=2, img_size=16)
     dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
@@ -245,9 +250,18 @@ def test_val_images_that_are_training_images_are_refused_before_the_run_dir(tmp_
         shutil.rmtree(root / "val" / "class_000")
         (root / "val" / "class_000").symlink_to(root / "train" / "class_000")
         expected = "val image val/class_000/0000.png is train/class_000/0000.png"
-    else:
+    elif how == "copy":
         shutil.copy(root / "train" / "class_001" / "0001.png", root / "val" / "class_001" / "0001.png")
         expected = "val image val/class_001/0001.png is train/class_001/0001.png"
+    else:
+        shutil.copy(root / "train" / "class_001" / "0001.png", root / "val" / "class_000" / "v_0001.png")
+        expected = "val image val/class_000/v_0001.png is train/class_001/0001.png"
+        if how == "renamed copy, large":
+            monkeypatch.setattr(generation, "COPY_CHECK_BYTES", 100)
+            ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0,
+                                  num_classes=None).check_on_disk(1)  # beyond the budget: by path only
+            shutil.copy(root / "train" / "class_001" / "0001.png", root / "val" / "class_001" / "0001.png")
+            expected = "val image val/class_001/0001.png is train/class_001/0001.png"
     dm = ImageFolderDataModule(root=str(root), img_size=16, batch_size=2, num_workers=0, num_classes=None)
     for check in (lambda: dm.check_on_disk(1), lambda: dm.setup("fit")):
         with pytest.raises(DataConfigError) as info:

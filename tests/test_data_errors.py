@@ -109,11 +109,12 @@ def test_bad_annotation_json_names_the_file(tmp_path: Path, content: str, expect
     assert str(ann_file) in _one_line(err)
 
 
-@pytest.mark.parametrize("how", ["fifo", "sparse"])
+@pytest.mark.parametrize("how", ["fifo", "sparse", "sparse tail"])
 def test_an_annotation_file_that_is_no_json_file_is_named_without_reading_it_whole(tmp_path: Path, how: str) -> None:
     """Probe 11, F17 and F104: a FIFO in place of the annotation file was said to be missing; a sparse 1 GiB file
     of NULs was read and decoded whole (3 GB of memory) before "not valid JSON". Both are one line from what the
-    file is, or from its first bytes."""
+    file is, or from its first bytes. Probe 15, n46: a valid file grown by a sparse tail of NULs to 3 GB was a
+    MemoryError traceback; its last bytes name it."""
     import signal
 
     ann_file = _write_coco(tmp_path, GOOD)
@@ -121,10 +122,15 @@ def test_an_annotation_file_that_is_no_json_file_is_named_without_reading_it_who
     if how == "fifo":
         os.mkfifo(ann_file)
         expected = f"{ann_file} is not a plain file (a folder, FIFO, socket or device)"
-    else:
+    elif how == "sparse":
         with ann_file.open("wb") as f:
             f.truncate(2**30)
         expected = f"{ann_file} is not a COCO annotation file: it starts with"
+    else:
+        ann_file.write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+        with ann_file.open("r+b") as f:
+            f.truncate(3 * 2**30)
+        expected = f"{ann_file} is not a COCO annotation file: it ends with b'\\x00\\x00"
     (tmp_path / "train2017").mkdir()
     signal.alarm(20)  # a blocking open of the FIFO fails the test rather than hang it
     try:
@@ -238,7 +244,7 @@ def test_hand_coco_val_annotations_without_a_box_are_refused_before_the_run_dir(
     CocoDataModule(root=str(tmp_path)).check_on_disk(None)
 
 
-@pytest.mark.parametrize("how", ["hard link", "symlink", "copy"])
+@pytest.mark.parametrize("how", ["hard link", "symlink", "copy", "renamed copy"])
 def test_hand_coco_val_images_that_are_training_images_are_refused_before_the_run_dir(tmp_path: Path, how: str) -> None:
     """Probe 14, l54: val2017/ of hard links to the training images, under an annotation file re-serialised (other
     bytes, same records), trained and validated on the same images, silently. One such image is refused, whether
@@ -253,11 +259,14 @@ def test_hand_coco_val_images_that_are_training_images_are_refused_before_the_ru
         os.link(tmp_path / "train2017" / "b.png", val_b)
     elif how == "symlink":
         val_b.symlink_to(tmp_path / "train2017" / "b.png")
-    else:
+    elif how == "copy":
         shutil.copy(tmp_path / "train2017" / "b.png", val_b)
+    else:  # probe 15, n25's COCO twin: the training image's bytes under another name
+        shutil.copy(tmp_path / "train2017" / "a.png", val_b)
     with pytest.raises(CocoLayoutError) as err:
         CocoDataModule(root=str(tmp_path)).check_on_disk(None)
-    assert _one_line(err) == (f"data.root={tmp_path}: val image val2017/b.png (image id 10) is train2017/b.png (a"
+    twin = "b.png" if "link" in how else "a.png"  # the fixture's two training images hold the same bytes
+    assert _one_line(err) == (f"data.root={tmp_path}: val image val2017/b.png (image id 10) is train2017/{twin} (a"
                               " link or a copy of it): the run would be validated on its training images; valid: a"
                               " val split of images of its own")
     val_b.unlink()

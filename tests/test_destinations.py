@@ -589,6 +589,15 @@ def test_a_data_root_that_is_a_symlink_loop_is_one_line_before_the_run_dir(tmp_p
     assert not (tmp_path / "logs").exists()
 
 
+def test_a_log_dir_that_is_a_symlink_loop_is_named_as_the_setting(tmp_path: Path) -> None:
+    """Probe 15, n50: the refusal named a record inside the would-be run dir (``<loop>/r/multirun.yaml``)."""
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'loop'}", "run_name=r"], "train")
+    assert str(err.value) == (f"paths.log_dir='{tmp_path / 'loop'}' cannot be used: {tmp_path / 'loop'} is a symlink"
+                              " loop (its links lead back to themselves); valid: a folder whose path has no link loop")
+
+
 def test_tables_and_archives_under_a_folder_this_user_may_not_use_name_it(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture) -> None:
     """``--out`` / ``--to`` below a mode-000 folder printed Python's ``[Errno 13] Permission denied: '.../run.json'``,

@@ -549,6 +549,14 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         eval_script.evaluate(_eval_cfg(run, tmp_path, data_dir))
     assert str(err.value) == ("data.root='' in the run's config names no data folder; pass data_root=<folder>"
                               " (plot_rpe.py: --data-root) pointing at existing data")
+    (run / "checkpoints" / "best.ckpt").unlink()  # probe 15, n24: a folder in best.ckpt's place names no example
+    (run / "checkpoints" / "best.ckpt").mkdir()
+    cfg = compose_config([f"ckpt_path={run / 'checkpoints' / 'best.ckpt'}"], tmp_path / "eval", data_dir,
+                         config_name="eval")
+    with pytest.raises(FileNotFoundError) as err:
+        eval_script.evaluate(cfg)
+    assert str(err.value).startswith(f"ckpt_path='{run / 'checkpoints' / 'best.ckpt'}' is a folder, where the run's"
+                                     " checkpoint file belongs")
 
 
 def test_a_checkpoint_trained_past_the_runs_length_is_not_evaluated(run_dir: Path, tmp_path: Path,

@@ -297,6 +297,7 @@ def _bad_files(tmp_path: Path) -> list[tuple[str, Path, dict, str]]:
         cases.append((name, path, {"num_heads": HEADS, **overrides}, match))
 
     case("lightning", {"state_dict": {"net.cls_token": torch.zeros(1)}}, "holds no 'model' state dict")
+    case("model a list", {"model": [1, 2, 3]}, "its 'model' entry is a list, not a state dict")  # probe 15, n31c
     case("detr", {"model": {"transformer.encoder.layers.0.linear1.weight": torch.zeros(2), "query_embed.weight":
                             torch.zeros(2)}}, r"has no 'cls_token' \(a DETR checkpoint\); expected a RoPE-ViT DeiT")
     ours = our_model("rope_mixed", True).state_dict()

@@ -180,6 +180,10 @@ def load_reference_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str,
         state, args = checkpoint["model"], checkpoint.get("args")
     elif isinstance(checkpoint, dict) and checkpoint and all(isinstance(v, Tensor) for v in checkpoint.values()):
         state, args = checkpoint, None
+    elif isinstance(checkpoint, dict) and "model" in checkpoint:  # there, but no mapping of names to tensors
+        kind = type(checkpoint["model"]).__name__
+        raise ReferenceCheckpointError(f"checkpoint {path}: its 'model' entry is a {kind}, not a state dict;"
+                                       " expected a DETR / DETR-iRPE checkpoint")
     else:
         raise ReferenceCheckpointError(
             f"checkpoint {path} holds no 'model' state dict; expected a DETR / DETR-iRPE checkpoint"
