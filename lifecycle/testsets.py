@@ -234,6 +234,9 @@ def check_run_data_root(generator: Any, run_root: Any, data_root: Any, name: str
     if generator is None or isinstance(generator, dict):  # hand data, or COCO shapes (no marker of settings)
         why = "the run's data are not generated, so only its own folder is its data"
         valid = f"drop data_root (or data_root={run_root})"
+        if not Path(str(run_root)).expanduser().is_dir():  # moved: its old place is no remedy
+            why += f", and data.root={run_root} no longer exists"
+            valid = f"put the run's data back at {run_root} and drop data_root"
     else:
         try:
             marker = read_marker(given)

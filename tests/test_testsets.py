@@ -704,6 +704,12 @@ def test_a_hand_data_run_reads_only_its_own_folder_on_a_run_own_data_test_set(tm
     _eval(run, data, "val_at_48")
     record = json.loads((run / RESULT_FOLDER / "val_at_48@interpolate.json").read_text())
     assert (record["data_root"], record["data_sha256"], record["data_generator"]) == (str(own), None, None)
+    own.rename(tmp_path / "moved")  # probe 15, n17: the old place is no remedy once the data moved
+    with pytest.raises(TestsetError) as err:
+        _eval(run, data, "val_at_48", f"data_root={tmp_path / 'moved'}")
+    assert str(err.value).endswith(f"so only its own folder is its data, and data.root={own} no longer exists"
+                                   f" (nothing was evaluated); valid: put the run's data back at {own} and drop"
+                                   " data_root")
 
 
 @pytest.mark.filterwarnings("ignore")
