@@ -11,6 +11,7 @@ import json
 import os
 import re
 import stat
+import sys
 from itertools import accumulate, repeat
 from typing import Any
 
@@ -80,3 +81,9 @@ def loads_bounded(raw: bytes | str, depth: int = MAX_JSON_DEPTH) -> Any:
         return json.loads(text)
     except RecursionError:  # the interpreter's stack was nearly used up already: the same fault, named the same
         raise JsonBoundsError(f"nested too deep to be read here (the limit is {depth} levels)") from None
+    except ValueError as err:
+        if isinstance(err, json.JSONDecodeError) or "integer string conversion" not in str(err):
+            raise
+        # valid JSON, but a number of more digits than Python converts (sys.get_int_max_str_digits())
+        raise JsonBoundsError(f"it holds an integer of more than {sys.get_int_max_str_digits()} digits, which no"
+                              " record this project writes does") from None

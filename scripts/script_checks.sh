@@ -22,6 +22,10 @@ check_python() {
   local said
   command -v -- "$PY" > /dev/null \
     || usage_error "PY='$PY' is not an executable Python (no such file, or not executable); valid: $hint"
+  # the temp dir first, with the standard library only: importing torch below makes its cache folder there
+  local problem
+  problem=$("$PY" -c "import starting; print(starting.temp_dir_problem() or '')" 2> /dev/null)
+  [ -z "$problem" ] || usage_error "$problem"
   said=$("$PY" -c "import torch, hydra, timm; print(*(m.__name__ for m in (torch, hydra, timm)))" 2> /dev/null)
   [ "$said" = "torch hydra timm" ] \
     || usage_error "PY='$PY' cannot import torch, hydra and timm (not the project's Python); valid: $hint"

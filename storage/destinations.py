@@ -262,6 +262,12 @@ def save_export(checkpoint: dict[str, Any], path: str | os.PathLike, what: str, 
         check_destination(path, f"{what} path")
     except DestinationError as err:
         raise error(str(err)) from None
+    from storage.files import RunFileError, check_plain_file
+
+    try:  # a FIFO, folder or device there is not a file to replace; a link would be replaced by a file
+        check_plain_file(path)
+    except RunFileError as err:
+        raise error(f"{what} path: {err}") from None
     buffer = io.BytesIO()
     torch.save(checkpoint, buffer)
     atomic_write_bytes(path, buffer.getvalue())

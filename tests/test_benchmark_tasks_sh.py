@@ -141,10 +141,11 @@ def test_bad_settings_and_task_names_are_one_line_before_anything_runs(copy: Pat
 
 
 def test_valid_settings_run_each_task_in_its_lanes(copy: Path) -> None:
-    """Valid input passes the checks: the stub is asked for the packages and the GPU, then the task's two lanes."""
+    """Valid input passes the checks: the stub is asked for the temp dir's problem, the packages and the GPU, then
+    the task's two lanes."""
     done = _run(copy, "shift", PY=str(copy / "python"), LANES="2")
     calls = _calls(copy)
-    assert calls[0].startswith("-c import torch, hydra, timm;")
+    assert calls[0].startswith("-c import starting;") and calls[1].startswith("-c import torch, hydra, timm;")
     assert _trained(copy) == [f"train.py sweep=shift_mini seed={seed}" for seed in (0, 1)]
     assert "lane 1: seeds 1" in done.stdout and (copy / "repo" / "runs").is_dir()
 
@@ -385,6 +386,23 @@ def _gpu_checks(args: list[str], env: dict[str, str]) -> subprocess.CompletedPro
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_checks.sh"), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PATH": path, **env})
+
+
+@pytest.mark.parametrize("script", [SCRIPT, MINI], ids=["benchmark_tasks", "mini_sweeps"])
+def test_a_temp_dir_inside_a_run_dir_is_one_line_before_python_imports_torch(copy: Path, script: Path) -> None:
+    """Probe 15, m79: the scripts' check of their Python imported torch with the temp dir given, which made torch's
+    cache folder in the run dir before train.py refused the temp dir."""
+    import sys
+
+    shutil.copy(ROOT / "starting.py", copy / "repo" / "starting.py")
+    run = copy / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    done = _run(copy, "shift" if script == SCRIPT else "where", script=script, PY=sys.executable, TMPDIR=str(run))
+    assert done.returncode == 2, done.stderr
+    [error] = done.stderr.splitlines()
+    assert error.startswith(f"error: TMPDIR={str(run)!r} lies in the run dir {run}"), error
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]
 
 
 def test_gpu_checks_out_inside_a_run_dir_is_one_line_before_anything(tmp_path: Path) -> None:

@@ -45,7 +45,9 @@ def _error_line(stderr: str) -> str:
     (DEEP.encode(), f"nested deeper than {MAX_JSON_DEPTH} levels"),
     (b'{"a":' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1), f"nested deeper than {MAX_JSON_DEPTH}"),
     (b"\xff\xfe\x00", "not valid JSON (not text"),  # undecodable bytes: once an AttributeError
-], ids=["arrays", "objects", "not_text"])
+    # probe 15, n112-n116: valid JSON, but Python's int conversion refused it in an unnamed line
+    (b'{"big": ' + b"7" * 5000 + b"}", "it holds an integer of more than"),
+], ids=["arrays", "objects", "not_text", "huge_integer"])
 def test_a_record_past_the_bounds_is_one_line_naming_it(tmp_path: Path, content: bytes, reason: str) -> None:
     path = tmp_path / "metrics.json"
     path.write_bytes(content)
@@ -103,6 +105,9 @@ def test_archive_refuses_a_deep_record_in_one_line(tmp_path: Path, capsys) -> No
 def test_a_deep_completion_marker_is_damaged(tmp_path: Path) -> None:
     (tmp_path / MARKER_NAME).write_text(DEEP)
     with pytest.raises(DataConfigError, match=r"completion marker .* is damaged \(nested deeper than"):
+        read_marker(tmp_path)
+    (tmp_path / MARKER_NAME).write_text('{"generator": ' + "7" * 5000 + "}")  # probe 15, n116
+    with pytest.raises(DataConfigError, match=r"completion marker .* is damaged \(it holds an integer of more than"):
         read_marker(tmp_path)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -495,3 +496,10 @@ def test_export_never_lands_in_a_run_dir_or_a_data_root(tmp_path: Path) -> None:
     assert (run / "checkpoints" / "best.ckpt").read_bytes() == b"the run's weights"
     assert not (data / "export.pth").exists()
     assert to_rope_vit_checkpoint(model, tmp_path / "exports" / "m.pth").is_file()  # elsewhere: written
+    fifo = tmp_path / "exports" / "fifo.pth"  # probe 15, n121b: a FIFO there was replaced by the file
+    os.mkfifo(fifo)
+    with pytest.raises(RoPEViTCheckpointError, match=f"^to_rope_vit_checkpoint path: {fifo} cannot be used: it is a"
+                                                     " FIFO") as err:
+        to_rope_vit_checkpoint(model, fifo)
+    _one_line(err)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
