@@ -870,7 +870,7 @@ class CocoDataModule(L.LightningDataModule):
         if not self.root.is_dir():
             raise CocoLayoutError(f"data.root={self.root} {absent_folder(self.root)}; {LAYOUT}")
         folder, ann = self.paths(split)
-        for path in (folder, ann):
+        for path in (folder, ann.parent, ann):  # annotations/ itself may be the loop
             if os.path.islink(path) and not path.exists():  # a loop, or a target that is gone: not "missing"
                 raise CocoLayoutError(f"{path} is a symlink that leads nowhere ({os.readlink(path)}: a link loop or a"
                                       f" target that does not exist); valid: a link to the real {path.name}, or the"

@@ -680,8 +680,10 @@ def read_testset_result(path: Path, identity: str, length: dict[str, Any] | None
     if rule is not None and not (isinstance(rule, str) and APE_RULE.fullmatch(rule)):
         raise TableError(f"the file is damaged: ape_rule {rule!r} is not an APE rule name")
     if (rule or "") != named_rule:
-        raise TableError(f"it holds the result of ape_rule {rule!r}, its file name says {named_rule or None!r}:"
-                         " renamed?")
+        held = f"ape_rule {rule!r}" if rule else "no APE rule (its run has no absolute table to resize)"
+        said = f"@{named_rule}" if named_rule else "no rule (no @<rule> in its name)"
+        raise TableError(f"it holds the result of {held}, its file name says {said}: renamed? (eval.py names a"
+                         f" result <test set>{'@<rule>' if rule else ''}.json)")
     made, now = value.get("length"), length
     if made is not None and now is not None and made != now:
         raise TableError(f"it was evaluated when the run's length was {made}, the run's length is now {now}:"

@@ -310,6 +310,12 @@ def test_a_coco_annotation_file_that_is_a_link_loop_is_named_as_one(tmp_path: Pa
     with pytest.raises(CocoLayoutError) as err:
         CocoDataModule(root=str(tmp_path)).check_on_disk(None)
     assert _one_line(err).startswith(f"{ann} is a symlink that leads nowhere ({ann}: a link loop or a target")
+    folder = tmp_path / "annotations"  # probe 15, n144: the folder itself a loop was "lacks annotations/..."
+    shutil.rmtree(folder)
+    folder.symlink_to(folder)
+    with pytest.raises(CocoLayoutError) as err:
+        CocoDataModule(root=str(tmp_path)).check_on_disk(None)
+    assert _one_line(err).startswith(f"{folder} is a symlink that leads nowhere ({folder}: a link loop or a target")
 
 
 def test_hand_coco_data_whose_val_split_is_its_train_split_is_refused(tmp_path: Path) -> None:

@@ -238,6 +238,9 @@ def _damage(path: Path, damage: str, run_dir: Path) -> None:
     elif damage == "renamed":
         os.replace(path, path.with_name("relational_canvas48@interpolate.json"))
         return
+    elif damage == "rule dropped from the name":
+        os.replace(path, path.with_name(f"{RIGHT}.json"))
+        return
     elif damage == "nan":
         path.write_text(path.read_text().replace('"val/top1": 61.0', '"val/top1": NaN'))
         return
@@ -280,7 +283,11 @@ def _damage(path: Path, damage: str, run_dir: Path) -> None:
     ("no metrics", f"{INTERPOLATE}.json", "the file is damaged: it has no metrics"),
     ("bad rule", f"{INTERPOLATE}.json", "the file is damaged: ape_rule 'inter/polate' is not an APE rule name"),
     ("other rule", f"{INTERPOLATE}.json", "it holds the result of ape_rule 'extend', its file name says"
-                                          " 'interpolate': renamed?"),
+                                          " @interpolate: renamed?"),
+    # probe 15, n152: "its file name says None"
+    ("rule dropped from the name", f"{RIGHT}.json", "it holds the result of ape_rule 'interpolate', its file name"
+                                                    " says no rule (no @<rule> in its name): renamed? (eval.py names"
+                                                    " a result <test set>@<rule>.json)"),
     ("shorter run", f"{INTERPOLATE}.json", "it was evaluated when the run's length was {'max_epochs': 1,"),
     ("edited", f"{INTERPOLATE}.json", "the file is damaged: its content does not match its checksum: it was changed"
                                       " after the run wrote it"),
@@ -306,7 +313,7 @@ def test_a_result_that_cannot_be_trusted_is_listed_by_name_and_not_counted(
     assert k.testset_stats(INTERPOLATE, "val/top1") == (60.0, None, 1)  # seed 0's alone
     markdown = make_tables.to_markdown([table])
     assert f"- `testsets/{file}` of `{run.path}`: {why}" in markdown
-    if damage != "renamed":  # a renamed file is another test set's column; its own is simply not evaluated
+    if damage not in ("renamed", "rule dropped from the name"):  # another column: its own is simply not evaluated
         assert _markdown_rows(markdown, "val/top1")["k"][INTERPOLATE] == (
             "60.00, 1 of 2 seeds evaluated, 1 not counted")
 
