@@ -91,6 +91,10 @@ LENGTH_KEY = "run_length"
 TRAINING_KEY = "run_training"
 
 
+def _signal_noted_elsewhere(signum: int, frame: Any) -> None:
+    """Lightning's SIGTERM notifier for a run of several processes: nothing (see `ResumeCheckpoint.setup`)."""
+
+
 class ResumeCheckpoint(Checkpoint):
     """Writes ``<dirpath>/last.ckpt``, the point a rerun resumes from, with everything an exact resume needs.
 
@@ -121,6 +125,15 @@ class ResumeCheckpoint(Checkpoint):
         # the full training state (optimizer, loops, callbacks) for resuming; naming it also keeps Lightning from
         # logging "weights_only was not set, defaulting to False", which reads like an unsafe load
         trainer.save_checkpoint(self.path, weights_only=False)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.world_size > 1:
+            # Lightning's own SIGTERM handler broadcasts from inside the handler, on each rank as the signal lands:
+            # a rank signalled twice (its process group's TERM, then rank 0's forwarded one) entered a broadcast
+            # the others never did, and every rank hung, deaf to further signals. Its handlers are registered
+            # after this hook, from this attribute. The stop is this callback's: each rank's handler notes the
+            # signal (`lifecycle.signals`), and the ranks agree on it at a step's end (`_stop_together`).
+            trainer._signal_connector._sigterm_notifier_fn = _signal_noted_elsewhere
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._rng_to_restore is not None:
