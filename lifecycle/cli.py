@@ -983,6 +983,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     from lifecycle.job import check_buildable
     from lifecycle.settings import check_schedule, check_settings, check_value
@@ -1012,8 +1013,12 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
         key = override.key_or_group.lstrip("+~")
         if is_config_group(key):  # another option of a group: composed anew
             GlobalHydra.instance().clear()
-            with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-                cfg = compose(config_name, overrides=line, return_hydra_config=True)
+            try:
+                with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+                    cfg = compose(config_name, overrides=line, return_hydra_config=True)
+            except (HydraException, OmegaConfBaseException) as err:  # named with the job it is about
+                raise CommandLineError(f"the sweep's job with {named}: {override_error(err, line, None, config_name)}"
+                                       ) from None
         else:  # a value: set on the first values' config as Hydra sets an override (composing takes ~0.4 s a value)
             if base is None:
                 GlobalHydra.instance().clear()

@@ -1925,6 +1925,18 @@ def test_a_launch_variable_is_judged_for_every_job_of_a_sweep(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_swept_option_whose_composition_fails_names_its_job(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 15, m107: ``experiment=glob(swin*)`` expands to the micro and the ImageNet recipes; the key the latter
+    lack was refused without saying which job it was about."""
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path}", "-m", "experiment=glob(swin*)",
+                                         "data.generator.num_train=64", f"hydra.sweep.dir={tmp_path}/sw"],
+                                        capsys, monkeypatch)
+    assert line.startswith("error: the sweep's job with experiment=swin_tiny_irpe_k: data.generator.num_train is not a"
+                           " config key: data.generator is null or empty in this config"), line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_env_set_takes_the_settings_of_the_libraries_a_run_uses() -> None:
     """What a researcher sets for a job (threads, devices, NCCL's network, the tracker) is taken; what names a file or
     folder, or anything outside those families, is not (probe 13, i1)."""
