@@ -669,18 +669,14 @@ def _check_starts_as_json_object(ann_file: Path) -> None:
     try:
         with ann_file.open("rb") as f:
             head = f.read(4096).lstrip()
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read().rstrip()
     except OSError:
         return  # named by the reader that follows, in its own words
     if head[:1] != b"{":
         what = "is empty" if not head else f"starts with {head[:12]!r}, not a JSON object"
         raise CocoLayoutError(f"{ann_file} is not a COCO annotation file: it {what}; expected a JSON object with"
                               " images, annotations and categories")
-    try:
-        with ann_file.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-            tail = f.read().rstrip()
-    except OSError:
-        return
     if tail[-1:] != b"}":  # a file cut short, or grown by a sparse tail of NULs (which the parser would read whole)
         raise CocoLayoutError(f"{ann_file} is not a COCO annotation file: it ends with {tail[-12:]!r}, not with the"
                               " '}' that closes a JSON object (a file cut short, or damaged); expected a JSON object"
@@ -838,17 +834,18 @@ class CocoDataModule(L.LightningDataModule):
         """No val image is a training image: the same file (a hard or symbolic link) or the same bytes under any
         name (`training_twin`). One such image would be validated on after training on it."""
         (train_folder, _), (val_folder, _) = self.paths("train"), self.paths("val")
-        val_files = {}
+        val_files, ids = {}, {}
         for image in val_set.coco.dataset.get("images", []):
+            name = os.path.normpath(image["file_name"])
             try:
-                val_files[os.path.normpath(image["file_name"])] = (val_folder / image["file_name"]).stat()
+                val_files[name] = (val_folder / name).stat()
             except OSError:
                 continue
+            ids[name] = image["id"]
         twin = training_twin(train_folder, val_folder, val_files)
         if twin is not None:
-            image = next(i for i in val_set.coco.dataset["images"] if os.path.normpath(i["file_name"]) == twin[0])
             raise CocoLayoutError(
-                f"data.root={self.root}: val image {val_folder.name}/{twin[0]} (image id {image['id']}) is"
+                f"data.root={self.root}: val image {val_folder.name}/{twin[0]} (image id {ids[twin[0]]}) is"
                 f" {train_folder.name}/{twin[1]} (a link or a copy of it): the run would be validated on its"
                 " training images; valid: a val split of images of its own")
 

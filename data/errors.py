@@ -46,8 +46,7 @@ def load_rgb_image(path: str | Path) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:  # the warning: under -W error
         raise _too_large(path, " ".join(str(err).split())) from None
     except Exception as err:  # any decoding failure (see the docstring) is reported as this file's
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})") from None
+        raise _unreadable(path, err) from None
 
 
 def image_size(path: str | Path) -> tuple[int, int]:
@@ -57,8 +56,12 @@ def image_size(path: str | Path) -> tuple[int, int]:
         with Image.open(path) as image:
             return image.size
     except Exception as err:  # any failure to identify this one file is reported as this file's
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})") from None
+        raise _unreadable(path, err) from None
+
+
+def _unreadable(path: str | Path, err: Exception) -> DataConfigError:
+    reason = " ".join(str(err).split()) or type(err).__name__
+    return DataConfigError(f"image {path} cannot be read ({type(err).__name__}: {reason})")
 
 
 def _to_rgb(path: str | Path, image: Image.Image) -> Image.Image:

@@ -399,15 +399,22 @@ def training_twin(train_dir: Path, val_dir: Path, val_files: dict[str, os.stat_r
 
 
 def _file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes; an unreadable file gets a digest of its own (the data modules name it)."""
-    digest = hashlib.sha256()
+    """The sha256 of a file's bytes (`_sha256_of`, by the file's identity: the check before a run dir and the
+    job's setup read a split once); an unreadable file gets a digest of its own (the data modules name it)."""
     try:
-        with open(path, "rb") as f:
-            for block in iter(functools.partial(f.read, 2**20), b""):
-                digest.update(block)
+        info = os.stat(path)
     except OSError:
         return f"unreadable:{path}"
-    return digest.hexdigest()
+    return _sha256_of(str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2**16)
+def _sha256_of(path: str, device: int, inode: int, size: int, mtime_ns: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return f"unreadable:{path}"
 
 
 def _raise(err: OSError) -> None:
