@@ -195,6 +195,10 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
                                 TOTAL_KEY: total, "metrics": metrics})
         if written is not None and rank0:
             written.append(path)
+    unmeasured = [name for name in getattr(model, "size_class_metrics", ()) if name not in metrics]
+    if unmeasured and rank0:
+        say(f"note: {', '.join(unmeasured)} not reported: the test split has no ground-truth box of their size"
+            " (COCO's areas: small < 32^2, medium 32^2-96^2, large > 96^2 px)", stream=sys.stderr)
     reasons = [partial_test_note(counter.images, total, cfg.trainer), not_the_runs]
     for why in filter(None, reasons):  # a legitimate look at a checkpoint, but not a result of the run: say so
         if rank0:

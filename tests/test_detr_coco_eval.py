@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
+from pycocotools.cocoeval import COCOeval
 
 from models.detr import METRIC_NAMES, PostProcess, evaluate_coco, gather_detections, to_coco_results
-from models.detr.coco_eval import load_coco
+from models.detr.coco_eval import load_coco, undefined_metrics
 
 # Non-contiguous category ids exercise the label <-> category mapping.
 CATEGORIES = [{"id": 3, "name": "a"}, {"id": 7, "name": "b"}, {"id": 11, "name": "c"}]
@@ -62,8 +66,49 @@ def test_shifted_boxes_score_lower(coco_gt) -> None:
     assert shifted["AP75"] < 100.0
 
 
-def test_empty_results_give_zeros(coco_gt) -> None:
-    assert set(evaluate_coco(coco_gt, []).values()) == {0.0}
+def test_empty_results_give_zeros_where_there_is_ground_truth(coco_gt) -> None:
+    stats = evaluate_coco(coco_gt, [])
+    assert {k: v for k, v in stats.items() if k not in ("APl", "ARl")} == dict.fromkeys(METRIC_NAMES[:5], 0.0) | {
+        "AR1": 0.0, "AR10": 0.0, "AR100": 0.0, "ARs": 0.0, "ARm": 0.0}
+    assert math.isnan(stats["APl"]) and math.isnan(stats["ARl"])  # no large box: nothing to miss
+
+
+def _raw_cocoeval_stats(coco_gt, results: list[dict], image_ids: list[int]) -> list[float]:
+    """pycocotools' own 12 numbers (-1 where a statistic has nothing to measure), as a reference."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluator = COCOeval(coco_gt, coco_gt.loadRes([dict(r) for r in results]), iouType="bbox")
+        evaluator.params.imgIds = image_ids
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    return [float(v) for v in evaluator.stats]
+
+
+@pytest.mark.parametrize(("image_ids", "undefined"), [([1, 2], {"APl", "ARl"}), ([2], {"APl", "ARl"})])
+def test_a_size_class_without_ground_truth_is_undefined_not_zero(coco_gt, image_ids, undefined) -> None:
+    """The fixture's boxes are small (< 32^2 px) and medium, none large: APl and ARl measure nothing. COCOeval
+    says -1 for them; they must come out NaN (never a 0 that reads as "every large object missed")."""
+    results = [r for r in _results(shift=2.0) if r["image_id"] in image_ids]
+    raw = _raw_cocoeval_stats(coco_gt, results, image_ids)
+    stats = evaluate_coco(coco_gt, results, image_ids=image_ids)
+    assert {name for name, v in zip(METRIC_NAMES, raw, strict=True) if v == -1} == undefined
+    for name, reference in zip(METRIC_NAMES, raw, strict=True):
+        if name in undefined:
+            assert math.isnan(stats[name]), name
+        else:
+            assert stats[name] == pytest.approx(100.0 * reference), name
+
+
+def test_only_small_boxes_leave_medium_and_large_undefined(tmp_path: Path) -> None:
+    anns = [{"id": 1, "image_id": 1, "category_id": 3, "bbox": [10.0, 12.0, 20.0, 15.0], "area": 300.0, "iscrowd": 0},
+            {"id": 2, "image_id": 1, "category_id": 7, "bbox": [0.0, 0.0, 100.0, 100.0], "area": 1e4, "iscrowd": 1}]
+    path = tmp_path / "gt.json"
+    path.write_text(json.dumps({"images": IMAGES[:1], "annotations": anns, "categories": CATEGORIES}))
+    gt = load_coco(str(path))
+    assert undefined_metrics(gt, [1]) == {"APm", "APl", "ARm", "ARl"}  # the crowd box counts for nothing
+    empty = evaluate_coco(gt, [])
+    assert [name for name in METRIC_NAMES if math.isnan(empty[name])] == ["APm", "APl", "ARm", "ARl"]
+    assert empty["AP"] == 0.0 and empty["APs"] == 0.0
 
 
 def test_postprocess_and_results_round_trip(coco_gt) -> None:
@@ -113,4 +158,5 @@ def test_gather_merges_ranks_and_counts_padded_repeats_once(coco_gt, monkeypatch
     assert sorted(merged) == [1, 2]
     flat = [r for rs in merged.values() for r in rs]
     assert len(flat) == len(BOXES)
-    assert evaluate_coco(coco_gt, flat, image_ids=merged.keys()) == evaluate_coco(coco_gt, _results())
+    # repr compares NaN (the undefined APl, ARl) equal to NaN
+    assert repr(evaluate_coco(coco_gt, flat, image_ids=merged.keys())) == repr(evaluate_coco(coco_gt, _results()))

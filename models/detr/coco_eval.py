@@ -28,6 +28,22 @@ METRIC_NAMES: tuple[str, ...] = (
     "ARl",
 )
 
+# COCOeval's object size classes by annotation area in pixels (both ends inclusive), keyed by the suffix of the
+# statistics that measure one class (APs, APm, APl, ARs, ARm, ARl).
+AREA_RANGES: dict[str, tuple[float, float]] = {"s": (0.0, 32.0**2), "m": (32.0**2, 96.0**2), "l": (96.0**2, 1e10)}
+SIZE_CLASS_METRICS: tuple[str, ...] = tuple(f"{kind}{size}" for kind in ("AP", "AR") for size in AREA_RANGES)
+
+
+def undefined_metrics(coco_gt: COCO, image_ids: Sequence[int]) -> set[str]:
+    """The statistics with no non-crowd ground-truth box to measure among ``image_ids``: every one when there
+    is no such box at all, else those of each size class without a box (COCOeval gives them -1)."""
+    areas = [float(a.get("area", 0.0)) for i in image_ids for a in coco_gt.imgToAnns.get(i, [])
+             if a.get("iscrowd", 0) == 0]
+    if not areas:
+        return set(METRIC_NAMES)
+    empty = {size for size, (low, high) in AREA_RANGES.items() if not any(low <= a <= high for a in areas)}
+    return {name for name in SIZE_CLASS_METRICS if name[-1] in empty}
+
 
 def load_coco(annotation_file: str) -> COCO:
     """Load an annotation JSON without pycocotools' prints."""
@@ -61,14 +77,16 @@ def evaluate_coco(
 ) -> dict[str, float]:
     """Run COCOeval (bbox) over ``image_ids`` (default: all) and return the 12 stats in percent.
 
-    No detections at all give zeros (pycocotools cannot load an empty result list). Without any non-crowd
-    ground-truth box among the images AP is undefined, not 0: every stat is NaN (COCOeval would say -1).
+    A statistic with nothing to measure is NaN, not 0 (COCOeval says -1): every one without any non-crowd
+    ground-truth box among the images, else those of a size class without a box (APl on small objects).
+    No detections at all give zeros for the rest (pycocotools cannot load an empty result list).
     """
     ids = sorted(set(image_ids)) if image_ids is not None else sorted(coco_gt.getImgIds())
-    if not any(a.get("iscrowd", 0) == 0 for i in ids for a in coco_gt.imgToAnns.get(i, [])):
+    undefined = undefined_metrics(coco_gt, ids)
+    if len(undefined) == len(METRIC_NAMES):
         return dict.fromkeys(METRIC_NAMES, float("nan"))
     if not results:
-        return dict.fromkeys(METRIC_NAMES, 0.0)
+        return {name: float("nan") if name in undefined else 0.0 for name in METRIC_NAMES}
     with contextlib.redirect_stdout(io.StringIO()):
         coco_dt = coco_gt.loadRes([dict(r) for r in results])  # loadRes edits its input
         evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
@@ -76,9 +94,9 @@ def evaluate_coco(
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
-    # COCOeval reports -1 where a statistic has no ground truth (e.g. no large objects): report 0.
-    stats = np.maximum(np.asarray(evaluator.stats, dtype=np.float64), 0.0) * 100.0
-    return {name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}
+    # COCOeval gives -1 where a statistic has no ground truth to measure (e.g. no large objects): undefined.
+    stats = np.asarray(evaluator.stats, dtype=np.float64)
+    return {name: float(v) * 100.0 if v >= 0 else float("nan") for name, v in zip(METRIC_NAMES, stats, strict=True)}
 
 
 def gather_detections(local: dict[int, list[dict]]) -> dict[int, list[dict]]:

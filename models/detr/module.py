@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import lightning as L
@@ -11,7 +12,7 @@ from torch import Tensor
 
 from rpe import DEFAULT_PRESET
 
-from .coco_eval import METRIC_NAMES, evaluate_coco, gather_detections, to_coco_results
+from .coco_eval import METRIC_NAMES, SIZE_CLASS_METRICS, evaluate_coco, gather_detections, to_coco_results
 from .detr import DETR, HungarianMatcher, PostProcess, SetCriterion, build_weight_dict
 from .hyperparameters import DETR_DEFAULTS as D
 from .reference import load_reference_weights
@@ -203,12 +204,21 @@ class DetectionModule(L.LightningModule):
         results = [r for per_image in merged.values() for r in per_image]
         stats = evaluate_coco(self._eval_dataset().coco, results, image_ids=merged.keys())
         for name in METRIC_NAMES:
-            self.log(f"val/{name}", stats[name], prog_bar=name in ("AP", "AP50"), sync_dist=False)
+            # A size-class statistic without a ground-truth box of its size is no number, so it is not logged
+            # (eval.py names it); AP is always logged: NaN there means no ground truth at all, which is no result.
+            if name == "AP" or math.isfinite(stats[name]):
+                self.log(f"val/{name}", stats[name], prog_bar=name in ("AP", "AP50"), sync_dist=False)
 
     @property
     def validation_metrics(self) -> tuple[str, ...]:
-        """The names every validation epoch logs (what a checkpoint callback may monitor)."""
-        return tuple(f"val/{name}" for name in METRIC_NAMES)
+        """The names every validation epoch logs (what a checkpoint callback may monitor). The size-class
+        statistics (APs .. ARl) are left out: they are logged only where the split has a box of their size."""
+        return tuple(f"val/{name}" for name in METRIC_NAMES if name not in SIZE_CLASS_METRICS)
+
+    @property
+    def size_class_metrics(self) -> tuple[str, ...]:
+        """The statistics of one object size (APs .. ARl), logged only where the split has a box of that size."""
+        return tuple(f"val/{name}" for name in SIZE_CLASS_METRICS)
 
     def on_validation_epoch_start(self) -> None:
         self._results = {}
