@@ -7,6 +7,15 @@ usage_error() {
   exit 2
 }
 
+# The script that sourced this file, resolved now: the scripts change into the repo root after sourcing it.
+script_path=$(readlink -f "$0")
+
+# The script's header comment (its usage, settings and outputs: every line above its check for bash), exit 0.
+print_help() {
+  sed -n '2,/^# bash.s own features follow/{/^# bash.s own features follow/d;s/^# \{0,1\}//p}' "$script_path"
+  exit 0
+}
+
 # A PY given as a path relative to the folder the script was started in (../venv/bin/python) is made absolute,
 # before the script changes into the repo root; a bare name (python3) stays a name looked up on PATH.
 caller_py() {
@@ -32,13 +41,17 @@ check_python() {
 }
 
 # check_names LABEL KIND ALL VALID NAME...: the given names, each one of VALID exactly (compared whole, never as a part of the list), each once in
-# the order given; `all` (where ALL is set) or none: every valid name. Sets the array `names`.
+# the order given; `all` (where ALL is set) or none: every valid name. Sets the array `names`. With -h or --help
+# among them: the script's help (print_help).
 check_names() {
   local label=$1 kind=$2 all=$3 valid=$4
   shift 4
   local -A seen=()
   local name choice ok
   names=()
+  for name in "$@"; do
+    case $name in -h | --help) print_help ;; esac
+  done
   for name in "$@"; do
     ok=0
     for choice in $valid ${all:+all}; do [ "$name" = "$choice" ] && ok=1; done

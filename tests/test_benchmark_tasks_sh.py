@@ -468,3 +468,18 @@ def test_a_script_started_with_sh_is_one_line_asking_for_bash(script: str) -> No
     assert done.returncode == 2 and done.stdout == ""
     path = ROOT / "scripts" / script
     assert done.stderr == f"error: {path} is a bash script; valid: bash {path} ...\n"
+
+
+@pytest.mark.parametrize("script", [SCRIPT, MINI])
+@pytest.mark.parametrize("words", [("-h",), ("--help",), ("shift", "--help")])
+def test_help_prints_the_scripts_header_and_runs_nothing(copy: Path, script: Path, words: tuple[str, ...]) -> None:
+    """Probe 16, o73/o74: ``-h`` was refused as a task name. It prints the header comment (usage, settings, outputs)
+    from a relative start through a link too, exit 0, before any setting is judged (PY is not even set)."""
+    link = copy / "elsewhere.sh"
+    link.symlink_to(copy / "repo" / "scripts" / script.name)
+    done = _run(copy, *words, started=Path("elsewhere.sh"), cwd=copy)
+    assert done.returncode == 0 and done.stderr == ""
+    header = [line[2:] if line.startswith("# ") else line[1:] for line in script.read_text().splitlines()[1:]]
+    header = header[:next(i for i, line in enumerate(header) if line.startswith("bash's own features follow"))]
+    assert done.stdout.splitlines() == header and any(line.startswith("Usage: bash scripts/") for line in header)
+    assert not _calls(copy) and not (copy / "repo" / "runs").exists()
