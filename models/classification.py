@@ -170,13 +170,12 @@ class ClassificationModule(L.LightningModule):
         self.train_loss = SoftTargetCrossEntropy() if self.mixup else nn.CrossEntropyLoss(
             label_smoothing=label_smoothing)
         self.ema = ModelEmaV3(self.net, decay=ema_decay) if ema_decay else None
-        top5 = min(5, num_classes)
         self.eval_loss = MeanOverImages()
+        # Top-5 of 5 classes or fewer is 100 % by construction, so such a task has no top-5 metric.
+        accuracies = {"top1": 1, **({"top5": 5} if num_classes > 5 else {})}
         self.metrics = nn.ModuleDict({
-            prefix: nn.ModuleDict({
-                "top1": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
-                "top5": MulticlassAccuracy(num_classes, top_k=top5, average="micro"),
-            })
+            prefix: nn.ModuleDict({name: MulticlassAccuracy(num_classes, top_k=k, average="micro")
+                                   for name, k in accuracies.items()})
             for prefix in (["val", "val_ema"] if self.ema else ["val"])
         })
         if compile:
