@@ -1027,6 +1027,8 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             cfg = copy.deepcopy(base)
             ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
         HydraConfig.instance().set_config(cfg)
+        if config_name == "train":
+            _give_job_dir(cfg)
         try:
             check_settings(cfg, config_name)
             # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
@@ -1207,14 +1209,29 @@ SWEEPER_COUNTS = (
 )
 
 
-def _check_temp_dir(cfg: DictConfig, data_roots: list[str]) -> None:
+def _within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it, as written (absolute) or with links resolved."""
+    from storage.destinations import real
+
+    def below(a: str, b: str) -> bool:
+        return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+    return (below(os.path.normpath(os.path.abspath(path)), os.path.normpath(os.path.abspath(folder)))
+            or below(str(real(path)), str(real(folder))))
+
+
+def _check_temp_dir(cfg: DictConfig, data_roots: list[str], sweeping: bool = False) -> None:
     """The temp dir (``TMPDIR``, also as ``hydra.job.env_set`` gives it), where a run's DDP workers get their private
     config folder and torch and its libraries put their caches, lies outside every run dir and data root: one
-    inside another run's dir had those folders written there, and one left behind."""
+    inside another run's dir had those folders written there, and one left behind. Nor may it lie in the run dir
+    or sweep dir this command is about to make (``${hydra:runtime.output_dir}``, ``${hydra:sweep.dir}``)."""
     import tempfile
 
     from storage.destinations import DestinationError, check_destination, real, sweep_dir_of
 
+    own_dir = OmegaConf.select(cfg, "hydra.sweep.dir" if sweeping else "hydra.runtime.output_dir", default=None,
+                               throw_on_resolution_failure=False)
+    own_dir = str(own_dir) if own_dir is not None and str(own_dir).strip() else None
     env_set = OmegaConf.select(cfg, "hydra.job.env_set", default=None) or {}
     given = [(f"hydra.job.env_set.{name}", str(env_set[name])) for name in ("TMPDIR", "TEMP", "TMP") if name in env_set]
     for what, temp in [*given, ("TMPDIR", tempfile.gettempdir())]:
@@ -1222,6 +1239,11 @@ def _check_temp_dir(cfg: DictConfig, data_roots: list[str]) -> None:
             check_destination(temp, what, data_roots=data_roots)
         except DestinationError as err:
             raise CommandLineError(f"{err} (the temp dir, {temp}: set TMPDIR to a folder of its own)") from None
+        if own_dir is not None and _within(temp, own_dir):  # this command's own dir, not made yet
+            kind, holds = ("sweep dir", "its jobs' files") if sweeping else ("run dir", "the run's own files")
+            raise CommandLineError(f"{what}={temp!r} lies in this command's {kind} {own_dir}, which holds"
+                                   f" {holds} only, and torch and Lightning write their caches into the temp"
+                                   " dir as they start; valid: a folder of its own outside it (e.g. /tmp)")
         sweep = sweep_dir_of(real(temp))
         if sweep is not None:  # its tables would list the folders left there as runs of the sweep
             raise CommandLineError(f"{what}={temp!r} is inside the sweep dir {sweep}, whose folders are its jobs';"
@@ -1430,6 +1452,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             _refuse_sweeps_without_multirun(overrides)
             if config_name == "train":
                 _give_run_dir(cfg)
+        elif config_name == "train":
+            _give_job_dir(cfg)
         environment.enter_context(job_environment(cfg))
         refuse_unset_variables(cfg, overrides)
         check_settings(cfg, config_name)
@@ -1469,7 +1493,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
             check_schedule(cfg)
             data_roots = check_data_root(cfg)  # readable and where data may be, before the data module reads it
             check_buildable(cfg)
-            _check_temp_dir(cfg, data_roots)
+            _check_temp_dir(cfg, data_roots, sweeping)
             if sweeping:
                 _check_sweeper_class(cfg)
                 _check_sweeper_storage(cfg, data_roots)
@@ -1529,6 +1553,27 @@ def _give_run_dir(cfg: DictConfig) -> None:
         return  # refused by `prepare_output_dir`
     with read_write(cfg.hydra), open_dict(cfg.hydra):
         cfg.hydra.runtime.output_dir = os.path.abspath(str(run_dir))  # as Hydra's run_job sets it
+    HydraConfig.instance().set_config(cfg)
+
+
+def _give_job_dir(cfg: DictConfig) -> None:
+    """A sweep's `_give_run_dir`: ``hydra.runtime.output_dir`` of the composed ``cfg`` (checked with the first
+    value of each swept key) set to that job's dir, ``hydra.sweep.dir/hydra.sweep.subdir`` (job 0), so that a setting
+    naming it (``${hydra:runtime.output_dir}``) resolves as in the job and is judged there. One that does not
+    resolve is left unset: the checks of the sweep dir and subdir refuse it."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    try:
+        sweep_dir = str(cfg.hydra.sweep.dir)
+    except OmegaConfBaseException:
+        return
+    try:
+        job_dir = os.path.join(sweep_dir, str(cfg.hydra.sweep.subdir))
+    except OmegaConfBaseException:  # a subdir of the job's number, which the launcher gives: the first job's
+        job_dir = os.path.join(sweep_dir, "0")
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.runtime.output_dir = os.path.abspath(job_dir)
     HydraConfig.instance().set_config(cfg)
 
 
@@ -2092,7 +2137,8 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     if root is None:
         return ()
     chdir = OmegaConf.select(cfg, "hydra.job.chdir", default=None, throw_on_resolution_failure=False)
-    if chdir is True and run_dir_of(cfg) is None and not os.path.isabs(os.path.expanduser(str(given))):
+    in_sweep = current().sweeping or run_dir_of(cfg) is None
+    if chdir is True and in_sweep and not os.path.isabs(os.path.expanduser(str(given))):
         # a sweep: each job's working dir is its own run dir, which does not exist yet and holds no data
         raise CommandLineError(f"data.root={str(given)!r} is relative, and hydra.job.chdir=true makes each sweep job's"
                                " working dir its own run dir, so the data would be read (or generated) inside"

@@ -2239,3 +2239,38 @@ def test_a_temp_dir_inside_another_run_is_one_line_before_the_run_dir(how: str, 
     assert line.startswith(f"error: {what}='{other}' is the run dir {other}, whose files are that run's"), line
     assert line.endswith(f"(the temp dir, {other}: set TMPDIR to a folder of its own)")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("sweep", "temp", "kind", "made"), [
+    (False, "${hydra:runtime.output_dir}", "run dir", "runs/r"),
+    (False, "${hydra:runtime.output_dir}/tmp", "run dir", "runs/r"),
+    (True, "${hydra:sweep.dir}", "sweep dir", "sw"),
+    (True, "${hydra:runtime.output_dir}", "sweep dir", "sw"),
+])
+def test_a_temp_dir_in_the_commands_own_output_dir_is_one_line_before_it_is_made(
+        sweep: bool, temp: str, kind: str, made: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 16, o58-o60: ``hydra.job.env_set.TMPDIR`` naming the run dir or sweep dir this command makes (by
+    Hydra's interpolations) passed every check; a DDP worker then refused it after the parent had made the run
+    dir. It is judged as the job resolves it, before the dir exists."""
+    args = ["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", f"+hydra.job.env_set.TMPDIR={temp}"]
+    args += ["-m", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sw'}"] if sweep else ["run_name=r"]
+    line = _refused_by_the_command_line(args, capsys, monkeypatch)
+    own = tmp_path / made
+    assert re.match(rf"^error: hydra\.job\.env_set\.TMPDIR='{re.escape(str(own))}(/\w+)?' lies in this command's"
+                    rf" {kind} {re.escape(str(own))}, which holds .* only, and torch and Lightning write their"
+                    r" caches into the temp dir as they start; valid: a folder of its own outside it \(e\.g\. /tmp\)$",
+                    line), line
+    assert not own.exists()
+
+
+def test_a_temp_dir_beside_the_sweep_dir_is_not_in_it(tmp_path: Path) -> None:
+    """The check compares folders, not text: ``<sweep dir>-tmp`` (a sibling sharing its name's start) is fine."""
+    from lifecycle.cli import _within
+
+    sweep = str(tmp_path / "sw")
+    assert _within(str(tmp_path / "sw" / "0"), sweep) and _within(sweep, sweep)
+    assert not _within(str(tmp_path / "sw-tmp"), str(tmp_path / "sw"))
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert _within(str(tmp_path / "link" / "t"), str(tmp_path / "real"))
