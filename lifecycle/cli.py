@@ -2154,12 +2154,15 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
     run_dir = run_dir_of(cfg)
-    if data.get("generator") is not None and run_dir is not None:
-        mine = real(run_dir)
+    sweep_dir = OmegaConf.select(cfg, "hydra.sweep.dir", default=None, throw_on_resolution_failure=False)
+    own = [("sweep dir", sweep_dir, "its jobs'")] if in_sweep and sweep_dir is not None else []
+    own += [("run dir", run_dir, "that run's")] if run_dir is not None else []
+    for kind, folder, whose in own if data.get("generator") is not None else ():
+        mine = real(folder)
         if real(root) == mine or mine in real(root).parents:
-            # the job's own check refuses it too, once the run dir is claimed: refused before it is made
-            raise CommandLineError(f"data.root={str(given)!r} is inside the run dir {run_dir}, whose files are that"
-                                   " run's; valid: a folder outside every run dir")
+            # the job's own check refuses it too, once its dir is claimed: refused before the dir is made
+            raise CommandLineError(f"data.root={str(given)!r} is inside the {kind} {folder}, whose files are"
+                                   f" {whose}; valid: a folder outside every run dir and sweep dir")
     _check_existing_generation(data, root)
     _check_data_location(cfg, data, root)
     _refuse_unreadable_data(given, root, data)

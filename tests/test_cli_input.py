@@ -2274,3 +2274,20 @@ def test_a_temp_dir_beside_the_sweep_dir_is_not_in_it(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert _within(str(tmp_path / "link" / "t"), str(tmp_path / "real"))
+
+
+@pytest.mark.parametrize(("data_dir", "below"), [("${hydra:sweep.dir}/data", "data"),
+                                               ("${hydra:runtime.output_dir}/../data", "0/../data")])
+def test_generated_data_in_the_sweep_dir_this_command_makes_is_one_line_before_it(
+        data_dir: str, below: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 16, o75: ``hydra.job.env_set.RPE_DATA_DIR=${hydra:sweep.dir}/data`` generated the data set inside the
+    new sweep dir (one inside a run dir was refused)."""
+    monkeypatch.delenv("RPE_DATA_DIR", raising=False)
+    sweep = tmp_path / "sw"
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "-m", "seed=0",
+                                         f"hydra.sweep.dir={sweep}", f"+hydra.job.env_set.RPE_DATA_DIR={data_dir}"],
+                                        capsys, monkeypatch)
+    assert line == (f"error: data.root='{sweep}/{below}/relational_v2' is inside the sweep dir {sweep}, whose files are"
+                    " its jobs'; valid: a folder outside every run dir and sweep dir"), line
+    assert not sweep.exists()
