@@ -14,7 +14,8 @@ A destination is judged by its real path (links followed), its text only for the
   composed form (NFC) and is no twin of a folder beside it in that form (two folders that print alike);
 - it is never a sweep's grid record (``multirun.yaml``, ``multirun.<n>.yaml``), which its tables and reruns read;
 - an archive of a sweep never lies inside another sweep's dir, whose tables would count its runs;
-- a data root never lies inside a run dir or inside another data root;
+- a data root never lies inside a run dir, inside another data root, inside a sweep dir (whose folders are its
+  jobs') or inside an archive;
 - below a destination's own folder, nothing is written through a symlink: a link there could lead into
   another run or folder, and the copy would land there.
 
@@ -208,6 +209,15 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the data root" if inside_data == target and given is None else "is inside the data root"
         raise DestinationError(f"{what}={typed!r} {where} {inside_data}, where a new folder would become"
                                " part of the dataset; valid: a folder outside every data root")
+    kept = _first((target, *target.parents), is_archive) if data_root else None
+    if kept is not None:  # archive_runs would keep the folder among the archived runs' records
+        where = "is the archive" if kept == target else "is inside the archive"
+        raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records: no place for"
+                               " data; valid: a folder outside every archive")
+    sweep = sweep_dir_of(target) if data_root else None
+    if sweep is not None:  # its folders are its jobs' (the tables and archive_runs read them as such)
+        raise DestinationError(f"{what}={typed!r} is inside the sweep dir {sweep}, whose folders are its jobs';"
+                               " valid: a folder outside every sweep dir")
     kept = _first((target, *target.parents), is_archive) if trains else None
     if kept is not None:
         where = "is the archive" if kept == target else "is inside the archive"

@@ -620,3 +620,42 @@ def test_tables_and_archives_under_a_folder_this_user_may_not_use_name_it(tmp_pa
                                          " look into); valid: a folder this user may read and write (chmod u+rwx),"
                                          " or another"] * 2, lines
     assert list(closed.iterdir()) == []
+
+
+def test_a_data_root_never_lies_in_a_sweep_dir_or_an_archive(tmp_path: Path) -> None:
+    """Probe 16, p30, p50, p51: ``paths.data_dir=<a sweep dir>`` generated a data root (and left its lock) among the
+    sweep's job folders, and ``paths.data_dir=<an archive>`` a data set and a test set inside the archive, which
+    archive_runs then kept. A data root (a run's or a test set's) may be neither."""
+    sweep = tmp_path / "sw"
+    _finished_run(sweep / "0")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    archive = tmp_path / "arch" / "sw"
+    archive.mkdir(parents=True)
+    (archive / ".archive.json").write_text("{}")
+    for what in ("data.root", "testset.data.root"):
+        with pytest.raises(DestinationError, match=rf"^{what}='{sweep}/relational_v2' is inside the sweep dir {sweep},"
+                                                   r" whose folders are its jobs'; valid: a folder outside every"
+                                                   r" sweep dir$"):
+            check_destination(sweep / "relational_v2", what, data_root=True)
+        with pytest.raises(DestinationError, match=rf"^{what}='{archive}/testsets/x' is inside the archive {archive},"
+                                                   r" which keeps finished runs' records: no place for data; valid: a"
+                                                   r" folder outside every archive$"):
+            check_destination(archive / "testsets" / "x", what, data_root=True)
+    # beside them is fine, and a table may still be written into a sweep dir (its own tables)
+    assert check_destination(tmp_path / "arch" / "data", "data.root", data_root=True) == tmp_path / "arch" / "data"
+    assert check_destination(tmp_path / "data", "data.root", data_root=True) == tmp_path / "data"
+    check_destination(sweep / "tables", "--out")
+
+
+def test_train_refuses_generating_its_data_in_a_sweep_dir_before_any_write(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Probe 16, p30: the command line's check, before the data, its lock or the run dir are made."""
+    from tests.test_cli_input import _refused_by_the_command_line
+
+    sweep = tmp_path / "sw"
+    _finished_run(sweep / "0")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    before = sorted(p.name for p in sweep.iterdir())
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r",
+                                         f"paths.data_dir={sweep}"], capsys, monkeypatch)
+    assert line.startswith(f"error: data.root='{sweep}/relational_v2' is inside the sweep dir {sweep},"), line
+    assert sorted(p.name for p in sweep.iterdir()) == before and not (tmp_path / "runs").exists()
