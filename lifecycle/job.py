@@ -32,6 +32,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from data.errors import DataConfigError
 from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
 from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
 from lifecycle.command import current
@@ -84,6 +85,7 @@ from storage.files import (
     atomic_write_json,
     entry_exists,
     guarded,
+    os_error_line,
     remove_stale_temp_files,
     with_checksum,
     writable_folder,
@@ -147,8 +149,12 @@ def check_buildable(cfg: DictConfig) -> None:
     if hasattr(datamodule, "check_on_disk"):  # data already there: split and class folders, a batch per device
         try:
             datamodule.check_on_disk(configured_world_size(cfg))
-        except OSError:  # an unreadable folder: the data module names it when it reads the data
-            pass
+        except OSError as err:  # an unreadable file or folder of the data: named before the run dir is made
+            if err.filename is None:
+                return  # no path to name: the data module names what it cannot read when it reads it
+            line = os_error_line(err, reading=True)
+            valid = "" if "; valid: " in line else "; valid: make it readable (chmod u+r), or another data.root"
+            raise DataConfigError(f"data.root={datamodule.root}: {line}{valid}") from None
 
 
 def check_model_fits_memory(model: torch.nn.Module) -> None:

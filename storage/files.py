@@ -29,11 +29,14 @@ class RunFileError(ValueError):
     """A run file that cannot be read or written; the message is one line naming the path."""
 
 
-def _reason(err: OSError) -> str:
+def _reason(err: OSError, reading: bool = False) -> str:
+    """Why ``err`` happened, in words; ``reading``: the path was only read (no storage to blame)."""
     if err.errno == errno.ENOSPC:
         return "no space left on the device"
     if err.errno == errno.EROFS:
         return "the storage is read-only or not writable"
+    if err.errno in (errno.EACCES, errno.EPERM) and reading:
+        return "permission denied (a file or folder of the path this user may not read)"
     if err.errno in (errno.EACCES, errno.EPERM):
         return "permission denied (read-only storage, or a file or folder of the path this user may not use)"
     if err.errno == errno.ELOOP:
@@ -65,16 +68,18 @@ def closed_folder(path: str | os.PathLike) -> Path | None:
     return None
 
 
-def os_error_line(err: OSError) -> str:
+def os_error_line(err: OSError, reading: bool = False) -> str:
     """One line naming the path of an operating-system error (``cannot use <path>: <reason>``); a permission
-    error names the folder of the path that may not be looked into, where one is."""
+    error names the folder of the path that may not be looked into, where one is. ``reading``: the path was only
+    to be read (data, a file given to read), so reading is all the remedy asks for."""
     closed = closed_folder(err.filename) if err.filename is not None and err.errno in (errno.EACCES,
                                                                                        errno.EPERM) else None
+    access = "read (chmod u+rx)" if reading else "read and write (chmod u+rwx)"
     if closed is not None:
         return (f"cannot use {closed}: permission denied (a folder this user may not look into); valid: a folder"
-                " this user may read and write (chmod u+rwx), or another")
+                f" this user may {access}, or another")
     where = f" {err.filename}" if err.filename is not None else ""
-    return f"cannot use{where}: {_reason(err)}"
+    return f"cannot use{where}: {_reason(err, reading)}"
 
 
 def error_line(err: BaseException) -> str:

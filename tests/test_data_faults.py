@@ -1152,3 +1152,35 @@ def test_a_string_category_and_a_shared_file_name_are_named(tmp_path: Path) -> N
         _dataset(tmp_path)
     assert _one_line(err) == (f"{ann_file}: image ids 9 and 10 have the same file_name 'a.png'; each image needs its"
                               " own file")
+
+
+@pytest.mark.parametrize("locked", ["annotations/instances_train2017.json", "annotations"])
+def test_unreadable_coco_annotations_are_one_line_before_the_run_dir(
+        locked: str, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 16, p59, p86: a mode-000 annotation file (or annotations/ folder) of hand COCO data was named only
+    after the run dir had been made (a failed run left behind), and the folder's remedy asked for write access."""
+    from tests.helpers import file_modes_hold
+    from tests.test_cli_input import _refused_by_the_command_line
+
+    root = tmp_path / "coco"
+    _write_coco(root, GOOD, split="val")
+    _write_coco(root, GOOD, split="train")
+    for name in ("a.png", "b.png"):  # training images of their own (a val image may not be a training image)
+        Image.new("RGB", (50, 40), (10, 200, 30)).save(root / "train2017" / name)
+    target = root / locked
+    target.chmod(0)
+    try:
+        with file_modes_hold():
+            line = _refused_by_the_command_line(["experiment=detr_shapes", "debug=fast", "data.generator=null",
+                                                 f"data.root={root}", f"paths.log_dir={tmp_path / 'runs'}",
+                                                 "run_name=r"], capsys, monkeypatch)
+    finally:
+        target.chmod(0o755)
+    if locked == "annotations":
+        assert line == (f"error: data.root={root}: cannot use {target}: permission denied (a folder this user may"
+                        " not look into); valid: a folder this user may read (chmod u+rx), or another"), line
+    else:
+        assert line == (f"error: data.root={root}: cannot use {target}: permission denied (a file or folder of the"
+                        " path this user may not read); valid: make it readable (chmod u+r), or another"
+                        " data.root"), line
+    assert not (tmp_path / "runs").exists()
