@@ -1355,21 +1355,47 @@ def _refuse_shared_job_dirs(cfg: DictConfig, overrides: list[str], config_name: 
     jobs = sweep_grid([f"{k}={v}" for k, v in params.items()] + [o.input_line for o in parsed
                                                                    if not o.is_hydra_override()])
     hydra_overrides = [o.input_line for o in parsed if o.is_hydra_override()]
+    earlier = _earlier_launches_jobs(Path(str(cfg.hydra.sweep.dir)))
     first: dict[str, list[str]] = {}
-    for job, subdir in zip(jobs, _job_subdirs(cfg, config_name, hydra_overrides, jobs), strict=True):
+    subdirs = _job_subdirs(cfg, config_name, hydra_overrides, earlier + jobs)
+    for n, (job, subdir) in enumerate(zip(earlier + jobs, subdirs, strict=True)):
         other = first.setdefault(subdir, job)
-        if set(other) == set(job):
-            continue  # the same grid point twice: one run, as asked
+        if set(other) == set(job) or n < len(earlier):
+            continue  # the same grid point twice: one run, as asked; earlier launches' jobs are what they are
         one, two = [o for o in other if o not in job], [o for o in job if o not in other]
         keys = {o.split("=", 1)[0].lstrip("+~") for o in one + two}
         excluded = sorted(keys & {str(k) for k in cfg.hydra.job.config.override_dirname.exclude_keys})
         why = (f"{', '.join(excluded)} {'is' if len(excluded) == 1 else 'are'} left out of job dir names"
                " (hydra.job.config.override_dirname.exclude_keys)" if excluded else
                "a job's dir name keeps A-Za-z0-9._=,+- and writes _ for any other character")
-        raise CommandLineError(f"the sweep's jobs with {' '.join(one)} and with {' '.join(two)} (their other overrides"
-                               f" alike) would share one run dir, {Path(str(cfg.hydra.sweep.dir)) / subdir} ({why}):"
+        of_earlier = " (an earlier launch's job in this sweep dir)" if any(other is e for e in earlier) else ""
+        shared = Path(str(cfg.hydra.sweep.dir)) / subdir
+        raise CommandLineError(f"the sweep's jobs with {' '.join(one)}{of_earlier} and with {' '.join(two)} (their"
+                               f" other overrides alike) would share one run dir, {shared} ({why}):"
                                " the second would find the first's run and never train; valid: values whose dir"
                                " names differ, or hydra.sweep.subdir='${hydra.job.num}' (a dir per job number)")
+
+
+def _earlier_launches_jobs(sweep_dir: Path) -> list[list[str]]:
+    """The jobs of the grids earlier launches left in ``sweep_dir`` (``multirun.yaml`` and the numbered copies
+    `keep_earlier_grid` keeps), each as its overrides, oldest grid first; a grid that cannot be expanded here
+    (an optuna study's, a damaged one, which `saved_sweep_grid` names where it matters) adds none."""
+    from storage.destinations import SWEEP_GRID
+
+    if not sweep_dir.is_dir():
+        return []
+    grids = sorted((p for p in sweep_dir.iterdir() if SWEEP_GRID.fullmatch(p.name)),
+                   key=lambda p: int(p.name.split(".")[1]) if p.name.count(".") == 2 else 1 << 30)
+    jobs: list[list[str]] = []
+    for path in grids:
+        try:
+            grid = saved_sweep_grid(path, sweep_dir)
+            params = _nested(grid, "hydra", "sweeper", "params")
+            swept = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else []
+            jobs += sweep_grid(swept + [str(o) for o in _nested(grid, "hydra", "overrides", "task")])
+        except Exception:  # noqa: BLE001  (see the docstring: a grid not expanded here names no job)
+            continue
+    return jobs
 
 
 def _refuse_run_name_in_sweep(overrides: list[str]) -> None:

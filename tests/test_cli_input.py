@@ -1372,6 +1372,29 @@ def test_two_jobs_of_a_sweep_never_share_a_run_dir(tmp_path: Path) -> None:
         cli._refuse_shared_job_dirs(_sweep_config(fine), fine, "train")
 
 
+def test_a_job_never_shares_the_run_dir_of_an_earlier_launchs_job(tmp_path: Path) -> None:
+    """Probe 16, o120: a second launch into a sweep dir whose job (``data.root=/d/a/b``) got the dir name of the
+    first launch's ``data.root=/d/a_b`` failed as a job ("holds other data than ... trained on"), after writing its
+    grid, and the shared name was not said. The earlier grids (``multirun.yaml`` and its kept copies) count."""
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    common = ["sweep=swin_mini", "rpe.preset=none", "seed=0", "debug=fast", f"paths.log_dir={tmp_path}"]
+    (sweep / "multirun.1.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": [
+        *common, "data.root=/d/a_b"]}}}))
+    (sweep / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": [*common, "seed=1"]}}}))
+    clash = [*common, "data.root=/d/a/b", f"hydra.sweep.dir={sweep}"]
+    with pytest.raises(cli.CommandLineError) as err:
+        cli._refuse_shared_job_dirs(_sweep_config(clash), clash, "train")
+    assert str(err.value).startswith(
+        "the sweep's jobs with data.root=/d/a_b (an earlier launch's job in this sweep dir) and with data.root=/d/a/b"
+        f" (their other overrides alike) would share one run dir, {sweep}/data.root=_d_a_b"), str(err.value)
+    for fine in ([*common, "data.root=/d/a_b"], [*common, "data.root=/d/c"]):  # the same job again; another dir
+        fine = [*fine, f"hydra.sweep.dir={sweep}"]
+        cli._refuse_shared_job_dirs(_sweep_config(fine), fine, "train")
+
+
 def test_eval_makes_no_folder_of_its_own(tmp_path: Path) -> None:
     """Probe 5 (read from the code): ``eval.py hydra.run.dir=<data root>/train/9_X`` had Hydra make an empty class
     folder in a data root, and ``eval.py -m`` a ``multirun/<date>`` folder (or a sweep dir inside a finished
