@@ -33,7 +33,7 @@ matplotlib.use("Agg")  # files only: never open a window, work without a display
 from matplotlib.figure import Figure  # noqa: E402
 
 from reports.render import CSV_COLUMNS, read_csv  # noqa: E402
-from storage.files import atomic_write_bytes  # noqa: E402
+from storage.files import RunFileError, atomic_write_bytes, error_line, input_error_line  # noqa: E402
 
 METRIC = "val/top1"
 # A make_tables.py CSV is kilobytes (a line per table, row, column and metric); a larger file is not one
@@ -139,6 +139,23 @@ def _percent(text: str) -> float:
     return value
 
 
+def _records(path: Path, name: str) -> list[dict]:
+    """The lines of the make_tables.py CSV at ``path`` (``name``: as the user gave it); a file this user may not
+    read is a `PlotError` naming it, why, and what to give instead."""
+    try:
+        size = path.stat().st_size
+        if size > CSV_BYTES:
+            raise PlotError(f"{name!r} is {size} bytes, more than the {CSV_BYTES} of any make_tables.py CSV;"
+                            " give the CSV that make_tables.py --out wrote")
+        check_header(path, name)
+        try:
+            return read_csv(path)
+        except (KeyError, ValueError, UnicodeDecodeError) as err:
+            raise PlotError(f"{name!r} is not a make_tables.py CSV ({err})") from None
+    except OSError as err:
+        raise PlotError(input_error_line(err, "a make_tables.py CSV this user may read (chmod u+r)")) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from lifecycle.signals import exit_when_interrupted
 
@@ -166,14 +183,7 @@ def _plotted(argv: list[str] | None) -> int:
             check_destination(out, "--out")  # never into a run dir or a data root
         except DestinationError as err:
             raise PlotError(str(err)) from None
-        if path.stat().st_size > CSV_BYTES:
-            raise PlotError(f"{args.csv!r} is {path.stat().st_size} bytes, more than the {CSV_BYTES} of any"
-                            " make_tables.py CSV; give the CSV that make_tables.py --out wrote")
-        check_header(path, args.csv)
-        try:
-            records = read_csv(path)
-        except (KeyError, ValueError, UnicodeDecodeError) as err:
-            raise PlotError(f"{args.csv!r} is not a make_tables.py CSV ({err})") from None
+        records = _records(path, args.csv)
         columns, values = series(records, args.table)
         if args.rows is not None:
             unknown = [row for row in args.rows if row not in values]
@@ -184,8 +194,8 @@ def _plotted(argv: list[str] | None) -> int:
         plot(columns, values, args.table, args.chance).savefig(
             buffer, format="png", dpi=100, metadata={"Description": f"series {series_digest(columns, values)}"})
         atomic_write_bytes(out, buffer.getvalue())
-    except (PlotError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (PlotError, RunFileError, OSError) as err:  # RunFileError, OSError: the PNG cannot be written
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
     return 0

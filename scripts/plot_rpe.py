@@ -317,9 +317,11 @@ def resolve_checkpoint(run_dir: Path, ckpt: str) -> Path:
 
 
 def _one_line(err: BaseException) -> str:
-    while err.__cause__ is not None:
-        err = err.__cause__
-    text = " ".join(str(err).split()) or type(err).__name__
+    """``err``'s root cause as every command words it (an operating-system error names its path and why, never
+    Python's ``[Errno 2] ...`` text), cut at 400 characters."""
+    from lifecycle.console import one_line
+
+    text = one_line(err)
     return text if len(text) <= 400 else text[:400] + " ..."
 
 

@@ -100,3 +100,42 @@ def test_a_damaged_csv_or_a_chance_off_the_axis_is_one_line(body: str, argv: lis
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_a_csv_or_out_this_user_may_not_use_is_one_line_naming_it(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """Probe 16, p38: a mode-000 CSV printed Python's ``[Errno 13] Permission denied: '...'``; now the file, the
+    reason and what to give instead. A CSV in a folder this user may not look into names that folder, and an
+    --out folder this user may not write to is one line too (it was a traceback: the write's RunFileError)."""
+    from tests.helpers import file_modes_hold
+
+    csv_path, closed, locked = tmp_path / "t.csv", tmp_path / "closed", tmp_path / "locked"
+    _write_csv(csv_path, LINES)
+    closed.mkdir()
+    _write_csv(closed / "t.csv", LINES)
+    locked.mkdir()
+    cases = [
+        (csv_path, tmp_path / "p.png",
+         f"error: cannot use {csv_path}: permission denied (read-only storage, or a file or folder of the path this"
+         " user may not use); valid: a make_tables.py CSV this user may read (chmod u+r)"),
+        (closed / "t.csv", tmp_path / "p.png",
+         f"error: cannot use {closed}: permission denied (a folder this user may not look into); valid: a folder"
+         " this user may read and write (chmod u+rwx), or another"),
+        (tmp_path / "plain.csv", locked / "p.png",
+         f"error: cannot write {locked / 'p.png'}: permission denied (read-only storage, or a file or folder of the"
+         " path this user may not use)"),
+    ]
+    _write_csv(tmp_path / "plain.csv", LINES)
+    csv_path.chmod(0)
+    closed.chmod(0)
+    locked.chmod(0o555)
+    try:
+        with file_modes_hold():
+            results = [(plot_benchmark.main([str(csv), "--table", "shift_mini", "--out", str(out)]),
+                        capsys.readouterr()) for csv, out, _ in cases]
+    finally:
+        for path in (csv_path, closed, locked):
+            path.chmod(0o700)
+    for (code, captured), (_, out, expected) in zip(results, cases, strict=True):
+        assert (code, captured.err, captured.out) == (2, expected + "\n", ""), captured.err
+        assert not out.exists()

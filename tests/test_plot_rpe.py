@@ -458,3 +458,23 @@ def test_a_run_whose_plots_folder_is_a_link_is_refused(tmp_path: Path, capsys,
     err = capsys.readouterr().err
     assert err.startswith(f"error: {run / 'plots'}: it is a symlink (to {elsewhere})") and err.count("\n") == 1, err
     assert not any(elsewhere.iterdir())
+
+
+def test_an_operating_system_error_of_the_data_is_worded_as_every_command_does(tmp_path: Path, monkeypatch) -> None:
+    """Probe 16, p38: plot_rpe's one line for an error while building the model or loading the validation data
+    was the root cause's own text, Python's ``[Errno 2] No such file or directory: '...'`` for a file the data
+    module could not open; now the path and why, as every command words it."""
+    import errno
+
+    import lifecycle.run_config as run_config
+
+    image = tmp_path / "val" / "0.png"
+
+    class DataModule:
+        def setup(self, stage: str) -> None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(image))
+
+    monkeypatch.setattr(run_config, "require_existing_data", lambda *args: None)
+    with pytest.raises(plot_rpe.PlotError) as err:
+        plot_rpe.validation_image(DataModule(), 0)
+    assert str(err.value) == f"cannot load the run's validation data: cannot use {image}: No such file or directory"
