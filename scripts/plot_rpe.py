@@ -591,7 +591,7 @@ def _plotted(argv: list[str] | None, written: list[Path]) -> int:
     for path in written:
         print(path)
     run_dir = Path(args.run_dir)
-    why = not_a_result(run_dir, run_status(run_dir)) if (run_dir / "run.json").exists() else ""
+    why = not_a_result(run_dir, run_status(run_dir), "plots") if (run_dir / "run.json").exists() else ""
     if why:  # drawn all the same: a run in progress may be looked at, but it is no result yet
         print(f"note: not a result: {why}", file=sys.stderr)
     return 0

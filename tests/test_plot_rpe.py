@@ -228,7 +228,25 @@ def test_a_run_that_has_not_finished_is_drawn_with_a_note(trained_run: Path, tmp
     monkeypatch.setattr(plot_rpe, "run_status", lambda run_dir: SimpleNamespace(state="interrupted", metrics={}))
     assert plot_rpe.main([str(trained_run), "--plots", "tables", "--out", str(tmp_path / "now")]) == 0
     assert capsys.readouterr().err == (f"note: not a result: {trained_run} has not finished (interrupted): these are"
-                                       " the numbers of its checkpoint so far\n")
+                                       " the plots of its checkpoint so far\n")
+
+
+def test_a_run_whose_records_cannot_be_read_is_drawn_with_a_note_on_its_plots(trained_run: Path, tmp_path: Path,
+                                                                            capsys) -> None:
+    """Probe 16, p27: a run whose run.json is a FIFO was drawn with eval.py's note "these are the numbers of its
+    checkpoint", where plot_rpe shows no numbers; the note is about its plots."""
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("plots"))
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")
+    assert plot_rpe.main([str(run), "--plots", "tables", "--layers", "0", "--out", str(tmp_path / "plots")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(tmp_path / "plots" / "tables_k_layer0.png")]
+    assert captured.err.startswith(f"note: not a result: {run}'s records are unreadable ({run / 'run.json'} cannot be"
+                                   " used: it is a FIFO (named pipe)"), captured.err
+    assert captured.err.endswith("): these are the plots of its checkpoint\n") and "numbers" not in captured.err
 
 
 @pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM", "SIGINT"])
