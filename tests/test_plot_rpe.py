@@ -496,3 +496,50 @@ def test_an_operating_system_error_of_the_data_is_worded_as_every_command_does(t
     with pytest.raises(plot_rpe.PlotError) as err:
         plot_rpe.validation_image(DataModule(), 0)
     assert str(err.value) == f"cannot load the run's validation data: cannot use {image}: No such file or directory"
+
+
+def _texts_outside(fig) -> list[str]:  # noqa: ANN001
+    """The titles of ``fig`` (its own and its axes') whose drawn extent leaves the figure's."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    titles = [fig._suptitle, *(ax.title for ax in fig.axes)]
+    bounds = fig.bbox
+    outside = []
+    for text in titles:
+        if text is None or not text.get_text():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < bounds.x0 or box.x1 > bounds.x1 or box.y0 < bounds.y0 or box.y1 > bounds.y1:
+            outside.append(text.get_text())
+    return outside
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_table_title_fits_its_figure(preset: str) -> None:
+    """Probe 16, o27: a Swin run's decomposed tables had a title wider than the figure, cut at both edges
+    ("osed (MViTv2/SAM): row and column offset embeddings, L2 norm of R_"). Each encoding's title, on the
+    narrowest figure plot_rpe draws (one head, a 4x4 window, a Swin layer's module path), lies within it."""
+    from models import create_model
+
+    net = create_model("deit_micro_patch4_32", rpe=preset, num_classes=4)
+    plots, _ = plot_rpe.collect_tables(net, [0], None)
+    for plot in plots:
+        panels = [(name, values[:1, 4:11, 4:11]) for name, values in plot.panels]  # one head, a 4x4 grid's offsets
+        narrow = replace(plot, path="layers.3.blocks.1.attn", grid=(4, 4), panels=panels)
+        fig = plot_rpe.draw_table(narrow)
+        assert fig.get_figwidth() == 5.0  # the narrowest figure
+        assert _texts_outside(fig) == []
+        assert fig._suptitle.get_text().replace("\n", " ") == (
+            f"layer {plot.layer} (layers.3.blocks.1.attn), rpe on {plot.site}, grid 4x4 {plot.description}")
+
+
+def test_the_attention_titles_fit_their_figure() -> None:
+    """Probe 16, o27: the attention figure's titles lie within it too, a long label name and one layer (the
+    narrowest figure) included."""
+    maps = [(0, torch.rand(8, 8), 0.25)]
+    fig = plot_rpe.draw_attention(torch.rand(32, 32, 3), "val image 0, label " + "a_long_class_name " * 4, maps,
+                                  (2, 5))
+    assert _texts_outside(fig) == []
