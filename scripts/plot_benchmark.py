@@ -126,7 +126,7 @@ def plot(columns: list[str], values: dict[str, list[tuple[float, float] | None]]
 
     from reports.figures import LABEL_BREAKS, text_width, wrap_to_width
 
-    fig = Figure(figsize=(max(6.0, 2.2 + 1.6 * len(columns)), 6.0), layout="constrained")
+    fig = Figure(figsize=(max(6.0, 2.2 + 1.6 * len(columns)), 6.0), layout="constrained")  # height: the legend's
     dpi, width_px = fig.dpi, fig.get_figwidth() * fig.dpi
     ax = fig.add_subplot()
     xs = list(range(len(columns)))
@@ -137,11 +137,14 @@ def plot(columns: list[str], values: dict[str, list[tuple[float, float] | None]]
     label_px = 0.95 * width_px / ncols - pad_px
     colors = matplotlib.colormaps["tab20"].colors
     ordered = sorted(values.items(), key=lambda kv: -(kv[1][-1] or (0.0, 0.0))[0])  # legend: best last column first
-    for i, (row, points) in enumerate(ordered):
+    labels = [wrap_to_width(row, label_px, LABEL_SIZE, dpi) for row, _ in ordered]
+    legend_lines = sum(label.count("\n") + 1 for label in labels) / ncols
+    fig.set_figheight(4.5 + 0.22 * legend_lines)  # the axes keep their height above a legend of many lines
+    for i, ((_, points), label) in enumerate(zip(ordered, labels, strict=True)):
         ys = [p[0] if p else float("nan") for p in points]
         errs = [p[1] if p else 0.0 for p in points]
-        ax.errorbar(xs, ys, yerr=errs, marker="osD^v<>"[i % 7], capsize=3, color=colors[i % 20],
-                    label=wrap_to_width(row, label_px, LABEL_SIZE, dpi), linestyle=("-", "--", ":")[(i // 20) % 3])
+        ax.errorbar(xs, ys, yerr=errs, marker="osD^v<>"[i % 7], capsize=3, color=colors[i % 20], label=label,
+                    linestyle=("-", "--", ":")[(i // 20) % 3])
     if chance is not None:
         ax.axhline(chance, color="grey", linestyle="--", linewidth=1)
     ax.set_xticks(xs, [wrap_to_width(c, column_px, LABEL_SIZE, dpi, LABEL_BREAKS) for c in columns],
