@@ -364,12 +364,13 @@ def partial_run(metrics: dict[str, Any]) -> str:
     return "; ".join(reasons)
 
 
-def not_a_result(run_dir: Path, status: Any) -> str:
-    """Why numbers of ``run_dir``'s checkpoints are not a result of the run (``status``: its `run_status`; it has
-    not finished, or it is a smoke run that trained or tested on part of its splits), or ''."""
+def not_a_result(run_dir: Path, status: Any, shown: str = "numbers") -> str:
+    """Why what a command shows of ``run_dir``'s checkpoint (``shown``: eval.py's numbers, plot_rpe's plots) is not
+    a result of the run (``status``: its `run_status`; it has not finished, or it is a smoke run that trained or
+    tested on part of its splits), or ''."""
     if status.state == "unreadable":  # a damaged record: which, and how, so that it can be repaired
-        return f"{run_dir}'s records are unreadable ({status.problem}): these are the numbers of its checkpoint"
+        return f"{run_dir}'s records are unreadable ({status.problem}): these are the {shown} of its checkpoint"
     if status.state != "finished":
-        return f"{run_dir} has not finished ({status.state}): these are the numbers of its checkpoint so far"
+        return f"{run_dir} has not finished ({status.state}): these are the {shown} of its checkpoint so far"
     partial = partial_run(status.metrics)
     return f"{run_dir} is a smoke run: {partial}" if partial else ""

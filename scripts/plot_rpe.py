@@ -226,6 +226,14 @@ def _offset_ticks(extent: int) -> tuple[list[int], list[str]]:
     return [o + extent - 1 for o in offsets], [str(o) for o in offsets]
 
 
+def fit(title: str, fig: Figure, fontsize: float, share: float = 1.0) -> str:
+    """``title`` broken into lines that fit ``share`` of ``fig``'s width (less a margin) at ``fontsize``: a title
+    wider than the figure would be cut at both its edges."""
+    from reports.figures import wrap_to_width
+
+    return wrap_to_width(title, 0.92 * share * fig.get_figwidth() * fig.dpi, fontsize, fig.dpi)
+
+
 def draw_table(plot: TablePlot) -> Figure:
     """One row of per-head heatmaps per panel (wrapped at 6 heads per row)."""
     heads = plot.panels[0][1].shape[0]
@@ -252,12 +260,12 @@ def draw_table(plot: TablePlot) -> Figure:
             ax.set_ylabel("Δrow = query − key")
             ax.set_xlabel("Δcol = query − key")
             head_name = "shared heads" if heads == 1 else f"head {head}"
-            ax.set_title(f"{panel_name}\n{head_name}" if panel_name else head_name, fontsize=9)
+            ax.set_title(fit(f"{panel_name}\n{head_name}" if panel_name else head_name, fig, 9, share=1 / ncols),
+                         fontsize=9)
         for empty in range(heads, rows_per_panel * ncols):
             axes[p * rows_per_panel + empty // ncols][empty % ncols].set_axis_off()
-    fig.suptitle(
-        f"layer {plot.layer} ({plot.path}), rpe on {plot.site}, grid {h}x{w}\n{plot.description}", fontsize=10
-    )
+    title = f"layer {plot.layer} ({plot.path}), rpe on {plot.site}, grid {h}x{w}\n{plot.description}"
+    fig.suptitle(fit(title, fig, 10), fontsize=10)
     return fig
 
 
@@ -270,7 +278,7 @@ def draw_attention(
     fig = Figure(figsize=(3.2 * ncols, 3.0 * nrows + 0.6), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     axes[0].imshow(image.numpy(), interpolation="nearest")
-    axes[0].set_title(title, fontsize=9)
+    axes[0].set_title(fit(title, fig, 9, share=1 / ncols), fontsize=9)
     axes[0].set_axis_off()
     for ax, (layer, heatmap, other_mass) in zip(axes[1:], maps, strict=False):
         shown = ax.imshow(heatmap.numpy(), cmap="magma", interpolation="nearest")
@@ -278,13 +286,14 @@ def draw_attention(
         if query_cell is not None:
             ax.plot(query_cell[1], query_cell[0], marker="x", color="cyan", markersize=8, mew=2)
         extra = f", non-grid keys {other_mass:.2f}" if other_mass > 0 else ""
-        ax.set_title(f"layer {layer}{extra}", fontsize=9)
+        ax.set_title(fit(f"layer {layer}{extra}", fig, 9, share=1 / ncols), fontsize=9)
         ax.set_xlabel("key col")
         ax.set_ylabel("key row")
     for ax in axes[len(maps) + 1:]:
         ax.set_axis_off()
     where = "the class token" if query_cell is None else f"cell (row {query_cell[0]}, col {query_cell[1]}) [x]"
-    fig.suptitle(f"attention probabilities of query {where} over the key grid, mean over heads", fontsize=10)
+    fig.suptitle(fit(f"attention probabilities of query {where} over the key grid, mean over heads", fig, 10),
+                 fontsize=10)
     return fig
 
 
@@ -317,9 +326,11 @@ def resolve_checkpoint(run_dir: Path, ckpt: str) -> Path:
 
 
 def _one_line(err: BaseException) -> str:
-    while err.__cause__ is not None:
-        err = err.__cause__
-    text = " ".join(str(err).split()) or type(err).__name__
+    """``err``'s root cause as every command words it (an operating-system error names its path and why, never
+    Python's ``[Errno 2] ...`` text), cut at 400 characters."""
+    from lifecycle.console import one_line
+
+    text = one_line(err)
     return text if len(text) <= 400 else text[:400] + " ..."
 
 
@@ -589,7 +600,7 @@ def _plotted(argv: list[str] | None, written: list[Path]) -> int:
     for path in written:
         print(path)
     run_dir = Path(args.run_dir)
-    why = not_a_result(run_dir, run_status(run_dir)) if (run_dir / "run.json").exists() else ""
+    why = not_a_result(run_dir, run_status(run_dir), "plots") if (run_dir / "run.json").exists() else ""
     if why:  # drawn all the same: a run in progress may be looked at, but it is no result yet
         print(f"note: not a result: {why}", file=sys.stderr)
     return 0

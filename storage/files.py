@@ -82,6 +82,13 @@ def os_error_line(err: OSError, reading: bool = False) -> str:
     return f"cannot use{where}: {_reason(err, reading)}"
 
 
+def input_error_line(err: OSError, valid: str) -> str:
+    """One line for an input file a command cannot read: `os_error_line`, and ``valid`` (what to give instead)
+    where that line does not already name a folder to open up."""
+    line = os_error_line(err)
+    return line if "; valid: " in line else f"{line}; valid: {valid}"
+
+
 def error_line(err: BaseException) -> str:
     """One line for an error a command reports: an operating-system error as `os_error_line` (the path it could not
     use and why, never Python's ``[Errno 13] ...`` text), any other error's own text on one line."""

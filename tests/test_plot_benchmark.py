@@ -100,3 +100,116 @@ def test_a_damaged_csv_or_a_chance_off_the_axis_is_one_line(body: str, argv: lis
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_a_csv_or_out_this_user_may_not_use_is_one_line_naming_it(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """Probe 16, p38: a mode-000 CSV printed Python's ``[Errno 13] Permission denied: '...'``; now the file, the
+    reason and what to give instead. A CSV in a folder this user may not look into names that folder, and an
+    --out folder this user may not write to is one line too (it was a traceback: the write's RunFileError)."""
+    from tests.helpers import file_modes_hold
+
+    csv_path, closed, locked = tmp_path / "t.csv", tmp_path / "closed", tmp_path / "locked"
+    _write_csv(csv_path, LINES)
+    closed.mkdir()
+    _write_csv(closed / "t.csv", LINES)
+    locked.mkdir()
+    cases = [
+        (csv_path, tmp_path / "p.png",
+         f"error: cannot use {csv_path}: permission denied (read-only storage, or a file or folder of the path this"
+         " user may not use); valid: a make_tables.py CSV this user may read (chmod u+r)"),
+        (closed / "t.csv", tmp_path / "p.png",
+         f"error: cannot use {closed}: permission denied (a folder this user may not look into); valid: a folder"
+         " this user may read and write (chmod u+rwx), or another"),
+        (tmp_path / "plain.csv", locked / "p.png",
+         f"error: cannot write {locked / 'p.png'}: permission denied (read-only storage, or a file or folder of the"
+         " path this user may not use)"),
+    ]
+    _write_csv(tmp_path / "plain.csv", LINES)
+    csv_path.chmod(0)
+    closed.chmod(0)
+    locked.chmod(0o555)
+    try:
+        with file_modes_hold():
+            results = [(plot_benchmark.main([str(csv), "--table", "shift_mini", "--out", str(out)]),
+                        capsys.readouterr()) for csv, out, _ in cases]
+    finally:
+        for path in (csv_path, closed, locked):
+            path.chmod(0o700)
+    for (code, captured), (_, out, expected) in zip(results, cases, strict=True):
+        assert (code, captured.err, captured.out) == (2, expected + "\n", ""), captured.err
+        assert not out.exists()
+
+
+MIXED_COLUMNS = ["rpe-1.9-product-ctx-1-k", "rpe-1.9-rope_axial-ctx-1-k", "rpe-1.9-decomposed-ctx-1-k",
+                 "rpe-2-product-ctx-1-qkv"]
+MIXED_TESTSETS = ["relational_far_corner@interpolate", "relational_canvas48@extend", "shapes_coco_canvas256"]
+LONG = ("deit_micro_irpe_k [data.batch_size=64, data.files=unrecorded, data.generator=<unset>, +17 keys,"
+        " config {}]")
+DETR = "detr_small_irpe_k [data.files=unrecorded, data.generator=None, data.generator.image_size=<unset>, +7 keys]"
+
+
+def _mixed_lines(encodings: int, testsets: int) -> list[tuple[str, str, str, float | None, float | None]]:
+    """A make_tables ``runs`` table: each row in its encoding's column, test-set columns, long config-diff row
+    labels, and a DETR row without a top-1 (its cells have no mean)."""
+    lines: list[tuple[str, str, str, float | None, float | None]] = []
+    rows = [(LONG.format(f"{i:06x}"), MIXED_COLUMNS[i % encodings], 10.0 + i) for i in range(4)]
+    rows += [("swin_micro_decomposed", MIXED_COLUMNS[2 % encodings], 40.0), (DETR, MIXED_COLUMNS[0], None)]
+    for row, col, mean in rows:
+        lines.append((row, col, "val/top1", mean, None if mean is None else 1.0))
+        lines.extend((row, col, f"{testset}/val/top1", None if mean is None else mean / 2, None)
+                     for testset in MIXED_TESTSETS[:testsets])
+    return lines
+
+
+def _overlapping(boxes: list[tuple[str, object]]) -> list[tuple[str, str]]:
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:] if box_a.overlaps(box_b)]
+
+
+@pytest.mark.parametrize(("encodings", "testsets"), [(1, 0), (1, 3), (4, 3)])  # (1, 0): the narrowest figure
+def test_a_mixed_runs_table_is_drawn_readable_without_rows_that_have_no_top1(
+        encodings: int, testsets: int, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 16, o77, p21: a make_tables ``runs`` table (encoding and test-set columns, long config-diff row
+    labels, DETR rows) was drawn with x labels printed over each other, a legend wider than the figure and the
+    DETR rows, which have no top-1, in the legend without a point. Now no two x labels overlap, every text lies
+    within the figure, and the rows without a top-1 are left out with one note naming them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    _write_csv(tmp_path / "t.csv", _mixed_lines(encodings, testsets))
+    out = tmp_path / "p.png"
+    assert plot_benchmark.main([str(tmp_path / "t.csv"), "--table", "shift_mini", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f"note: left out of the plot, without a val/top1 mean: {DETR}\n"
+    assert captured.out == f"wrote {out}\n"
+
+    columns, values = plot_benchmark.series(plot_benchmark.read_csv(tmp_path / "t.csv"), "shift_mini")
+    assert len(columns) == encodings + testsets
+    drawn, left_out = plot_benchmark.drawable(values)
+    assert left_out == [DETR] and list(drawn) == [row for row in values if row != DETR]
+    fig = plot_benchmark.plot(columns, drawn, "shift_mini", chance=25.0)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = fig.legends[0] if fig.legends else ax.get_legend()  # below the axes or beside them
+    assert sorted(t.get_text().replace("\n", " ") for t in legend.get_texts()) == sorted(drawn)  # no DETR
+    ticks = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.get_xticklabels()]
+    assert [text.replace("\n", "") for text, _ in ticks] == columns  # broken into lines, nothing dropped
+    assert _overlapping(ticks) == []
+    assert _overlapping([("legend", legend.get_window_extent(renderer)), ("axes", ax.get_window_extent(renderer)),
+                         *ticks]) == []
+    bounds = fig.bbox
+    for text, box in [*ticks, ("legend", legend.get_window_extent(renderer)),
+                      ("title", ax.title.get_window_extent(renderer))]:
+        assert bounds.x0 <= box.x0 and box.x1 <= bounds.x1 and bounds.y0 <= box.y0 and box.y1 <= bounds.y1, text
+
+
+def test_a_table_without_a_top1_mean_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 16, o77: a table (or the --rows asked for) without any top-1 mean would be an empty plot."""
+    _write_csv(tmp_path / "t.csv", [(DETR, "own val", "val/top1", None, None), *LINES])
+    out = tmp_path / "p.png"
+    assert plot_benchmark.main([str(tmp_path / "t.csv"), "--table", "shift_mini", "--out", str(out),
+                                "--rows", DETR]) == 2
+    assert capsys.readouterr().err == ("error: --table 'shift_mini': no row of --rows has a val/top1 mean; nothing to"
+                                       " plot (valid: a table with val/top1 numbers)\n")
+    assert not out.exists()

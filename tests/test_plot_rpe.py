@@ -228,7 +228,25 @@ def test_a_run_that_has_not_finished_is_drawn_with_a_note(trained_run: Path, tmp
     monkeypatch.setattr(plot_rpe, "run_status", lambda run_dir: SimpleNamespace(state="interrupted", metrics={}))
     assert plot_rpe.main([str(trained_run), "--plots", "tables", "--out", str(tmp_path / "now")]) == 0
     assert capsys.readouterr().err == (f"note: not a result: {trained_run} has not finished (interrupted): these are"
-                                       " the numbers of its checkpoint so far\n")
+                                       " the plots of its checkpoint so far\n")
+
+
+def test_a_run_whose_records_cannot_be_read_is_drawn_with_a_note_on_its_plots(trained_run: Path, tmp_path: Path,
+                                                                            capsys) -> None:
+    """Probe 16, p27: a run whose run.json is a FIFO was drawn with eval.py's note "these are the numbers of its
+    checkpoint", where plot_rpe shows no numbers; the note is about its plots."""
+    import os
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("plots"))
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")
+    assert plot_rpe.main([str(run), "--plots", "tables", "--layers", "0", "--out", str(tmp_path / "plots")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(tmp_path / "plots" / "tables_k_layer0.png")]
+    assert captured.err.startswith(f"note: not a result: {run}'s records are unreadable ({run / 'run.json'} cannot be"
+                                   " used: it is a FIFO (named pipe)"), captured.err
+    assert captured.err.endswith("): these are the plots of its checkpoint\n") and "numbers" not in captured.err
 
 
 @pytest.mark.parametrize("signame", ["SIGHUP", "SIGTERM", "SIGINT"])
@@ -458,3 +476,70 @@ def test_a_run_whose_plots_folder_is_a_link_is_refused(tmp_path: Path, capsys,
     err = capsys.readouterr().err
     assert err.startswith(f"error: {run / 'plots'}: it is a symlink (to {elsewhere})") and err.count("\n") == 1, err
     assert not any(elsewhere.iterdir())
+
+
+def test_an_operating_system_error_of_the_data_is_worded_as_every_command_does(tmp_path: Path, monkeypatch) -> None:
+    """Probe 16, p38: plot_rpe's one line for an error while building the model or loading the validation data
+    was the root cause's own text, Python's ``[Errno 2] No such file or directory: '...'`` for a file the data
+    module could not open; now the path and why, as every command words it."""
+    import errno
+
+    import lifecycle.run_config as run_config
+
+    image = tmp_path / "val" / "0.png"
+
+    class DataModule:
+        def setup(self, stage: str) -> None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(image))
+
+    monkeypatch.setattr(run_config, "require_existing_data", lambda *args: None)
+    with pytest.raises(plot_rpe.PlotError) as err:
+        plot_rpe.validation_image(DataModule(), 0)
+    assert str(err.value) == f"cannot load the run's validation data: cannot use {image}: No such file or directory"
+
+
+def _texts_outside(fig) -> list[str]:  # noqa: ANN001
+    """The titles of ``fig`` (its own and its axes') whose drawn extent leaves the figure's."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    titles = [fig._suptitle, *(ax.title for ax in fig.axes)]
+    bounds = fig.bbox
+    outside = []
+    for text in titles:
+        if text is None or not text.get_text():
+            continue
+        box = text.get_window_extent(renderer)
+        if box.x0 < bounds.x0 or box.x1 > bounds.x1 or box.y0 < bounds.y0 or box.y1 > bounds.y1:
+            outside.append(text.get_text())
+    return outside
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_every_table_title_fits_its_figure(preset: str) -> None:
+    """Probe 16, o27: a Swin run's decomposed tables had a title wider than the figure, cut at both edges
+    ("osed (MViTv2/SAM): row and column offset embeddings, L2 norm of R_"). Each encoding's title, on the
+    narrowest figure plot_rpe draws (one head, a 4x4 window, a Swin layer's module path), lies within it."""
+    from models import create_model
+
+    net = create_model("deit_micro_patch4_32", rpe=preset, num_classes=4)
+    plots, _ = plot_rpe.collect_tables(net, [0], None)
+    for plot in plots:
+        panels = [(name, values[:1, 4:11, 4:11]) for name, values in plot.panels]  # one head, a 4x4 grid's offsets
+        narrow = replace(plot, path="layers.3.blocks.1.attn", grid=(4, 4), panels=panels)
+        fig = plot_rpe.draw_table(narrow)
+        assert fig.get_figwidth() == 5.0  # the narrowest figure
+        assert _texts_outside(fig) == []
+        assert fig._suptitle.get_text().replace("\n", " ") == (
+            f"layer {plot.layer} (layers.3.blocks.1.attn), rpe on {plot.site}, grid 4x4 {plot.description}")
+
+
+def test_the_attention_titles_fit_their_figure() -> None:
+    """Probe 16, o27: the attention figure's titles lie within it too, a long label name and one layer (the
+    narrowest figure) included."""
+    maps = [(0, torch.rand(8, 8), 0.25)]
+    fig = plot_rpe.draw_attention(torch.rand(32, 32, 3), "val image 0, label " + "a_long_class_name " * 4, maps,
+                                  (2, 5))
+    assert _texts_outside(fig) == []
