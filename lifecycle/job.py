@@ -85,7 +85,7 @@ from storage.files import (
     atomic_write_json,
     entry_exists,
     guarded,
-    os_error_line,
+    input_error_line,
     remove_stale_temp_files,
     with_checksum,
     writable_folder,
@@ -152,9 +152,8 @@ def check_buildable(cfg: DictConfig) -> None:
         except OSError as err:  # an unreadable file or folder of the data: named before the run dir is made
             if err.filename is None:
                 return  # no path to name: the data module names what it cannot read when it reads it
-            line = os_error_line(err, reading=True)
-            valid = "" if "; valid: " in line else "; valid: make it readable (chmod u+r), or another data.root"
-            raise DataConfigError(f"data.root={datamodule.root}: {line}{valid}") from None
+            line = input_error_line(err, "make it readable (chmod u+r), or another data.root")
+            raise DataConfigError(f"data.root={datamodule.root}: {line}") from None
 
 
 def check_model_fits_memory(model: torch.nn.Module) -> None:

@@ -167,6 +167,9 @@ def _percent(text: str) -> float:
     return value
 
 
+UNREADABLE_CSV = "a make_tables.py CSV this user may read (chmod u+r)"  # the remedy for a CSV it cannot read
+
+
 def _records(path: Path, name: str) -> list[dict]:
     """The lines of the make_tables.py CSV at ``path`` (``name``: as the user gave it); a file this user may not
     read is a `PlotError` naming it, why, and what to give instead."""
@@ -181,7 +184,7 @@ def _records(path: Path, name: str) -> list[dict]:
         except (KeyError, ValueError, UnicodeDecodeError) as err:
             raise PlotError(f"{name!r} is not a make_tables.py CSV ({err})") from None
     except OSError as err:
-        raise PlotError(input_error_line(err, "a make_tables.py CSV this user may read (chmod u+r)")) from None
+        raise PlotError(input_error_line(err, UNREADABLE_CSV)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,7 +204,11 @@ def _plotted(argv: list[str] | None) -> int:
     try:
         args = parser.parse_args(argv)
         path, out = Path(args.csv), Path(args.out)
-        if not path.is_file():
+        try:
+            is_file = path.is_file()
+        except OSError as err:  # a folder of its path this user may not look into
+            raise PlotError(input_error_line(err, UNREADABLE_CSV)) from None
+        if not is_file:
             raise PlotError(f"{args.csv!r} is not a file; give the CSV that make_tables.py --out wrote")
         if not out.parent.is_dir():
             raise PlotError(f"--out {args.out!r}: its folder does not exist")

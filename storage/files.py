@@ -83,9 +83,9 @@ def os_error_line(err: OSError, reading: bool = False) -> str:
 
 
 def input_error_line(err: OSError, valid: str) -> str:
-    """One line for an input file a command cannot read: `os_error_line`, and ``valid`` (what to give instead)
-    where that line does not already name a folder to open up."""
-    line = os_error_line(err)
+    """One line for an input file a command cannot read: `os_error_line` (for reading), and ``valid`` (what to give
+    instead) where that line does not already name a folder to open up."""
+    line = os_error_line(err, reading=True)
     return line if "; valid: " in line else f"{line}; valid: {valid}"
 
 

@@ -116,11 +116,11 @@ def test_a_csv_or_out_this_user_may_not_use_is_one_line_naming_it(tmp_path: Path
     locked.mkdir()
     cases = [
         (csv_path, tmp_path / "p.png",
-         f"error: cannot use {csv_path}: permission denied (read-only storage, or a file or folder of the path this"
-         " user may not use); valid: a make_tables.py CSV this user may read (chmod u+r)"),
+         f"error: cannot use {csv_path}: permission denied (a file or folder of the path this user may not read);"
+         " valid: a make_tables.py CSV this user may read (chmod u+r)"),
         (closed / "t.csv", tmp_path / "p.png",
          f"error: cannot use {closed}: permission denied (a folder this user may not look into); valid: a folder"
-         " this user may read and write (chmod u+rwx), or another"),
+         " this user may read (chmod u+rx), or another"),
         (tmp_path / "plain.csv", locked / "p.png",
          f"error: cannot write {locked / 'p.png'}: permission denied (read-only storage, or a file or folder of the"
          " path this user may not use)"),
