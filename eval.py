@@ -65,6 +65,7 @@ from storage.files import (  # noqa: E402
     RunFileError,
     describe_non_file,
     entry_exists,
+    missing_file,
     own_folder_problem,
     plain_file_exists,
 )
@@ -141,8 +142,10 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     else:
         from lifecycle.job import build_data_and_model
 
-        if not Path(weights).is_file():
-            raise FileNotFoundError(f"model.weights={weights!r} does not exist")
+        problem = missing_file(weights)
+        if problem:
+            raise FileNotFoundError(f"model.weights={weights!r} {problem}; valid: model.weights=<a reference-layout"
+                                    " DETR checkpoint file>")
         if cfg.batch_size is not None:
             cfg.data.batch_size = cfg.batch_size
         if cfg.get("data_root") is not None:
