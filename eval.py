@@ -496,22 +496,29 @@ RUN_EVAL_KEYS = ("ckpt_path", "batch_size", "data_root", "throughput_batch", "te
 
 def check_run_eval_overrides(overrides: list[str]) -> None:
     """With ``ckpt_path=``, refuse (one line) an override that the run's own config would overrule, and one
-    of ``testset.name`` (`check_testset_name_override`)."""
+    of the test set's definition (`check_testset_definition_override`)."""
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
-        check_testset_name_override(key, override)
+        check_testset_definition_override(key, override)
         if key.split(".", 1)[0].split("/", 1)[0] not in RUN_EVAL_KEYS:
             raise ValueError(f"{override} cannot change a run evaluated with ckpt_path=: its model, encodings and"
                              f" data come from the run's config.yaml; valid here: {', '.join(RUN_EVAL_KEYS)}"
                              " (evaluate another model with a run of its own)")
 
 
-def check_testset_name_override(key: str, override: str) -> None:
+def check_testset_definition_override(key: str, override: str) -> None:
     """Refuse ``testset.name=``: a result is filed (and counted by make_tables) under its test set's name, so
-    another name would put one test set's numbers in another's column."""
+    another name would put one test set's numbers in another's column; and ``testset.fits=``, the runs it
+    fits (`lifecycle.testsets.fits_override_problem`)."""
+    from lifecycle.testsets import fits_override_problem
+
     if key == "testset.name":
         raise ValueError(f"{override} would file the result of one test set under another's name; valid: pick the"
                          " test set by its name, testset=<name> (configs/testset/<name>.yaml)")
+    problem = fits_override_problem(key)
+    if problem:
+        raise ValueError(f"{override} {problem}; valid: leave testset.fits out, and pick a test set that fits the"
+                         " run, testset=<name>")
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="eval")
