@@ -413,14 +413,14 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],
-        "checkpoint": str(ckpt_path),
+        "checkpoint": recorded_path(ckpt_path),
         # whose result this is, and of which length of it (make_tables checks both: a run extended to more
         # epochs after this evaluation has another best.ckpt)
         "identity": identity_hash(identity_config(run_cfg)),
         "length": run_length(run_cfg),
         **adapted,
-        "data_root": str(Path(datamodule.root).expanduser().absolute()),
-        "testset_config": testset,
+        "data_root": recorded_path(datamodule.root),
+        "testset_config": _with_recorded_root(testset),
         HASH_KEY: sha256,  # make_tables counts the result only under the test set of this definition
         DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: hand data)
         # for the run's own data at data_root=: the generator that shows it a copy of the run's (make_tables)
@@ -432,6 +432,25 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         "path": path,
     }
     return datamodule, model, record
+
+
+def recorded_path(path: str | os.PathLike) -> str:
+    """``path`` as a result records it: absolute and normalised (no ``.`` or ``..``), whatever the working dir
+    of the command was; links kept as given, as a run's ``data.root`` names them, except where a ``..`` follows a
+    link: there the folder the system reads (up from the link's target)."""
+    from storage.destinations import system_reading
+
+    path = os.path.expanduser(os.fspath(path))
+    physical = system_reading(path)
+    return str(physical) if physical is not None else os.path.abspath(path)
+
+
+def _with_recorded_root(testset: dict[str, Any]) -> dict[str, Any]:
+    """The resolved test set with its ``data.root`` (where it has one) as `recorded_path` writes it."""
+    data = testset.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("root"), str):
+        return testset
+    return {**testset, "data": {**data, "root": recorded_path(data["root"])}}
 
 
 def check_run_hand_data(data: dict[str, Any], run_dir: Path, name: str) -> str | None:

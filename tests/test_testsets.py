@@ -589,6 +589,35 @@ def test_testset_fits_cannot_be_overridden_on_any_command_line(tmp_path: Path) -
 
 
 @pytest.mark.filterwarnings("ignore")
+def test_a_result_records_absolute_normalised_paths_whatever_the_working_dir(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 16, o52, o71b: ``cd x && eval.py ckpt_path=../runs/o52/checkpoints/best.ckpt paths.data_dir=../../data``
+    recorded ``"checkpoint": "../runs/o52/..."`` (relative to a working dir the result does not record) and
+    ``"data_root": "/.../x/../../data/..."``. Both, and the definition's data.root, are recorded absolute and
+    normalised; a link in them is kept as given."""
+    import eval as eval_script
+
+    data = tmp_path / "data"
+    run = _fake_run(tmp_path / "runs" / "o52", data, RUN)
+    _generate(data, "relational_right", "testset.data.generator.num_val=16")
+    (tmp_path / "linked").symlink_to(tmp_path / "runs")
+    (tmp_path / "x" / "y").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "x" / "y")
+    path = run / RESULT_FOLDER / "relational_right@interpolate.json"
+    for given, recorded in (("../../runs/./o52/checkpoints/best.ckpt", run / "checkpoints" / "best.ckpt"),
+                            ("../../linked/o52/checkpoints/best.ckpt",
+                             tmp_path / "linked" / "o52" / "checkpoints" / "best.ckpt")):
+        path.unlink(missing_ok=True)
+        cfg = compose_config([f"ckpt_path={given}", "testset=relational_right", "testset.data.generator.num_val=16"],
+                             tmp_path / "eval", Path("../../x/../data"), config_name="eval")
+        eval_script.evaluate(cfg)
+        record = json.loads(path.read_text())
+        own = str(data / "testsets" / "relational_right_v2")
+        assert (record["checkpoint"], record["data_root"], record["testset_config"]["data"]["root"]) == (
+            str(recorded), own, own)
+
+
+@pytest.mark.filterwarnings("ignore")
 def test_a_test_set_of_other_classes_is_named_as_not_fitting_the_run(tmp_path: Path) -> None:
     """Probe 16, o110: a test set whose own data has another class count than the run was refused with
     ``data.num_classes=8 but data.root=... has 4 class folders; set data.num_classes=4`` (the run's class count
