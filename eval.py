@@ -257,10 +257,11 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
     if not ckpt_path.is_file():
+        valid = "valid: a run's checkpoint file, runs/<run>/checkpoints/best.ckpt or last.ckpt"
         if entry_exists(ckpt_path):
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file:"
-                                    f" {describe_non_file(ckpt_path)}")
-        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
+                                    f" {describe_non_file(ckpt_path)}; {valid}")
+        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist; {valid}")
     # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
     run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
     if not plain_file_exists(run_config):  # a FIFO or a folder there is named as such (RunFileError), not missing

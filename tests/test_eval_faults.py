@@ -38,6 +38,7 @@ TINY = [
 ]
 EMBED, CLASSES = 128, 8  # deit_micro's width; the relational task's class count
 REMEDY = "train.py with the same data config generates it"
+VALID = "; valid: a run's checkpoint file, runs/<run>/checkpoints/best.ckpt or last.ckpt"  # ckpt_path= of no file
 
 
 def _hydra_build(cfg: DictConfig) -> tuple:
@@ -363,7 +364,7 @@ def test_a_symlink_loop_as_ckpt_path_is_named_a_loop(tmp_path: Path, data_dir: P
         cfg = compose_config([f"ckpt_path={path}"], tmp_path / "eval", data_dir, config_name="eval")
         with pytest.raises(FileNotFoundError) as err:
             eval_script.evaluate(cfg)
-        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}"
+        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}{VALID}"
 
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "folder", "loop", "link to a fifo", "missing"])
@@ -599,7 +600,7 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         cfg = compose_config([f"ckpt_path={path}"], tmp_path / "eval", data_dir, config_name="eval")
         with pytest.raises(FileNotFoundError) as err:
             eval_script.evaluate(cfg)
-        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}"
+        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}{VALID}"
     # an empty data.root in the run's config.yaml is no folder (not the working dir)
     config = (run / "config.yaml").read_text()
     (run / "config.yaml").write_text(re.sub(r"(?m)^  root: .*$", "  root: ''", config, count=1))
@@ -689,7 +690,7 @@ def test_a_fifo_or_socket_where_a_run_file_belongs_is_named_never_missing(kind: 
         line = f"{best} cannot be used: {what}, where a plain file belongs; move it away"
         assert _plot_error(run, capsys, "--plots", "tables") == f"error: {line}\n"
         assert _eval_error(run, tmp_path, data_dir, FileNotFoundError) == (
-            f"ckpt_path='{best}' is not a checkpoint file: {what}")
+            f"ckpt_path='{best}' is not a checkpoint file: {what}{VALID}")
     finally:
         signal.alarm(0)
 
