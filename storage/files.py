@@ -211,7 +211,9 @@ def describe_non_file(path: Path) -> str:
         except OSError as err:
             if err.errno == errno.ELOOP:
                 return f"it is a symlink loop (to {target}: its links lead back to themselves)"
-            return f"it is a symlink (to {target}, which does not exist)"
+            if err.errno in (errno.ENOENT, errno.ENOTDIR):
+                return f"it is a symlink (to {target}, which does not exist)"
+            raise  # its target cannot be looked at (a folder this user may not read): the caller's to name
         return f"it is a symlink (to {target})"
     if path.is_dir():
         return "it is a directory"
