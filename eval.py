@@ -65,6 +65,7 @@ from storage.files import (  # noqa: E402
     RunFileError,
     describe_non_file,
     entry_exists,
+    missing_file,
     own_folder_problem,
     plain_file_exists,
 )
@@ -141,8 +142,10 @@ def evaluate(cfg: DictConfig, written: list[Path] | None = None, notes: list[str
     else:
         from lifecycle.job import build_data_and_model
 
-        if not Path(weights).is_file():
-            raise FileNotFoundError(f"model.weights={weights!r} does not exist")
+        problem = missing_file(weights)
+        if problem:
+            raise FileNotFoundError(f"model.weights={weights!r} {problem}; valid: model.weights=<a reference-layout"
+                                    " DETR checkpoint file>")
         if cfg.batch_size is not None:
             cfg.data.batch_size = cfg.batch_size
         if cfg.get("data_root") is not None:
@@ -254,10 +257,11 @@ def _load_run(cfg: DictConfig) -> tuple[Path, Path, DictConfig, dict[str, Any]]:
         example = ckpt_path / ("best.ckpt" if ckpt_path.name == "checkpoints" else "checkpoints/best.ckpt")
         raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is a folder; give a checkpoint file, e.g. {example}")
     if not ckpt_path.is_file():
+        valid = "valid: a run's checkpoint file, runs/<run>/checkpoints/best.ckpt or last.ckpt"
         if entry_exists(ckpt_path):
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} is not a checkpoint file:"
-                                    f" {describe_non_file(ckpt_path)}")
-        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
+                                    f" {describe_non_file(ckpt_path)}; {valid}")
+        raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist; {valid}")
     # the run dir that holds the checkpoint's path, not the target of a symlink: never another run's config
     run_config = Path(os.path.abspath(ckpt_path)).parent.parent / "config.yaml"
     if not plain_file_exists(run_config):  # a FIFO or a folder there is named as such (RunFileError), not missing
@@ -410,14 +414,14 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
     check_replaceable(path, sha256, testset)
     record = {
         "testset": testset["name"],
-        "checkpoint": str(ckpt_path),
+        "checkpoint": recorded_path(ckpt_path),
         # whose result this is, and of which length of it (make_tables checks both: a run extended to more
         # epochs after this evaluation has another best.ckpt)
         "identity": identity_hash(identity_config(run_cfg)),
         "length": run_length(run_cfg),
         **adapted,
-        "data_root": str(Path(datamodule.root).expanduser().absolute()),
-        "testset_config": testset,
+        "data_root": recorded_path(datamodule.root),
+        "testset_config": _with_recorded_root(testset),
         HASH_KEY: sha256,  # make_tables counts the result only under the test set of this definition
         DATA_DIGEST_KEY: data_digest,  # the images it read, as checked against their marker (None: hand data)
         # for the run's own data at data_root=: the generator that shows it a copy of the run's (make_tables)
@@ -429,6 +433,25 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         "path": path,
     }
     return datamodule, model, record
+
+
+def recorded_path(path: str | os.PathLike) -> str:
+    """``path`` as a result records it: absolute and normalised (no ``.`` or ``..``), whatever the working dir
+    of the command was; links kept as given, as a run's ``data.root`` names them, except where a ``..`` follows a
+    link: there the folder the system reads (up from the link's target)."""
+    from storage.destinations import system_reading
+
+    path = os.path.expanduser(os.fspath(path))
+    physical = system_reading(path)
+    return str(physical) if physical is not None else os.path.abspath(path)
+
+
+def _with_recorded_root(testset: dict[str, Any]) -> dict[str, Any]:
+    """The resolved test set with its ``data.root`` (where it has one) as `recorded_path` writes it."""
+    data = testset.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("root"), str):
+        return testset
+    return {**testset, "data": {**data, "root": recorded_path(data["root"])}}
 
 
 def check_run_hand_data(data: dict[str, Any], run_dir: Path, name: str) -> str | None:
@@ -493,22 +516,29 @@ RUN_EVAL_KEYS = ("ckpt_path", "batch_size", "data_root", "throughput_batch", "te
 
 def check_run_eval_overrides(overrides: list[str]) -> None:
     """With ``ckpt_path=``, refuse (one line) an override that the run's own config would overrule, and one
-    of ``testset.name`` (`check_testset_name_override`)."""
+    of the test set's definition (`check_testset_definition_override`)."""
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
-        check_testset_name_override(key, override)
+        check_testset_definition_override(key, override)
         if key.split(".", 1)[0].split("/", 1)[0] not in RUN_EVAL_KEYS:
             raise ValueError(f"{override} cannot change a run evaluated with ckpt_path=: its model, encodings and"
                              f" data come from the run's config.yaml; valid here: {', '.join(RUN_EVAL_KEYS)}"
                              " (evaluate another model with a run of its own)")
 
 
-def check_testset_name_override(key: str, override: str) -> None:
+def check_testset_definition_override(key: str, override: str) -> None:
     """Refuse ``testset.name=``: a result is filed (and counted by make_tables) under its test set's name, so
-    another name would put one test set's numbers in another's column."""
+    another name would put one test set's numbers in another's column; and ``testset.fits=``, the runs it
+    fits (`lifecycle.testsets.fits_override_problem`)."""
+    from lifecycle.testsets import fits_override_problem
+
     if key == "testset.name":
         raise ValueError(f"{override} would file the result of one test set under another's name; valid: pick the"
                          " test set by its name, testset=<name> (configs/testset/<name>.yaml)")
+    problem = fits_override_problem(key)
+    if problem:
+        raise ValueError(f"{override} {problem}; valid: leave testset.fits out, and pick a test set that fits the"
+                         " run, testset=<name>")
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="eval")

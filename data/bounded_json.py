@@ -82,8 +82,15 @@ def loads_bounded(raw: bytes | str, depth: int = MAX_JSON_DEPTH) -> Any:
     except RecursionError:  # the interpreter's stack was nearly used up already: the same fault, named the same
         raise JsonBoundsError(f"nested too deep to be read here (the limit is {depth} levels)") from None
     except ValueError as err:
-        if isinstance(err, json.JSONDecodeError) or "integer string conversion" not in str(err):
+        problem = too_many_digits(err)
+        if not problem:
             raise
-        # valid JSON, but a number of more digits than Python converts (sys.get_int_max_str_digits())
-        raise JsonBoundsError(f"it holds an integer of more than {sys.get_int_max_str_digits()} digits, which no"
-                              " record this project writes does") from None
+        raise JsonBoundsError(f"{problem}, which no record this project writes does") from None
+
+
+def too_many_digits(err: ValueError) -> str:
+    """``"it holds an integer of more than 4300 digits"`` where ``err`` is the parser's refusal of valid JSON
+    whose number has more digits than Python converts (``sys.get_int_max_str_digits()``), else ''."""
+    if isinstance(err, json.JSONDecodeError) or "integer string conversion" not in str(err):
+        return ""
+    return f"it holds an integer of more than {sys.get_int_max_str_digits()} digits"

@@ -21,6 +21,8 @@ import json
 import logging
 import math
 import os
+import re
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +39,7 @@ from torchvision.datasets import CocoDetection
 from torchvision.ops import box_convert
 from torchvision.transforms import v2
 
+from data.bounded_json import too_many_digits
 from data.datamodule import evaluation_order, make_loader, trainer_world
 from data.errors import DataConfigError, absent_folder, image_size, load_rgb_image
 from data.generation import check_generated, ensure_generated, training_twin
@@ -197,6 +200,38 @@ def _too_deep(ann_file: str | Path) -> str:
             " reads (a damaged file); expected a JSON object with images, annotations and categories")
 
 
+def _not_json(ann_file: str | Path, err: ValueError) -> Exception:
+    """The one-line error of an annotation file that the JSON parser refused: text that is no JSON (truncated), or
+    an integer of more digits than Python converts, named with its place; any other ``err`` as it is."""
+    if isinstance(err, json.JSONDecodeError):
+        return DataConfigError(f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno});"
+                               " is the file truncated?")
+    problem = too_many_digits(err)
+    if not problem:
+        return err
+    return DataConfigError(f"{ann_file} is not a COCO annotation file: {problem}{_long_integer_at(ann_file)},"
+                           " which no COCO id, count or coordinate has; expected a JSON object with images,"
+                           " annotations and categories")
+
+
+def _long_integer_at(ann_file: str | Path) -> str:
+    """`` (line 1 column 30, "id")``: where the first number of more digits than Python converts stands in
+    ``ann_file``, and the key it is the value of; '' where it is not found (or the file cannot be read again)."""
+    digits = sys.get_int_max_str_digits()
+    try:
+        raw = Path(ann_file).read_bytes()
+    except OSError:
+        return ""
+    found = re.search(rb'(?:"((?:[^"\\]|\\.){0,100})"\s*:|[\[,])\s*-?\d{%d}' % (digits + 1), raw)
+    if found is None:
+        return ""
+    start = found.end() - digits - 1  # the first digit, past the key or the separator
+    line = raw.count(b"\n", 0, start) + 1
+    column = start - (raw.rfind(b"\n", 0, start) + 1) + 1
+    key = f", {found.group(1).decode(errors='replace')!r}" if found.group(1) is not None else ""
+    return f" (line {line} column {column}{key})"
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true/false are not ids
 
@@ -270,10 +305,7 @@ class CocoDetectionDataset(CocoDetection):
             with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints while loading
                 super().__init__(str(img_folder), str(ann_file))
         except json.JSONDecodeError as err:
-            raise DataConfigError(
-                f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
-                "is the file truncated?"
-            ) from None
+            raise _not_json(ann_file, err) from None
         except RecursionError:
             raise DataConfigError(_too_deep(ann_file)) from None
         except MemoryError:
@@ -286,6 +318,8 @@ class CocoDetectionDataset(CocoDetection):
                 f"{ann_file} is not a COCO annotation file ({problem}); expected a JSON object with lists of objects"
                 " named images, annotations and categories"
             ) from None
+        except ValueError as err:  # valid JSON holding an integer of more digits than Python converts
+            raise _not_json(ann_file, err) from None
         problem = _section_problem(self.coco.dataset)  # what pycocotools let through (an object for a list)
         if problem:
             raise DataConfigError(f"{ann_file} is not a COCO annotation file ({problem}); expected a JSON object with"
@@ -688,9 +722,7 @@ def _categories(ann_file: Path) -> list[int]:
         with ann_file.open() as f:
             return sorted(c["id"] for c in json.load(f)["categories"])
     except json.JSONDecodeError as err:
-        raise DataConfigError(
-            f"{ann_file} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); is the file truncated?"
-        ) from None
+        raise _not_json(ann_file, err) from None
     except RecursionError:
         raise DataConfigError(_too_deep(ann_file)) from None
     except (UnicodeDecodeError, KeyError, TypeError) as err:
@@ -698,6 +730,8 @@ def _categories(ann_file: Path) -> list[int]:
             f"{ann_file} has no list of categories with ids ({type(err).__name__}: {err}); expected a COCO "
             "annotation file"
         ) from None
+    except ValueError as err:  # valid JSON holding an integer of more digits than Python converts
+        raise _not_json(ann_file, err) from None
 
 
 # The data module's state in a checkpoint (`CocoDataModule.state_dict`): the categories its labels index

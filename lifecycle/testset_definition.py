@@ -81,7 +81,9 @@ def training_problem(record: Mapping[str, Any], metrics: Mapping[str, Any], run_
             return ("it was evaluated before the run's weights were trained (it records no training, the run's"
                     f" metrics.json {now!r}): it measured weights since deleted")
         tested = record.get("checkpoint")
-        source = Path(os.path.abspath(str(tested))).parent.parent if isinstance(tested, str) and tested else None
+        source = None  # a relative path (an older eval.py's) is of a working dir the result does not record
+        if isinstance(tested, str) and os.path.isabs(tested):
+            source = Path(os.path.normpath(tested)).parent.parent
         if run_dir is not None and source is not None and os.path.realpath(source) != os.path.realpath(run_dir):
             return (f"it measured the weights of a training in another run dir ({source}, training {made!r}; the"
                     f" run's best.ckpt is of training {now!r}): copied here?")

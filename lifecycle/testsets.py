@@ -153,9 +153,21 @@ def testset_data_config(run_data: dict[str, Any], testset: dict[str, Any], data_
         )
     data = dict(run_data)
     data.update(override)
+    if own:  # the run's class count is its own data's: the test set's data counts its own, checked against the
+        data["num_classes"] = override.get("num_classes")  # run's head by `check_classes`
     if data_root is not None:
         data["root"] = str(data_root)
     return data, own
+
+
+def fits_override_problem(key: str) -> str:
+    """Why a command-line override of ``key`` may not be given, where it sets ``testset.fits`` (or a part of it),
+    else ''. The runs a test set fits are part of its definition, which its hash leaves out: a result of
+    a test set made to fit another run's data would be counted under the test set's name."""
+    if key != "testset.fits" and not key.startswith("testset.fits."):
+        return ""
+    return ("would change which runs the test set fits, which its definition (configs/testset/<name>.yaml)"
+            " decides, not the command line")
 
 
 def build_datamodule(data: dict[str, Any]) -> Any:
@@ -413,8 +425,9 @@ def check_classes(datamodule: Any, module: Any, name: str, run_classes: list[str
     datamodule.setup("test")
     head = module.hparams.get("num_classes")
     if head is not None and int(datamodule.num_classes) != int(head):
-        raise TestsetError(f"testset={name} has {datamodule.num_classes} classes at {datamodule.root}, this run's "
-                           f"model has {head}; a test set must have the run's classes")
+        raise TestsetError(f"testset={name} has {datamodule.num_classes} classes at {datamodule.root}, this run's"
+                           f" model has {head}: the test set does not fit the run's data; valid: a test set of the"
+                           f" run's {head} classes, with testset.data as its configs/testset/<name>.yaml sets it")
     note = check_run_classes(datamodule, run_classes, f"testset={name}", other=own, error=TestsetError)
     if note:
         say(f"note: {note}", stream=sys.stderr)

@@ -245,7 +245,9 @@ def _checked_and_evaluated(args: argparse.Namespace) -> int:
 
 def check_extra_overrides(extra: list[str]) -> None:
     """``--set`` takes settings of the evaluation (``paths.data_dir=``, ``batch_size=``, a test set's own
-    keys): never the run, the test set or the rule, which the arguments name."""
+    keys): never the run, the test set or the rule, which the arguments name, nor the test set's definition."""
+    from lifecycle.testsets import fits_override_problem
+
     for override in extra:
         if "=" not in override:
             raise ValueError(f"--set {override!r} is not key=value")
@@ -253,6 +255,10 @@ def check_extra_overrides(extra: list[str]) -> None:
         if key == "testset.name":  # a result is filed, and counted by make_tables, under its test set's name
             raise ValueError(f"--set {override} would file one test set's result under another's name; valid: name"
                              " the test set in --testsets (configs/testset/<name>.yaml)")
+        problem = fits_override_problem(key)
+        if problem:
+            raise ValueError(f"--set {override} {problem}; valid: leave testset.fits out, and name test sets that fit"
+                             " the runs in --testsets")
         if key.split(".", 1)[0].split("/", 1)[0] == "hydra":  # composed with Hydra's API: no Hydra job runs
             raise ValueError(f"--set {override} is not a setting of the evaluations: they run inside this command"
                              " and make no folder (each result goes into its run's testsets/); valid in --set: eval.py"

@@ -217,8 +217,16 @@ def checksum_problem(record: dict[str, Any]) -> str:
 def describe_non_file(path: Path) -> str:
     """What stands at ``path`` instead of a plain file: a symlink, a directory, a device..."""
     if path.is_symlink():
-        dangling = "" if path.exists() else ", which does not exist"
-        return f"it is a symlink (to {os.readlink(path)}{dangling})"
+        target = os.readlink(path)
+        try:
+            os.stat(path)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return f"it is a symlink loop (to {target}: its links lead back to themselves)"
+            if err.errno in (errno.ENOENT, errno.ENOTDIR):
+                return f"it is a symlink (to {target}, which does not exist)"
+            raise  # its target cannot be looked at (a folder this user may not read): the caller's to name
+        return f"it is a symlink (to {target})"
     if path.is_dir():
         return "it is a directory"
     if path.is_file():
@@ -230,6 +238,21 @@ def describe_non_file(path: Path) -> str:
     if path.is_socket():
         return "it is a socket"
     return "it is not a plain file"
+
+
+def missing_file(path: str | os.PathLike) -> str | None:
+    """Why no file (links followed) is at ``path``, in words after its name: ``does not exist``, or ``is not a
+    file: it is a FIFO (named pipe)`` where something else stands there (a folder, a device, a symlink loop);
+    None where a regular file is. Nothing is opened: a FIFO would block the reader."""
+    path = Path(path)
+    if path.is_file():
+        return None
+    if not entry_exists(path):
+        return "does not exist"
+    if path.is_symlink() and os.path.exists(path):  # a link to a folder or a FIFO: name what it leads to
+        target = Path(os.path.realpath(path))
+        return f"is not a file (it leads to {target}): {describe_non_file(target)}"
+    return f"is not a file: {describe_non_file(path)}"
 
 
 def entry_exists(path: str | os.PathLike) -> bool:

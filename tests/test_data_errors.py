@@ -109,6 +109,34 @@ def test_bad_annotation_json_names_the_file(tmp_path: Path, content: str, expect
     assert str(ann_file) in _one_line(err)
 
 
+@pytest.mark.parametrize("where", ["images", "categories"])
+def test_an_integer_past_pythons_digit_limit_names_the_file_and_its_place(tmp_path: Path, where: str) -> None:
+    """Probe 16, p58: a 5000-digit id in a hand annotation file was Python's own line ("Exceeds the limit (4300
+    digits) for integer string conversion ...; use sys.set_int_max_str_digits()"), with no file named. Both
+    readers (the dataset, and the data module's category list) name the file, the limit, the line, column and
+    key of the number."""
+    import sys
+
+    ann_file = _write_coco(tmp_path, GOOD)
+    huge = "7" * 5000
+    old = '"id": 9,' if where == "images" else '"id": 5,'
+    text = ann_file.read_text().replace(old, f'"id": {huge},', 1)
+    text = text.replace(", ", ",\n")  # several lines: the column is counted from the number's own line
+    ann_file.write_text(text)
+    line = text[:text.index(huge)].count("\n") + 1
+    column = text.index(huge) - text.rfind("\n", 0, text.index(huge))
+    expected = (f"{ann_file} is not a COCO annotation file: it holds an integer of more than"
+                f" {sys.get_int_max_str_digits()} digits (line {line} column {column}, 'id'), which no COCO id, count"
+                " or coordinate has; expected a JSON object with images, annotations and categories")
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err) == expected
+    (tmp_path / "train2017").mkdir()
+    with pytest.raises(DataConfigError) as err:  # the data module reads the categories when it is built
+        CocoDataModule(root=str(tmp_path))
+    assert _one_line(err) == expected
+
+
 @pytest.mark.parametrize("how", ["fifo", "sparse", "sparse tail"])
 def test_an_annotation_file_that_is_no_json_file_is_named_without_reading_it_whole(tmp_path: Path, how: str) -> None:
     """Probe 11, F17 and F104: a FIFO in place of the annotation file was said to be missing; a sparse 1 GiB file

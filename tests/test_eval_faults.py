@@ -38,6 +38,7 @@ TINY = [
 ]
 EMBED, CLASSES = 128, 8  # deit_micro's width; the relational task's class count
 REMEDY = "train.py with the same data config generates it"
+VALID = "; valid: a run's checkpoint file, runs/<run>/checkpoints/best.ckpt or last.ckpt"  # ckpt_path= of no file
 
 
 def _hydra_build(cfg: DictConfig) -> tuple:
@@ -345,6 +346,64 @@ def test_reference_weights_mode_never_generates(tmp_path: Path, data_dir: Path) 
         err.value)
 
 
+
+def test_a_symlink_loop_as_ckpt_path_is_named_a_loop(tmp_path: Path, data_dir: Path) -> None:
+    """Probe 16, p4: a checkpoint symlink to itself was "a symlink (to loop4.ckpt, which does not exist)", the
+    loop's own name given as a missing target. A link to itself and a two-link circle are named as loops; a link
+    to nothing is still named dangling."""
+    import eval as eval_script
+
+    (tmp_path / "loop4.ckpt").symlink_to("loop4.ckpt")
+    (tmp_path / "a.ckpt").symlink_to("b.ckpt")
+    (tmp_path / "b.ckpt").symlink_to("a.ckpt")
+    (tmp_path / "gone.ckpt").symlink_to("nothing.ckpt")
+    for name, what in (("loop4.ckpt", "it is a symlink loop (to loop4.ckpt: its links lead back to themselves)"),
+                       ("a.ckpt", "it is a symlink loop (to b.ckpt: its links lead back to themselves)"),
+                       ("gone.ckpt", "it is a symlink (to nothing.ckpt, which does not exist)")):
+        path = tmp_path / name
+        cfg = compose_config([f"ckpt_path={path}"], tmp_path / "eval", data_dir, config_name="eval")
+        with pytest.raises(FileNotFoundError) as err:
+            eval_script.evaluate(cfg)
+        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}{VALID}"
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder", "loop", "link to a fifo", "missing"])
+def test_model_weights_that_are_no_file_are_named_for_what_they_are(kind: str, tmp_path: Path,
+                                                                   data_dir: Path) -> None:
+    """Probe 16, p45, p46: ``model.weights=/dev/zero`` (a device) and a FIFO were said not to exist. Each is
+    named for what stands there, with the valid choice, and a FIFO is never opened (no hang)."""
+    import eval as eval_script
+
+    weights = tmp_path / "w.pth"
+    if kind == "device":
+        weights, what = Path("/dev/zero"), "is not a file: it is a device"
+    elif kind == "fifo":
+        os.mkfifo(weights)
+        what = "is not a file: it is a FIFO (named pipe)"
+    elif kind == "folder":
+        weights.mkdir()
+        what = "is not a file: it is a directory"
+    elif kind == "loop":
+        weights.symlink_to(weights.name)
+        what = "is not a file: it is a symlink loop (to w.pth: its links lead back to themselves)"
+    elif kind == "link to a fifo":
+        os.mkfifo(tmp_path / "fifo")
+        weights.symlink_to(tmp_path / "fifo")
+        what = f"is not a file (it leads to {tmp_path / 'fifo'}): it is a FIFO (named pipe)"
+    else:
+        what = "does not exist"
+    overrides = ["experiment=detr_shapes", f"model.weights={weights}", f"data.root={tmp_path / 'coco'}"]
+    signal.alarm(60)  # a reader that opened the FIFO would wait for a writer forever: fail instead
+    try:
+        with pytest.raises(FileNotFoundError) as err:
+            eval_script.evaluate(compose_config(overrides, tmp_path / "eval", data_dir, config_name="eval"))
+    finally:
+        signal.alarm(0)
+    assert str(err.value) == (f"model.weights='{weights}' {what}; valid: model.weights=<a reference-layout DETR"
+                              " checkpoint file>")
+    assert not (tmp_path / "coco").exists()
+
+
 # ----------------------------------------------------------------------------- the command line
 @pytest.mark.slow  # several train.py or eval.py processes: make test's 5 minutes
 def test_eval_cli_faults_are_one_line(run_dir: Path, tmp_path: Path, data_dir: Path) -> None:
@@ -541,7 +600,7 @@ def test_a_folder_for_ckpt_path_and_a_missing_data_root_are_named_as_given(run_d
         cfg = compose_config([f"ckpt_path={path}"], tmp_path / "eval", data_dir, config_name="eval")
         with pytest.raises(FileNotFoundError) as err:
             eval_script.evaluate(cfg)
-        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}"
+        assert str(err.value) == f"ckpt_path='{path}' is not a checkpoint file: {what}{VALID}"
     # an empty data.root in the run's config.yaml is no folder (not the working dir)
     config = (run / "config.yaml").read_text()
     (run / "config.yaml").write_text(re.sub(r"(?m)^  root: .*$", "  root: ''", config, count=1))
@@ -631,7 +690,7 @@ def test_a_fifo_or_socket_where_a_run_file_belongs_is_named_never_missing(kind: 
         line = f"{best} cannot be used: {what}, where a plain file belongs; move it away"
         assert _plot_error(run, capsys, "--plots", "tables") == f"error: {line}\n"
         assert _eval_error(run, tmp_path, data_dir, FileNotFoundError) == (
-            f"ckpt_path='{best}' is not a checkpoint file: {what}")
+            f"ckpt_path='{best}' is not a checkpoint file: {what}{VALID}")
     finally:
         signal.alarm(0)
 

@@ -109,7 +109,10 @@ def test_unreadable_resnet_checkpoint_is_one_line(tmp_path: Path) -> None:
     assert f"model.backbone.checkpoint={bad} cannot be read as a state dict" in _one_line(err, ModelConfigError)
     with pytest.raises(BackboneConfigError) as err:
         build_backbone(name="resnet18", norm="bn", checkpoint=str(tmp_path))
-    assert f"model.backbone.checkpoint={tmp_path} is a directory, not a file" in _one_line(err, ModelConfigError)
+    assert f"model.backbone.checkpoint={tmp_path} is not a file: it is a directory;" in _one_line(err, ModelConfigError)
+    with pytest.raises(BackboneConfigError) as err:  # probe 16, p45/p46: a device is named, never "does not exist"
+        build_backbone(name="resnet18", norm="bn", checkpoint="/dev/zero")
+    assert "model.backbone.checkpoint=/dev/zero is not a file: it is a device;" in _one_line(err, ModelConfigError)
     torch.save([1, 2], bad)
     with pytest.raises(BackboneConfigError) as err:
         build_backbone(name="resnet18", norm="bn", checkpoint=str(bad))

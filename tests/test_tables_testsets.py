@@ -654,6 +654,27 @@ def test_a_result_copied_from_another_run_dir_is_named_as_such(tmp_path: Path) -
                              " here?"), reason
 
 
+def test_an_older_result_recording_relative_paths_still_reads(tmp_path: Path) -> None:
+    """Probe 16, o52, o71b: eval.py run from another folder recorded ``checkpoint`` relative to a working dir the
+    result does not record, and ``data_root`` with ``..`` in it; it now records both absolute and normalised.
+    Results written before still count (a relative checkpoint of the same training, a data_root of the run's
+    data spelled with ``..``), and one of another training is not said to come from another run dir, which its
+    relative path cannot tell."""
+    runs = _own_runs(tmp_path)
+    root = _run_data(runs[(K, 0)])["root"]
+    dotted = f"{os.path.dirname(root)}/x/../{os.path.basename(root)}"
+    _own_data_result(runs[(K, 0)], 60.0, checkpoint="../runs/o52/checkpoints/best.ckpt", data_root=dotted)
+    _result(runs[(K, 1)], 64.0, name="val_at_48", checkpoint="relruns/o71/checkpoints/best.ckpt", data_root=root,
+            data_sha256="d" * 64, precision="32-true", training="a" * 16)
+    _train_again(runs[(K, 1)], "a" * 16)
+    assert _counted(_table(tmp_path), VAL48, 1) == ((62.0, pytest.approx(math.sqrt(8)), 2), ())
+    _train_again(runs[(K, 1)], "b" * 16)
+    _, problems = _counted(_table(tmp_path), VAL48, 1)
+    [(_, reason)] = problems
+    assert reason.startswith(f"it measured the weights of an earlier training in this run dir (training {'a' * 16!r};"
+                             f" the run's best.ckpt is of training {'b' * 16!r})"), reason
+
+
 def test_a_result_of_another_checkpoint_put_in_best_ckpts_place_is_not_counted(tmp_path: Path) -> None:
     """Probe 11, F114: last.ckpt copied over best.ckpt (same training token) was evaluated and counted as the run's
     result. A result records its checkpoint's step; it pairs with metrics.json's best_step only when equal."""

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torchvision.ops import FrozenBatchNorm2d
 
 from models.errors import ModelConfigError
+from storage.files import missing_file
 
 from .hyperparameters import BACKBONE_DEFAULTS, DETR_DEFAULTS
 
@@ -250,8 +251,8 @@ def _refuse_unused(name: str, key: str, value: Any, shared: Any, why: str) -> No
 def checkpoint_file(path: str | Path) -> Path:
     """``model.backbone.checkpoint`` as an existing file, else a `BackboneConfigError` naming it."""
     file = Path(path).expanduser()
-    if not file.is_file():
-        what = "is a directory, not a file" if file.is_dir() else "does not exist"
+    what = missing_file(file)
+    if what:
         raise BackboneConfigError(
             f"model.backbone.checkpoint={path} {what}; expected a local torchvision ResNet state dict (.pth) or null"
         )
