@@ -18,7 +18,9 @@ CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLU
                "runs", "errors")
 
 
-USED_TEXT = ("`used`: the distinct buckets the pairs of the token grid reach (0: no bucket table; ?: the grid is"
+USED_TEXT = ("`used`: the distinct buckets the pairs of the token grid reach (a row and a column table, as cross's and"
+             " decomposed's: the entries of both that the grid's row and column offsets read; 0: no table of"
+             " positions, e.g. RoPE; ?: the grid is"
              " not known from the config, e.g. DETR's padded batches); `≡ R`: the row's runs cannot differ from"
              " row R's, by construction (the same config but for an index that puts the grid's pairs into the same"
              " buckets).")

@@ -773,3 +773,30 @@ def test_a_pipe_in_a_name_stays_inside_its_markdown_cell(tmp_path: Path, monkeyp
     rows = [line for line in markdown.splitlines() if line.startswith("| RPE on") or line.startswith("| fake")]
     assert rows[1].startswith("| fake\\|99.99 (trains irpe_k) |"), markdown
     assert len({len(re.findall(r"(?<!\\)\|", line)) for line in rows}) == 1  # the header's columns, no more
+
+
+# ----------------------------------------------------------------------------- labels
+@pytest.mark.parametrize(("rpe", "label", "used"), [
+    # RoPE reads theta only (rope_mixed's own default: 10); no table of positions
+    ({"preset": "rope_mixed"}, "rope_mixed theta=10", 0),
+    ({"preset": "rope_axial", "theta": 50.0}, "rope_axial theta=50", 0),
+    # a row and a column table of window 14, read on the 8x8 grid (32 px / patch 4) at 2*8-1 = 15 offsets each
+    ({"preset": "decomposed"}, "decomposed shared_head=true window=14", 30),
+    # Swin's table: mode, sites, heads and window, no ratio; every offset of the 8x8 grid, 15 x 15
+    ({"preset": "swin"}, "swin mode=bias on=k shared_head=false window=14", 225),
+    # iRPE's shorthand, and the field it leaves out where it differs from it (Shaw's clip); clip at 1.9: 7 x 7
+    ({"preset": "shaw"}, "rpe-1.9-product-ctx-1-kv index=clip", 49),
+    ({"preset": "irpe_k"}, "rpe-1.9-product-ctx-1-k", 49),
+])
+def test_an_encodings_label_names_only_the_settings_it_reads(tmp_path: Path, rpe: dict, label: str,
+                                                             used: int) -> None:
+    """Probe 16, o56/o94/p34: every encoding was labelled in iRPE's shorthand (a RoPE run `rpe-1.9-rope_mixed-ctx-1-k`,
+    without its theta), and `used` was 0 for the decomposed run's row and column tables."""
+    rpe = {**{key: None for key in make_tables.read_config(ARCHIVE / f"{K},seed=0" / "config.yaml")["rpe"]}, **rpe}
+    run = _run(tmp_path, "r", K, 0, {"val/top1": 80.0, "val/top5": 100.0}, state="finished", rpe=rpe, ablation=None)
+    (loaded,) = make_tables.collect([run])
+    assert (loaded.status, loaded.facts["rpe"], loaded.facts["used_buckets"]) == ("ok", label, used)
+    (table,) = make_tables.build_tables([loaded])
+    assert table.cols == [label]
+    assert f"| {label} |" in make_tables.to_markdown([table])
+
