@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -1179,24 +1180,36 @@ def _grid_point_of(run_dir: Path, jobs: list[list[str]], naming: JobNaming | Non
 
 
 def collect(paths: Iterable[str | Path]) -> list[Run]:
-    """Every run under ``paths`` plus a ``missing`` entry per grid point of a sweep with no run dir."""
+    """Every run under ``paths`` plus a ``missing`` entry per grid point of a sweep with no run dir.
+
+    A run dir or sweep dir reached twice (a path given twice, a run of a sweep given beside it, a link to either)
+    is listed once, under the path it was first reached by: the same dir is compared by its real path. A sweep's
+    grid is matched against all of its run dirs, also those listed already through another path."""
     paths = list(paths)
     runs: list[Run] = []
-    seen: set[Path] = set()
+    listed: set[str] = set()  # the real paths of the run dirs and sweep dirs listed
     for root in map(Path, paths):
         if not root.exists():
             raise TableError(f"{str(root)!r} does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)")
         if not root.is_dir():
             raise TableError(f"{str(root)!r} is a file, not a folder; give run dirs or sweep dirs"
                              " (runs/sweeps/<name>)")
-        found = [d for d in run_dirs(root) if d not in seen]
-        seen.update(found)
+        found = run_dirs(root)
         multiruns = entries_named(root, "multirun.yaml", leaf=is_run_dir)
-        namings = {multirun.parent: job_naming(multirun.parent) for multirun in multiruns}
-        loaded = {d: load_run(d, namings.get(d.parent)) for d in found}
+        namings = {multirun.parent: job_naming(multirun.parent) for multirun in multiruns
+                   if os.path.realpath(multirun.parent) not in listed}
+        new: list[Path] = []
+        for run_dir in found:
+            if (real := os.path.realpath(run_dir)) not in listed:
+                listed.add(real)
+                new.append(run_dir)
+        listed.update(os.path.realpath(sweep_dir) for sweep_dir in namings)
+        # the runs of a sweep first listed here are matched to its grid with the sweep's runs listed before
+        grid_runs = [d for d in found if d in new or any(d.is_relative_to(sweep_dir) for sweep_dir in namings)]
+        loaded = {d: load_run(d, namings.get(d.parent)) for d in grid_runs}
         missing = [run for sweep_dir, naming in namings.items()
-                   for run in _sweep_runs(sweep_dir, found, loaded, naming)]
-        runs += [loaded[d] for d in found] + missing
+                   for run in _sweep_runs(sweep_dir, grid_runs, loaded, naming)]
+        runs += [loaded[d] for d in new] + missing
     if not runs:
         raise TableError(f"no runs (no config.yaml) under: {', '.join(map(str, paths))}")
     return runs

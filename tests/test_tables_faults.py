@@ -800,3 +800,20 @@ def test_an_encodings_label_names_only_the_settings_it_reads(tmp_path: Path, rpe
     assert table.cols == [label]
     assert f"| {label} |" in make_tables.to_markdown([table])
 
+
+@pytest.mark.parametrize("order", ["sweep, link", "link, sweep", "run, sweep", "sweep, sweep link", "sweep, sweep"])
+def test_a_run_dir_reached_twice_is_one_run_whatever_the_path(tmp_path: Path, order: str) -> None:
+    """Probe 16, o33: a link to a run of the sweep given beside it was listed as `1 duplicate` of that very run dir
+    (and the run given before its sweep left its grid point `missing`): the same dir, by its real path, is one run,
+    listed once under the path it was first reached by, and fills its grid point."""
+    sweep = _two_seed_sweep(tmp_path / "runs")
+    run = sweep / f"{K},seed=1"
+    (tmp_path / "link").symlink_to(run)
+    (tmp_path / "sweep_link").symlink_to(sweep)
+    paths = {"sweep": sweep, "link": tmp_path / "link", "run": run, "sweep link": tmp_path / "sweep_link"}
+    runs = make_tables.collect([paths[name] for name in order.split(", ")])
+    first = tmp_path / "link" if order == "link, sweep" else run
+    assert sorted((r.path, r.status, r.error) for r in runs) == sorted([
+        (str(first), "ok", ""), (str(sweep / f"{K},seed=0"), "ok", "")])
+    [table] = make_tables.build_tables(runs)
+    assert table.cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2)"
