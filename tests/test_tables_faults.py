@@ -817,3 +817,24 @@ def test_a_run_dir_reached_twice_is_one_run_whatever_the_path(tmp_path: Path, or
         (str(first), "ok", ""), (str(sweep / f"{K},seed=0"), "ok", "")])
     [table] = make_tables.build_tables(runs)
     assert table.cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2)"
+
+
+def test_a_rows_label_names_first_the_keys_that_tell_it_apart(tmp_path: Path) -> None:
+    """Probe 16, p19: rows of one table position were labelled by the first three keys (by name) in which any of
+    them differ, so a run that differs from the base in one late key (``model.net.ape``) got the base's label but
+    for the config digest. Each row names first the keys that part it from the other rows (hand-worked: ``a`` is parted
+    from ``c`` by data.batch_size, then from ``b`` by model.net.drop_path_rate; ``b`` from both by
+    model.net.drop_path_rate; ``c`` from both by data.batch_size), then the others."""
+    top1 = {"val/top1": 80.0, "val/top5": 100.0}
+    _run(tmp_path, "a", K, 0, top1, state="finished")
+    _run(tmp_path, "b", K, 0, top1, state="finished", model__net__drop_path_rate=0.1)
+    _run(tmp_path, "c", K, 0, top1, state="finished", data__batch_size=64, data__generator__num_train=3000,
+         data__generator__num_val=512, model__optimizer__lr=2e-3)
+    rows = {Path(r.path).name: row for (row, _), cell in _tables(tmp_path)["where_mini"].cells.items()
+            for r in cell.runs}
+    shown = {name: re.sub(r", config [0-9a-f]{6}\]$", "]", row) for name, row in rows.items()}
+    assert shown == {
+        "a": "k [data.batch_size=32, model.net.drop_path_rate=0.0, data.generator.num_train=4096, +2 keys]",
+        "b": "k [model.net.drop_path_rate=0.1, data.batch_size=32, data.generator.num_train=4096, +2 keys]",
+        "c": "k [data.batch_size=64, data.generator.num_train=3000, data.generator.num_val=512, +2 keys]",
+    }
