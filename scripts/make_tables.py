@@ -32,7 +32,9 @@ Holm's step-down correction over all findings judged together decides ``holds`` 
 after the design checks ``cannot differ``, ``floor`` (a side at chance) and ``ceiling`` (both sides at 100). Beside
 ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line per cell and metric; ``read_csv``
 parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the findings
-table between the ``findings`` markers of a README.
+table between the ``findings`` markers of a README. That table is one Holm family over every task, so it is built
+from all the sweeps it lists (DIRS, plus ``--family``): runs that leave out a table whose findings it lists are
+refused in one line, as the rewrite would drop those findings.
 
 The work is done in ``reports/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
 paper's tables' entries, one layout per ablation), ``cells`` (cells, duplicates, statistics), ``findings`` and
@@ -149,8 +151,11 @@ def _tables_written(args: argparse.Namespace) -> int:
 
             readme = Path(args.readme)
             crlf = "\r\n" in readme_text  # a Windows README keeps its line ends: the block is written in them too
-            text = with_findings(readme_text.replace("\r\n", "\n"), findings_markdown(verdicts(family or tables)),
-                                 args.readme_block)
+            try:
+                text = with_findings(readme_text.replace("\r\n", "\n"),
+                                     findings_markdown(verdicts(family or tables)), args.readme_block)
+            except TableError as err:  # before any file is written
+                raise TableError(f"--readme {str(readme)!r}: {err}") from None
             text = text.replace("\n", "\r\n") if crlf else text
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")

@@ -838,3 +838,32 @@ def test_a_rows_label_names_first_the_keys_that_tell_it_apart(tmp_path: Path) ->
         "b": "k [model.net.drop_path_rate=0.1, data.batch_size=32, data.generator.num_train=4096, +2 keys]",
         "c": "k [data.batch_size=64, data.generator.num_train=3000, data.generator.num_val=512, +2 keys]",
     }
+
+
+def test_a_readme_rewrite_that_would_drop_findings_of_other_tables_is_one_line(tmp_path: Path, capsys) -> None:
+    """Probe 16, o107: ``make_tables.py <one sweep> --readme README.md`` replaced the README's findings of every
+    task by that sweep's alone, without a word. The block is one Holm family over the sweeps it lists: runs that
+    leave out a table it lists findings of are refused, the README and the tables unwritten; the same runs, or a
+    block emptied by hand, are written."""
+    _sound_runs(tmp_path / "runs")
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- findings:start -->\n<!-- findings:end -->\n")
+    assert make_tables.main([str(tmp_path / "runs"), "--readme", str(readme)]) == 0  # an empty block: written
+    block = readme.read_text().split("<!-- findings:start -->\n")[1].split("<!-- findings:end -->")[0]
+    assert "| `where_mini` |" in block
+    assert make_tables.main([str(tmp_path / "runs"), "--readme", str(readme)]) == 0  # the same runs again
+    assert readme.read_text() == f"intro\n<!-- findings:start -->\n{block}<!-- findings:end -->\n"
+    others = ("| contextual beats bias \\| bias | Table 1 | `method_mode_mini` | +0.30 | – | – | – | – | not run |\n"
+              "| directed beats undirected | Table 1 | `method_mode_mini` | +0.40 | – | – | – | – | not run |\n"
+              "| Swin's bias beats no RPE | Supplement | `shift_swin_mini` | +0.80 | – | – | – | – | holds |\n")
+    before = f"intro\n<!-- findings:start -->\n{others}{block}<!-- findings:end -->\n"
+    readme.write_text(before)
+    capsys.readouterr()
+    out = tmp_path / "tabs" / "t"
+    assert make_tables.main([str(tmp_path / "runs"), "--readme", str(readme), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --readme {str(readme)!r}: its <!-- findings:start --> block lists 3 findings of 2 tables not built"
+        " from these runs (method_mode_mini, shift_swin_mini), which this would drop; valid: give those tables'"
+        " sweep dirs too (as DIRS or --family DIR ..., e.g. docs/ablations_mini_runs/*_mini"
+        " docs/benchmark_runs/*_mini), or empty the block between its markers to write it anew\n")
+    assert readme.read_text() == before and not out.parent.exists()
