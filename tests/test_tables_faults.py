@@ -867,3 +867,29 @@ def test_a_readme_rewrite_that_would_drop_findings_of_other_tables_is_one_line(t
         " sweep dirs too (as DIRS or --family DIR ..., e.g. docs/ablations_mini_runs/*_mini"
         " docs/benchmark_runs/*_mini), or empty the block between its markers to write it anew\n")
     assert readme.read_text() == before and not out.parent.exists()
+
+
+@pytest.mark.parametrize(("out", "line"), [
+    ("tabs/", "--out 'tabs/' is a folder; valid: a file prefix such as tabs/tables (writes tabs/tables.md, .csv and"
+              " .tex)"),
+    ("tabs", "--out 'tabs' is a folder; valid: a file prefix such as tabs/tables (writes tabs/tables.md, .csv and"
+             " .tex)"),
+    ("new/", "--out 'new/' is a folder; valid: a file prefix such as new/tables (writes new/tables.md, .csv and .tex)"),
+    (".", "--out '.' is a folder; valid: a file prefix such as tables (writes tables.md, .csv and .tex)"),
+    ("", "--out='' names no file; valid: a file prefix such as tabs/ablations (writes tabs/ablations.md, .csv and"
+         " .tex)"),
+])
+def test_an_out_that_names_a_folder_is_one_line(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, out: str,
+                                                line: str) -> None:
+    """Probe 16, p61: ``--out tabs/t61/`` (a folder) wrote tabs/t61.md, .csv and .tex beside it. ``--out`` is the
+    files' prefix: a folder (a trailing ``/``, an existing folder, ``.``) or nothing is refused in one line, and
+    nothing is written; a prefix inside the folder writes there."""
+    _sound_runs(tmp_path / "runs")
+    (tmp_path / "tabs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert make_tables.main(["runs", "--out", out]) == 2
+    assert capsys.readouterr().err == f"error: {line}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "tabs"] and not any((tmp_path / "tabs").iterdir())
+    assert make_tables.main(["runs", "--out", "tabs/t"]) == 0
+    assert sorted(p.name for p in (tmp_path / "tabs").iterdir()) == ["t.csv", "t.md", "t.tex"]
