@@ -234,7 +234,8 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
                         if len({ident_.get(k, "<unset>") for ident_ in identities}) > 1})
     split: dict[Any, list[Run]] = {}
     for ident, members in zip(identities, groups.values(), strict=True):
-        label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in differing[:3])
+        shown = telling_keys(ident, [other for other in identities if other is not ident], differing)
+        label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in shown[:3])
         label += f", +{len(differing) - 3} keys" if len(differing) > 3 else ""
         name = f"{row} [{label}]"
         if name in split or len(differing) > 3:  # a shortened label may not tell groups apart: never merge them
@@ -244,6 +245,27 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     first = next(iter(split))
     split[first] = split[first] + never_ran
     return split
+
+
+def telling_keys(ident: dict[str, str], others: list[dict[str, str]], keys: list[str]) -> list[str]:
+    """``keys`` ordered so that the first tell ``ident`` apart from ``others``: each next key the one that parts it
+    from most of the others not yet parted from it (ties: by name), until none is left; then the rest, the key
+    whose value fewest others share first. So a group differing from the rest in one key (``model.net.ape=sincos``)
+    is labelled by that key, whatever keys other groups differ in."""
+    def value(of: dict[str, str], key: str) -> str:
+        return of.get(key, "<unset>")
+
+    left, chosen = list(others), []
+    rest = list(keys)
+    while left and rest:
+        key = max(rest, key=lambda k: (sum(value(o, k) != value(ident, k) for o in left), -rest.index(k)))
+        if not any(value(o, key) != value(ident, key) for o in left):
+            break
+        chosen.append(key)
+        rest.remove(key)
+        left = [o for o in left if value(o, key) == value(ident, key)]
+    rest.sort(key=lambda k: (-sum(value(o, k) != value(ident, k) for o in others), k))
+    return chosen + rest
 
 
 def _concerns(result: str, column: str) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -190,11 +191,49 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+# The fields iRPE's shorthand ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` names
+SHORTHAND_FIELDS = ("ratio", "mode", "shared_head", "on")
+
+
 def _rpe_label(rpe: dict[str, Any]) -> str:
+    """The settings of the run's encoding, only those its method reads (`rpe.registry.Encoding.fields`).
+
+    A method that reads a ratio, a mode and sites (iRPE's bucket tables) is named by iRPE's shorthand, followed by
+    each other field that differs from what the shorthand stands for (`parse_shorthand`: index=piecewise), e.g.
+    ``rpe-1.9-product-ctx-1-kv index=clip``; any other method by its name and every field it reads, spelled as
+    the override that sets it: ``rope_mixed theta=10``, ``decomposed shared_head=true window=14``. The method
+    name alone where its config is unknown (a method no longer registered)."""
+    method = rpe.get("method")
     try:
-        return f"rpe-{float(rpe['ratio']):g}-{rpe['method']}-{rpe['mode']}-{int(bool(rpe['shared_head']))}-{rpe['on']}"
-    except (TypeError, ValueError, KeyError):
-        return str(rpe.get("method"))
+        reads = encoding(str(method)).fields
+    except (KeyError, ValueError):
+        return str(method)
+    values = dict(rpe)
+    if "theta" in reads and values.get("theta") is None:  # RoPE's own default frequency base
+        from rpe.encodings.rope import DEFAULT_THETA
+
+        values["theta"] = DEFAULT_THETA.get(str(method))
+    implied: dict[str, Any] = {}
+    label = str(method)
+    if {"ratio", "mode", "on"} <= set(reads):
+        try:
+            label = (f"rpe-{float(values['ratio']):g}-{method}-{values['mode']}-"
+                     f"{int(bool(values['shared_head']))}-{values['on']}")
+            implied = dataclasses.asdict(parse_shorthand(label))
+        except (TypeError, ValueError, KeyError):  # RPEConfigError too: a failed run's value, kept as written
+            label, implied = str(method), {}
+    shown = [name for name in reads
+             if not (implied and (name in SHORTHAND_FIELDS or values.get(name) == implied[name]))]
+    return " ".join([label, *(f"{name}={_override_text(values.get(name))}" for name in shown)])
+
+
+def _override_text(value: Any) -> str:
+    """``value`` as a Hydra override writes it: ``true``, ``10``, ``1.9``, ``null``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _config_of(rpe: dict[str, Any]) -> RPEConfig:
@@ -248,15 +287,38 @@ def _built_indexes(config: RPEConfig) -> tuple[tuple[IndexSpec, ...], bool]:
 
 def _used_buckets(rpe: dict[str, Any], side: int | None) -> int | None:
     """Distinct buckets that the pairs of a ``side x side`` grid reach, summed over the tables of a site (cross:
-    rows and cols; class-token bucket not counted); 0 for an encoding without a bucket index (RoPE, a PEG),
-    None when the grid or the config is unknown."""
+    rows and cols; class-token bucket not counted). An encoding whose tables are indexed by the offset along
+    each axis without a bucket index (decomposed) counts the entries of its row and column tables that the
+    grid reads (`_offset_entries`); 0 for an encoding without any table of positions (RoPE, a PEG), None when
+    the grid or the config is unknown."""
     if side is None:
         return None
     try:
-        specs, _ = _built_indexes(_fitted(_config_of(rpe), side))
+        config = _fitted(_config_of(rpe), side)
+        specs, _ = _built_indexes(config)
+        if not specs:
+            return _offset_entries(config, side)
         return sum(int(bucket_ids(spec, side, side, 0, "cpu").unique().numel()) for spec in specs)
     except (RPEConfigError, ValueError, TypeError, KeyError):
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def _offset_entries(config: RPEConfig, side: int) -> int:
+    """The table entries that the logit terms of ``config``'s modules read on a ``side x side`` grid (the distinct
+    ids of each gathered piece, summed: decomposed reads ``2 side - 1`` row and as many column offsets); 0 for
+    modules that add no gathered term (RoPE rotates q and k)."""
+    import torch
+
+    total = 0
+    for site in build_rpe(config, head_dim=8, num_heads=2):
+        if site is None or not getattr(site, "adds_logits", False):
+            continue
+        q = torch.zeros(1, 2, side * side, 8)
+        for piece in site.logit_pieces(q, q, side, side, 0, 1.0):
+            if piece.kind != "dense":
+                total += int(piece.ids.unique().numel())
+    return total
 
 
 def _generated_images(cfg: dict[str, Any]) -> int | None:
@@ -1118,24 +1180,36 @@ def _grid_point_of(run_dir: Path, jobs: list[list[str]], naming: JobNaming | Non
 
 
 def collect(paths: Iterable[str | Path]) -> list[Run]:
-    """Every run under ``paths`` plus a ``missing`` entry per grid point of a sweep with no run dir."""
+    """Every run under ``paths`` plus a ``missing`` entry per grid point of a sweep with no run dir.
+
+    A run dir or sweep dir reached twice (a path given twice, a run of a sweep given beside it, a link to either)
+    is listed once, under the path it was first reached by: the same dir is compared by its real path. A sweep's
+    grid is matched against all of its run dirs, also those listed already through another path."""
     paths = list(paths)
     runs: list[Run] = []
-    seen: set[Path] = set()
+    listed: set[str] = set()  # the real paths of the run dirs and sweep dirs listed
     for root in map(Path, paths):
         if not root.exists():
             raise TableError(f"{str(root)!r} does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)")
         if not root.is_dir():
             raise TableError(f"{str(root)!r} is a file, not a folder; give run dirs or sweep dirs"
                              " (runs/sweeps/<name>)")
-        found = [d for d in run_dirs(root) if d not in seen]
-        seen.update(found)
+        found = run_dirs(root)
         multiruns = entries_named(root, "multirun.yaml", leaf=is_run_dir)
-        namings = {multirun.parent: job_naming(multirun.parent) for multirun in multiruns}
-        loaded = {d: load_run(d, namings.get(d.parent)) for d in found}
+        namings = {multirun.parent: job_naming(multirun.parent) for multirun in multiruns
+                   if os.path.realpath(multirun.parent) not in listed}
+        new: list[Path] = []
+        for run_dir in found:
+            if (real := os.path.realpath(run_dir)) not in listed:
+                listed.add(real)
+                new.append(run_dir)
+        listed.update(os.path.realpath(sweep_dir) for sweep_dir in namings)
+        # the runs of a sweep first listed here are matched to its grid with the sweep's runs listed before
+        grid_runs = [d for d in found if d in new or any(d.is_relative_to(sweep_dir) for sweep_dir in namings)]
+        loaded = {d: load_run(d, namings.get(d.parent)) for d in grid_runs}
         missing = [run for sweep_dir, naming in namings.items()
-                   for run in _sweep_runs(sweep_dir, found, loaded, naming)]
-        runs += [loaded[d] for d in found] + missing
+                   for run in _sweep_runs(sweep_dir, grid_runs, loaded, naming)]
+        runs += [loaded[d] for d in new] + missing
     if not runs:
         raise TableError(f"no runs (no config.yaml) under: {', '.join(map(str, paths))}")
     return runs

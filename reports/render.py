@@ -18,7 +18,9 @@ CSV_COLUMNS = ("table", "row", "col", "metric", "mean", "std", "n", *STATUS_COLU
                "runs", "errors")
 
 
-USED_TEXT = ("`used`: the distinct buckets the pairs of the token grid reach (0: no bucket table; ?: the grid is"
+USED_TEXT = ("`used`: the distinct buckets the pairs of the token grid reach (a row and a column table, as cross's and"
+             " decomposed's: the entries of both that the grid's row and column offsets read; 0: no table of"
+             " positions, e.g. RoPE; ?: the grid is"
              " not known from the config, e.g. DETR's padded batches); `≡ R`: the row's runs cannot differ from"
              " row R's, by construction (the same config but for an index that puts the grid's pairs into the same"
              " buckets).")
@@ -290,12 +292,40 @@ def readme_markers(block: str = README_BLOCK) -> tuple[str, str]:
 
 
 def with_findings(readme: str, findings: str, block: str = README_BLOCK) -> str:
-    """``readme`` with the text between the markers of ``block`` replaced by ``findings``."""
+    """``readme`` with the text between the markers of ``block`` replaced by ``findings``.
+
+    The block is one Holm family, judged on the runs given: a finding it lists of a table that ``findings`` does
+    not hold (its runs were not given) would be dropped from the README, so that is refused (a `TableError`
+    naming how many and of which tables); a block emptied by hand is written anew."""
     start, end = readme_markers(block)
     if readme.count(start) != 1 or readme.count(end) != 1 or readme.index(start) > readme.index(end):
         raise TableError(f"the README needs one {start} line followed by one {end} line")
     head, rest = readme.split(start)
+    built = set(listed_tables(findings))
+    dropped = [table for table in listed_tables(rest.split(end, 1)[0]) if table not in built]
+    if dropped:
+        tables = sorted(set(dropped), key=_natural)
+        raise TableError(
+            f"its {start} block lists {_count(len(dropped), 'finding')} of {_count(len(tables), 'table')} not built"
+            " from these runs"
+            f" ({', '.join(tables)}), which this would drop; valid: give those tables' sweep dirs too (as DIRS or"
+            " --family DIR ..., e.g. docs/ablations_mini_runs/*_mini docs/benchmark_runs/*_mini), or empty the"
+            " block between its markers to write it anew")
     return f"{head}{start}\n{findings}{end}{rest.split(end, 1)[1]}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def listed_tables(findings: str) -> list[str]:
+    """The table of each finding a findings block (`findings_markdown`) lists, one per line, e.g. ``where_mini``."""
+    tables = []
+    for line in findings.splitlines():
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) > 2 and cells[2].startswith("`") and cells[2].endswith("`") and len(cells[2]) > 2:
+            tables.append(cells[2].strip("`"))
+    return tables
 
 
 def write_outputs(tables: list[Table], out: Path, family: list[Table] | None = None) -> list[Path]:

@@ -32,7 +32,9 @@ Holm's step-down correction over all findings judged together decides ``holds`` 
 after the design checks ``cannot differ``, ``floor`` (a side at chance) and ``ceiling`` (both sides at 100). Beside
 ours stands the paper's own contrast. Writes ``OUT.md``, ``OUT.csv`` (one line per cell and metric; ``read_csv``
 parses it back) and ``OUT.tex`` (one ``tabular`` per table), or prints the Markdown; ``--readme`` puts the findings
-table between the ``findings`` markers of a README.
+table between the ``findings`` markers of a README. That table is one Holm family over every task, so it is built
+from all the sweeps it lists (DIRS, plus ``--family``): runs that leave out a table whose findings it lists are
+refused in one line, as the rewrite would drop those findings.
 
 The work is done in ``reports/``: ``collect`` (run dirs, their status and facts), ``layouts`` (the
 paper's tables' entries, one layout per ablation), ``cells`` (cells, duplicates, statistics), ``findings`` and
@@ -41,6 +43,7 @@ paper's tables' entries, one layout per ablation), ``cells`` (cells, duplicates,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", help="sweep dirs (runs/sweeps/<name>) or run dirs")
-    parser.add_argument("--out", help="write OUT.md, OUT.csv and OUT.tex (default: print Markdown)")
+    parser.add_argument("--out", help="write OUT.md, OUT.csv and OUT.tex, OUT a file prefix, not a folder"
+                                      " (default: print Markdown)")
     parser.add_argument("--readme", help="put the findings table between the findings markers of this file")
     parser.add_argument("--readme-block", default=README_BLOCK,
                         help="the markers' name: <!-- NAME:start --> and <!-- NAME:end --> (default: %(default)s)")
@@ -135,6 +139,8 @@ def _tables_written(args: argparse.Namespace) -> int:
     try:
         check_readme_block(args.readme_block)  # before any run is read, as every other option
         readme_text = read_readme(Path(args.readme)) if args.readme else None
+        if args.out is not None:
+            check_out_prefix(args.out)
         if args.out:
             # before any run is read: never into a run dir or a data root (OUT.md and the others are written
             # into OUT's folder), and never a name whose listing would lie
@@ -149,8 +155,11 @@ def _tables_written(args: argparse.Namespace) -> int:
 
             readme = Path(args.readme)
             crlf = "\r\n" in readme_text  # a Windows README keeps its line ends: the block is written in them too
-            text = with_findings(readme_text.replace("\r\n", "\n"), findings_markdown(verdicts(family or tables)),
-                                 args.readme_block)
+            try:
+                text = with_findings(readme_text.replace("\r\n", "\n"),
+                                     findings_markdown(verdicts(family or tables)), args.readme_block)
+            except TableError as err:  # before any file is written
+                raise TableError(f"--readme {str(readme)!r}: {err}") from None
             text = text.replace("\n", "\r\n") if crlf else text
             atomic_write_bytes(readme, text.encode())
             print(f"wrote the findings into {readme}")
@@ -165,6 +174,19 @@ def _tables_written(args: argparse.Namespace) -> int:
     counts = {s: sum(c.count(s) for t in tables for c in t.cells.values()) for s in STATUSES}
     print(", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "ok"), file=sys.stderr)
     return 0
+
+
+def check_out_prefix(out: str) -> None:
+    """Refuse an ``--out`` that names a folder (a trailing ``/``, an existing folder, ``.``) or nothing: it is the
+    prefix of the three files, which would be written beside the folder (``tabs/t61/`` wrote ``tabs/t61.md``)."""
+    if not out:
+        raise TableError("--out='' names no file; valid: a file prefix such as tabs/ablations (writes"
+                         " tabs/ablations.md, .csv and .tex)")
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.name in ("", ".", "..") or path.is_dir():
+        example = path / "tables" if path.name not in ("", ".", "..") else Path("tables")
+        raise TableError(f"--out {out!r} is a folder; valid: a file prefix such as {example} (writes {example}.md,"
+                         " .csv and .tex)")
 
 
 # A README is a text file of some KiB: one past this bound (a damaged or sparse file) is refused, never read whole

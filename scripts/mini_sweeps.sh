@@ -59,5 +59,13 @@ for sweep in "${sweeps[@]}"; do
     "$PY" scripts/archive_runs.py "runs/sweeps/${sweep}_mini" --to docs/ablations_mini_runs || status=1
   fi
 done
-"$PY" scripts/make_tables.py docs/ablations_mini_runs/*_mini --out docs/ablations_mini --readme README.md || status=1
+# The README's findings are one Holm family over the ablations and the benchmark tasks
+# (scripts/benchmark_tasks.sh): both are judged together here too, so no task's findings leave the README.
+benchmarks=()
+for archive in docs/benchmark_runs/*_mini; do [ -d "$archive" ] && benchmarks+=("$archive"); done
+family=()
+[ ${#benchmarks[@]} -gt 0 ] && family=(--family "${benchmarks[@]}")
+"$PY" scripts/make_tables.py docs/ablations_mini_runs/*_mini --out docs/ablations_mini "${family[@]}" || status=1
+"$PY" scripts/make_tables.py docs/ablations_mini_runs/*_mini "${benchmarks[@]}" --readme README.md > /dev/null \
+  || status=1
 exit $status

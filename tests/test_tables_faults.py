@@ -773,3 +773,123 @@ def test_a_pipe_in_a_name_stays_inside_its_markdown_cell(tmp_path: Path, monkeyp
     rows = [line for line in markdown.splitlines() if line.startswith("| RPE on") or line.startswith("| fake")]
     assert rows[1].startswith("| fake\\|99.99 (trains irpe_k) |"), markdown
     assert len({len(re.findall(r"(?<!\\)\|", line)) for line in rows}) == 1  # the header's columns, no more
+
+
+# ----------------------------------------------------------------------------- labels
+@pytest.mark.parametrize(("rpe", "label", "used"), [
+    # RoPE reads theta only (rope_mixed's own default: 10); no table of positions
+    ({"preset": "rope_mixed"}, "rope_mixed theta=10", 0),
+    ({"preset": "rope_axial", "theta": 50.0}, "rope_axial theta=50", 0),
+    # a row and a column table of window 14, read on the 8x8 grid (32 px / patch 4) at 2*8-1 = 15 offsets each
+    ({"preset": "decomposed"}, "decomposed shared_head=true window=14", 30),
+    # Swin's table: mode, sites, heads and window, no ratio; every offset of the 8x8 grid, 15 x 15
+    ({"preset": "swin"}, "swin mode=bias on=k shared_head=false window=14", 225),
+    # iRPE's shorthand, and the field it leaves out where it differs from it (Shaw's clip); clip at 1.9: 7 x 7
+    ({"preset": "shaw"}, "rpe-1.9-product-ctx-1-kv index=clip", 49),
+    ({"preset": "irpe_k"}, "rpe-1.9-product-ctx-1-k", 49),
+])
+def test_an_encodings_label_names_only_the_settings_it_reads(tmp_path: Path, rpe: dict, label: str,
+                                                             used: int) -> None:
+    """Probe 16, o56/o94/p34: every encoding was labelled in iRPE's shorthand (a RoPE run `rpe-1.9-rope_mixed-ctx-1-k`,
+    without its theta), and `used` was 0 for the decomposed run's row and column tables."""
+    rpe = {**{key: None for key in make_tables.read_config(ARCHIVE / f"{K},seed=0" / "config.yaml")["rpe"]}, **rpe}
+    run = _run(tmp_path, "r", K, 0, {"val/top1": 80.0, "val/top5": 100.0}, state="finished", rpe=rpe, ablation=None)
+    (loaded,) = make_tables.collect([run])
+    assert (loaded.status, loaded.facts["rpe"], loaded.facts["used_buckets"]) == ("ok", label, used)
+    (table,) = make_tables.build_tables([loaded])
+    assert table.cols == [label]
+    assert f"| {label} |" in make_tables.to_markdown([table])
+
+
+@pytest.mark.parametrize("order", ["sweep, link", "link, sweep", "run, sweep", "sweep, sweep link", "sweep, sweep"])
+def test_a_run_dir_reached_twice_is_one_run_whatever_the_path(tmp_path: Path, order: str) -> None:
+    """Probe 16, o33: a link to a run of the sweep given beside it was listed as `1 duplicate` of that very run dir
+    (and the run given before its sweep left its grid point `missing`): the same dir, by its real path, is one run,
+    listed once under the path it was first reached by, and fills its grid point."""
+    sweep = _two_seed_sweep(tmp_path / "runs")
+    run = sweep / f"{K},seed=1"
+    (tmp_path / "link").symlink_to(run)
+    (tmp_path / "sweep_link").symlink_to(sweep)
+    paths = {"sweep": sweep, "link": tmp_path / "link", "run": run, "sweep link": tmp_path / "sweep_link"}
+    runs = make_tables.collect([paths[name] for name in order.split(", ")])
+    first = tmp_path / "link" if order == "link, sweep" else run
+    assert sorted((r.path, r.status, r.error) for r in runs) == sorted([
+        (str(first), "ok", ""), (str(sweep / f"{K},seed=0"), "ok", "")])
+    [table] = make_tables.build_tables(runs)
+    assert table.cells[("k", "with APE")].text("val/top1") == "81.00 ± 1.41 (n=2)"
+
+
+def test_a_rows_label_names_first_the_keys_that_tell_it_apart(tmp_path: Path) -> None:
+    """Probe 16, p19: rows of one table position were labelled by the first three keys (by name) in which any of
+    them differ, so a run that differs from the base in one late key (``model.net.ape``) got the base's label but
+    for the config digest. Each row names first the keys that part it from the other rows (hand-worked: ``a`` is parted
+    from ``c`` by data.batch_size, then from ``b`` by model.net.drop_path_rate; ``b`` from both by
+    model.net.drop_path_rate; ``c`` from both by data.batch_size), then the others."""
+    top1 = {"val/top1": 80.0, "val/top5": 100.0}
+    _run(tmp_path, "a", K, 0, top1, state="finished")
+    _run(tmp_path, "b", K, 0, top1, state="finished", model__net__drop_path_rate=0.1)
+    _run(tmp_path, "c", K, 0, top1, state="finished", data__batch_size=64, data__generator__num_train=3000,
+         data__generator__num_val=512, model__optimizer__lr=2e-3)
+    rows = {Path(r.path).name: row for (row, _), cell in _tables(tmp_path)["where_mini"].cells.items()
+            for r in cell.runs}
+    shown = {name: re.sub(r", config [0-9a-f]{6}\]$", "]", row) for name, row in rows.items()}
+    assert shown == {
+        "a": "k [data.batch_size=32, model.net.drop_path_rate=0.0, data.generator.num_train=4096, +2 keys]",
+        "b": "k [model.net.drop_path_rate=0.1, data.batch_size=32, data.generator.num_train=4096, +2 keys]",
+        "c": "k [data.batch_size=64, data.generator.num_train=3000, data.generator.num_val=512, +2 keys]",
+    }
+
+
+def test_a_readme_rewrite_that_would_drop_findings_of_other_tables_is_one_line(tmp_path: Path, capsys) -> None:
+    """Probe 16, o107: ``make_tables.py <one sweep> --readme README.md`` replaced the README's findings of every
+    task by that sweep's alone, without a word. The block is one Holm family over the sweeps it lists: runs that
+    leave out a table it lists findings of are refused, the README and the tables unwritten; the same runs, or a
+    block emptied by hand, are written."""
+    _sound_runs(tmp_path / "runs")
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- findings:start -->\n<!-- findings:end -->\n")
+    assert make_tables.main([str(tmp_path / "runs"), "--readme", str(readme)]) == 0  # an empty block: written
+    block = readme.read_text().split("<!-- findings:start -->\n")[1].split("<!-- findings:end -->")[0]
+    assert "| `where_mini` |" in block
+    assert make_tables.main([str(tmp_path / "runs"), "--readme", str(readme)]) == 0  # the same runs again
+    assert readme.read_text() == f"intro\n<!-- findings:start -->\n{block}<!-- findings:end -->\n"
+    others = ("| contextual beats bias \\| bias | Table 1 | `method_mode_mini` | +0.30 | – | – | – | – | not run |\n"
+              "| directed beats undirected | Table 1 | `method_mode_mini` | +0.40 | – | – | – | – | not run |\n"
+              "| Swin's bias beats no RPE | Supplement | `shift_swin_mini` | +0.80 | – | – | – | – | holds |\n")
+    before = f"intro\n<!-- findings:start -->\n{others}{block}<!-- findings:end -->\n"
+    readme.write_text(before)
+    capsys.readouterr()
+    out = tmp_path / "tabs" / "t"
+    assert make_tables.main([str(tmp_path / "runs"), "--readme", str(readme), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --readme {str(readme)!r}: its <!-- findings:start --> block lists 3 findings of 2 tables not built"
+        " from these runs (method_mode_mini, shift_swin_mini), which this would drop; valid: give those tables'"
+        " sweep dirs too (as DIRS or --family DIR ..., e.g. docs/ablations_mini_runs/*_mini"
+        " docs/benchmark_runs/*_mini), or empty the block between its markers to write it anew\n")
+    assert readme.read_text() == before and not out.parent.exists()
+
+
+@pytest.mark.parametrize(("out", "line"), [
+    ("tabs/", "--out 'tabs/' is a folder; valid: a file prefix such as tabs/tables (writes tabs/tables.md, .csv and"
+              " .tex)"),
+    ("tabs", "--out 'tabs' is a folder; valid: a file prefix such as tabs/tables (writes tabs/tables.md, .csv and"
+             " .tex)"),
+    ("new/", "--out 'new/' is a folder; valid: a file prefix such as new/tables (writes new/tables.md, .csv and .tex)"),
+    (".", "--out '.' is a folder; valid: a file prefix such as tables (writes tables.md, .csv and .tex)"),
+    ("", "--out='' names no file; valid: a file prefix such as tabs/ablations (writes tabs/ablations.md, .csv and"
+         " .tex)"),
+])
+def test_an_out_that_names_a_folder_is_one_line(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, out: str,
+                                                line: str) -> None:
+    """Probe 16, p61: ``--out tabs/t61/`` (a folder) wrote tabs/t61.md, .csv and .tex beside it. ``--out`` is the
+    files' prefix: a folder (a trailing ``/``, an existing folder, ``.``) or nothing is refused in one line, and
+    nothing is written; a prefix inside the folder writes there."""
+    _sound_runs(tmp_path / "runs")
+    (tmp_path / "tabs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert make_tables.main(["runs", "--out", out]) == 2
+    assert capsys.readouterr().err == f"error: {line}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs", "tabs"] and not any((tmp_path / "tabs").iterdir())
+    assert make_tables.main(["runs", "--out", "tabs/t"]) == 0
+    assert sorted(p.name for p in (tmp_path / "tabs").iterdir()) == ["t.csv", "t.md", "t.tex"]
