@@ -1036,7 +1036,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             refuse_launch_variables(cfg)
             if config_name == "train":
                 check_schedule(cfg)
-                check_data_root(cfg)  # a later value's data root: its job would generate there
+                check_data_root(cfg, sweeping=True)  # a later value's data root: its job would generate there
                 inputs = _build_inputs(cfg)
                 if n >= of_params and inputs != built:  # each build costs ~0.4 s; the same inputs, the same model
                     check_buildable(cfg)
@@ -1517,7 +1517,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                 _check_temp_dir(cfg, [str(root) for root in _job_data_root(cfg)[1:] if root is not None])
         if config_name == "train":
             check_schedule(cfg)
-            data_roots = check_data_root(cfg)  # readable and where data may be, before the data module reads it
+            data_roots = check_data_root(cfg, sweeping)  # readable, allowed: before the data module reads it
             check_buildable(cfg)
             _check_temp_dir(cfg, data_roots, sweeping)
             if sweeping:
@@ -2150,11 +2150,12 @@ def _launcher_target(path: Path) -> str:
     return "SlurmLauncher" if "submitit_slurm" in [str(d) for d in defaults] else ""
 
 
-def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
+def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     """A data root that the run would generate lies outside every run dir and every other data root
     (`storage.destinations`), also outside the run dir this run is about to make, and its path fits the
     file system; returns the config's data roots, which no run dir may lie in. The root is the job's: a relative
-    one is resolved as the job will (`lifecycle.settings.job_path`)."""
+    one is resolved as the job will (`lifecycle.settings.job_path`). ``sweeping``: the config is a sweep's job,
+    whose root also lies outside the sweep dir this launch makes."""
     from lifecycle.settings import run_dir_of
     from storage.destinations import DestinationError, check_generated_root, real
 
@@ -2163,7 +2164,7 @@ def check_data_root(cfg: DictConfig) -> tuple[Any, ...]:
     if root is None:
         return ()
     chdir = OmegaConf.select(cfg, "hydra.job.chdir", default=None, throw_on_resolution_failure=False)
-    in_sweep = current().sweeping or run_dir_of(cfg) is None
+    in_sweep = sweeping or run_dir_of(cfg) is None
     if chdir is True and in_sweep and not os.path.isabs(os.path.expanduser(str(given))):
         # a sweep: each job's working dir is its own run dir, which does not exist yet and holds no data
         raise CommandLineError(f"data.root={str(given)!r} is relative, and hydra.job.chdir=true makes each sweep job's"

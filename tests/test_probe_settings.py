@@ -737,7 +737,8 @@ def test_a_data_root_in_the_run_dir_the_job_would_see_is_refused_before_the_run_
     monkeypatch.delenv("RPE_DATA_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "logs" / "r"
-    refusal = "is inside the run dir {run}, whose files are that run's; valid: a folder outside every run dir"
+    refusal = ("is inside the run dir {run}, whose files are that run's; valid: a folder outside every run dir and"
+               " sweep dir")
     assert _refused_before_the_run_dir([*TWO_SPLITS, "data.root=rel", "hydra.job.chdir=true"], tmp_path) == (
         f"data.root='rel' {refusal.format(run=run)}")
     assert _refused_before_the_run_dir([*TWO_SPLITS, f"+hydra.job.env_set.RPE_DATA_DIR={run}"], tmp_path) == (
