@@ -724,6 +724,7 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     _check_root_keys(cfg, config_name)
     _check_output_dir_setting(cfg)
     _check_checkpoint_callbacks(cfg)
+    _check_profiler_files(cfg)
     _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
     _check_head_widths(cfg)
@@ -860,15 +861,17 @@ def job_path(cfg: DictConfig, path: Any) -> str:
     return os.path.join(run_dir if run_dir is not None else os.getcwd(), text)
 
 
-def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
-    """``callbacks.<name>.dirpath`` lies inside the run's own dir (``paths.output_dir``): a callback's files,
-    like the run's, never land in another run's dir or anywhere else."""
+def _check_inside_run_dir(cfg: DictConfig, name: str, node: str | None = None, what: str = "a callback") -> None:
+    """``callbacks.<name>.dirpath`` (or ``<node>.dirpath``, e.g. ``trainer.profiler``) lies inside the run's own dir
+    (``paths.output_dir``): a callback's or a profiler's files, like the run's, never land in another run's dir or
+    anywhere else."""
     from pathlib import Path
 
-    given = OmegaConf.select(cfg, f"callbacks.{name}", throw_on_resolution_failure=False)
+    node = node or f"callbacks.{name}"
+    given = OmegaConf.select(cfg, node, throw_on_resolution_failure=False)
     text = OmegaConf.to_container(given, resolve=False).get("dirpath") if isinstance(given, DictConfig) else None
     try:
-        dirpath = OmegaConf.select(cfg, f"callbacks.{name}.dirpath", throw_on_resolution_failure=True)
+        dirpath = OmegaConf.select(cfg, f"{node}.dirpath", throw_on_resolution_failure=True)
     except OmegaConfBaseException:
         return  # a dirpath that reads the job's own values: the job checks its own config again
     folder = run_dir_of(cfg)
@@ -877,9 +880,25 @@ def _check_inside_run_dir(cfg: DictConfig, name: str) -> None:
     run_dir = Path(os.path.realpath(folder))
     target = Path(os.path.realpath(job_path(cfg, dirpath)))  # `..` and links read as the system reads them
     if target != run_dir and run_dir not in target.parents:
-        raise SettingError(f"callbacks.{name}.dirpath={text} lies outside the run's dir ({run_dir}): a callback"
-                           " writes only into its own run's dir; valid: a folder inside it, e.g."
-                           f" callbacks.{name}.dirpath=${{paths.output_dir}}/{name}")
+        raise SettingError(f"{node}.dirpath={text} lies outside the run's dir ({run_dir}): {what} writes only into"
+                           f" its own run's dir; valid: a folder inside it, e.g. {node}.dirpath=${{paths.output_dir}}"
+                           f"/{name}")
+
+
+def _check_profiler_files(cfg: DictConfig) -> None:
+    """A profiler given as an object (``trainer.profiler={_target_: ..., dirpath: ..., filename: ...}``) writes
+    ``<dirpath>/<stage>-<filename>.txt``: its folder lies inside the run's dir and its file name is a name, not a
+    path (one with a ``/`` or ``..`` would lead out of the folder)."""
+    profiler = OmegaConf.select(cfg, "trainer.profiler", default=None, throw_on_resolution_failure=False)
+    if not isinstance(profiler, DictConfig):
+        return  # null, or a name ("simple"): Lightning writes its report into the run's log dir
+    filename = OmegaConf.select(profiler, "filename", default=None, throw_on_resolution_failure=False)
+    if filename is not None and (os.sep in str(filename) or str(filename) in (".", "..")):
+        raise SettingError(f"trainer.profiler.filename={filename} is a path, not a file name: the report would"
+                           " land outside the profiler's folder; valid: a name without '/', e.g."
+                           " trainer.profiler.filename=profile")
+    if profiler.get("dirpath") is not None:
+        _check_inside_run_dir(cfg, "profiler", "trainer.profiler", "a profiler")
 
 
 def _check_checkpoint_callbacks(cfg: DictConfig) -> None:

@@ -2314,3 +2314,26 @@ def test_generated_data_in_the_sweep_dir_this_command_makes_is_one_line_before_i
     assert line == (f"error: data.root='{sweep}/{below}/relational_v2' is inside the sweep dir {sweep}, whose files are"
                     " its jobs'; valid: a folder outside every run dir and sweep dir"), line
     assert not sweep.exists()
+
+
+@pytest.mark.parametrize(("profiler", "line"), [
+    ("{_target_:lightning.pytorch.profilers.SimpleProfiler,dirpath:OTHER,filename:p}",
+     "trainer.profiler.dirpath=OTHER lies outside the run's dir (RUN): a profiler writes only into its own run's dir;"
+     " valid: a folder inside it, e.g. trainer.profiler.dirpath=${paths.output_dir}/profiler"),
+    ("{_target_:lightning.pytorch.profilers.AdvancedProfiler,filename:../../p}",
+     "trainer.profiler.filename=../../p is a path, not a file name: the report would land outside the profiler's"
+     " folder; valid: a name without '/', e.g. trainer.profiler.filename=profile"),
+])
+def test_a_profilers_files_stay_in_the_run_dir(profiler: str, line: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 17, q36: ``trainer.profiler={_target_: SimpleProfiler, dirpath: <a finished run>}`` wrote its reports
+    (``fit-<filename>.txt``, ``test-<filename>.txt``) into that other run's dir."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.json").write_text('{"state": "finished"}')
+    run = tmp_path / "runs" / "r"
+    error = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r",
+                                          f"trainer.profiler={profiler.replace('OTHER', str(other))}"],
+                                         capsys, monkeypatch)
+    assert error == "error: " + line.replace("OTHER", str(other)).replace("RUN", str(run)), error
+    assert sorted(p.name for p in other.iterdir()) == ["run.json"] and not run.exists()
