@@ -177,8 +177,9 @@ def _tables_written(args: argparse.Namespace) -> int:
 
 
 def check_out_prefix(out: str) -> None:
-    """Refuse an ``--out`` that names a folder (a trailing ``/``, an existing folder, ``.``) or nothing: it is the
-    prefix of the three files, which would be written beside the folder (``tabs/t61/`` wrote ``tabs/t61.md``)."""
+    """Refuse an ``--out`` that names a folder (a trailing ``/``, an existing folder, ``.``), nothing, or one of the
+    three files (``t.md`` wrote ``t.md.md``): it is the prefix of the three files, which would be written beside
+    the folder (``tabs/t61/`` wrote ``tabs/t61.md``)."""
     if not out:
         raise TableError("--out='' names no file; valid: a file prefix such as tabs/ablations (writes"
                          " tabs/ablations.md, .csv and .tex)")
@@ -187,6 +188,10 @@ def check_out_prefix(out: str) -> None:
         example = path / "tables" if path.name not in ("", ".", "..") else Path("tables")
         raise TableError(f"--out {out!r} is a folder; valid: a file prefix such as {example} (writes {example}.md,"
                          " .csv and .tex)")
+    if path.suffix in (".md", ".csv", ".tex"):  # one of the three files: the prefix is the name without it
+        prefix = path.with_suffix("")
+        raise TableError(f"--out {out!r} names one of the files it writes; valid: the prefix {prefix} (writes"
+                         f" {prefix}.md, .csv and .tex)")
 
 
 # A README is a text file of some KiB: one past this bound (a damaged or sparse file) is refused, never read whole

@@ -876,6 +876,10 @@ def test_a_readme_rewrite_that_would_drop_findings_of_other_tables_is_one_line(t
              " .tex)"),
     ("new/", "--out 'new/' is a folder; valid: a file prefix such as new/tables (writes new/tables.md, .csv and .tex)"),
     (".", "--out '.' is a folder; valid: a file prefix such as tables (writes tables.md, .csv and .tex)"),
+    # probe 17, r16: one of the three files' names wrote tabs/t.md.md
+    ("tabs/t.md", "--out 'tabs/t.md' names one of the files it writes; valid: the prefix tabs/t (writes tabs/t.md,"
+                  " .csv and .tex)"),
+    ("t.tex", "--out 't.tex' names one of the files it writes; valid: the prefix t (writes t.md, .csv and .tex)"),
     ("", "--out='' names no file; valid: a file prefix such as tabs/ablations (writes tabs/ablations.md, .csv and"
          " .tex)"),
 ])
