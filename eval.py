@@ -495,12 +495,15 @@ def trainer_rank_zero() -> bool:
 
 
 def print_table(metrics: dict[str, Any], title: str) -> None:
+    """The metrics as one table under ``title``, a line of its own: the title names paths, which a table title
+    would break mid-word at the terminal's width (a path must stay one piece to be copied)."""
     from rich.console import Console
     from rich.table import Table
 
     order = ["params_M", "MACs_M", "val/top1", "val/top5", "val/AP", "val/AP50", "val/AP75", "val/APs",
              "val/APm", "val/APl", "val_ema/top1", "throughput_img_s"]
-    table = Table(title=title)
+    print(title, flush=True)
+    table = Table()
     keys = [k for k in order if k in metrics]
     for key in keys:
         table.add_column(key, justify="right")

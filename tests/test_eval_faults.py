@@ -835,3 +835,16 @@ def test_another_checkpoint_in_best_ckpts_place_gets_no_test_set_result(run_dir:
             eval_script.evaluate(cfg)
             [result] = (run / "testsets").glob("*.json")
             assert json.loads(result.read_text())["checkpoint_step"] == 1
+
+
+def test_the_tables_title_keeps_each_path_whole(capsys: pytest.CaptureFixture) -> None:
+    """Probe 17, q11: the title (the checkpoint and the result's path) was a table title, broken mid-word at the
+    terminal's width (``.../ch`` / ``eckpoints/best.ckpt``); it is a line of its own above the table."""
+    import eval as eval_script
+
+    title = ("/tmp/" + "deep/" * 30 + "runs/r/checkpoints/best.ckpt on testset=relational_canvas48 (written to"
+             " /tmp/" + "deep/" * 30 + "runs/r/testsets/relational_canvas48.json)")
+    eval_script.print_table({"val/top1": 12.5, "params_M": 0.5}, title)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == title
+    assert any("val/top1" in line for line in lines[1:]) and any("12.50" in line for line in lines[1:])
