@@ -725,6 +725,7 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     _check_output_dir_setting(cfg)
     _check_checkpoint_callbacks(cfg)
     _check_profiler_files(cfg)
+    _check_trainer_built_by_job(cfg)
     _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
     _check_head_widths(cfg)
@@ -883,6 +884,24 @@ def _check_inside_run_dir(cfg: DictConfig, name: str, node: str | None = None, w
         raise SettingError(f"{node}.dirpath={text} lies outside the run's dir ({run_dir}): {what} writes only into"
                            f" its own run's dir; valid: a folder inside it, e.g. {node}.dirpath=${{paths.output_dir}}"
                            f"/{name}")
+
+
+# Trainer arguments the job builds itself (lifecycle.job.build_trainer) from their own config groups: a value
+# under trainer.* would be replaced without a word
+TRAINER_BUILT_BY_JOB = {"callbacks": "+callbacks.<name>={_target_: ...} (the callbacks group)",
+                        "logger": "logger=<one of configs/logger>, or +logger.<name>={_target_: ...}",
+                        "plugins": "leave it out (the job's checkpoint writes are atomic through its own plugin)"}
+
+
+def _check_trainer_built_by_job(cfg: DictConfig) -> None:
+    """Refuse ``trainer.callbacks``, ``trainer.logger`` and ``trainer.plugins`` (`TRAINER_BUILT_BY_JOB`) in one line."""
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, DictConfig):
+        return
+    for key, valid in TRAINER_BUILT_BY_JOB.items():
+        if key in trainer:
+            raise SettingError(f"trainer.{key} is not a setting: the job builds the Trainer's {key} itself and would"
+                               f" drop this value without a word; valid: {valid}")
 
 
 def _check_profiler_files(cfg: DictConfig) -> None:

@@ -2337,3 +2337,18 @@ def test_a_profilers_files_stay_in_the_run_dir(profiler: str, line: str, tmp_pat
                                          capsys, monkeypatch)
     assert error == "error: " + line.replace("OTHER", str(other)).replace("RUN", str(run)), error
     assert sorted(p.name for p in other.iterdir()) == ["run.json"] and not run.exists()
+
+
+@pytest.mark.parametrize("override", [
+    "+trainer.callbacks=[{_target_:lightning.pytorch.callbacks.ModelCheckpoint,dirpath:/tmp/x,filename:qx}]",
+    "+trainer.logger=false", "+trainer.plugins=[]"])
+def test_trainer_arguments_the_job_builds_are_refused(override: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 17, q42: ``+trainer.callbacks=[...]`` was accepted and dropped without a word (the job passes its own
+    callbacks, loggers and plugins to the Trainer)."""
+    key = override.split("=", 1)[0].removeprefix("+trainer.")
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=r", override],
+                                        capsys, monkeypatch)
+    assert line.startswith(f"error: trainer.{key} is not a setting: the job builds the Trainer's {key} itself and"
+                           " would drop this value without a word; valid: "), line
+    assert not (tmp_path / "runs").exists()
