@@ -68,3 +68,36 @@ def _options(class_name: str) -> list[str]:
                 names.update(n for n, p in inspect.signature(klass.__init__).parameters.items()
                              if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     return sorted(names)
+
+
+# The backbone options that shape the token grid and the attention window of a model
+GRID_OPTIONS = ("img_size", "patch_size", "window_size")
+
+
+def grid_options(name: str) -> dict[str, Any]:
+    """The options of backbone ``name`` that shape its attention grid, as it is built when the config sets none:
+    ``img_size``, ``patch_size`` and (a window backbone) ``window_size``, from its architecture table, else its
+    class's default (Swin-v2-T's table leaves ``patch_size`` at timm's 4). {} for a name no builder knows."""
+    from models.deit import DEIT_ARCHS, RPEVisionTransformer
+    from models.swin import SWIN_ARCHS, RPESwinTransformer
+    from models.swin_v2 import SWIN_V2_ARCHS, RPESwinTransformerV2
+
+    arch = REFERENCE_ZOO[name][0] if name in REFERENCE_ZOO else name
+    for archs, cls in ((DEIT_ARCHS, RPEVisionTransformer), (SWIN_ARCHS, RPESwinTransformer),
+                       (SWIN_V2_ARCHS, RPESwinTransformerV2)):
+        if arch in archs:
+            defaults = {key: _constructor_default(cls, key) for key in GRID_OPTIONS}
+            return {key: archs[arch].get(key, defaults[key]) for key in GRID_OPTIONS
+                    if key in archs[arch] or defaults[key] is not inspect.Parameter.empty}
+    return {}
+
+
+def _constructor_default(cls: type, option: str) -> Any:
+    """The default of keyword ``option`` in the first constructor of ``cls``'s class chain that declares it
+    (`inspect.Parameter.empty` where none does)."""
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            parameter = inspect.signature(klass.__init__).parameters.get(option)
+            if parameter is not None:
+                return parameter.default
+    return inspect.Parameter.empty

@@ -252,17 +252,43 @@ def _bucket_count(rpe: dict[str, Any]) -> int | None:
 def _grid_side(cfg: dict[str, Any]) -> int | None:
     """Side of the largest square grid an attention call of the model sees; None when the config does not say.
 
-    A ViT: image size / patch size (``..._patch16_224``). A Swin: its window (``..._window7_...``), or the
-    patch grid where that is smaller. DETR: None (its feature map is that of each padded batch).
+    Image size / patch size, and for a window backbone (Swin, Swin-v2) its window where that is smaller. Each
+    read from the config where it sets it (``data.img_size`` or ``model.net.img_size``, ``model.net.patch_size``,
+    ``model.net.window_size``), else from the model's architecture (`models.factory.grid_options`: Swin-v2's
+    names, ``swinv2_micro_window4_32``, name no patch size), else from the name (``..._patch16_224``,
+    ``..._window7_...``) of a model no builder knows. DETR: None (its feature map is that of each padded batch).
     """
-    name = str(((cfg.get("model") or {}).get("net") or {}).get("name", ""))
-    patch = re.search(r"patch(\d+)", name)
-    img_size = (cfg.get("data") or {}).get("img_size")
-    if not patch or not isinstance(img_size, int) or isinstance(img_size, bool):
+    from models.factory import grid_options
+
+    net = (cfg.get("model") or {}).get("net") or {}
+    name = str(net.get("name", ""))
+    built = grid_options(name)
+
+    def setting(key: str, *first: Any) -> int | None:
+        """The first that is set of ``first``, ``model.net.<key>``, the architecture's and the name's."""
+        named = re.search(NAMED_SETTING[key], name) if key in NAMED_SETTING else None
+        for value in (*first, net.get(key), built.get(key), int(named.group(1)) if named else None):
+            if _square(value) is not None:
+                return _square(value)
         return None
-    side = img_size // int(patch.group(1))
-    window = re.search(r"window(\d+)", name)
-    return min(side, int(window.group(1))) if window else side
+
+    img_size = setting("img_size", (cfg.get("data") or {}).get("img_size"))  # the images', which the grid is of
+    patch = setting("patch_size")
+    if img_size is None or patch is None:
+        return None
+    window = setting("window_size")  # None: not a window backbone
+    return min(img_size // patch, window) if window is not None else img_size // patch
+
+
+# How a model name that no builder knows names its patch size and window (``swin_tiny_patch4_window7_224``)
+NAMED_SETTING = {"patch_size": r"patch(\d+)", "window_size": r"window(\d+)"}
+
+
+def _square(value: Any) -> int | None:
+    """The side of a positive int setting or of a square ``[h, w]`` one; None for anything else."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and value[0] == value[1]:
+        value = value[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _fitted(config: RPEConfig, side: int) -> RPEConfig:

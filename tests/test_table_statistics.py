@@ -240,6 +240,30 @@ def test_the_121_bucket_row_uses_81_on_the_mini_grid() -> None:
     assert (facts["buckets"], facts["used_buckets"]) == (121, 81)
 
 
+def _distinct_product_buckets(window: int, ratio: float) -> int:
+    """iRPE product's buckets that the pairs of a ``window x window`` window reach, counted pair by pair."""
+    offsets = torch.arange(-(window - 1), window)
+    per_axis = piecewise_index(offsets, ratio, 2 * ratio, 8 * ratio).tolist()
+    return len({(row, col) for row in per_axis for col in per_axis})
+
+
+@pytest.mark.parametrize(("name", "img_size", "window"), [
+    ("swinv2_micro_window4_32", 32, 4),  # 8x8 tokens (patch 4) in 4x4 windows
+    ("swinv2_tiny_window8_256", 256, 8),  # 64x64 tokens in 8x8 windows
+])
+def test_a_swin_v2_run_counts_the_buckets_its_window_reaches(name: str, img_size: int, window: int) -> None:
+    """Probe 18, q20: Swin-v2's names carry no ``patch<N>``, so its grid, and with it ``used``, was unknown (?)."""
+    def facts(preset: str, **net: object) -> dict:
+        return collect.run_facts({"model": {"net": {"name": name, "ape": "none", **net}},
+                                  "data": {"img_size": img_size}, "rpe": {"preset": preset}})
+
+    for preset in ("irpe_k", "irpe_qkv"):  # the three sites of qkv index one table layout: counted once
+        assert facts(preset)["used_buckets"] == _distinct_product_buckets(window, 1.9)
+    assert facts("rope_mixed")["used_buckets"] == 0  # no table of positions
+    # the config's own window wins over the architecture's
+    assert facts("irpe_k", window_size=2)["used_buckets"] == _distinct_product_buckets(2, 1.9)
+
+
 def test_a_design_is_the_config_and_not_its_labels() -> None:
     base = _facts(32)
     assert _facts(32, preset="irpe_k")["design"] == base["design"]  # the same resolved config
