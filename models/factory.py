@@ -70,13 +70,13 @@ def _options(class_name: str) -> list[str]:
     return sorted(names)
 
 
-# The backbone options that shape the token grid and the attention window of a model
-GRID_OPTIONS = ("img_size", "patch_size", "window_size")
+# The backbone options that shape the token grid (of a given image size) and the attention window of a model
+GRID_OPTIONS = ("patch_size", "window_size")
 
 
 def grid_options(name: str) -> dict[str, Any]:
-    """The options of backbone ``name`` that shape its attention grid, as it is built when the config sets none:
-    ``img_size``, ``patch_size`` and (a window backbone) ``window_size``, from its architecture table, else its
+    """The options of backbone ``name`` that shape its attention grid on an image, as it is built when the config
+    sets none: ``patch_size`` and (a window backbone) ``window_size``, from its architecture table, else its
     class's default (Swin-v2-T's table leaves ``patch_size`` at timm's 4). {} for a name no builder knows."""
     from models.deit import DEIT_ARCHS, RPEVisionTransformer
     from models.swin import SWIN_ARCHS, RPESwinTransformer

@@ -183,6 +183,7 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "seed": cfg.get("seed"),
         "name": cfg.get("name") or "?",
         "preset": str((cfg.get("rpe") or {}).get("preset") or "none"),  # the encoding it trains, by name
+        "preset_rpe": _preset_label(str((cfg.get("rpe") or {}).get("preset") or "none")),  # what that name trains
         "model": net.get("name") or model.get("_target_", "?").rsplit(".", 1)[-1],
         "schedule": cfg.get("schedule"),
         "row": cfg.get("row"),  # the job's entry of a sweep's `rows` table, where it has one
@@ -227,6 +228,16 @@ def _rpe_label(rpe: dict[str, Any]) -> str:
     return " ".join([label, *(f"{name}={_override_text(values.get(name))}" for name in shown)])
 
 
+def _preset_label(preset: str) -> str | None:
+    """`_rpe_label` of preset ``preset`` as it stands (a run whose ``rpe`` label differs trains it changed, e.g. by
+    ``rpe.method=quant`` from a sweeper); None for a name that is no preset or shorthand (any more)."""
+    try:
+        config = PRESETS[preset] if preset in PRESETS else parse_shorthand(preset)
+    except RPEConfigError:
+        return None
+    return "none" if config.method == "none" else _rpe_label(dataclasses.asdict(config))
+
+
 def _override_text(value: Any) -> str:
     """``value`` as a Hydra override writes it: ``true``, ``10``, ``1.9``, ``null``."""
     if isinstance(value, bool):
@@ -252,11 +263,12 @@ def _bucket_count(rpe: dict[str, Any]) -> int | None:
 def _grid_side(cfg: dict[str, Any]) -> int | None:
     """Side of the largest square grid an attention call of the model sees; None when the config does not say.
 
-    Image size / patch size, and for a window backbone (Swin, Swin-v2) its window where that is smaller. Each
-    read from the config where it sets it (``data.img_size`` or ``model.net.img_size``, ``model.net.patch_size``,
-    ``model.net.window_size``), else from the model's architecture (`models.factory.grid_options`: Swin-v2's
-    names, ``swinv2_micro_window4_32``, name no patch size), else from the name (``..._patch16_224``,
-    ``..._window7_...``) of a model no builder knows. DETR: None (its feature map is that of each padded batch).
+    Image size (``data.img_size``, else ``model.net.img_size``) / patch size, and for a window backbone (Swin,
+    Swin-v2) its window where that is smaller. The patch size and window read from the config where it sets them
+    (``model.net.patch_size``, ``model.net.window_size``), else from the model's architecture
+    (`models.factory.grid_options`: Swin-v2's names, ``swinv2_micro_window4_32``, name no patch size), else from
+    the name (``..._patch16_224``, ``..._window7_...``) of a model no builder knows. DETR: None (its feature map
+    is that of each padded batch).
     """
     from models.factory import grid_options
 
@@ -264,15 +276,16 @@ def _grid_side(cfg: dict[str, Any]) -> int | None:
     name = str(net.get("name", ""))
     built = grid_options(name)
 
-    def setting(key: str, *first: Any) -> int | None:
-        """The first that is set of ``first``, ``model.net.<key>``, the architecture's and the name's."""
-        named = re.search(NAMED_SETTING[key], name) if key in NAMED_SETTING else None
-        for value in (*first, net.get(key), built.get(key), int(named.group(1)) if named else None):
+    def setting(key: str) -> int | None:
+        """The first that is set of ``model.net.<key>``, the architecture's and the name's ``<key><N>``."""
+        named = re.search(NAMED_SETTING[key], name)
+        for value in (net.get(key), built.get(key), int(named.group(1)) if named else None):
             if _square(value) is not None:
                 return _square(value)
         return None
 
-    img_size = setting("img_size", (cfg.get("data") or {}).get("img_size"))  # the images', which the grid is of
+    # the images' size, which the grid is of; never guessed from the architecture (a config without it: ?)
+    img_size = _square((cfg.get("data") or {}).get("img_size")) or _square(net.get("img_size"))
     patch = setting("patch_size")
     if img_size is None or patch is None:
         return None

@@ -334,8 +334,14 @@ OWN_VAL = "own val"  # a benchmark table's column of the runs' own validation sp
 
 def run_label(facts: dict[str, Any]) -> str:
     """A single run's row: its ``name``, and where that name (a recipe's, or one given on the command line) does
-    not end in the encoding it trains, that encoding too, so that no row is labelled with another encoding."""
+    not end in the encoding it trains, that encoding too, so that no row is labelled with another encoding. A run
+    whose RPE fields differ from its preset's (a sweeper's or the command line's ``rpe.method=quant`` on
+    ``preset=irpe_k``) trains no preset: its row says it is changed from it, and its column (`collect._rpe_label`)
+    names what it trains."""
     name, preset = str(facts.get("name")), str(facts.get("preset") or "none")
+    preset_rpe = facts.get("preset_rpe")
+    if preset_rpe is not None and facts.get("rpe") not in (None, preset_rpe):
+        return f"{name} (changed from {preset})"
     return name if name == preset or name.endswith(f"_{preset}") else f"{name} (trains {preset})"
 
 

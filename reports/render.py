@@ -55,9 +55,18 @@ FINDINGS_TEXT = (
 
 # ----------------------------------------------------------------------------- writers
 def _used_text(table: Table, row: Any, flagged: dict[Any, Any]) -> str:
-    """The buckets the row's runs reach, and ``≡ R`` when the row cannot differ from an earlier row R."""
-    values = {v for (r, _), cell in table.cells.items() if r == row for v in cell.used_buckets().split(", ")}
-    used = ", ".join(sorted(values, key=_natural))
+    """The buckets the row's runs reach, and ``≡ R`` when the row cannot differ from an earlier row R. Where the
+    row's columns reach different counts (runs of other encodings in one row), each count names its columns:
+    ``2 (rpe-0.7-quant-bias-0-k); 4 (rpe-1.6-quant-ctx-0-k)``."""
+    by_count: dict[str, list[str]] = {}
+    for col in table.cols:
+        if (row, col) in table.cells:
+            by_count.setdefault(table.cells[(row, col)].used_buckets(), []).append(table.col_label(col))
+    if len(by_count) > 1:
+        used = "; ".join(f"{count} ({', '.join(cols)})" for count, cols in sorted(by_count.items(),
+                                                                                key=lambda kv: _natural(kv[0])))
+    else:
+        used = next(iter(by_count), "")
     return f"{used} ≡ {flagged[row]}" if row in flagged else used
 
 

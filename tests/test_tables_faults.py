@@ -801,6 +801,33 @@ def test_an_encodings_label_names_only_the_settings_it_reads(tmp_path: Path, rpe
     assert f"| {label} |" in make_tables.to_markdown([table])
 
 
+def test_a_row_of_runs_changed_from_their_preset_says_so_and_which_count_is_whose(tmp_path: Path) -> None:
+    """Probe 18, q26: an optuna sweep that set ``rpe.method=quant`` on preset irpe_k put both trials in one row
+    labelled ``deit_micro_irpe_k`` (the run name, `${model}_${rpe choice}`), and its `used` pooled the two
+    columns' counts (``2, 4``) without saying which is whose. The row says the runs are changed from their preset;
+    each count names its column; a run that trains its preset keeps its name."""
+    blank = {key: None for key in make_tables.read_config(ARCHIVE / f"{K},seed=0" / "config.yaml")["rpe"]}
+    trials = {"t0": {"ratio": 0.717823, "mode": "bias"}, "t1": {"ratio": 1.59397, "mode": "ctx"}}
+    for name, fields in trials.items():
+        _run(tmp_path, name, K, 0, {"val/top1": 80.0, "val/top5": 100.0}, state="finished", ablation=None,
+             rpe={**blank, "preset": "irpe_k", "method": "quant", "shared_head": False, **fields})
+    _run(tmp_path, "plain", K, 0, {"val/top1": 70.0, "val/top5": 100.0}, state="finished", ablation=None,
+         rpe={**blank, "preset": "irpe_k"})
+    [table] = make_tables.build_tables(make_tables.collect([tmp_path]))
+    changed, plain = "deit_micro_irpe_k (changed from irpe_k)", "deit_micro_irpe_k"
+    assert table.rows == [plain, changed]
+    columns = [f"rpe-{ratio:g}-quant-{fields['mode']}-0-k" for fields in trials.values() for ratio in [fields["ratio"]]]
+    assert [col for col in table.cols if (changed, col) in table.cells] == columns
+    counts = [table.cells[(changed, col)].used_buckets() for col in columns]
+    assert len(set(counts)) == 2  # the trials' grids reach different counts: the case at hand
+    expected = "; ".join(f"{count} ({col})" for count, col in sorted(zip(counts, columns, strict=True),
+                                                                      key=lambda pair: int(pair[0])))
+    markdown = make_tables.to_markdown([table])
+    assert f"| {changed} | {expected} |" in markdown, markdown
+    plain_used = table.cells[(plain, "rpe-1.9-product-ctx-1-k")].used_buckets()
+    assert f"| {plain} | {plain_used} |" in markdown
+
+
 @pytest.mark.parametrize("order", ["sweep, link", "link, sweep", "run, sweep", "sweep, sweep link", "sweep, sweep"])
 def test_a_run_dir_reached_twice_is_one_run_whatever_the_path(tmp_path: Path, order: str) -> None:
     """Probe 16, o33: a link to a run of the sweep given beside it was listed as `1 duplicate` of that very run dir
