@@ -30,6 +30,7 @@ from lifecycle.console import (
     key_that_reads,
     missing_env_line,
     one_line,
+    resolver_error_line,
     root_cause,
     say,
     setting_that_reads,
@@ -2619,6 +2620,9 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
     missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
     if missing_key:  # OmegaConf names the missing key, not the setting that reads it
         return _missing_key_line(missing_key.group(1), overrides or [], cfg)
+    resolver_line = resolver_error_line(cause, overrides or [], cfg)
+    if resolver_line is not None:  # OmegaConf names the key that reads the value, not the one given, nor the fix
+        return resolver_line
     if GROUP_NOT_A_STRING in str(cause):  # group=null
         null_line = _null_group_line(overrides or [], config_name)
         if null_line is not None:

@@ -171,7 +171,21 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
                                             " NOPE_P39_UNSET=...), give a default"),
     # OmegaConf's "Interpolation key 'nokey' not found" named neither the setting nor the fix
     (["run_name=${nokey}"], "run_name=${nokey} reads ${nokey}, which is not a key of the config; valid: a key"),
-], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key"])
+    # probe 18, q57: a resolver's error named data.generator.img_size (which reads the value), not the override
+    (["data.img_size=${oc.decode:48}"], "data.img_size=${oc.decode:48} (data.generator.img_size reads it) cannot be"
+                                        " resolved: resolver oc.decode got '48': `oc.decode` can only take strings"
+                                        " or None as input, but `48` is of type int; valid: data.img_size=48, or"
+                                        " ${oc.decode:'48'}"),
+    (["data.img_size=${oc.select:}"], "data.img_size=${oc.select:} (data.generator.img_size reads it) cannot be"
+                                      " resolved: resolver oc.select got '': select() missing 1 required positional"
+                                      " argument: 'key'; valid: data.img_size=<value>, or ${oc.select:<key>,"),
+    (["run_name=${job_dirname:1,2}"], "run_name=${job_dirname:1,2} cannot be resolved: resolver job_dirname got"
+                                      " '1,2': job_dirname() takes 1 positional argument but 2 were given; valid:"
+                                      " run_name=<value>, or ${job_dirname:${hydra:job.override_dirname}}"),
+    (["data.img_size=${oc.nope:48}"], "data.img_size=${oc.nope:48} (data.generator.img_size reads it) calls"
+                                      " resolver oc.nope, which does not exist; valid: one of hydra, job_dirname,"),
+], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key", "resolver_type", "resolver_args",
+        "project_resolver", "unknown_resolver"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
     from lifecycle.cli import check_overrides
