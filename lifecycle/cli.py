@@ -30,6 +30,7 @@ from lifecycle.console import (
     key_that_reads,
     missing_env_line,
     one_line,
+    resolver_error_line,
     root_cause,
     say,
     setting_that_reads,
@@ -761,11 +762,12 @@ def _drawn_bounds(override: Any) -> list[str] | None:
     return None
 
 
-def _swept_lines(overrides: list[str], whole: int = 0, drawn: bool = False) -> list[tuple[str, str, list[str]]]:
-    """``(the value as named in an error, its override, command line)``: one line per further value of each
-    swept key, the other keys at their first value. The first ``whole`` overrides (the sweeper's ``params``, which
-    the first composition does not apply) get a line for their first value too; with ``drawn`` (optuna) a range
-    gets its two ends (`_drawn_bounds`)."""
+def _swept_lines(overrides: list[str], whole: int = 0,
+                 drawn: bool = False) -> list[tuple[str, str, list[str], int | None]]:
+    """``(the value as named in an error, its override, command line, the value's index among its key's values)``:
+    one line per further value of each swept key, the other keys at their first value. The first ``whole``
+    overrides (the sweeper's ``params``, which the first composition does not apply) get a line for their first
+    value too; with ``drawn`` (optuna) a range gets its two ends (`_drawn_bounds`), whose index is None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -775,12 +777,32 @@ def _swept_lines(overrides: list[str], whole: int = 0, drawn: bool = False) -> l
         bounds = _drawn_bounds(override) if drawn else None
         values = bounds or (_swept_values(override) if override.is_sweep_override() else None)
         before, after = [o for first in firsts[:i] for o in first], [o for first in firsts[i + 1:] for o in first]
-        for value in (values or [])[0 if i < whole or bounds else 1:]:
+        first = 0 if i < whole or bounds else 1
+        for index, value in enumerate((values or [])[first:], start=first):
             swept = f"{override.get_key_element()}={value}"
             drawn_from = override.input_line.split("=", 1)[1]
             named = f"{swept} (an end of {drawn_from}, which optuna may draw)" if bounds else swept
-            lines.append((named, swept, [*before, swept, *after]))
+            lines.append((named, swept, [*before, swept, *after], None if bounds else index))
     return lines
+
+
+def _job_strides(params: Any, overrides: list[str]) -> dict[str, int]:
+    """For each key Hydra's basic sweeper launches (``+seed``, as it keys them), how many job numbers apart two of
+    its consecutive values are: the jobs are the product of the values of its ``params`` and then of the command
+    line's overrides, a key given in both keeping the params' place with the command line's values
+    (`BasicSweeper.split_arguments`). The job of the line for a key's value ``i`` (the others at their first) is
+    ``i * stride``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.to_container(params, resolve=False) if isinstance(params, DictConfig) else params or {}
+    counts: dict[str, int] = {}
+    for override in OverridesParser.create().parse_overrides([*(f"{k}={v}" for k, v in params.items()), *overrides]):
+        values = _swept_values(override) if override.is_sweep_override() else None
+        counts[override.get_key_element()] = len(values) if values else 1
+    strides, after = {}, 1
+    for key in reversed(counts):
+        strides[key], after = after, after * counts[key]
+    return strides
 
 
 # Runs the command-line checks of one command, or of several separated by ``--``, and exits (0: each would start),
@@ -791,7 +813,7 @@ CHECK_FLAG = "--check"
 def _each_swept_value(overrides: list[str]) -> list[list[str]]:
     """One command line per further value of each swept key, the other keys at their first value: a value
     that a job would refuse (``-m seed=0,-1``) is found before the first job trains."""
-    return [line for _, _, line in _swept_lines(overrides)]
+    return [line for _, _, line, _ in _swept_lines(overrides)]
 
 
 def sweep_overrides(params: Any, overrides: list[str]) -> tuple[list[str], int]:
@@ -993,6 +1015,9 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
     drawn = not str(sweeper.get("_target_", "")).endswith("BasicSweeper")
     base: DictConfig | None = None
     lines = _swept_lines(swept, whole, drawn)
+    # each line judged as its job of the basic sweeper, in that job's dir. optuna numbers its trials in the order
+    # it draws them: no line is a trial known before it runs, so its lines keep the first job's (0)
+    strides = {} if drawn else _job_strides(sweeper.get("params"), overrides)
     of_params = len(_swept_lines(swept[:whole], whole, drawn))  # the lines of the params come first
     if len(lines) > MANY_SWEPT_VALUES:
         say(f"note: checking the sweep's {len(lines)} further values before its first job starts",
@@ -1001,8 +1026,9 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
     alone: set[str] = set()  # independent keys whose values change nothing else: checked by their type (SCHEMA)
     judged: set[str] = set()  # the independent keys whose first further value was compared with the first's
     parser = OverridesParser.create()
-    for n, (named, value, line) in enumerate(lines):
+    for n, (named, value, line, index) in enumerate(lines):
         key, _, text = value.partition("=")
+        job_num = (index or 0) * strides.get(key, 0)
         if key.lstrip("+~") in alone:  # a plain value of an independent key (Hydra's parser costs ~1 ms a value)
             try:
                 check_value(key.lstrip("+~"), _plain_value(text, parser, value))
@@ -1028,7 +1054,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
         HydraConfig.instance().set_config(cfg)
         if config_name == "train":
-            _give_job_dir(cfg)
+            _give_job_dir(cfg, job_num)
         try:
             check_settings(cfg, config_name)
             # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
@@ -1045,7 +1071,7 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
         if key in INDEPENDENT_KEYS and key not in judged and base is not None:  # once a key: its values agree
             judged.add(key)
-            if _changed_keys(base, cfg) == {key}:
+            if _changed_keys(base, cfg) == {key} and not _data_root_reads_job_dir(cfg, job_num):
                 alone.add(key)
 
 
@@ -1076,6 +1102,22 @@ def _resolved_job(cfg: DictConfig) -> dict[str, Any]:
     container = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]),
                                        resolve=True)
     return dict(flat(container, ""))
+
+
+def _data_root_reads_job_dir(cfg: DictConfig, job_num: int) -> bool:
+    """Whether the data root of job ``job_num`` (``cfg``, its dir given) lies elsewhere for another job: one read
+    from the job's own dir (``${hydra:runtime.output_dir}/..``) is judged job by job, never by its key's type."""
+    from hydra.core.hydra_config import HydraConfig
+
+    other = copy.deepcopy(cfg)
+    try:
+        own = _job_data_root(cfg)[1]  # ${hydra:...} reads the config HydraConfig holds: cfg's, then other's
+        _give_job_dir(other, job_num + 1)
+        return _job_data_root(other)[1] != own
+    except OmegaConfBaseException:
+        return True
+    finally:
+        HydraConfig.instance().set_config(cfg)
 
 
 def _changed_keys(base: DictConfig, cfg: DictConfig) -> set[str]:
@@ -1582,11 +1624,13 @@ def _give_run_dir(cfg: DictConfig) -> None:
     HydraConfig.instance().set_config(cfg)
 
 
-def _give_job_dir(cfg: DictConfig) -> None:
-    """A sweep's `_give_run_dir`: ``hydra.runtime.output_dir`` of the composed ``cfg`` (checked with the first
-    value of each swept key) set to that job's dir, ``hydra.sweep.dir/hydra.sweep.subdir`` (job 0), so that a setting
-    naming it (``${hydra:runtime.output_dir}``) resolves as in the job and is judged there. One that does not
-    resolve is left unset: the checks of the sweep dir and subdir refuse it."""
+def _give_job_dir(cfg: DictConfig, job_num: int = 0) -> None:
+    """A sweep's `_give_run_dir`: ``hydra.runtime.output_dir`` of the composed ``cfg`` (a job's values) set to the
+    dir of job ``job_num`` (0: the first values'), ``hydra.sweep.dir/hydra.sweep.subdir``, so that a setting naming
+    it (``${hydra:runtime.output_dir}``) resolves as in that job and is judged there. A later job's ``cfg`` (its
+    own copy) gets its ``hydra.job.num`` and ``hydra.job.id`` too, as the basic launcher sets them; the first
+    values' config is the launch's own, whose Hydra node later checks read as composed. One that does not resolve
+    is left unset: the checks of the sweep dir and subdir refuse it."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict, read_write
 
@@ -1594,11 +1638,13 @@ def _give_job_dir(cfg: DictConfig) -> None:
         sweep_dir = str(cfg.hydra.sweep.dir)
     except OmegaConfBaseException:
         return
-    try:
-        job_dir = os.path.join(sweep_dir, str(cfg.hydra.sweep.subdir))
-    except OmegaConfBaseException:  # a subdir of the job's number, which the launcher gives: the first job's
-        job_dir = os.path.join(sweep_dir, "0")
     with read_write(cfg.hydra), open_dict(cfg.hydra):
+        if job_num:
+            cfg.hydra.job.num = cfg.hydra.job.id = job_num
+        try:
+            job_dir = os.path.join(sweep_dir, str(cfg.hydra.sweep.subdir))
+        except OmegaConfBaseException:  # a subdir of the job's number, which the launcher gives
+            job_dir = os.path.join(sweep_dir, str(job_num))
         cfg.hydra.runtime.output_dir = os.path.abspath(job_dir)
     HydraConfig.instance().set_config(cfg)
 
@@ -2619,6 +2665,9 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
     missing_key = re.search(r"Interpolation key '([^']+)' not found", str(cause))
     if missing_key:  # OmegaConf names the missing key, not the setting that reads it
         return _missing_key_line(missing_key.group(1), overrides or [], cfg)
+    resolver_line = resolver_error_line(cause, overrides or [], cfg)
+    if resolver_line is not None:  # OmegaConf names the key that reads the value, not the one given, nor the fix
+        return resolver_line
     if GROUP_NOT_A_STRING in str(cause):  # group=null
         null_line = _null_group_line(overrides or [], config_name)
         if null_line is not None:

@@ -64,6 +64,107 @@ def interpolation_loop_line(message: str, overrides: list[str]) -> str | None:
             " command line's overrides); valid: give the value itself")
 
 
+# OmegaConf's text for an error a resolver raised: "<Type> raised while resolving interpolation: <why>"
+_RESOLVER_ERROR = re.compile(r"\w+ raised while resolving interpolation: (?P<why>.*?)\s*(?:full_key:|$)", re.S)
+_UNKNOWN_RESOLVER = re.compile(r"Unsupported interpolation type (?P<name>[\w.]+)")
+# what each resolver takes, by its name: the forms the line suggests ({args}: the arguments as given)
+_RESOLVER_FORMS = {
+    "oc.decode": "${{oc.decode:'{args}'}} (oc.decode takes a string: quote it)",
+    "oc.create": "${{oc.create:{{<key>: <value>}}}} or ${{oc.create:[<item>, <item>]}} (oc.create makes a mapping or a"
+                 " list)",
+    "oc.select": "${{oc.select:<key>,<default>}} (a key of the config, then the value when it is absent)",
+    "oc.deprecated": "${{oc.deprecated:<new key>}} (the key, as a string, that the value moved to)",
+    "oc.env": "${{oc.env:NAME,<default>}}",
+    "oc.dict.keys": "${{oc.dict.keys:<key of a mapping>}}",
+    "oc.dict.values": "${{oc.dict.values:<key of a mapping>}}",
+    "hydra": "${{hydra:<key of Hydra's node>}} (e.g. ${{hydra:runtime.output_dir}})",
+    "job_dirname": "${{job_dirname:${{hydra:job.override_dirname}}}} (a string)",
+}
+
+
+def _plain_value(tree: Any, key: str) -> Any:
+    """The value at dotted ``key`` of ``tree`` (a plain container, interpolations unresolved), else None."""
+    node = tree
+    for part in key.split(".") if key else []:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _resolver_calls(text: str) -> list[tuple[str, str]]:
+    """``(name, arguments)`` of each ``${name:arguments}`` in ``text``, outermost first (braces balanced)."""
+    calls = []
+    for start in re.finditer(r"\$\{\s*([\w.]+)\s*:", text):
+        depth, end = 1, start.end()
+        while end < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        calls.append((start.group(1), text[start.end():end - 1] if not depth else text[start.end():]))
+    return calls
+
+
+def interpolation_start(cfg: DictConfig, key: str) -> tuple[str, str]:
+    """The key whose value holds the resolver call that ``key`` reads, through node interpolations
+    (``data.generator.img_size`` is ``${..img_size}``, which reads ``data.img_size=${oc.decode:48}``), and that
+    value: where a failure while resolving ``key`` starts. ``(key, its value)`` where the chain ends elsewhere."""
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    seen: set[str] = set()
+    value = _plain_value(tree, key)
+    while isinstance(value, str) and key not in seen:
+        seen.add(key)
+        link = re.fullmatch(r"\s*\$\{\s*(\.*)([\w.]+)\s*\}\s*", value)  # ${a.b}, ${.b}, ${..b}: another node
+        if link is None:
+            break
+        dots, rest = link.groups()
+        parts = key.split(".")[:-1]  # the node holding key: where a relative interpolation starts
+        key = ".".join(parts[:len(parts) - (len(dots) - 1)] + [rest]) if dots else rest
+        value = _plain_value(tree, key)
+    return key, value if isinstance(value, str) else str(value)
+
+
+def resolver_error_line(err: BaseException, overrides: list[str], cfg: DictConfig | None = None) -> str | None:
+    """An error a resolver raised (``data.img_size=${oc.decode:48}``: oc.decode takes a string), or an unknown
+    resolver: OmegaConf names the key that interpolates the value (``data.generator.img_size``), or none, and gives
+    no fix. Name the setting the user gave (traced through ``cfg``), the resolver, what it got and the valid forms."""
+    message = str(err)
+    failed = _RESOLVER_ERROR.match(message)
+    unknown = _UNKNOWN_RESOLVER.match(message)
+    if not failed and not unknown:
+        return None
+    read_as = str(getattr(err, "full_key", None) or "")
+    key, value = interpolation_start(cfg, read_as) if cfg is not None and read_as else (read_as, "")
+    given = next((o.lstrip("+~") for o in overrides if "=" in o and o.lstrip("+~").split("=", 1)[0] == key), None)
+    if not key:  # raised where no key was read (a check resolving a value of its own): the override calling it
+        given = next((o.lstrip("+~") for o in overrides for n, _ in _resolver_calls(o)
+                      if (unknown and n == unknown.group("name")) or (not unknown and n in message)), None)
+        key, value = given.split("=", 1) if given else ("", "")
+    calls = _resolver_calls(value)
+    name, args = next(((n, a) for n, a in calls if (unknown and n == unknown.group("name"))
+                       or (not unknown and n in message)), calls[0] if calls else ("", ""))
+    where = given or (f"{key}={value}" if key and value else key or "a config value")
+    reader = f" ({read_as} reads it)" if read_as and read_as != key else ""
+    itself = f"{key}=<value>" if key else "the value itself"
+    if unknown:
+        from omegaconf.basecontainer import BaseContainer
+
+        known = sorted(BaseContainer._resolvers)  # the resolvers registered in this process
+        return (f"{where}{reader} calls resolver {unknown.group('name')}, which does not exist; valid: one of"
+                f" {', '.join(known)}, or {itself}")
+    why = " ".join(failed.group("why").split()).rstrip(";")
+    plain = args.strip().strip("'\"")
+    whole = re.fullmatch(r"\s*\$\{\s*" + re.escape(name) + r"\s*:" + re.escape(args) + r"\}\s*", value)
+    if key and plain and whole and name in ("oc.decode", "oc.create"):  # the value is the call: what it decodes
+        itself = f"{key}={plain}"
+    form = _RESOLVER_FORMS.get(name, f"${{{name}:...}} with the arguments {name} takes" if name else "")
+    form = form.format(args=plain or "<value>")
+    resolver = f"resolver {name} got {args.strip()!r}: " if name else ""
+    return f"{where}{reader} cannot be resolved: {resolver}{why}; valid: {itself}" + (f", or {form}" if form else "")
+
+
 def user_error_types() -> tuple[type[BaseException], ...]:
     """Errors that are the user's input (reported in one line), not the program's faults."""
     from hydra.errors import HydraException
@@ -82,7 +183,8 @@ def root_cause(err: BaseException) -> BaseException:
 def one_line(err: BaseException) -> str:
     cause = root_cause(err)
     # a ${oc.env:NAME} resolved late (a script's --set paths.data_dir=...): the fix, not OmegaConf's KeyError text
-    env_line = missing_env_line(str(cause), []) or interpolation_loop_line(str(cause), [])
+    env_line = (missing_env_line(str(cause), []) or interpolation_loop_line(str(cause), [])
+                or resolver_error_line(cause, []))
     if env_line is not None:
         return env_line
     from storage.files import error_line

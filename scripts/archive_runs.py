@@ -198,14 +198,24 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")
         runs.append((run_dir, _testset_files(run_dir, state, archived.parent)))
+    grids = grid_files(sweep_dir)  # the latest launch's grid and the earlier ones kept beside it
+    # every file the archive gets, before any is written: a link at a later job's folder (to a live run) is
+    # refused with the archive as it was, never after its grid and earlier jobs were replaced
+    for path in [target / ARCHIVE_MARKER, *(target / grid.name for grid in grids)]:
+        write_check(path)
+    for run_dir, testsets in runs:
+        out = target / run_dir.relative_to(sweep_dir)
+        for path in [out, *(out / name for name in COPIED if plain_file_exists(run_dir / name)),
+                     *(out / name for name in testsets)]:
+            write_check(path)
     # first, so that an archive cut short is one too: train.py refuses a run or sweep dir in a marked folder
     write(target / ARCHIVE_MARKER, ARCHIVE_NOTE)
-    for grid in grid_files(sweep_dir):  # the latest launch's grid and the earlier ones kept beside it
+    for grid in grids:
         write(target / grid.name, _bounded_bytes(grid))
     new = replaced = 0
     for run_dir, testsets in runs:
         out = target / run_dir.relative_to(sweep_dir)
-        write_check(out)  # before removing stale files from it, too
+        write_check(out)  # checked above; again, as each write is, in case the archive changed since
         existed = (out / CONFIG).is_file()
         for stale in RECORDS:  # a failed run that later finished keeps only its newer result
             if (out / stale).is_file() and not (run_dir / stale).is_file():

@@ -171,7 +171,21 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
                                             " NOPE_P39_UNSET=...), give a default"),
     # OmegaConf's "Interpolation key 'nokey' not found" named neither the setting nor the fix
     (["run_name=${nokey}"], "run_name=${nokey} reads ${nokey}, which is not a key of the config; valid: a key"),
-], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key"])
+    # probe 18, q57: a resolver's error named data.generator.img_size (which reads the value), not the override
+    (["data.img_size=${oc.decode:48}"], "data.img_size=${oc.decode:48} (data.generator.img_size reads it) cannot be"
+                                        " resolved: resolver oc.decode got '48': `oc.decode` can only take strings"
+                                        " or None as input, but `48` is of type int; valid: data.img_size=48, or"
+                                        " ${oc.decode:'48'}"),
+    (["data.img_size=${oc.select:}"], "data.img_size=${oc.select:} (data.generator.img_size reads it) cannot be"
+                                      " resolved: resolver oc.select got '': select() missing 1 required positional"
+                                      " argument: 'key'; valid: data.img_size=<value>, or ${oc.select:<key>,"),
+    (["run_name=${job_dirname:1,2}"], "run_name=${job_dirname:1,2} cannot be resolved: resolver job_dirname got"
+                                      " '1,2': job_dirname() takes 1 positional argument but 2 were given; valid:"
+                                      " run_name=<value>, or ${job_dirname:${hydra:job.override_dirname}}"),
+    (["data.img_size=${oc.nope:48}"], "data.img_size=${oc.nope:48} (data.generator.img_size reads it) calls"
+                                      " resolver oc.nope, which does not exist; valid: one of hydra, job_dirname,"),
+], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key", "resolver_type", "resolver_args",
+        "project_resolver", "unknown_resolver"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
     from lifecycle.cli import check_overrides
@@ -2314,6 +2328,44 @@ def test_generated_data_in_the_sweep_dir_this_command_makes_is_one_line_before_i
     assert line == (f"error: data.root='{sweep}/{below}/relational_v2' is inside the sweep dir {sweep}, whose files are"
                     " its jobs'; valid: a folder outside every run dir and sweep dir"), line
     assert not sweep.exists()
+
+
+@pytest.mark.parametrize("data_root", ["${hydra:runtime.output_dir}/../../a${seed}/sw/gen",
+                                       "ROOT/a${hydra:job.num}/sw/gen"], ids=["job_dir", "job_num"])
+def test_each_swept_job_is_judged_in_its_own_dir(data_root: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 18, r30b: every further value of a sweep was judged in job 0's dir (``sweep/0``, hydra.job.num
+    unset), so a data root read from the job's dir or number was judged at another job's, and the line showed job
+    0's path under job 1's name. Job n (the basic sweeper's order) is judged in ``sweep/n``, with its number; a
+    seed whose only change is the job's dir is still judged (never by its type alone)."""
+    archive = tmp_path / "a2" / "sw"  # only job 2 (seed=2) would generate its data inside an archive
+    archive.mkdir(parents=True)
+    (archive / ".archive.json").write_text("{}")
+    sweep = tmp_path / "sw"
+    line = _refused_by_the_command_line(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "-m", "seed=0,1,2",
+                                         f"hydra.sweep.dir={sweep}",
+                                         f"data.root={data_root.replace('ROOT', str(tmp_path))}"], capsys, monkeypatch)
+    shown = f"{sweep}/2/../../a2/sw/gen" if "output_dir" in data_root else f"{archive}/gen"
+    assert line == (f"error: the sweep's job with seed=2: data.root='{shown}' is inside the archive {archive}, which"
+                    " keeps finished runs' records: no place for data; valid: a folder outside every archive"), line
+    assert not sweep.exists()
+
+
+def test_a_swept_jobs_number_is_its_place_in_the_basic_sweepers_grid() -> None:
+    """The job a line checks (`_job_strides`): Hydra's grid (`sweep_grid`), params first, a key of both in the
+    params' place with the command line's values."""
+    from lifecycle.cli import _job_strides, _swept_lines, sweep_grid, sweep_overrides
+
+    params = {"lr": "0.1,0.2", "seed": "0,1"}
+    overrides = ["seed=5,6,7", "+x=a,b"]
+    swept, whole = sweep_overrides(params, overrides)
+    grid = sweep_grid([*(f"{k}={v}" for k, v in params.items()), *overrides])
+    strides = _job_strides(params, overrides)
+    for _, value, _, index in _swept_lines(swept, whole):
+        key = value.split("=", 1)[0]
+        job = grid[index * strides[key]]
+        assert value in job and all(o == entry for o, entry in zip(job, grid[0], strict=True) if not o.startswith(
+            f"{key}=")), (value, job)
 
 
 @pytest.mark.parametrize(("profiler", "line"), [

@@ -156,6 +156,40 @@ def test_tables_and_archives_stay_out_of_runs_and_links(tmp_path: Path, capsys: 
     assert not any((tmp_path / "elsewhere").iterdir())
 
 
+def test_a_linked_job_folder_of_the_archive_is_refused_before_any_write(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    """Probe 18, r12b: a job folder of the archive linked to a live job was refused only when its turn came,
+    after ``.archive.json``, ``multirun.yaml`` and the earlier jobs were rewritten (a partly updated archive).
+    Every destination is checked first: the archive is left byte for byte, and mtime for mtime, as it was."""
+    from scripts import archive_runs
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    archive = tmp_path / "arch"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    live = tmp_path / "live" / "seed=1"  # a job of another sweep, still running
+    live.mkdir(parents=True)
+    (live / "run.json").write_text(json.dumps({"state": "running"}))
+    linked = archive / sweep.name / "seed=1"
+    for file in linked.rglob("*"):
+        file.unlink() if file.is_file() else None
+    for folder in sorted(linked.rglob("*"), reverse=True):
+        folder.rmdir()
+    linked.rmdir()
+    linked.symlink_to(live, target_is_directory=True)
+    # what a second sitting would rewrite: an earlier job's result and the grid
+    (sweep / "seed=0" / "metrics.json").write_text(json.dumps({"val/top1": 92.0}))
+    (sweep / "multirun.yaml").write_text((sweep / "multirun.yaml").read_text() + "# relaunched\n")
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (archive / sweep.name).rglob("*")
+              if p.is_file() and live not in p.resolve().parents}
+    assert archive / sweep.name / "seed=0" / "metrics.json" in before
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 2
+    assert f"error: --to: {linked} is a symlink (to {live})" in capsys.readouterr().err
+    after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (archive / sweep.name).rglob("*")
+             if p.is_file() and live not in p.resolve().parents}
+    assert after == before
+    assert sorted(p.name for p in live.iterdir()) == ["run.json"]
+
+
 def test_a_run_whose_record_is_not_a_plain_file_is_still_a_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Probe 3 (cases 128, 129, same class): a FIFO as run.json made ``is_file()`` false, so its run dir was taken
     for a place to write the tables into; a record is there whatever it is, and is never opened here."""
