@@ -41,7 +41,7 @@ from torchvision.transforms import v2
 
 from data.bounded_json import too_many_digits
 from data.datamodule import evaluation_order, make_loader, trainer_world
-from data.errors import DataConfigError, absent_folder, image_size, load_rgb_image
+from data.errors import DataConfigError, absent_folder, data_root_path, image_size, load_rgb_image
 from data.generation import check_generated, ensure_generated, training_twin
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -809,7 +809,7 @@ class CocoDataModule(L.LightningDataModule):
                 f"data.invalid_boxes={invalid_boxes!r} is not one of: {', '.join(INVALID_BOX_CHOICES)}"
             )
         self.invalid_boxes = invalid_boxes
-        self.root = Path(str(root)).expanduser()
+        self.root = data_root_path(root)
         self.batch_size, self.num_workers, self.pin_memory = (
             int(batch_size),
             int(num_workers),

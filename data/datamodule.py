@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
-from data.errors import DataConfigError, absent_folder, load_rgb_image, not_regular
+from data.errors import DataConfigError, absent_folder, data_root_path, load_rgb_image, not_regular
 from data.generation import (
     Generator,
     _plain,
@@ -591,7 +591,7 @@ class ImageFolderDataModule(L.LightningDataModule):
         num_classes: int | None = None,
     ) -> None:
         super().__init__()
-        self.root = Path(str(root)).expanduser()
+        self.root = data_root_path(root)
         self.train_split = train_split
         self.val_split = val_split
         self.img_size = int(img_size)

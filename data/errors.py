@@ -26,6 +26,15 @@ class DataConfigError(ValueError):
         super().__init__(message, *args)
 
 
+def data_root_path(root: object, setting: str = "data.root") -> Path:
+    """``root`` as the folder it names (``~`` expanded). Null or blank is a `DataConfigError`: ``str(None)`` would
+    make a folder called ``None``, and ``""`` the current directory, which generation would fill."""
+    if root is None or not str(root).strip():
+        raise DataConfigError(f"{setting}={root!r} names no folder; valid: the dataset's folder (a path), or leave"
+                              f" {setting} out for the config's default")
+    return Path(str(root)).expanduser()
+
+
 def load_rgb_image(path: str | Path) -> Image.Image:
     """Open ``path`` as 8-bit RGB (16-bit images scaled down). A missing, truncated, corrupt or non-image file,
     and an image above PIL's decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS`` pixels), are a

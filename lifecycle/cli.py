@@ -2202,11 +2202,17 @@ def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     file system; returns the config's data roots, which no run dir may lie in. The root is the job's: a relative
     one is resolved as the job will (`lifecycle.settings.job_path`). ``sweeping``: the config is a sweep's job,
     whose root also lies outside the sweep dir this launch makes."""
+    from data.errors import DataConfigError, data_root_path
     from lifecycle.settings import run_dir_of
     from storage.destinations import DestinationError, check_generated_root, real
 
     data = cfg.get("data") or {}
     given, root = _job_data_root(cfg)
+    if hasattr(data, "get") and "root" in data:
+        try:  # null or blank: the data module would make a folder 'None', or fill the current directory
+            data_root_path(given)
+        except DataConfigError as err:
+            raise CommandLineError(str(err)) from None
     if root is None:
         return ()
     chdir = OmegaConf.select(cfg, "hydra.job.chdir", default=None, throw_on_resolution_failure=False)

@@ -146,6 +146,9 @@ def testset_data_config(run_data: dict[str, Any], testset: dict[str, Any], data_
     if own and "root" not in override:
         raise TestsetError(f"testset={testset['name']} has its own data.generator but no data.root: its data needs a"
                            " folder of its own")
+    if "root" in override and (override["root"] is None or not str(override["root"]).strip()):
+        raise TestsetError(f"testset.data.root={override['root']!r} names no folder; valid: a folder of the test set's"
+                           " own, or leave testset.data.root out for its definition's")
     if own and data_root is not None:
         raise TestsetError(
             f"data_root={data_root} points at the run's data, but testset={testset['name']} has data of its own at"

@@ -196,6 +196,32 @@ def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_pa
     assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("value", ["null", "''", "' '"], ids=["null", "empty", "blank"])
+def test_a_data_root_that_names_no_folder_is_one_line(value: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 18, s64/s67: ``data.root=null`` generated the data into a folder ``None`` of the current dir, and
+    ``data.root=''`` into the current dir itself; the data modules and the test sets refuse it too."""
+    from data.datamodule import ImageFolderDataModule
+    from data.errors import DataConfigError
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
+    from lifecycle.testsets import TestsetError, testset_data_config
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([f"data.root={value}", f"paths.log_dir={tmp_path}/runs", f"paths.data_dir={tmp_path}/d"],
+                        "train")
+    assert " names no folder; valid: the dataset's folder" in str(err.value), str(err.value)
+    assert not any(tmp_path.iterdir())
+    root = None if value == "null" else value.strip("'")
+    with pytest.raises(DataConfigError, match="data.root=.* names no folder"):
+        ImageFolderDataModule(root=root)  # type: ignore[arg-type]
+    testset = {"name": "t", "fits": ["relational"], "data": {"root": root, "generator": {"num_val": 8}}}
+    with pytest.raises(TestsetError, match=r"^testset.data.root=.* names no folder"):
+        testset_data_config({"_target_": "data.ImageFolderDataModule", "generator": {"_target_":
+                             "data.relational.generate_relational_shapes"}}, testset, None)
+
+
 def test_an_unknown_key_never_suggests_a_plus_that_is_refused_too(tmp_path: Path) -> None:
     """Probe 57: ``foo=1`` suggested ``+foo=...``, which the root-key check then refused: the valid keys only."""
     from lifecycle.cli import check_overrides
