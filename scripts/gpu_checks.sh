@@ -20,8 +20,12 @@ if [ -z "${BASH_VERSION:-}" ]; then
   exit 2
 fi
 set -u
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then  # the header above, as the other scripts print theirs
+  sed -n '2,/^# bash.s own features follow/{/^# bash.s own features follow/d;s/^# \{0,1\}//p}' "$0"
+  exit 0
+fi
 if [ $# -gt 0 ] && [ "$1" != table6 ]; then
-  echo "error: '$1' is not a step of gpu_checks.sh; valid: table6 (then train.py overrides), or nothing for the default checks" >&2
+  echo "error: '$1' is not a step of gpu_checks.sh; valid: table6 (then train.py overrides), -h for help, or nothing for the default checks" >&2
   exit 2
 fi
 OUT=${OUT:-gpu_out}

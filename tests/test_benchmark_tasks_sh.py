@@ -502,3 +502,19 @@ def test_help_prints_the_scripts_header_and_runs_nothing(copy: Path, script: Pat
     header = header[:next(i for i, line in enumerate(header) if line.startswith("bash's own features follow"))]
     assert done.stdout.splitlines() == header and any(line.startswith("Usage: bash scripts/") for line in header)
     assert not _calls(copy) and not (copy / "repo" / "runs").exists()
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_gpu_checks_and_the_sourced_checks_answer_help(flag: str, tmp_path: Path) -> None:
+    """Probe 18, t34: ``gpu_checks.sh -h`` was refused as an unknown step, and ``script_checks.sh`` (sourced by the
+    other scripts) did nothing, exit 0, whatever it was given."""
+    done = _gpu_checks([flag], {"OUT": str(tmp_path / "out")})
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    header = (ROOT / "scripts" / "gpu_checks.sh").read_text().splitlines()
+    assert done.stdout.splitlines()[0] == header[1].removeprefix("# ")
+    assert "table6" in done.stdout and not (tmp_path / "out").exists()
+    checks = ROOT / "scripts" / "script_checks.sh"
+    helped = subprocess.run(["bash", str(checks), flag], capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and helped.stdout.startswith("The up-front checks of scripts/benchmark_tasks.sh")
+    alone = subprocess.run(["bash", str(checks)], capture_output=True, text=True, timeout=30)
+    assert alone.returncode == 2 and alone.stderr.startswith(f"error: {checks} is sourced by"), alone.stderr
