@@ -193,6 +193,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
             left_out.append(f"{run_dir} ({state})")
             continue
         archived = target / run_dir.relative_to(sweep_dir) / CONFIG
+        write_check(archived.parent)  # a linked job folder is named as a link, before its config is compared
         if entry_exists(archived) and identity_config(read_config(archived)) != identity_config(
                 read_config(run_dir / CONFIG)):
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "

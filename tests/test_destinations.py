@@ -169,6 +169,7 @@ def test_a_linked_job_folder_of_the_archive_is_refused_before_any_write(tmp_path
     live = tmp_path / "live" / "seed=1"  # a job of another sweep, still running
     live.mkdir(parents=True)
     (live / "run.json").write_text(json.dumps({"state": "running"}))
+    (live / "config.yaml").write_text("seed: 99\n")  # another config: the link is named first (probe 18, t31)
     linked = archive / sweep.name / "seed=1"
     for file in linked.rglob("*"):
         file.unlink() if file.is_file() else None
@@ -187,7 +188,7 @@ def test_a_linked_job_folder_of_the_archive_is_refused_before_any_write(tmp_path
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (archive / sweep.name).rglob("*")
              if p.is_file() and live not in p.resolve().parents}
     assert after == before
-    assert sorted(p.name for p in live.iterdir()) == ["run.json"]
+    assert sorted(p.name for p in live.iterdir()) == ["config.yaml", "run.json"]
 
 
 def test_a_run_whose_record_is_not_a_plain_file_is_still_a_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
