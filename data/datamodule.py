@@ -692,7 +692,9 @@ class ImageFolderDataModule(L.LightningDataModule):
             raise DataConfigError(f"data.root={self.root} {absent_folder(self.root)}{hint}; {self._layout_hint()}")
         split_dir = self.root / split
         if not split_dir.is_dir():
-            raise DataConfigError(f"data.root={self.root} has no {split}/ folder; {self._layout_hint()}")
+            what = (f"has no {split}/ folder" if not os.path.lexists(split_dir)
+                    else f"has no {split}/ folder: its {split} {absent_folder(split_dir)}")
+            raise DataConfigError(f"data.root={self.root} {what}; {self._layout_hint()}")
         return split_dir
 
     def check_on_disk(self, world_size: int | None) -> None:

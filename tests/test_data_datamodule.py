@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -309,6 +310,10 @@ def test_persistent_workers(tmp_path: Path) -> None:
     [
         (lambda root: None, "does not exist"),
         (lambda root: root.mkdir(), "has no train/ folder"),
+        # probe 18, t5: a FIFO standing where train/ belongs was "no train/ folder"
+        (lambda root: (root.mkdir(), os.mkfifo(root / "train")), "has no train/ folder: its train is not a folder (it"
+                                                                  " is a FIFO (named pipe))"),
+        (lambda root: (root.mkdir(), (root / "train").write_text("")), "its train is not a folder (it is a file)"),
         (lambda root: (root / "train").mkdir(parents=True), "is not a usable ImageFolder split"),
         (lambda root: (root / "train" / "cat").mkdir(parents=True), "is not a usable ImageFolder split"),
     ],
