@@ -945,8 +945,9 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
                 job.record = job.claimed
                 job.record.fields["resumes"] = list(earlier.get("resumes") or [])
                 job.save_state("finished")
+            anew = "a new hydra.sweep.dir" if _is_multirun() else "a new run_name"  # a sweep job's dir is the sweep's
             say(f"{run_dir} is finished (same config and length): not training again, its {METRICS} stands; "
-                "use a new run_name to train anew, or a larger trainer.max_epochs to extend it")
+                f"use {anew} to train anew, or a larger trainer.max_epochs to extend it")
             return stored
         result_checkpoint(run_dir, identity_id, length, earlier.get("lengths"))  # no weights for it: one line
         say(f"note: {problem}; re-testing {run_dir / CHECKPOINTS / BEST}")

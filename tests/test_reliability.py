@@ -165,7 +165,8 @@ def test_an_unreadable_testsets_or_plots_folder_does_not_stop_a_rerun(finished_r
     finally:
         for folder in locked:
             folder.chmod(0o755)
-    assert f"{copy} is finished (same config and length): not training again" in capsys.readouterr().out
+    assert (f"{copy} is finished (same config and length): not training again, its metrics.json stands; use a new"
+            " run_name to train anew") in capsys.readouterr().out
     assert _fingerprint(copy) == before
 
 

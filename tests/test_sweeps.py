@@ -547,7 +547,9 @@ def test_rerunning_a_sweep_resumes_each_job_from_its_own_checkpoint(tmp_path: Pa
     assert second.returncode == 0, second.stderr[-3000:]
     # finished jobs are not trained again: the one without metrics.json is re-tested from best.ckpt
     assert f"note: {runs[0]}/metrics.json is missing; re-testing {runs[0]}/checkpoints/best.ckpt" in second.stdout
-    assert f"{runs[1]} is finished (same config and length)" in second.stdout
+    # a sweep job's dir comes from the sweep dir, so that is what to change to train anew (probe 18, s55)
+    assert (f"{runs[1]} is finished (same config and length): not training again, its metrics.json stands; use a"
+            " new hydra.sweep.dir to train anew, or a larger trainer.max_epochs to extend it") in second.stdout
     for run_dir in runs:
         assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 2  # not trained again
 
