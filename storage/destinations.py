@@ -179,7 +179,8 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
     the value the user typed, quoted in the message, where ``path`` is derived from it (the folder an output
     prefix writes into). ``trains``: runs train at ``path`` (a run's or a sweep's dir), never inside an archive.
     ``archive``: ``path`` is an archived sweep's folder, which never lies inside another sweep's dir (that
-    sweep's tables would count the archived runs as its own). Returns the real path.
+    sweep's tables would count the archived runs as its own); nothing else is written inside an archive. Returns
+    the real path.
     """
     typed = os.fspath(path if given is None else given)
     data_roots = tuple(data_roots)  # read by the check of the system's reading of a `..` too
@@ -223,6 +224,11 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the archive" if kept == target else "is inside the archive"
         raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records without"
                                " checkpoints: an archive; valid: train into the live sweep dir, then archive again")
+    kept = _first((target, *target.parents), is_archive) if not archive else None
+    if kept is not None:  # only archive_runs writes there: its folders are finished runs' records, kept as archived
+        where = "is the archive" if kept == target and given is None else "is inside the archive"
+        raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records as archive_runs"
+                               " copied them; valid: a folder outside every archive")
     sweep = _first(target.parents, lambda p: entry_exists(p / "multirun.yaml")) if archive else None
     if sweep is not None:
         raise DestinationError(f"{what}={typed!r} is inside the sweep dir {sweep}, whose tables would count the"

@@ -682,6 +682,35 @@ def test_a_data_root_never_lies_in_a_sweep_dir_or_an_archive(tmp_path: Path) -> 
     check_destination(sweep / "tables", "--out")
 
 
+def test_nothing_but_archive_runs_writes_inside_an_archive(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 18, t50, t52, t56: an export, plot_rpe's plots and make_tables' tables were written into an archived
+    sweep's folder (reached directly or through a link) beside its runs' records. Only archive_runs writes there;
+    beside the archive is fine."""
+    import torch
+
+    from scripts import make_tables
+    from storage.destinations import save_export
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    archive = tmp_path / "arch"
+    from scripts import archive_runs
+
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    kept = archive / sweep.name
+    before = sorted(p.relative_to(archive) for p in archive.rglob("*"))
+    (tmp_path / "lnk").symlink_to(archive, target_is_directory=True)
+    for given in (kept / "tab", tmp_path / "lnk" / sweep.name / "plots" / "tab"):
+        assert make_tables.main([str(sweep), "--out", str(given)]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"error: --out={str(given)!r} is inside the archive {kept}, which keeps finished runs'"
+                               " records as archive_runs copied them; valid: a folder outside every archive"), line
+        with pytest.raises(ValueError, match=rf"^export path='{given}.pth' is inside the archive {kept},"):
+            save_export({"w": torch.zeros(1)}, f"{given}.pth", "export", ValueError)
+    assert sorted(p.relative_to(archive) for p in archive.rglob("*")) == before
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0  # archiving again still writes there
+    assert make_tables.main([str(sweep), "--out", str(tmp_path / "arch" / "tab")]) == 0  # beside it: fine
+
+
 def test_train_refuses_generating_its_data_in_a_sweep_dir_before_any_write(tmp_path: Path, capsys, monkeypatch) -> None:
     """Probe 16, p30: the command line's check, before the data, its lock or the run dir are made."""
     from tests.test_cli_input import _refused_by_the_command_line
