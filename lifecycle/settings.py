@@ -601,14 +601,34 @@ def _set_variable(raw: Any) -> str | None:
     return found.group(1) if found and found.group(1) in os.environ else None
 
 
+def _unset_with_default(raw: Any) -> str | None:
+    """NAME of a raw config value ``${oc.env:NAME,default}`` whose variable is not set (OmegaConf then gives the
+    default as a string, as it gives a set variable's text), else None."""
+    found = _ENV_VALUE.fullmatch(str(raw)) if isinstance(raw, str) else None
+    return found.group(1) if found and found.group(2) and found.group(1) not in os.environ else None
+
+
+def _raw_value(cfg: DictConfig, key: str) -> Any:
+    """The unresolved value of ``key`` in ``cfg`` (its interpolation's text), or None."""
+    parent_key, _, leaf = key.rpartition(".")
+    try:
+        parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
+        if not isinstance(parent, DictConfig) or leaf not in parent:
+            return None
+        return parent._get_node(leaf)._value()
+    except (OmegaConfBaseException, AttributeError):
+        return None
+
+
 def _environment_keys(cfg: DictConfig) -> Iterator[str]:
-    """The dotted keys of ``cfg`` (Hydra's node aside) whose value is a set environment variable (`env_source`)."""
+    """The dotted keys of ``cfg`` (Hydra's node aside) whose value is an environment variable's text: a set
+    variable (`env_source`), or the default of an unset one."""
     def walk(node: Any, prefix: str) -> Iterator[str]:
         for key, value in node.items():
             path = f"{prefix}.{key}" if prefix else str(key)
             if isinstance(value, dict) and not (not prefix and path in SKIPPED):
                 yield from walk(value, path)
-            elif _set_variable(value) is not None:
+            elif _set_variable(value) is not None or _unset_with_default(value) is not None:
                 yield path
 
     yield from walk(OmegaConf.to_container(cfg, resolve=False), "")
@@ -808,6 +828,14 @@ def _named_by_environment(cfg: DictConfig, err: SettingError) -> SettingError:
     key = getattr(err, "key", None)
     name = env_source(cfg, key) if key else None
     message = str(err)
+    unset = _unset_with_default(_raw_value(cfg, key)) if key and name is None else None
+    if unset is not None and message.startswith(f"{key}="):  # the default's text, given as a string
+        raw = _raw_value(cfg, key)
+        problem = message[len(key) + 1:].replace(" must be ", " must spell ", 1)
+        renamed = type(err)(f"{key}={raw}: {unset} is not set, and its default {problem}; valid: set {unset}, or a"
+                            " default that spells a valid value")
+        renamed.key = key
+        return renamed
     if name is None or not message.startswith(f"{key}="):
         return err
     setting, problem = setting_for(key), message[len(key) + 1:]

@@ -1040,6 +1040,17 @@ def test_an_environment_variable_is_the_value_it_spells(tmp_path: Path, monkeypa
     message = _refused_before_the_run_dir([*from_env, f"paths.data_dir={tmp_path / 'data'}"], tmp_path / "refused")
     assert message == ("environment variable RPE_TEST_LR='fast' must spell a number > 0; model.optimizer.lr reads it:"
                        " set RPE_TEST_LR to a valid value, or unset it for the config's default"), message
+    # probe 18, s95: an unset variable's default is a string too ('3'), and was refused as "seed='3' must be an
+    # integer" without naming the variable; it is the value it spells, as a set variable's text is
+    monkeypatch.delenv("RPE_TEST_SEED", raising=False)
+    defaulted = compose_config(["seed=${oc.env:RPE_TEST_SEED,3}"], tmp_path / "out", tmp_path / "data")
+    check_settings(defaulted, "train")
+    assert type(defaulted.seed) is int and defaulted.seed == 3
+    message = _refused_before_the_run_dir(["seed=${oc.env:RPE_TEST_SEED,abc}", f"paths.data_dir={tmp_path / 'data'}"],
+                                          tmp_path / "refused2")
+    assert message == ("seed=${oc.env:RPE_TEST_SEED,abc}: RPE_TEST_SEED is not set, and its default 'abc' must spell"
+                       " an integer >= 0 and <= 4294967295; valid: set RPE_TEST_SEED, or a default that spells a valid"
+                       " value"), message
 
 
 def _hand_root(folder: Path, change: str) -> Path:
