@@ -41,7 +41,7 @@ from torchvision.transforms import v2
 
 from data.bounded_json import too_many_digits
 from data.datamodule import evaluation_order, make_loader, trainer_world
-from data.errors import DataConfigError, absent_folder, data_root_path, image_size, load_rgb_image
+from data.errors import DataConfigError, absent_folder, data_root_path, image_size, load_rgb_image, not_regular
 from data.generation import check_generated, ensure_generated, training_twin
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -428,9 +428,17 @@ class CocoDetectionDataset(CocoDetection):
                 f"{self.ann_file}: image id {image.get('id')!r} has file_name {name!r}, which points outside the "
                 f"image folder {self.root}; file names must be relative paths inside it (no absolute path, no '..')"
             )
-        if not os.path.isfile(os.path.join(self.root, name)):  # found now, not when a batch first needs it
-            raise DataConfigError(f"{self.ann_file}: image id {image.get('id')!r} names {name!r}, which is not a file"
-                                  f" in {self.root}")
+        path = os.path.join(self.root, name)
+        if not os.path.isfile(path):  # found now, not when a batch first needs it
+            try:
+                os.stat(path)
+                why = f"which is not a regular file in {self.root} (it is {not_regular(path) or 'a folder'})"
+            except PermissionError:  # the file may be there: a folder on its way may not be searched
+                why = (f"which cannot be reached in {self.root} (permission denied); valid: make the images"
+                       f" readable (chmod -R u+rX {self.root})")
+            except OSError:
+                why = f"which is not a file in {self.root}"
+            raise DataConfigError(f"{self.ann_file}: image id {image.get('id')!r} names {name!r}, {why}")
 
     def _check_image_sizes(self, images: list[dict]) -> None:
         """Each image file's size (read from its header) is the width and height the file records for it.

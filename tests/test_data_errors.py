@@ -178,6 +178,28 @@ def _damage(path: Path, how: str) -> None:
         path.unlink()
 
 
+def test_a_coco_image_folder_that_cannot_be_searched_is_named_so(tmp_path: Path) -> None:
+    """Probe 18, t69: a mode-000 ``val2017/`` had its images named as missing ("which is not a file")."""
+    from tests.helpers import file_modes_hold
+
+    _write_coco(tmp_path, GOOD)
+    folder = tmp_path / "val2017"
+    folder.chmod(0)
+    try:
+        with file_modes_hold(), pytest.raises(DataConfigError) as err:
+            _dataset(tmp_path)
+    finally:
+        folder.chmod(0o755)
+    assert _one_line(err).endswith(f"names 'a.png', which cannot be reached in {folder} (permission denied); valid:"
+                                   f" make the images readable (chmod -R u+rX {folder})"), _one_line(err)
+    (folder / "a.png").unlink()
+    os.mkfifo(folder / "a.png")
+    with pytest.raises(DataConfigError) as err:
+        _dataset(tmp_path)
+    assert _one_line(err).endswith(f"names 'a.png', which is not a regular file in {folder} (it is a FIFO (named"
+                                   " pipe))"), _one_line(err)
+
+
 @pytest.mark.parametrize("how", ["truncated", "not_an_image", "missing"])
 def test_unreadable_coco_image_names_the_file(tmp_path: Path, how: str) -> None:
     _write_coco(tmp_path, GOOD)
