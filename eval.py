@@ -7,7 +7,9 @@ eval.py only reads: it never generates or writes a dataset (a run's generated da
 at its ``data.root``, complete and unchanged; ``data_root=<folder>`` points at existing data elsewhere) and
 writes no file, the run dir's ``metrics.json`` included, except a test set's result (below). A checkpoint that does
 not fit the run's model, non-finite weights or a non-finite metric end in one ``error:`` line (exit 2),
-never in a printed result.
+never in a printed result. A profiler given as an object (``trainer.profiler={_target_: ..., dirpath: ...,
+filename: ...}``) writes its report into a folder outside every run dir, data root, sweep dir and archive
+(`lifecycle.settings.check_profiler_files`); ``trainer.profiler=simple`` prints it.
 
 ``python eval.py experiment=detr_r50_rpe20_150ep model.weights=<file> data.root=<coco>`` instead evaluates
 a DETR / DETR-iRPE checkpoint in the reference layout (`models.detr.reference`) with that experiment's

@@ -744,8 +744,8 @@ def check_settings(cfg: DictConfig, config_name: str | None = None) -> None:
     _check_root_keys(cfg, config_name)
     _check_output_dir_setting(cfg)
     _check_checkpoint_callbacks(cfg)
-    _check_profiler_files(cfg)
-    _check_trainer_built_by_job(cfg)
+    check_profiler_files(cfg, config_name)
+    _check_trainer_built_by_job(cfg, config_name)
     _check_sweeper_direction(cfg)
     _check_logger_folders(cfg)
     _check_head_widths(cfg)
@@ -921,31 +921,94 @@ TRAINER_BUILT_BY_JOB = {"callbacks": "+callbacks.<name>={_target_: ...} (the cal
                         "plugins": "leave it out (the job's checkpoint writes are atomic through its own plugin)"}
 
 
-def _check_trainer_built_by_job(cfg: DictConfig) -> None:
-    """Refuse ``trainer.callbacks``, ``trainer.logger`` and ``trainer.plugins`` (`TRAINER_BUILT_BY_JOB`) in one line."""
+def _is_eval(cfg: DictConfig, config_name: str | None) -> bool:
+    """``cfg`` is eval.py's config (eval.py's command line, or scripts/evaluate_testsets.py's evaluations)."""
+    return config_name == "eval" or (config_name is None and cfg.get("task_name") == "eval")
+
+
+# eval.py builds its Trainer with none of a config's callbacks, loggers or plugins (`lifecycle.job.build_trainer`)
+EVAL_TRAINER_BUILT = "leave it out (eval.py builds the Trainer's callbacks, loggers and plugins itself)"
+
+
+def _check_trainer_built_by_job(cfg: DictConfig, config_name: str | None = None) -> None:
+    """Refuse ``trainer.callbacks``, ``trainer.logger`` and ``trainer.plugins`` (`TRAINER_BUILT_BY_JOB`) in one line:
+    train.py's and eval.py's (and scripts/evaluate_testsets.py's) Trainer alike, each with its own valid choices."""
     trainer = cfg.get("trainer")
     if not isinstance(trainer, DictConfig):
         return
     for key, valid in TRAINER_BUILT_BY_JOB.items():
         if key in trainer:
             raise SettingError(f"trainer.{key} is not a setting: the job builds the Trainer's {key} itself and would"
-                               f" drop this value without a word; valid: {valid}")
+                               " drop this value without a word; valid:"
+                               f" {EVAL_TRAINER_BUILT if _is_eval(cfg, config_name) else valid}")
 
 
-def _check_profiler_files(cfg: DictConfig) -> None:
+# Where eval.py (and scripts/evaluate_testsets.py) may write a profiler's report: they only read runs and data, and
+# write into a run only its test-set result (testsets/), so a report has a folder of its own
+EVAL_PROFILER_FOLDERS = ("a folder outside every run dir, data root, sweep dir and archive (e.g."
+                         " trainer.profiler.dirpath=profiles), or trainer.profiler=simple (its report printed)")
+
+
+def check_profiler_files(cfg: DictConfig, config_name: str | None = None) -> None:
     """A profiler given as an object (``trainer.profiler={_target_: ..., dirpath: ..., filename: ...}``) writes
-    ``<dirpath>/<stage>-<filename>.txt``: its folder lies inside the run's dir and its file name is a name, not a
-    path (one with a ``/`` or ``..`` would lead out of the folder)."""
+    ``<dirpath>/<stage>-<filename>.txt``: its file name is a name, not a path (one with a ``/`` or ``..`` would
+    lead out of the folder), and its folder lies inside the run's dir for train.py; for eval.py's config
+    (``config_name`` ``eval``: eval.py, scripts/evaluate_testsets.py) outside every run dir, data root, sweep dir
+    and archive (`_check_eval_profiler_folder`)."""
+    eval_config = _is_eval(cfg, config_name)
     profiler = OmegaConf.select(cfg, "trainer.profiler", default=None, throw_on_resolution_failure=False)
+    if eval_config and profiler == "pytorch":  # by name: its traces go to the Trainer's log dir
+        _check_eval_profiler_folder(cfg, "trainer.default_root_dir")
     if not isinstance(profiler, DictConfig):
-        return  # null, or a name ("simple"): Lightning writes its report into the run's log dir
+        return  # null, or a name ("simple" prints its report; train.py's log dir is the run's)
     filename = OmegaConf.select(profiler, "filename", default=None, throw_on_resolution_failure=False)
     if filename is not None and (os.sep in str(filename) or str(filename) in (".", "..")):
         raise SettingError(f"trainer.profiler.filename={filename} is a path, not a file name: the report would"
                            " land outside the profiler's folder; valid: a name without '/', e.g."
                            " trainer.profiler.filename=profile")
-    if profiler.get("dirpath") is not None:
+    if eval_config:  # without a dirpath a profiler writes into the Trainer's log dir (eval.py has no logger)
+        _check_eval_profiler_folder(cfg, "trainer.profiler.dirpath" if profiler.get("dirpath") is not None
+                                    else "trainer.default_root_dir")
+    elif profiler.get("dirpath") is not None:
         _check_inside_run_dir(cfg, "profiler", "trainer.profiler", "a profiler")
+
+
+def _check_eval_profiler_folder(cfg: DictConfig, key: str) -> None:
+    """The folder ``key`` names, where eval.py's profiler writes, lies outside every run dir (the evaluated run's
+    too), data root (``data_root=``, the test set's ``data.root``, any folder laid out as data), sweep dir and
+    archive, judged on its real path by `storage.destinations.check_destination`."""
+    from storage.destinations import DestinationError, check_destination, is_archive, real, sweep_dir_of
+
+    node, _, leaf = key.rpartition(".")
+    given = OmegaConf.select(cfg, node, throw_on_resolution_failure=False)
+    text = OmegaConf.to_container(given, resolve=False).get(leaf) if isinstance(given, DictConfig) else None
+    try:
+        folder = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+    except OmegaConfBaseException:
+        return  # it reads a value set only when the job runs (${hydra:...}): the other checks name such a value
+    if folder is None or not str(folder).strip():
+        return  # no folder: Lightning's default, the working dir
+    roots = [OmegaConf.select(cfg, k, default=None, throw_on_resolution_failure=False)
+             for k in ("data_root", "testset.data.root", "data.root")]
+    path = job_path(cfg, folder)
+    why = " (trainer.profiler.dirpath is null: the profiler writes into the Trainer's log dir)" \
+        if key == "trainer.default_root_dir" else ""
+    try:
+        check_destination(path, key, data_roots=[r for r in roots if isinstance(r, str)],
+                          given=None if str(text) == path else str(text))
+        target = real(path)
+        sweep = sweep_dir_of(target)
+        if sweep is not None:
+            raise DestinationError(f"{key}={str(text)!r} is inside the sweep dir {sweep}, whose folders are its"
+                                   " jobs'")
+        archive = next((p for p in (target, *target.parents) if is_archive(p)), None)
+        if archive is not None:
+            raise DestinationError(f"{key}={str(text)!r} is inside the archive {archive}, which keeps finished runs'"
+                                   " records")
+    except DestinationError as err:
+        refused = str(err).split("; valid:", 1)[0]
+        raise SettingError(f"{refused}{why}: an evaluation writes no file into a run but its test-set result, and"
+                           f" none into data; valid: {EVAL_PROFILER_FOLDERS}") from None
 
 
 def _check_checkpoint_callbacks(cfg: DictConfig) -> None:

@@ -848,3 +848,34 @@ def test_the_tables_title_keeps_each_path_whole(capsys: pytest.CaptureFixture) -
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == title
     assert any("val/top1" in line for line in lines[1:]) and any("12.50" in line for line in lines[1:])
+
+
+def test_a_profilers_files_go_outside_every_run_and_data_root(tmp_path: Path) -> None:
+    """Probe 18, s89/s91: ``eval.py ckpt_path=runs/d2/... trainer.profiler={_target_: SimpleProfiler, dirpath:
+    runs/d1, filename: ev}`` wrote ``test-ev.txt`` into another run (d1), or into the test set's data root: the
+    command line's check judged the folder against eval.py's working dir, not against the runs and data."""
+    from lifecycle.cli import check_overrides
+    from lifecycle.settings import SettingError
+
+    other = tmp_path / "runs" / "d1"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "run.json").write_text('{"state": "finished"}')
+    data = tmp_path / "data"
+    ckpt = f"ckpt_path={tmp_path / 'runs' / 'd2' / 'checkpoints' / 'best.ckpt'}"
+
+    def profiler(folder: Path) -> str:
+        return f"trainer.profiler={{_target_:lightning.pytorch.profilers.SimpleProfiler,dirpath:{folder},filename:ev}}"
+
+    for folder, where in ((other, f"is the run dir {other}, whose files are that run's"),
+                          (data / "x", f"is inside the data root {data}, where a new folder")):
+        with pytest.raises(SettingError) as err:
+            check_overrides([ckpt, f"data_root={data}", profiler(folder)], "eval")
+        assert str(err.value).startswith(f"trainer.profiler.dirpath={str(folder)!r} {where}"), err.value
+        assert "; valid: a folder outside every run dir, data root, sweep dir and archive" in str(err.value)
+        assert "\n" not in str(err.value)
+    # a folder of its own, and a profiler by name (it prints), are evaluation settings
+    check_overrides([ckpt, profiler(tmp_path / "profiles")], "eval")
+    check_overrides([ckpt, "trainer.profiler=simple"], "eval")
+    with pytest.raises(SettingError, match=r"^trainer.logger is not a setting: .* valid: leave it out \(eval.py"):
+        check_overrides([ckpt, "+trainer.logger=false"], "eval")  # no +logger group to point at: eval.py has none
+    assert sorted(p.name for p in other.iterdir()) == ["checkpoints", "run.json"] and not data.exists()

@@ -477,3 +477,24 @@ def test_another_precision_or_other_data_for_a_run_own_data_test_set_is_refused_
         assert {k: again[k] for k in ("data_root", "data_sha256", "precision")} == \
             {k: record[k] for k in ("data_root", "data_sha256", "precision")}
         assert collect.load_run(sweep / RUN).metrics["val_at_48@interpolate/val/top1"] == record["metrics"]["val/top1"]
+
+
+def test_a_profiler_that_would_write_into_a_run_or_the_test_sets_data_is_refused_before_anything(
+        tmp_path: Path, capsys) -> None:
+    """Probe 18, s90/s91: ``--set trainer.profiler={..., dirpath: <another run>}`` (or a folder inside the test
+    set's data root) wrote the profiler's report there while the runs were evaluated."""
+    other = tmp_path / "s81"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "run.json").write_text('{"state": "finished"}')
+    data = tmp_path / "data"
+    root = data / "testsets" / "relational_right_v2"
+    for folder, where in ((other, f"is the run dir {other}"), (root / "p", f"is inside the data root {root}")):
+        profiler = f"trainer.profiler={{_target_:lightning.pytorch.profilers.SimpleProfiler,dirpath:{folder}," \
+                   "filename:et}"
+        assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_right", "--set",
+                                       f"paths.data_dir={data}", profiler]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"error: trainer.profiler.dirpath={str(folder)!r} {where}"), err
+        assert "valid: a folder outside every run dir, data root, sweep dir and archive" in err and \
+            err.count("\n") == 1
+    assert sorted(p.name for p in other.iterdir()) == ["checkpoints", "run.json"] and not data.exists()
