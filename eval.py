@@ -54,7 +54,7 @@ from typing import Any  # noqa: E402
 
 import hydra  # noqa: E402
 import torch  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from lifecycle.cli import cli  # noqa: E402
@@ -560,7 +560,8 @@ def main(cfg: DictConfig) -> None:
         try:
             decode_environment_values(cfg)  # batch_size=${oc.env:...} is the number it spells, as the check took it
             if cfg.ckpt_path is not None:
-                check_run_eval_overrides(list(HydraConfig.get().overrides.task))
+                # as typed: reading the list resolves each override's text as an interpolation
+                check_run_eval_overrides(list(OmegaConf.to_container(HydraConfig.get().overrides.task)))
             metrics = evaluate(cfg, written, notes)
         except user_error_types() as err:
             report_user_error(err)

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from lifecycle.command import SweepDirBefore, command_scope, current
@@ -1516,6 +1516,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         HydraConfig.instance().set_config(cfg)
         sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
         current().sweeping = current().sweeping or sweeping
+        refuse_unresolvable_overrides(cfg, _first_of_sweeps(overrides), config_name)
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
             if config_name == "train":
@@ -1899,6 +1900,55 @@ def refuse_unset_variables(cfg: DictConfig, overrides: list[str]) -> None:
     for name in _ENV_WITHOUT_DEFAULT.findall(text):
         if name not in os.environ:
             raise CommandLineError(missing_env_line(f"Environment variable '{name}' not found", overrides, job))
+
+
+# ${hydra:<key>} in a value: Hydra's resolver selects <key> of its node, and gives null where it is absent
+_HYDRA_READ = re.compile(r"\$\{\s*hydra\s*:\s*([^${}\s]+)\s*\}")
+# keys of Hydra's node a value may read, for the line naming a missing one
+HYDRA_READ_EXAMPLES = ("runtime.output_dir", "job.name", "job.override_dirname", "job.num", "run.dir", "sweep.dir",
+                       "sweep.subdir", "runtime.choices.<group>")
+
+
+def _hydra_key_exists(hydra: Any, key: str) -> bool:
+    """Whether dotted ``key`` is a key of ``hydra`` (the composed ``hydra`` node), whatever its value (null
+    included: ``job.num`` outside a sweep), resolving no value on the way."""
+    node = hydra
+    for part in key.split("."):
+        if not isinstance(node, (DictConfig, ListConfig)) or node._is_none():
+            return False
+        if node._is_interpolation():
+            return True  # a node that reads another: what lies below it is judged where it is read
+        if isinstance(node, DictConfig) and part in node.keys():  # `in node` is False for a ??? value (job.num)
+            node = node._get_node(part)
+        elif isinstance(node, ListConfig) and part.isdigit() and int(part) < len(node):
+            node = node._get_node(int(part))
+        else:
+            return False
+    return True
+
+
+def refuse_unresolvable_overrides(cfg: DictConfig, overrides: list[str], config_name: str) -> None:
+    """Each override whose value interpolates (``key=${...}``): a ``${hydra:<key>}`` whose key is not one of Hydra's
+    node (Hydra's resolver gives null for it, so a typo ran with the key's null silently), and a resolver's error
+    (``batch_size=${oc.decode:"[1,"}``), each one line naming the override, before any dir is made. Errors that
+    only the running job can resolve (Hydra's runtime values) are left to it."""
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if not sep or "${" not in value or "/" in key or key.startswith("hydra/"):
+            continue
+        for read in _HYDRA_READ.findall(value):
+            if not _hydra_key_exists(cfg.get("hydra"), read):
+                examples = ", ".join(f"hydra:{example}" for example in HYDRA_READ_EXAMPLES)
+                raise CommandLineError(f"{override} reads ${{hydra:{read}}}, and {read} is not a key of Hydra's config"
+                                       " (its hydra: resolver would give null for it, silently); valid: a key of"
+                                       f" Hydra's config, e.g. {examples}, or {key}=<value>")
+        if key.startswith("hydra."):
+            continue  # Hydra resolves its own node as it runs
+        try:
+            OmegaConf.select(cfg, key, throw_on_missing=False)
+        except OmegaConfBaseException as err:
+            if resolver_error_line(root_cause(err), overrides, cfg) is not None:
+                raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
 
 
 def _refuse_eval_output_dirs(argv: list[str]) -> None:
@@ -2430,6 +2480,7 @@ def compose_checked(config_name: str, overrides: list[str], devices: bool = True
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=normalize_overrides(overrides), return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)
+        refuse_unresolvable_overrides(cfg, normalize_overrides(overrides), config_name)
         check_settings(cfg, config_name)
         if config_name == "eval" and devices:
             check_devices(cfg)

@@ -162,6 +162,11 @@ def resolver_error_line(err: BaseException, overrides: list[str], cfg: DictConfi
     form = _RESOLVER_FORMS.get(name, f"${{{name}:...}} with the arguments {name} takes" if name else "")
     form = form.format(args=plain or "<value>")
     resolver = f"resolver {name} got {args.strip()!r}: " if name else ""
+    if message.startswith("GrammarParseError") and name:  # the resolver parses its text as a value: not one
+        itself = f"{key}=<value>" if key else "the value itself"
+        resolver = f"resolver {name} got {args.strip()!r}, which it parses as a value, and that text is none: "
+        form = (f"${{{name}:'<value>'}} whose text is a whole value, its brackets, braces and quotes closed (e.g."
+                f" ${{{name}:'[1, 2]'}})")
     return f"{where}{reader} cannot be resolved: {resolver}{why}; valid: {itself}" + (f", or {form}" if form else "")
 
 

@@ -113,6 +113,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="paths.data_dir=... or testset.data.<key>=... overrides")
     args = parser.parse_args(argv)
+    from lifecycle.signals import exit_when_interrupted
+
+    in_progress: list[str] = []  # the test set being generated, while it is
+    made: list[str] = []  # the test sets whose data is complete
+
+    def outcome() -> str:
+        """What a stop signal (SIGINT, SIGTERM, SIGHUP, ...) left: the generation in progress removes its
+        temporary folder as the signal unwinds it, so no half-made data stays at its root."""
+        done = f"{', '.join(made)} complete; " if made else ""
+        if not in_progress:
+            return f"{done}no data was being generated: run the same command again"
+        return (f"{done}nothing of {in_progress[-1]} is complete (its temporary folder was removed, its root left as"
+                " it was): run the same command again")
+
+    # from the checks on: a signal before any generation is the same one line and exit code as one during it
+    with exit_when_interrupted("generate_testsets.py", outcome):
+        return _checked_and_generated(args, in_progress, made)
+
+
+def _checked_and_generated(args: argparse.Namespace, in_progress: list[str], made: list[str]) -> int:
+    """`main`'s work: every check in one line (exit 2) before any data is made, then each test set's data
+    (``in_progress`` holds the one being made, ``made`` gets each one complete)."""
     try:
         from lifecycle.testsets import testset_names
 
@@ -141,15 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     problems = 0
     for name in names:
+        in_progress.append(name)
         try:
             say(f"{name}: {generate(name, args.set)}")
+            made.append(name)
         except user_error_types() as err:
             say(f"error: {name}: {one_line(err)}", stream=sys.stderr)
             problems += 1
-        except KeyboardInterrupt:
-            say(f"error: interrupted while generating {name}; nothing half-made was left at its root (generation"
-                " writes a temporary folder first): run the same command again", stream=sys.stderr)
-            return 130
+        in_progress.pop()
     return 1 if problems else 0
 
 

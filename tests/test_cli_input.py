@@ -171,21 +171,35 @@ def test_swin_grid_rule_against_hand_worked_sizes() -> None:
                                             " NOPE_P39_UNSET=...), give a default"),
     # OmegaConf's "Interpolation key 'nokey' not found" named neither the setting nor the fix
     (["run_name=${nokey}"], "run_name=${nokey} reads ${nokey}, which is not a key of the config; valid: a key"),
-    # probe 18, q57: a resolver's error named data.generator.img_size (which reads the value), not the override
-    (["data.img_size=${oc.decode:48}"], "data.img_size=${oc.decode:48} (data.generator.img_size reads it) cannot be"
+    # probe 18, q57: a resolver's error named data.generator.img_size (which reads the value), not the override;
+    # the check resolves each override's own key first (s58), so the override is named at its own key
+    (["data.img_size=${oc.decode:48}"], "data.img_size=${oc.decode:48} cannot be"
                                         " resolved: resolver oc.decode got '48': `oc.decode` can only take strings"
                                         " or None as input, but `48` is of type int; valid: data.img_size=48, or"
                                         " ${oc.decode:'48'}"),
-    (["data.img_size=${oc.select:}"], "data.img_size=${oc.select:} (data.generator.img_size reads it) cannot be"
+    (["data.img_size=${oc.select:}"], "data.img_size=${oc.select:} cannot be"
                                       " resolved: resolver oc.select got '': select() missing 1 required positional"
                                       " argument: 'key'; valid: data.img_size=<value>, or ${oc.select:<key>,"),
     (["run_name=${job_dirname:1,2}"], "run_name=${job_dirname:1,2} cannot be resolved: resolver job_dirname got"
                                       " '1,2': job_dirname() takes 1 positional argument but 2 were given; valid:"
                                       " run_name=<value>, or ${job_dirname:${hydra:job.override_dirname}}"),
-    (["data.img_size=${oc.nope:48}"], "data.img_size=${oc.nope:48} (data.generator.img_size reads it) calls"
+    (["data.img_size=${oc.nope:48}"], "data.img_size=${oc.nope:48} calls"
                                       " resolver oc.nope, which does not exist; valid: one of hydra, job_dirname,"),
+    # probe 18, s58: a resolver's argument that is no value of the grammar named no key ("a config value") and
+    # asked to quote a value already quoted; seed= was not resolved by the check at all (the job failed later)
+    (['run_name=${oc.decode:"[1,"}'], "run_name=${oc.decode:\"[1,\"} cannot be resolved: resolver oc.decode got"
+                                      " '\"[1,\"', which it parses as a value, and that text is none: missing"
+                                      " BRACKET_CLOSE at '<EOF>'; valid: run_name=<value>, or ${oc.decode:'<value>'}"
+                                      " whose text is a whole value, its brackets, braces and quotes closed"),
+    (['seed=${oc.decode:"[1,"}'], "seed=${oc.decode:\"[1,\"} cannot be resolved: resolver oc.decode got '\"[1,\"',"
+                                  " which it parses as a value, and that text is none: missing BRACKET_CLOSE at"),
+    # probe 18, s61: Hydra's resolver gives null for a key its node lacks: a typo trained with the preset's default
+    (["rpe.ratio=${hydra:nope.deeper}"], "rpe.ratio=${hydra:nope.deeper} reads ${hydra:nope.deeper}, and nope.deeper"
+                                         " is not a key of Hydra's config (its hydra: resolver would give null for"
+                                         " it, silently); valid: a key of Hydra's config, e.g."
+                                         " hydra:runtime.output_dir, hydra:job.name,"),
 ], ids=["delete_null", "mixup_null", "unquoted", "missing_env", "missing_key", "resolver_type", "resolver_args",
-        "project_resolver", "unknown_resolver"])
+        "project_resolver", "unknown_resolver", "resolver_grammar", "resolver_grammar_unread", "hydra_missing_key"])
 def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_path: Path) -> None:
     """In-process, the check train.py's command line makes before Hydra (one line naming the fix)."""
     from lifecycle.cli import check_overrides
@@ -194,6 +208,30 @@ def test_override_mistakes_say_what_to_do(args: list[str], expected: str, tmp_pa
     with pytest.raises(CommandLineError) as err:
         check_overrides([*args, f"paths.log_dir={tmp_path}"], "train")
     assert expected in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_resolver_error_or_missing_hydra_key_is_named_in_each_composing_command(tmp_path: Path) -> None:
+    """Probe 18, s58/s61: eval.py read its overrides list, which resolved each override's text, so a resolver's
+    error was "a config value cannot be resolved" (no key), and ``${hydra:<no key>}`` was null silently. eval.py's
+    check and the scripts' ``--set`` (`compose_checked`) name the override as train.py's does; Hydra's keys whose
+    value is null or unset until a job runs (``job.num``) are keys, never refused."""
+    from lifecycle.cli import check_overrides, compose_checked
+    from lifecycle.console import CommandLineError
+
+    ckpt = f"ckpt_path={tmp_path / 'run' / 'checkpoints' / 'best.ckpt'}"
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([ckpt, 'batch_size=${oc.decode:"[1,"}'], "eval", make=False)
+    assert str(err.value).startswith("batch_size=${oc.decode:\"[1,\"} cannot be resolved: resolver oc.decode got")
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([ckpt, "batch_size=${hydra:nope.deeper}"], "eval", make=False)
+    assert str(err.value).startswith("batch_size=${hydra:nope.deeper} reads ${hydra:nope.deeper}, and nope.deeper is"
+                                     " not a key of Hydra's config")
+    with pytest.raises(CommandLineError) as err:  # generate_testsets / evaluate_testsets --set
+        compose_checked("eval", ["testset=relational_right", f"paths.data_dir={tmp_path}/${{hydra:job.nope}}"],
+                        devices=False)
+    assert str(err.value).startswith(f"paths.data_dir={tmp_path}/${{hydra:job.nope}} reads ${{hydra:job.nope}}")
+    for read in ("job.num", "job.name", "runtime.choices.model"):  # keys of Hydra's config: accepted
+        check_overrides([f"run_name=x${{hydra:{read}}}", f"paths.log_dir={tmp_path}"], "train", make=False)
 
 
 @pytest.mark.parametrize("value", ["null", "''", "' '"], ids=["null", "empty", "blank"])

@@ -6,8 +6,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -889,6 +894,51 @@ def test_detr_run_on_the_larger_shapes_canvas(tmp_path: Path) -> None:
     assert len(sizes) == 4 and all(192 <= s <= 256 for hw in sizes for s in hw)
     with pytest.raises(ModelConfigError, match="DETR computes its position encodings for each input"):
         _eval(run, data, "shapes_coco_canvas256", "ape=extend", "testset.data.generator.num_val=4")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_signal_while_generating_a_testset_is_one_line(signum: int, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Probe 18, t19: SIGHUP (or SIGTERM) while generate_testsets made a test set's images ended it with rc 129 and
+    no line. Now one line naming the test set that is not complete, exit 128 + signum, the handlers back after."""
+    from scripts import generate_testsets
+
+    def signalled(name: str, extra: list[str]) -> Path:
+        os.kill(os.getpid(), signum)
+        raise AssertionError("the generation went on after the signal")
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(generate_testsets, "generate", signalled)
+    with pytest.raises(SystemExit) as exit_:
+        generate_testsets.main(["relational_left", "--set", f"paths.data_dir={tmp_path}"])
+    assert exit_.value.code == 128 + signum
+    assert capsys.readouterr().err == (f"error: generate_testsets.py interrupted by {signal.Signals(signum).name};"
+                                       " nothing of relational_left is complete (its temporary folder was removed,"
+                                       " its root left as it was): run the same command again\n")
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+@pytest.mark.slow
+def test_sighup_mid_generation_leaves_no_temp_folder(tmp_path: Path) -> None:
+    """Probe 18, t19, as a process: SIGHUP once images are being written; one line, rc 129, and neither the
+    half-made temporary folder nor a root is left."""
+    data = tmp_path / "data"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    process = subprocess.Popen([sys.executable, "scripts/generate_testsets.py", "relational_left", "--set",
+                                f"paths.data_dir={data}", "testset.data.generator.num_val=30000"],
+                               cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and sum(1 for _ in data.rglob("*.png")) < 100:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGHUP)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGHUP, err
+    assert err == ("error: generate_testsets.py interrupted by SIGHUP; nothing of relational_left is complete (its"
+                   " temporary folder was removed, its root left as it was): run the same command again\n")
+    assert not data.exists() or not list(data.rglob("*")), list(data.rglob("*"))[:5]
 
 
 def test_generate_testsets_names_a_setting_given_as_a_name(capsys: pytest.CaptureFixture[str]) -> None:
