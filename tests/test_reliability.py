@@ -360,8 +360,8 @@ def test_an_earlier_versions_save_at_an_epochs_last_batch_is_resumed_at_the_next
     assert saved_at_last_batch(load_checkpoint(run_dir / "checkpoints/last.ckpt"))
     resumed = run_cli("train.py", [*args, *fault], env_extra=ENV)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "saved after epoch 0's last training batch" in resumed.stdout
     assert _epoch_counters(run_dir) == _epoch_counters(reference)
+    assert "saved after epoch 0's last training batch" in resumed.stdout
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 6
     extended = run_cli("train.py", _replacing([*args, *fault], "trainer.max_epochs=3"), env_extra=ENV)
     assert extended.returncode == 0, extended.stderr[-3000:]
