@@ -91,6 +91,75 @@ LENGTH_KEY = "run_length"
 TRAINING_KEY = "run_training"
 
 
+def _fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The fit loop's saved state in a Lightning checkpoint (``None`` where it holds none: weights only)."""
+    state = (checkpoint.get("loops") or {}).get("fit_loop") if isinstance(checkpoint.get("loops"), dict) else None
+    return state if isinstance(state, dict) and isinstance(state.get("epoch_progress"), dict) else None
+
+
+def epoch_counter_problem(checkpoint: dict[str, Any]) -> str | None:
+    """Why the fit loop's epoch counters saved in ``checkpoint`` cannot be resumed from, or ``None``.
+
+    Lightning counts each epoch ready, started, processed (its training done, before ``on_train_epoch_end``)
+    and completed, in that order, so a saved state has ``ready >= started >= processed >= completed`` within
+    one epoch. A resume by an earlier version from a save at an epoch's last batch counted that epoch processed
+    twice (processed past ready): from such a state Lightning runs an epoch without a batch, or stops early, and
+    the epochs it trained are not known from it.
+    """
+    state = _fit_loop_state(checkpoint)
+    total = (state or {}).get("epoch_progress", {}).get("total")
+    if not isinstance(total, dict):
+        return None
+    counts = [total.get(k) for k in ("ready", "started", "processed", "completed")]
+    if not all(isinstance(c, int) for c in counts):
+        return None
+    ready, started, processed, completed = counts
+    if ready >= started >= processed >= completed and ready - completed <= 1:
+        return None
+    return (f"epoch counters that disagree (ready {ready}, started {started}, processed {processed},"
+            f" completed {completed})")
+
+
+def saved_at_last_batch(checkpoint: dict[str, Any]) -> bool:
+    """Whether ``checkpoint`` was saved at the end of an epoch's last training batch, before the epoch's
+    validation and end (what an earlier version's stop signal or ``every_n_train_steps`` save did). Lightning
+    resumes such a save as a finished epoch but leaves the next epoch unstarted in its counters: that epoch is
+    then counted processed without being counted ready, and an extension of the run trains nothing."""
+    state = _fit_loop_state(checkpoint)
+    if state is None:
+        return False
+    epochs = state["epoch_progress"].get("total") or {}
+    batches = state.get("epoch_loop.batch_progress") or {}
+    batch_total = batches.get("total") or {}
+    try:
+        mid_epoch = epochs["ready"] == epochs["started"] == epochs["processed"] + 1 == epochs["completed"] + 1
+        at_batch_end = batch_total["ready"] == batch_total["started"] == batch_total["processed"] == (
+            batch_total["completed"] + 1)
+    except (KeyError, TypeError):
+        return False
+    return bool(mid_epoch and at_batch_end and batches.get("is_last_batch"))
+
+
+def close_last_batch_epoch(checkpoint: dict[str, Any]) -> int:
+    """Rewrite, in place, a checkpoint that `saved_at_last_batch` into the state of the next epoch's start (the
+    epoch's training is done; its validation and end are not run again); returns the epoch it closed."""
+    state = _fit_loop_state(checkpoint)
+    assert state is not None
+    epochs = state["epoch_progress"]
+    closed = int(epochs["total"]["processed"])
+    for tracker in (epochs["total"], epochs["current"]):
+        tracker["processed"] = tracker["completed"] = tracker["ready"]
+    batches = state["epoch_loop.batch_progress"]
+    for tracker in (batches["total"], batches["current"]):
+        tracker["completed"] = tracker["processed"]
+    stepped = state.get("epoch_loop.state_dict")
+    if isinstance(stepped, dict) and isinstance(stepped.get("_batches_that_stepped"), int):
+        # counted after on_train_batch_end, the hook that saved: the step of that batch is not in it yet
+        stepped["_batches_that_stepped"] += 1
+    checkpoint["loader_position"] = [int(epochs["total"]["ready"]), 0]
+    return closed
+
+
 def _signal_noted_elsewhere(signum: int, frame: Any) -> None:
     """Lightning's SIGTERM notifier for a run of several processes: nothing (see `ResumeCheckpoint.setup`)."""
 
@@ -100,7 +169,9 @@ class ResumeCheckpoint(Checkpoint):
 
     Saved at the end of every training epoch (whether or not the monitored metric improved), every
     ``every_n_train_steps`` steps when set, and when a signal stops the run (``stop_signal`` set by a
-    signal handler; the run stops at the next batch boundary). Every checkpoint of the run (also
+    signal handler; the run stops at the next batch boundary, or, after an epoch's last training batch, once
+    that epoch's validation and end are done: Lightning resumes a save at an epoch's last batch as a finished
+    epoch whose validation never ran, and leaves its epoch counters one apart). Every checkpoint of the run (also
     ``best.ckpt``) carries the run's ``identity``, the global RNG states and the training loader's
     position (epoch, batches done); both are restored when training resumes from it.
     """
@@ -116,6 +187,7 @@ class ResumeCheckpoint(Checkpoint):
         self.training: str | None = None  # the training's token (`TRAINING_KEY`), set by train.py
         self.stop_signal: int | None = None
         self._rng_to_restore: dict[str, Any] | None = None
+        self._closed_epoch: int | None = None  # an epoch `close_last_batch_epoch` closed on load
 
     @property
     def path(self) -> str:
@@ -139,6 +211,13 @@ class ResumeCheckpoint(Checkpoint):
         if self._rng_to_restore is not None:
             set_rng_states(self._rng_to_restore)
             self._rng_to_restore = None
+        if self._closed_epoch is not None:
+            # the closed epoch's end, where Lightning steps the schedulers that step once an epoch, never ran
+            for config in trainer.lr_scheduler_configs:
+                if config.interval == "epoch" and not config.reduce_on_plateau and config.frequency and (
+                        self._closed_epoch + 1) % config.frequency == 0:
+                    pl_module.lr_scheduler_step(config.scheduler, None)
+            self._closed_epoch = None
         position = getattr(trainer.datamodule, "resume_position", None)
         if position is not None and position[1] > 0:  # the training loader's sampler did not take it
             sampler = type(getattr(trainer.train_dataloader, "sampler", None)).__name__
@@ -163,14 +242,26 @@ class ResumeCheckpoint(Checkpoint):
             current().signals.received = signum
         return bool(signum)
 
+    @staticmethod
+    def _at_epochs_last_batch(trainer: L.Trainer) -> bool:
+        """Whether the batch that just ended is its epoch's last training batch."""
+        batches = trainer.fit_loop.epoch_loop.batch_progress
+        return bool(batches.is_last_batch) or batches.current.ready >= trainer.num_training_batches
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        # Nothing is saved at an epoch's last batch: the epoch's end saves (and stops) after its validation.
+        # Lightning resumes such a save as a finished epoch without its validation and counts the next epoch
+        # processed but never ready, so an extension of the run believed its added epoch trained.
+        last_batch = self._at_epochs_last_batch(trainer)
         if trainer.world_size > 1:
-            if self._stop_together(trainer):  # every rank raises SIGTERMException at this batch's end (saved in
-                trainer._signal_connector.received_sigterm = True  # on_exception)
-        elif self.stop_signal is not None:
+            # every rank raises SIGTERMException at this batch's end (saved in on_exception), or at the epoch's
+            # end after its last batch: Lightning raises it mid-epoch only while the epoch has batches left
+            if self._stop_together(trainer):
+                trainer._signal_connector.received_sigterm = True
+        elif self.stop_signal is not None and not last_batch:
             self._save(trainer)
             raise RunInterrupted(self.stop_signal)
-        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0 and not last_batch:
             self._save(trainer)
 
     def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
@@ -209,11 +300,25 @@ class ResumeCheckpoint(Checkpoint):
             checkpoint[TRAINING_KEY] = self.training
         checkpoint["rng_states"] = rng_states()
         checkpoint["loader_position"] = list(self.loader_position(trainer))
+        epochs = trainer.fit_loop.epoch_progress.total
+        if epochs.ready == epochs.started == epochs.processed == epochs.completed > 0:
+            # saved between epochs (a stop at an epoch's end): Lightning's ``epoch`` is then the next epoch, while
+            # a checkpoint's epoch is the one it was saved in (0-based), which the run's length is checked against
+            checkpoint["epoch"] = epochs.completed - 1
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         # Restored before the Trainer first builds the training loader (the datamodule hands the
         # position to its sampler, ``data.datamodule.make_loader``); the RNG states once training starts.
         self._rng_to_restore = checkpoint.get("rng_states")
+        if saved_at_last_batch(checkpoint):  # by an earlier version: resumed at the next epoch's start instead
+            from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+            from lifecycle.console import say
+
+            self._closed_epoch = close_last_batch_epoch(checkpoint)
+            if rank_zero_only.rank == 0:
+                say(f"note: the checkpoint was saved after epoch {self._closed_epoch}'s last training batch, before"
+                    " its validation (by an earlier version): resuming at the next epoch; that epoch is not validated")
         if trainer.datamodule is not None and "loader_position" in checkpoint:
             trainer.datamodule.resume_position = tuple(checkpoint["loader_position"])
             # Lightning warns of "unreliable results" on any mid-epoch resume whose loader has no state_dict;

@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from data.errors import DataConfigError
-from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, load_checkpoint
+from lifecycle.checkpoints import IDENTITY_KEY, LENGTH_KEY, RunInterrupted, epoch_counter_problem, load_checkpoint
 from lifecycle.checkpoints import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
 from lifecycle.command import current
 from lifecycle.console import CommandLineError, one_line, report_user_error, root_cause, say, user_error_types
@@ -444,13 +444,15 @@ def _save_config_files(run_dir: Path, cfg: DictConfig) -> None:
 
 # ----------------------------------------------------------------------------- the run dir
 def _checkpoint_facts(path: Path) -> dict[str, Any] | None:
-    """A checkpoint's identity and step (``None`` when unreadable), read without loading its tensors."""
+    """A checkpoint's identity, step and loop-counter problem (`epoch_counter_problem`; ``None`` when the whole
+    checkpoint is unreadable), read without loading its tensors."""
     try:
         saved = load_checkpoint(path, mmap=True)
     except Exception:
         return None
     return {"identity": saved.get(IDENTITY_KEY), "global_step": saved.get("global_step", 0),
-            "epoch": saved.get("epoch", 0), "training": saved.get(CHECKPOINT_TRAINING_KEY)}
+            "epoch": saved.get("epoch", 0), "training": saved.get(CHECKPOINT_TRAINING_KEY),
+            "counters": epoch_counter_problem(saved)}
 
 
 def training_token(resume_from: str | None) -> str:
@@ -602,15 +604,19 @@ def _trained_lengths(earlier: dict[str, Any] | None, length: dict[str, Any], fre
     return known if length in known else [*known, length]
 
 
-def resume_checkpoint(run_dir: Path, identity: str, recorded_length: dict[str, Any] | None = None) -> str | None:
+def resume_checkpoint(run_dir: Path, identity: str, recorded_length: dict[str, Any] | None = None,
+                      warn: bool = True) -> str | None:
     """The checkpoint a rerun continues from: ``last.ckpt``, else ``best.ckpt`` when last is unusable.
 
     Only readable checkpoints of this run's identity that hold training, and lie within the length its
     record names (``recorded_length``: a checkpoint of the same config trained longer is another run's), are
     resume points. A damaged ``last.ckpt`` falls back to ``best.ckpt`` (an earlier but intact state, with a
-    warning); if checkpoints exist and none is usable, raises `ResumeError`: never train from scratch over them.
+    warning, unless ``warn`` is False); if checkpoints exist and none is usable, raises `ResumeError`: never
+    train from scratch over them. A checkpoint whose epoch counters disagree (`epoch_counter_problem`) is no
+    resume point: the epochs it trained are not known, and a resume would record epochs it never trained.
     """
     problems: list[str] = []
+    miscounted = False
     for name in (LAST, BEST):
         path = run_dir / CHECKPOINTS / name
         if not path.is_file():
@@ -628,9 +634,16 @@ def resume_checkpoint(run_dir: Path, identity: str, recorded_length: dict[str, A
         if past is not None:
             problems.append(f"{path} is not this run's: {past} (the length its run.json records)")
             continue
-        if problems:
+        if facts["counters"] is not None:  # resumed, it would train fewer epochs than the run then records
+            problems.append(f"{path} has {facts['counters']}")
+            miscounted = True
+            continue
+        if problems and warn:
             say(f"warning: {'; '.join(problems)}; resuming from {path} instead", stream=sys.stderr)
         return str(path)
+    if miscounted:
+        problems.append("such a checkpoint was saved after a resume by an earlier version that counted an epoch"
+                        " twice: the epochs it trained are not known")
     if problems:
         raise ResumeError(f"cannot resume: {'; '.join(problems)}; move it away to start over, or use a new run_name")
     return None
@@ -755,6 +768,26 @@ def _require_full_length(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> 
         remedy = "train again without what stopped it, under a new run_name"
     raise NoResultError(f"no result: {why} in epoch {epoch} of {max_epochs}, after {global_step} steps, so its"
                         f" weights are not the run's; {remedy}")
+
+
+def _require_trained_epochs(cfg: DictConfig, trainer: L.Trainer) -> None:
+    """A fit that counts more epochs than its optimizer steps can have trained is no result (`NoResultError`),
+    never a record of epochs it did not train: each epoch of ``n`` training batches makes
+    ``ceil(n / accumulate_grad_batches)`` steps (a resumed epoch's skipped batches were stepped before the stop).
+    Checked where this process trained, on a loader of known length, and the fit ended by its epoch count (one
+    ended by ``trainer.max_steps`` may end within an epoch)."""
+    global_step, epochs, batches = trainer.global_step, trainer.current_epoch, trainer.num_training_batches
+    if global_step == 0 or not math.isfinite(batches) or batches < 1:
+        return
+    max_steps = cfg.trainer.get("max_steps", -1)
+    if max_steps not in (None, -1) and global_step >= max_steps:
+        return
+    per_epoch = math.ceil(batches / max(int(trainer.accumulate_grad_batches), 1))
+    if global_step < epochs * per_epoch:
+        raise NoResultError(
+            f"no result: the fit counts {epochs} epochs but made {global_step} optimizer steps, fewer than the"
+            f" {epochs * per_epoch} that {epochs} epochs of {per_epoch} take: its loop state was off, so its record"
+            " would claim epochs it did not train; train it again under a new run_name")
 
 
 def _check_checkpoints_writable(run_dir: Path) -> None:
@@ -923,6 +956,10 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
     finished = earlier is not None and earlier.get("state") == "finished" and earlier.get("length") == length
     if not rank0:  # a DDP worker reads no records: it fits, or only tests, as its parent decided
         finished = os.environ.get(DDP_WORKER_RETEST) == "1"
+    if rank0 and earlier is not None and not finished and cfg.get("resume"):
+        # a rerun with no resume point is refused now, before its record changes: a finished run's extension
+        # refused later would have left its result listed as failed
+        resume_checkpoint(run_dir, identity_id, earlier.get("length"), warn=False)
     if finished and rank0:
         try:
             stored = read_metrics(run_dir, identity_id, length)
@@ -1024,6 +1061,7 @@ def _run(cfg: DictConfig, job: Job, script: Path) -> dict[str, Any]:
         raise RunInterrupted(stop_signals().received)
     if not finished:
         _require_full_length(cfg, trainer, run_dir)
+        _require_trained_epochs(cfg, trainer)
     best, steps = result_checkpoint(run_dir, identity_id, length, job.record.fields.get("lengths") if job.record
                                     else None)
     # The result is the test of best.ckpt, and only that: the last epoch's validation numbers (still in

@@ -97,3 +97,19 @@ class RaiseOnRank(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
             raise RuntimeError(f"injected failure of rank {self.rank}")
+
+
+class SaveAtLastBatchThenKill(L.Callback):
+    """What an earlier version left when stopped after an epoch's last training batch: ``last.ckpt`` saved at
+    that batch's end (before the epoch's validation and end), then the process gone (SIGKILL), after training
+    step ``step``; ``marker`` records that it did."""
+
+    def __init__(self, step: int, marker: str) -> None:
+        self.step, self.marker = step, Path(marker)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if trainer.global_step == self.step and not self.marker.exists():
+            resume = next(c for c in trainer.callbacks if type(c).__name__ == "ResumeCheckpoint")
+            trainer.save_checkpoint(resume.path, weights_only=False)
+            self.marker.write_text("saved")
+            os.kill(os.getpid(), signal.SIGKILL)

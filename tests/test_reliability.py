@@ -311,6 +311,112 @@ def test_kill_9_mid_epoch_then_resume_ends_with_the_uninterrupted_weights(tmp_pa
         assert torch.equal(moments_want["exp_avg_sq"], moments_got["exp_avg_sq"])
 
 
+def _epoch_counters(run_dir: Path) -> dict:
+    """The fit loop's epoch counters in ``run_dir``'s last.ckpt."""
+    saved = torch.load(run_dir / "checkpoints/last.ckpt", map_location="cpu", weights_only=True)
+    return saved["loops"]["fit_loop"]["epoch_progress"]
+
+
+@pytest.mark.slow  # three train.py runs
+def test_a_stop_after_an_epochs_last_batch_resumes_and_extends_like_an_uninterrupted_run(
+        finished_run, tmp_path: Path, data_dir: Path) -> None:
+    """Probe 18, s78: SIGTERM after epoch 0's last batch saved last.ckpt before the epoch's validation; the resume
+    counted the next epoch processed but never ready, and an extension by one epoch then trained nothing while
+    metrics.json claimed it. The stop now waits for the epoch's end: the resumed run ends with the uninterrupted
+    run's counters, and an extension trains exactly its added epoch."""
+    reference, args = finished_run
+    args = _replacing(args, f"paths.log_dir={tmp_path}", "run_name=stopped")
+    stop = _fault(3, tmp_path / "marker", signal.SIGTERM)  # 3 batches an epoch: epoch 0's last
+    first = run_cli("train.py", [*args, *stop], env_extra=ENV)
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    run_dir = tmp_path / "stopped"
+    saved = load_checkpoint(run_dir / "checkpoints/last.ckpt")
+    assert (saved["epoch"], saved["global_step"], saved["loader_position"]) == (0, 3, [1, 0])
+    resumed = run_cli("train.py", [*args, *stop], env_extra=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _epoch_counters(run_dir) == _epoch_counters(reference)
+    extended = run_cli("train.py", _replacing([*args, *stop], "trainer.max_epochs=3"), env_extra=ENV)
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (metrics["epoch"], metrics["global_step"]) == (3, 9)
+    assert load_checkpoint(run_dir / "checkpoints/last.ckpt")["global_step"] == 9
+
+
+@pytest.mark.slow  # three train.py runs
+def test_an_earlier_versions_save_at_an_epochs_last_batch_is_resumed_at_the_next_epoch(
+        finished_run, tmp_path: Path, data_dir: Path) -> None:
+    """Probe 18, s78: a last.ckpt an earlier version saved after epoch 0's last batch (its stop, or an
+    every_n_train_steps save, then a kill) is resumed at epoch 1's start: the run ends with the uninterrupted
+    run's counters, and an extension trains exactly its added epoch."""
+    from lifecycle.checkpoints import saved_at_last_batch
+
+    reference, args = finished_run
+    args = _replacing(args, f"paths.log_dir={tmp_path}", "run_name=old")
+    fault = ["+callbacks.fault._target_=tests.faults.SaveAtLastBatchThenKill", "+callbacks.fault.step=3",
+             f"+callbacks.fault.marker={tmp_path / 'marker'}"]
+    killed = run_cli("train.py", [*args, *fault], env_extra=ENV)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run_dir = tmp_path / "old"
+    assert saved_at_last_batch(load_checkpoint(run_dir / "checkpoints/last.ckpt"))
+    resumed = run_cli("train.py", [*args, *fault], env_extra=ENV)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _epoch_counters(run_dir) == _epoch_counters(reference)
+    assert "saved after epoch 0's last training batch" in resumed.stdout
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 6
+    extended = run_cli("train.py", _replacing([*args, *fault], "trainer.max_epochs=3"), env_extra=ENV)
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (metrics["epoch"], metrics["global_step"]) == (3, 9)
+
+
+@pytest.mark.slow  # a train.py run on a copy of the finished run
+def test_a_checkpoint_whose_epoch_counters_disagree_is_refused_before_anything_is_written(
+        finished_run, tmp_path: Path) -> None:
+    """Probe 18, s79: checkpoints saved after an earlier version's miscounted resume (an epoch counted processed
+    twice): an extension from them trained nothing and recorded the added epoch. One line, exit 2, and the run
+    dir as it was (its finished result stands)."""
+    import shutil
+
+    run_dir, args = finished_run
+    copy = tmp_path / "victim"
+    shutil.copytree(run_dir, copy)
+    for name in ("last.ckpt", "best.ckpt"):
+        saved = torch.load(copy / "checkpoints" / name, map_location="cpu", weights_only=True)
+        for tracker in saved["loops"]["fit_loop"]["epoch_progress"].values():
+            tracker["processed"] += 1
+        torch.save(saved, copy / "checkpoints" / name)
+    before = _fingerprint(copy)
+    args = _replacing(args, f"paths.log_dir={tmp_path}", "trainer.max_epochs=3")
+    result = run_cli("train.py", args, env_extra=ENV)
+    assert result.returncode == 2, result.stderr[-3000:]
+    [line] = _error_lines(result.stderr)
+    assert f"{copy}/checkpoints/last.ckpt has epoch counters that disagree" in line, line
+    assert "Traceback" not in result.stderr
+    assert _fingerprint(copy) == before
+
+
+def test_a_fit_that_counts_epochs_it_did_not_train_is_no_result() -> None:
+    """Probe 18, s79: the guard after fit: 41 epochs counted over 40 optimizer steps of one-batch epochs is no
+    result (one line), never a record; a fit ended by trainer.max_steps may end within an epoch."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"trainer": {"max_epochs": 41, "max_steps": -1}})
+    trainer = SimpleNamespace(global_step=40, current_epoch=41, num_training_batches=1, accumulate_grad_batches=1)
+    with pytest.raises(job.NoResultError, match="counts 41 epochs but made 40 optimizer steps"):
+        job._require_trained_epochs(cfg, trainer)
+    job._require_trained_epochs(cfg, SimpleNamespace(**{**vars(trainer), "global_step": 41}))
+    # 3 batches, 2 accumulated: 2 steps an epoch (the last batch steps alone)
+    job._require_trained_epochs(cfg, SimpleNamespace(**{**vars(trainer), "global_step": 82, "num_training_batches": 3,
+                                                        "accumulate_grad_batches": 2}))
+    with pytest.raises(job.NoResultError):
+        job._require_trained_epochs(cfg, SimpleNamespace(**{**vars(trainer), "global_step": 81,
+                                                            "num_training_batches": 3, "accumulate_grad_batches": 2}))
+    by_steps = OmegaConf.create({"trainer": {"max_epochs": 41, "max_steps": 40}})
+    job._require_trained_epochs(by_steps, trainer)
+
+
 # ----------------------------------------------------------------------------- signals
 # SIGTERM (what SLURM and Kubernetes send) and SIGUSR1, which takes the same path: trained runs, in `make slow`
 @pytest.mark.slow
