@@ -977,7 +977,7 @@ def _check_eval_profiler_folder(cfg: DictConfig, key: str) -> None:
     """The folder ``key`` names, where eval.py's profiler writes, lies outside every run dir (the evaluated run's
     too), data root (``data_root=``, the test set's ``data.root``, any folder laid out as data), sweep dir and
     archive, judged on its real path by `storage.destinations.check_destination`."""
-    from storage.destinations import DestinationError, check_destination, is_archive, real, sweep_dir_of
+    from storage.destinations import DestinationError, check_destination, real, sweep_dir_of
 
     node, _, leaf = key.rpartition(".")
     given = OmegaConf.select(cfg, node, throw_on_resolution_failure=False)
@@ -1001,10 +1001,6 @@ def _check_eval_profiler_folder(cfg: DictConfig, key: str) -> None:
         if sweep is not None:
             raise DestinationError(f"{key}={str(text)!r} is inside the sweep dir {sweep}, whose folders are its"
                                    " jobs'")
-        archive = next((p for p in (target, *target.parents) if is_archive(p)), None)
-        if archive is not None:
-            raise DestinationError(f"{key}={str(text)!r} is inside the archive {archive}, which keeps finished runs'"
-                                   " records")
     except DestinationError as err:
         refused = str(err).split("; valid:", 1)[0]
         raise SettingError(f"{refused}{why}: an evaluation writes no file into a run but its test-set result, and"
