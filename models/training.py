@@ -44,6 +44,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict:
         checkpoint = torch.load(path, map_location=map_location or "cpu", weights_only=True)
         if isinstance(checkpoint, dict) and get_filesystem(path).protocol in ("file", ("file", "local")):
+            for line in rebase_moved_callback_paths(checkpoint, os.path.dirname(os.path.abspath(path))):
+                if rank_zero_only.rank == 0:
+                    _note(f"note: {path}: {line}")
             dropped = confine_callback_paths(checkpoint, os.path.dirname(os.path.abspath(path)))
             if dropped and rank_zero_only.rank == 0:
                 _note(f"note: {path}: dropped {len(dropped)} checkpoint path(s) its ModelCheckpoint state names"
@@ -61,6 +64,74 @@ def _lies_in(path: Any, folder: str) -> bool:
     """Whether ``path`` is a file directly in ``folder`` (a real path) as the system resolves it: symlinks and
     ``..`` (also ``..`` after a symlink) resolved, relative paths from the current folder."""
     return isinstance(path, str) and bool(path) and os.path.dirname(os.path.realpath(path)) == folder
+
+
+def rebase_moved_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> list[str]:
+    """Move onto ``checkpoints_dir`` (the folder the checkpoint is loaded from, the run's) every ModelCheckpoint
+    state in ``checkpoint`` saved in another folder whose files are this run's own, moved or copied with it: each
+    path it names lies directly in its saved ``dirpath``, and a file of the same name lies directly in
+    ``checkpoints_dir`` and was saved by the same training (the same ``TRAINING_KEY`` token as ``checkpoint``).
+    Its ``dirpath`` and paths then name the run's folder and Lightning keeps its scores (the best so far stays the
+    best). Returns one line for each state saved elsewhere that is not re-based: `confine_callback_paths` drops its
+    paths, and with the best path its score, so the next validation saves its epoch as the best.
+    """
+    from lifecycle.checkpoints import TRAINING_KEY
+
+    run_checkpoints = os.path.realpath(checkpoints_dir)
+    token = checkpoint.get(TRAINING_KEY)
+    unreadable = object()  # the token of a file that is no checkpoint: equal to none
+    tokens: dict[str, Any] = {}
+
+    def training_of(file: str) -> Any:
+        if file not in tokens:
+            try:
+                saved = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+                tokens[file] = saved.get(TRAINING_KEY) if isinstance(saved, dict) else unreadable
+            except Exception:  # unreadable or not a checkpoint: not the run's file
+                tokens[file] = unreadable
+        return tokens[file]
+
+    lines: list[str] = []
+    for name, state in (checkpoint.get("callbacks") or {}).items():
+        if not isinstance(state, dict) or not any(k in state for k in _STATE_PATHS):
+            continue
+        saved_in = state.get("dirpath")
+        if not isinstance(saved_in, str) or not saved_in:
+            continue
+        real = os.path.realpath(saved_in)
+        if real == run_checkpoints or real.startswith(run_checkpoints + os.sep):
+            continue  # saved in this run's folder: `confine_callback_paths` checks it
+        top_k = state.get("best_k_models")
+        named = [*(top_k if isinstance(top_k, dict) else ()), *(state.get(k) for k in _STATE_PATHS)]
+        rebased: dict[str, str] = {}
+        why = None
+        for path in (p for p in named if p):
+            if not isinstance(path, str) or os.path.dirname(path) != saved_in:
+                why = f"it names {path!r} outside that folder"
+            else:
+                here = os.path.join(run_checkpoints, os.path.basename(path))
+                if not (_lies_in(here, run_checkpoints) and os.path.isfile(here)):
+                    why = f"{os.path.basename(path)} is not in this run's checkpoints folder"
+                elif training_of(here) != token:
+                    why = f"this run's {os.path.basename(path)} was saved by another training"
+                else:
+                    rebased[path] = here
+                    continue
+            break
+        if why is None:
+            state["dirpath"] = run_checkpoints
+            if isinstance(top_k, dict):
+                state["best_k_models"] = {rebased[p]: v for p, v in top_k.items()}
+            for key in _STATE_PATHS:
+                if state.get(key):
+                    state[key] = rebased[state[key]]
+            continue
+        score = state.get("best_model_score")
+        score = f" {float(score):g}" if torch.is_tensor(score) and score.numel() == 1 else ""
+        lines.append(f"the {name.split('{')[0]} state was saved in {saved_in} and is not this run's moved or"
+                     f" copied state ({why}): its checkpoint paths are dropped and its best score{score} forgotten,"
+                     " so the next validation saves its epoch as best.ckpt")
+    return lines
 
 
 def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> list[str]:
