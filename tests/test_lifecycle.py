@@ -117,6 +117,64 @@ def test_modelcheckpoint_paths_are_kept_only_directly_in_the_runs_checkpoints_fo
         "best_k_models": {}, "best_model_path": "", "last_model_path": ""}
 
 
+def test_a_moved_or_copied_runs_modelcheckpoint_state_is_re_based_with_its_scores(tmp_path: Path, capsys) -> None:
+    """A run moved or copied to a new name resumes from a last.ckpt whose ModelCheckpoint state names the old
+    folder: its paths move onto the run's checkpoints folder and its scores stay (the best so far stays best.ckpt)
+    where the files it names lie there, saved by the same training; else they are dropped with a note."""
+    from lifecycle.checkpoints import TRAINING_KEY
+    from models.training import AtomicCheckpointIO
+
+    old, here = tmp_path / "a" / "checkpoints", tmp_path / "b" / "checkpoints"  # `mv runs/a runs/b`: a is gone
+    here.mkdir(parents=True)
+    torch.save({"state_dict": {}, TRAINING_KEY: "t1"}, here / "best.ckpt")
+    score = torch.tensor(18.75)
+
+    def last_saved(dirpath: Path) -> Path:
+        best = str(dirpath / "best.ckpt")
+        state = {"dirpath": str(dirpath), "best_k_models": {best: score}, "kth_best_model_path": best,
+                 "kth_value": score, "best_model_path": best, "best_model_score": score, "last_model_path": ""}
+        torch.save({"state_dict": {}, TRAINING_KEY: "t1", "callbacks": {"ModelCheckpoint{'monitor': 'val/top1'}":
+                                                                       state}}, here / "last.ckpt")
+        return here / "last.ckpt"
+
+    state = AtomicCheckpointIO().load_checkpoint(last_saved(old))["callbacks"]["ModelCheckpoint{'monitor': 'val/top1'}"]
+    best = str((here / "best.ckpt").resolve())
+    assert state == {"dirpath": str(here.resolve()), "best_k_models": {best: score}, "kth_best_model_path": best,
+                     "kth_value": score, "best_model_path": best, "best_model_score": score, "last_model_path": ""}
+    assert "note" not in capsys.readouterr().out
+    # not this run's files: best.ckpt saved by another training, or absent; the state is dropped, with a note
+    torch.save({"state_dict": {}, TRAINING_KEY: "t2"}, here / "best.ckpt")
+    for _ in range(2):
+        state = AtomicCheckpointIO().load_checkpoint(last_saved(old))["callbacks"][
+            "ModelCheckpoint{'monitor': 'val/top1'}"]
+        assert (state["best_model_path"], state["best_model_score"], state["best_k_models"]) == ("", None, {})
+        notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+        assert len(notes) == 1 and str(old) in notes[0] and "18.75 forgotten" in notes[0], notes
+        (here / "best.ckpt").unlink(missing_ok=True)
+
+
+@pytest.mark.slow  # an extension (one more epoch) of a finished run copied to a new name
+def test_an_extended_copy_of_a_run_keeps_its_best_checkpoint(finished: Path, tmp_path: Path, data_dir: Path) -> None:
+    """`cp -a runs/a runs/b` then extending b resumed with the best score forgotten (Lightning reloads it only from
+    the same dirpath): the extension's first validation, however worse, became best.ckpt and best_epoch."""
+    run_dir = tmp_path / "copy"
+    shutil.copytree(finished, run_dir)
+    before = json.loads((run_dir / "metrics.json").read_text())
+    best_bytes = (run_dir / "checkpoints" / "best.ckpt").read_bytes()
+    last = run_dir / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    states = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    assert states and all(s["dirpath"] == str((finished / "checkpoints").resolve()) for s in states)
+    for state in states:  # a best no later epoch reaches: the extension's validation is worse
+        state["best_model_score"] = torch.tensor(1000.0)
+        state["best_k_models"] = {p: torch.tensor(1000.0) for p in state["best_k_models"]}
+        state["kth_value"] = torch.tensor(1000.0)
+    torch.save(saved, last)
+    metrics = job.run(compose_config([*TINY, "trainer.max_epochs=2"], run_dir, data_dir))
+    assert metrics["epoch"] == 2 and metrics["best_epoch"] == before["best_epoch"]
+    assert (run_dir / "checkpoints" / "best.ckpt").read_bytes() == best_bytes
+
+
 def test_result_checkpoint_must_be_this_runs_trained_finite_weights(finished: Path, tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(finished, run_dir)
