@@ -139,7 +139,8 @@ def confine_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str) -> 
     state's ``dirpath``, and every path if that ``dirpath`` is not ``checkpoints_dir`` (the folder the
     checkpoint is loaded from, the run's) or a folder inside it. Returns the paths dropped from the states
     whose ``dirpath`` is the run's (a state claiming the run's folder yet naming files elsewhere: damaged or
-    crafted); those of a state saved in another folder (a moved or copied run's) are dropped without a word.
+    crafted); those of a state saved in another folder are dropped here without a word: a moved or copied run's own
+    state is re-based before (`rebase_moved_callback_paths`), which says why it does not re-base any other.
 
     Lightning restores ``best_k_models`` and the best/kth/last paths from the file and later removes the
     one it replaces (its own check compares paths without resolving ``..``): a path naming another run's
