@@ -60,6 +60,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 _STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
 
+# checkpoint entry: the token of the training that saved it, new for each training from scratch and kept by a
+# resume (a moved run's files are its own when their tokens agree; the run package records and compares it)
+TRAINING_KEY = "run_training"
+
+
 def _lies_in(path: Any, folder: str) -> bool:
     """Whether ``path`` is a file directly in ``folder`` (a real path) as the system resolves it: symlinks and
     ``..`` (also ``..`` after a symlink) resolved, relative paths from the current folder."""
@@ -75,8 +80,6 @@ def rebase_moved_callback_paths(checkpoint: dict[str, Any], checkpoints_dir: str
     best). Returns one line for each state saved elsewhere that is not re-based: `confine_callback_paths` drops its
     paths, and with the best path its score, so the next validation saves its epoch as the best.
     """
-    from lifecycle.checkpoints import TRAINING_KEY
-
     run_checkpoints = os.path.realpath(checkpoints_dir)
     token = checkpoint.get(TRAINING_KEY)
     unreadable = object()  # the token of a file that is no checkpoint: equal to none
