@@ -1641,6 +1641,8 @@ def check_devices(cfg: DictConfig) -> None:
 def _check_accelerator(cfg: DictConfig) -> None:
     trainer = cfg.get("trainer") or {}
     accelerator = _get(trainer, "accelerator", "auto")
+    if accelerator in ("cpu", "auto") and _accelerator_here(accelerator) == "cpu":
+        _check_cpu_devices(accelerator, _get(trainer, "devices", "auto"))
     if accelerator not in _GPU_KINDS:  # cpu, auto (Lightning picks what there is), or a value check_settings refuses
         return
     counts = {kind: _available(kind) for kind in _GPU_KINDS[accelerator]}
@@ -1658,6 +1660,17 @@ def _check_accelerator(cfg: DictConfig) -> None:
         raise SettingError(f"trainer.devices={devices} with trainer.accelerator={accelerator}: this machine has "
                            f"{count} {noun}{'s' if count > 1 else ''}; valid here: an integer >= 1 and <= {count}, "
                            "-1 or 'auto' (all)")
+
+
+def _check_cpu_devices(accelerator: str, devices: Any) -> None:
+    """On the CPU Lightning takes a process count only (an integer >= 1, the same as a digit string, or 'auto');
+    device ids ('0', [0], '0,1') and -1 are GPU forms it refuses when the Trainer is built, after the run dir."""
+    count = int(devices) if isinstance(devices, str) and devices.strip().isdigit() else devices
+    if devices == "auto" or (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
+        return
+    on = "" if accelerator == "cpu" else " (on this machine: cpu)"
+    raise SettingError(f"trainer.devices={show(devices)} with trainer.accelerator={accelerator}{on} is a GPU form "
+                       "(device ids, or -1: all); on the CPU it counts processes: valid: an integer >= 1 or 'auto'")
 
 
 # Lightning's strategies that run on one kind of accelerator only (its _AcceleratorConnector refuses them, but

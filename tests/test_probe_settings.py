@@ -355,6 +355,26 @@ def test_more_devices_than_the_machine_has(default: DictConfig, gpus) -> None:
         check_devices(_with(default, f"trainer.accelerator={accelerator}", "trainer.devices=8"))
 
 
+@pytest.mark.parametrize("devices", ["'0'", "-1", "[0]", "'0,1'", "'-1'"])
+def test_gpu_device_forms_on_the_cpu(default: DictConfig, gpus, devices: str) -> None:
+    """Device ids and -1 are GPU forms: on the CPU (accelerator=cpu, or auto on a machine without a GPU)
+    Lightning refuses them only when the Trainer is built, after the run dir is made (probe 19 u7)."""
+    for accelerator, on in (("cpu", ""), ("auto", " (on this machine: cpu)")):
+        cfg = _with(default, f"trainer.accelerator={accelerator}", f"trainer.devices={devices}")
+        shown = OmegaConf.to_container(cfg.trainer)["devices"]
+        shown = f"'{shown}'" if isinstance(shown, str) else shown
+        assert _refused(check_devices, cfg) == (
+            f"trainer.devices={shown} with trainer.accelerator={accelerator}{on} is a GPU form (device ids, or -1: "
+            "all); on the CPU it counts processes: valid: an integer >= 1 or 'auto'")
+    gpus(2)  # the same forms are GPU ids where Lightning picks the GPU
+    check_devices(_with(default, "trainer.accelerator=auto", f"trainer.devices={devices}"))
+
+
+def test_process_counts_on_the_cpu(default: DictConfig) -> None:
+    for devices in ("1", "2", "'3'", "auto"):
+        check_devices(_with(default, "trainer.accelerator=cpu", f"trainer.devices={devices}"))
+
+
 def test_a_job_submitted_elsewhere_checks_its_devices_where_it_runs(gpus) -> None:
     """On a login node without GPUs, `-m hydra/launcher=slurm trainer=ddp` is not refused: the job checks
     again when it starts on its node (its config has no hydra key there)."""

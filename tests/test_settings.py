@@ -232,7 +232,7 @@ def test_bad_detr_value_is_one_line_naming_the_key(
 
 GOOD = [
     # the several forms Lightning accepts stay valid
-    "trainer.devices=auto", "trainer.devices=-1", "trainer.devices=[0,1]", "trainer.devices='0,1'",
+    "trainer.devices=auto", "trainer.devices=2", "trainer.devices='2'",
     "trainer.limit_train_batches=3", "trainer.limit_train_batches=0.25", "trainer.limit_train_batches=1.0",
     "trainer.limit_val_batches=0", "trainer.limit_train_batches=null",
     "trainer.max_steps=-1", "trainer.max_steps=100", "trainer.max_epochs=-1", "trainer.max_epochs=null",
@@ -251,6 +251,17 @@ GOOD = [
 @pytest.mark.parametrize("override", GOOD)
 def test_valid_forms_pass(override: str, composed: dict[str, DictConfig]) -> None:
     check_settings(_with(composed["default"], override))
+
+
+@pytest.mark.parametrize("devices", ["-1", "[0,1]", "'0,1'", "'1,'"])
+def test_gpu_device_forms_pass_on_a_gpu(devices: str, composed: dict[str, DictConfig],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning's GPU forms of trainer.devices (ids, -1: all) pass where the run has GPUs (two pretended)."""
+    from lifecycle import settings
+
+    monkeypatch.setattr(settings, "_available", lambda kind: 2 if kind == "cuda" else 0)
+    cfg = _with(_with(composed["default"], "trainer.accelerator=gpu"), f"trainer.devices={devices}")
+    check_settings(cfg)
 
 
 def test_overrides_compose_as_on_the_command_line(tmp_path: Path) -> None:
