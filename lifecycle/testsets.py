@@ -218,6 +218,7 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
             except ValueError as err:
                 line = " ".join(str(err).split()).replace("data.generator.", "testset.data.generator.", 1)
                 raise TestsetError(f"testset={name}: {line}") from None
+        _refuse_missing_data_placement(datamodule.root, name)
         return require_existing_data(
             datamodule, f"testset={name}", "",
             remedy=f"a test set's data is made by its own command, once: {generate_command(name)}"
@@ -229,6 +230,24 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
     source = "the data_root= override" if data_root is not None else str(run_config)
     # the run's generator stays attached: its marker and images are checked, and their digest recorded
     return require_existing_data(datamodule, source, "data_root=<folder>")
+
+
+def _refuse_missing_data_placement(root: Any, name: str) -> None:
+    """A test set's own data that is not at ``root`` is made there by `generate_testset_data`, which refuses a
+    root inside a run dir, an archive or another data root: that reason, in one line, rather than advice to
+    run a command that is itself refused."""
+    from data.generation import read_marker
+    from storage.destinations import DestinationError, check_destination
+
+    try:
+        if read_marker(Path(str(root)).expanduser()) is not None:
+            return  # data on disk: `require_existing_data` checks it
+    except (ValueError, OSError):
+        return  # a damaged marker: `require_existing_data` names it
+    try:
+        check_destination(str(root), "testset.data.root", data_root=True)
+    except DestinationError as err:
+        raise TestsetError(f"testset={name}: {err} (no test set's data is there, and none is made there)") from None
 
 
 def _folder(path: Any) -> Path:

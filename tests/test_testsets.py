@@ -520,6 +520,12 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
     assert message.endswith("python scripts/generate_testsets.py relational_canvas48 (with the same paths.data_dir="
                             " and testset.* overrides as here)")
     assert not data.exists() and not (run / RESULT_FOLDER).exists()
+    # probe 19, u85: a missing root where generate_testsets refuses to make it (inside a run dir) says so
+    message = evaluate("testset.data.generator.num_val=16", f"testset.data.root={run / 'ts'}")
+    assert message == (f"testset=relational_canvas48: testset.data.root='{run / 'ts'}' is inside the run dir {run},"
+                       " whose files are that run's; valid: a folder outside every run dir (no test set's data is"
+                       " there, and none is made there)"), message
+    assert not (run / "ts").exists()
     _generate(data, "relational_canvas48", "testset.data.generator.num_val=16")
     # probe 11, e96: a setting no generation takes was compared with the disk, and "generate it" advised
     message = evaluate('testset.data.generator.num_val=${oc.decode:"0"}')
