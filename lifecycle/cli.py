@@ -1561,6 +1561,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         if config_name == "train":
             check_schedule(cfg)
             data_roots = check_data_root(cfg, sweeping)  # readable, allowed: before the data module reads it
+            data_roots += _testset_data_folders(cfg)  # a run dir there would take a test set's data folder name
             check_buildable(cfg)
             _check_temp_dir(cfg, data_roots, sweeping)
             if sweeping:
@@ -2244,6 +2245,15 @@ def _launcher_target(path: Path) -> str:
     ``submitit_slurm`` is SlurmLauncher); "" for one that names no scheduler's plugin."""
     defaults = OmegaConf.load(path).get("defaults") or []
     return "SlurmLauncher" if "submitit_slurm" in [str(d) for d in defaults] else ""
+
+
+def _testset_data_folders(cfg: DictConfig) -> tuple[str, ...]:
+    """The folders of the test sets' own data under the config's ``paths.data_dir`` (none where it does not
+    resolve here)."""
+    from lifecycle.testsets import testset_data_folders
+
+    data_dir = OmegaConf.select(cfg, "paths.data_dir", default=None, throw_on_resolution_failure=False)
+    return tuple(testset_data_folders(data_dir))
 
 
 def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:

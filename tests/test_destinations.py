@@ -375,6 +375,22 @@ def test_train_writes_nothing_into_a_hand_made_dataset(tmp_path: Path, case: str
     assert _tree(hand) == before
 
 
+@pytest.mark.parametrize("log_dir,run_name", [("data/testsets", "relational_left_v2"), ("data/testsets", "v5"),
+                                               ("data", "testsets")])
+def test_no_run_dir_in_the_test_sets_data_folder(tmp_path: Path, log_dir: str, run_name: str) -> None:
+    """Probe 19, v5: a run dir in <paths.data_dir>/testsets took a test set's data folder (or its name, which
+    generate_testsets then refused): one line before anything is made."""
+    data = tmp_path / "data"
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["debug=fast", f"paths.data_dir={data}", f"paths.log_dir={tmp_path / log_dir}",
+                             f"run_name={run_name}"], "train")
+    where = "is the data root" if run_name == "testsets" else "is inside the data root"
+    assert str(err.value) == (f"hydra.run.dir='{tmp_path / log_dir / run_name}' {where} {data / 'testsets'}, where a"
+                              " new folder would become part of the dataset; valid: a folder outside every data root")
+    assert not (data / "testsets").exists()
+    cli.check_overrides(["debug=fast", f"paths.data_dir={data}", f"paths.log_dir={data}", "run_name=v5"], "train")
+
+
 def test_scripts_write_nothing_into_a_hand_made_dataset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A test set, an archive and tables into a hand-made dataset: one line each, nothing written."""
     from scripts import archive_runs, generate_testsets, make_tables
