@@ -2250,7 +2250,7 @@ def _launcher_target(path: Path) -> str:
 def _testset_data_folders(cfg: DictConfig) -> tuple[str, ...]:
     """The folders of the test sets' own data under the config's ``paths.data_dir`` (none where it does not
     resolve here)."""
-    from lifecycle.testsets import testset_data_folders
+    from lifecycle.project import testset_data_folders
 
     data_dir = OmegaConf.select(cfg, "paths.data_dir", default=None, throw_on_resolution_failure=False)
     return tuple(testset_data_folders(data_dir))

@@ -4,6 +4,7 @@ groups and options a command line may pick, and the name of a sweep job's folder
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -40,6 +41,21 @@ def group_options(group: str, bases: bool = False) -> list[str]:
     if group.startswith("hydra/"):
         names |= set(_hydra_group_options(group))
     return sorted(n for n in names if bases or not n.startswith("_"))
+
+
+def testset_data_folders(data_dir: Any) -> list[str]:
+    """The folders the shipped test sets' own data roots lie in for ``paths.data_dir=data_dir``
+    (``<data_dir>/testsets``): folders of test sets' data, where a run dir would take a test set's name."""
+    if data_dir is None or not str(data_dir).strip():
+        return []
+    folders = set()
+    for name in group_options("testset"):
+        node = OmegaConf.merge({"paths": {"data_dir": str(data_dir)}},
+                               {"testset": OmegaConf.load(CONFIG_DIR / "testset" / f"{name}.yaml")})
+        root = OmegaConf.select(node, "testset.data.root", default=None, throw_on_resolution_failure=False)
+        if isinstance(root, str) and root.strip():
+            folders.add(os.path.dirname(os.path.normpath(root)))
+    return sorted(folders)
 
 
 def is_config_group(group: str) -> bool:

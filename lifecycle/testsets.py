@@ -67,23 +67,6 @@ def testset_names() -> list[str]:
     return group_options("testset")
 
 
-def testset_data_folders(data_dir: Any) -> list[str]:
-    """The folders the shipped test sets' own data roots lie in for ``paths.data_dir=data_dir``
-    (``<data_dir>/testsets``): folders of test sets' data, where a run dir would take a test set's name."""
-    from lifecycle.project import CONFIG_DIR
-
-    if data_dir is None or not str(data_dir).strip():
-        return []
-    folders = set()
-    for name in testset_names():
-        node = OmegaConf.merge({"paths": {"data_dir": str(data_dir)}},
-                               {"testset": OmegaConf.load(CONFIG_DIR / "testset" / f"{name}.yaml")})
-        root = OmegaConf.select(node, "testset.data.root", default=None, throw_on_resolution_failure=False)
-        if isinstance(root, str) and root.strip():
-            folders.add(os.path.dirname(os.path.normpath(root)))
-    return sorted(folders)
-
-
 def check_ape_rule(ape: Any) -> str | None:
     """``ape`` of the eval config: None or one of `APE_RULES`, else one line with the choices."""
     if ape is not None and ape not in APE_RULES:

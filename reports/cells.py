@@ -234,9 +234,7 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
                         if len({ident_.get(k, "<unset>") for ident_ in identities}) > 1})
     split: dict[Any, list[Run]] = {}
     for ident, members in zip(identities, groups.values(), strict=True):
-        shown = telling_keys(ident, [other for other in identities if other is not ident], differing)
-        label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in shown[:3])
-        label += f", +{len(differing) - 3} keys" if len(differing) > 3 else ""
+        label = _keys_label(ident, [other for other in identities if other is not ident], differing)
         name = f"{row} [{label}]"
         if name in split or len(differing) > 3:  # a shortened label may not tell groups apart: never merge them
             digest = hashlib.sha1(repr(sorted(ident.items())).encode()).hexdigest()[:6]
@@ -245,6 +243,28 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     first = next(iter(split))
     split[first] = split[first] + never_ran
     return split
+
+
+def _keys_label(ident: dict[str, str], others: list[dict[str, str]], differing: list[str]) -> str:
+    """``key=value, ...`` of the (at most 3) keys of ``differing`` that best tell ``ident`` from ``others``."""
+    shown = telling_keys(ident, others, differing)
+    label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in shown[:3])
+    return label + (f", +{len(differing) - 3} keys" if len(differing) > 3 else "")
+
+
+def sweep_row_keys(runs: list[Run]) -> dict[int, str]:
+    """For the runs of one sweep in the generic `runs` layout, whose rows are the run's name and columns its
+    encoding: the label of the swept keys other than the encoding's (``model.optimizer.lr=...``) that differ
+    between its configs, by ``id(run)``. An optuna study varies them together with the encoding, so each config
+    has a column of its own and no cell would otherwise name them."""
+    identities = {id(run): run.identity for run in runs if run.identity is not None}
+    keys = sorted({k for ident in identities.values() for k in ident if not k.startswith("rpe.")
+                   and len({other.get(k, "<unset>") for other in identities.values()}) > 1})
+    if not keys:
+        return {}
+    distinct = list({frozenset(ident.items()): ident for ident in identities.values()}.values())
+    return {key: _keys_label(ident, [other for other in distinct if other != ident], keys)
+            for key, ident in identities.items()}
 
 
 def telling_keys(ident: dict[str, str], others: list[dict[str, str]], keys: list[str]) -> list[str]:
@@ -374,8 +394,11 @@ def build_tables(runs: list[Run]) -> list[Table]:
         layout = LAYOUTS[ablation]
         members = _without_duplicates(_checked_results(layout, members))
         by_position: dict[tuple[Any, Any], list[Run]] = {}
+        swept = sweep_row_keys(members) if ablation == "runs" else {}
         for run in members:
-            by_position.setdefault((layout.row(run.facts), layout.col(run.facts)), []).append(run)
+            row = layout.row(run.facts)
+            row = f"{row} [{swept[id(run)]}]" if id(run) in swept else row
+            by_position.setdefault((row, layout.col(run.facts)), []).append(run)
         cells: dict[tuple[Any, Any], Cell] = {}
         for (row, col), cell_runs in by_position.items():
             for label, group in split_by_config(row, cell_runs).items():

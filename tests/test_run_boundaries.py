@@ -163,6 +163,29 @@ def test_runs_not_counted_stay_in_the_row_of_their_configs_counted_runs() -> Non
     assert sorted(sorted(r.path for r in runs) for runs in split.values()) == [["a", "a2", "a3", "b"], ["h"]]
 
 
+def _trial(path: str, rpe: str, identity: dict[str, str]) -> Run:
+    facts = {"seed": 0, "name": "deit_micro_irpe_k", "preset": "irpe_k", "preset_rpe": "rpe-1.9-product-ctx-0-k",
+             "rpe": rpe, "model": "deit_micro_patch4_32"}
+    return Run(path, "ok", facts, {"val/top1": 12.5}, identity=identity)
+
+
+def test_a_tuned_key_beside_the_encoding_names_its_row() -> None:
+    """Probe 19, u72: an optuna study tuned the lr with the encoding, so each trial had a column of its own and
+    no cell named its lr (ten-fold apart); a key that differs only with the encoding is left to its column."""
+    from reports.cells import build_tables
+
+    slow = _trial("0", "rpe-1.59-quant-ctx-0-k", {"rpe.method": "'quant'", "model.optimizer.lr": "0.0005"})
+    fast = _trial("1", "rpe-0.55-product-ctx-1-k", {"rpe.method": "'product'", "model.optimizer.lr": "0.005"})
+    [table] = build_tables([slow, fast])
+    rows = {f"deit_micro_irpe_k (changed from irpe_k) [model.optimizer.lr={lr}]": [run]
+            for lr, run in (("0.0005", "0"), ("0.005", "1"))}
+    assert {row: [run.path for run in cell.runs] for (row, _), cell in table.cells.items()} == rows
+    assert sorted(table.rows) == sorted(rows)
+    same_lr = _trial("2", "rpe-0.55-product-ctx-1-k", {"rpe.method": "'product'", "model.optimizer.lr": "0.0005"})
+    [table] = build_tables([slow, same_lr])
+    assert table.rows == ["deit_micro_irpe_k (changed from irpe_k)"]
+
+
 # ----------------------------------------------------------------------------- 2: loggers stay in the run dir
 @pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb"])
 def test_every_shipped_logger_config_passes(logger: str) -> None:
