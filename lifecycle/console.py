@@ -82,8 +82,8 @@ _RESOLVER_FORMS = {
 }
 
 
-def _plain_value(tree: Any, key: str) -> Any:
-    """The value at dotted ``key`` of ``tree`` (a plain container, interpolations unresolved), else None."""
+def plain_value(tree: Any, key: str, missing: Any = None) -> Any:
+    """The value at dotted ``key`` of ``tree`` (a plain container, interpolations unresolved), else ``missing``."""
     node = tree
     for part in key.split(".") if key else []:
         if isinstance(node, dict) and part in node:
@@ -91,7 +91,7 @@ def _plain_value(tree: Any, key: str) -> Any:
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return None
+            return missing
     return node
 
 
@@ -113,7 +113,7 @@ def interpolation_start(cfg: DictConfig, key: str) -> tuple[str, str]:
     value: where a failure while resolving ``key`` starts. ``(key, its value)`` where the chain ends elsewhere."""
     tree = OmegaConf.to_container(cfg, resolve=False)
     seen: set[str] = set()
-    value = _plain_value(tree, key)
+    value = plain_value(tree, key)
     while isinstance(value, str) and key not in seen:
         seen.add(key)
         link = re.fullmatch(r"\s*\$\{\s*(\.*)([\w.]+)\s*\}\s*", value)  # ${a.b}, ${.b}, ${..b}: another node
@@ -122,7 +122,7 @@ def interpolation_start(cfg: DictConfig, key: str) -> tuple[str, str]:
         dots, rest = link.groups()
         parts = key.split(".")[:-1]  # the node holding key: where a relative interpolation starts
         key = ".".join(parts[:len(parts) - (len(dots) - 1)] + [rest]) if dots else rest
-        value = _plain_value(tree, key)
+        value = plain_value(tree, key)
     return key, value if isinstance(value, str) else str(value)
 
 

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.bounded_json import MAX_JSON_BYTES, MAX_YAML_BYTES, JsonBoundsError, read_json_bytes
 from lifecycle.cli import sweep_grid
+from lifecycle.console import plain_value
 from lifecycle.identity import (
     SEED_KEY,
     config_differences,
@@ -690,7 +691,7 @@ def override_disagreement(parsed: list[Any], cfg: dict[str, Any]) -> str:
         key = override.key_or_group
         if override.package is not None or key.split(".")[0].split("/")[0] == "hydra" or (CONFIG_DIR / key).is_dir():
             continue
-        held = _value_at(cfg, key)
+        held = plain_value(cfg, key, _ABSENT)
         if override.is_delete():
             if held is not _ABSENT:
                 return f"{override.input_line}, but the config has {key}={held!r}"
@@ -705,19 +706,6 @@ def override_disagreement(parsed: list[Any], cfg: dict[str, Any]) -> str:
         if not _same_value(value, held):
             return f"{override.input_line}, but the config has {key}={held!r}"
     return ""
-
-
-def _value_at(cfg: Any, key: str) -> Any:
-    """The value at the dotted ``key`` of a config read as plain data (`_ABSENT` where there is none)."""
-    node = cfg
-    for part in key.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _ABSENT
-    return node
 
 
 def _same_value(value: Any, held: Any) -> bool:
