@@ -2264,7 +2264,7 @@ def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     whose root also lies outside the sweep dir this launch makes."""
     from data.errors import DataConfigError, data_root_path
     from lifecycle.settings import run_dir_of
-    from storage.destinations import DestinationError, check_generated_root, real
+    from storage.destinations import DestinationError, check_generated_root
 
     data = cfg.get("data") or {}
     given, root = _job_data_root(cfg)
@@ -2297,8 +2297,7 @@ def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     own = [("sweep dir", sweep_dir, "its jobs'")] if in_sweep and sweep_dir is not None else []
     own += [("run dir", run_dir, "that run's")] if run_dir is not None else []
     for kind, folder, whose in own if data.get("generator") is not None else ():
-        mine = real(folder)
-        if real(root) == mine or mine in real(root).parents:
+        if _within(str(root), str(folder)):
             # the job's own check refuses it too, once its dir is claimed: refused before the dir is made
             raise CommandLineError(f"data.root={str(given)!r} is inside the {kind} {folder}, whose files are"
                                    f" {whose}; valid: a folder outside every run dir and sweep dir")
