@@ -1090,18 +1090,23 @@ def _plain_value(text: str, parser: Any, override: str) -> Any:
     return parser.parse_overrides([override])[0].value()
 
 
+def _flat(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted key, value)`` of each leaf of a plain mapping (a list is a leaf)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _flat(v, f"{prefix}{k}.")
+    else:
+        yield prefix[:-1], node
+
+
+def _job_container(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
+    """The job's part of a composed config (without Hydra's node) as plain data."""
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]), resolve=resolve)
+
+
 def _resolved_job(cfg: DictConfig) -> dict[str, Any]:
     """The job's part of a composed config (without Hydra's node), resolved, as flat ``{dotted key: value}``."""
-    def flat(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                yield from flat(v, f"{prefix}{k}.")
-        else:
-            yield prefix[:-1], node
-
-    container = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]),
-                                       resolve=True)
-    return dict(flat(container, ""))
+    return dict(_flat(_job_container(cfg, resolve=True)))
 
 
 def _data_root_reads_job_dir(cfg: DictConfig, job_num: int) -> bool:
@@ -1950,6 +1955,20 @@ def refuse_unresolvable_overrides(cfg: DictConfig, overrides: list[str], config_
         except OmegaConfBaseException as err:
             if resolver_error_line(root_cause(err), overrides, cfg) is not None:
                 raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
+    _refuse_missing_hydra_reads(cfg)
+
+
+def _refuse_missing_hydra_reads(cfg: DictConfig) -> None:
+    """A ``${hydra:<key>}`` that a config file (an experiment of the user's) writes in a value, whose key is not
+    one of Hydra's node: its resolver would give null silently. Hydra's own node is Hydra's to resolve."""
+    for path, value in _flat(_job_container(cfg, resolve=False)):
+        value = value if isinstance(value, str) else json.dumps(value, default=str)
+        for read in _HYDRA_READ.findall(value):
+            if not _hydra_key_exists(cfg.get("hydra"), read):
+                examples = ", ".join(f"hydra:{example}" for example in HYDRA_READ_EXAMPLES)
+                raise CommandLineError(f"{path}={value!r} (as the configs compose it) reads ${{hydra:{read}}}, and"
+                                       f" {read} is not a key of Hydra's config (its hydra: resolver would give null"
+                                       f" for it, silently); valid: a key of Hydra's config, e.g. {examples}")
 
 
 def _refuse_eval_output_dirs(argv: list[str]) -> None:

@@ -234,6 +234,32 @@ def test_a_resolver_error_or_missing_hydra_key_is_named_in_each_composing_comman
         check_overrides([f"run_name=x${{hydra:{read}}}", f"paths.log_dir={tmp_path}"], "train", make=False)
 
 
+def test_a_missing_hydra_key_written_in_a_config_file_is_named() -> None:
+    """Probe 18's leftover: ``${hydra:<no key>}`` in a config file (a user's experiment), not an override, gave
+    null silently; Hydra's keys (``job.num``: null until a sweep job runs) and Hydra's own node are not refused."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from lifecycle.cli import _refuse_missing_hydra_reads
+    from lifecycle.console import CommandLineError
+    from lifecycle.project import CONFIG_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", return_hydra_config=True)
+    _refuse_missing_hydra_reads(cfg)  # the shipped configs read keys Hydra has
+    cfg.name = "x${hydra:job.num}"
+    cfg.hydra.job.name = "${hydra:nope}"  # Hydra's own node: Hydra's to resolve
+    _refuse_missing_hydra_reads(cfg)
+    cfg.trainer.devices = ["${hydra:job.nmae}"]
+    with pytest.raises(CommandLineError) as err:
+        _refuse_missing_hydra_reads(cfg)
+    assert str(err.value).startswith("trainer.devices='[\"${hydra:job.nmae}\"]' (as the configs compose it) reads"
+                                     " ${hydra:job.nmae}, and job.nmae is not a key of Hydra's config (its hydra:"
+                                     " resolver would give null for it, silently); valid: a key of Hydra's config,"
+                                     " e.g. hydra:runtime.output_dir,"), str(err.value)
+
+
 @pytest.mark.parametrize("value", ["null", "''", "' '"], ids=["null", "empty", "blank"])
 def test_a_data_root_that_names_no_folder_is_one_line(value: str, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
