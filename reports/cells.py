@@ -253,10 +253,10 @@ def _keys_label(ident: dict[str, str], others: list[dict[str, str]], differing: 
 
 
 def sweep_row_keys(runs: list[Run]) -> dict[int, str]:
-    """For the runs of one sweep in the generic `runs` layout, whose rows are the run's name and columns its
-    encoding: the label of the swept keys other than the encoding's (``model.optimizer.lr=...``) that differ
-    between its configs, by ``id(run)``. An optuna study varies them together with the encoding, so each config
-    has a column of its own and no cell would otherwise name them."""
+    """For the runs of one row of the generic `runs` layout, whose rows are the run's name and columns its
+    encoding: the label of the keys other than the encoding's (``model.optimizer.lr=...``) that differ between
+    their configs, by ``id(run)``. An optuna study varies them together with the encoding, so each config has a
+    column of its own and no cell would otherwise name them."""
     identities = {id(run): run.identity for run in runs if run.identity is not None}
     keys = sorted({k for ident in identities.values() for k in ident if not k.startswith("rpe.")
                    and len({other.get(k, "<unset>") for other in identities.values()}) > 1})
@@ -394,7 +394,13 @@ def build_tables(runs: list[Run]) -> list[Table]:
         layout = LAYOUTS[ablation]
         members = _without_duplicates(_checked_results(layout, members))
         by_position: dict[tuple[Any, Any], list[Run]] = {}
-        swept = sweep_row_keys(members) if ablation == "runs" else {}
+        swept: dict[int, str] = {}
+        if ablation == "runs":  # among the runs of one row label: a row label names no key that tells them apart
+            by_row: dict[Any, list[Run]] = {}
+            for run in members:
+                by_row.setdefault(layout.row(run.facts), []).append(run)
+            for row_runs in by_row.values():
+                swept.update(sweep_row_keys(row_runs))
         for run in members:
             row = layout.row(run.facts)
             row = f"{row} [{swept[id(run)]}]" if id(run) in swept else row

@@ -184,6 +184,10 @@ def test_a_tuned_key_beside_the_encoding_names_its_row() -> None:
     same_lr = _trial("2", "rpe-0.55-product-ctx-1-k", {"rpe.method": "'product'", "model.optimizer.lr": "0.0005"})
     [table] = build_tables([slow, same_lr])
     assert table.rows == ["deit_micro_irpe_k (changed from irpe_k)"]
+    other = _trial("3", "rpe-0.55-product-ctx-1-k", {"rpe.method": "'product'", "model.optimizer.lr": "0.005"})
+    other.facts = {**other.facts, "name": "swin_micro_irpe_k"}  # its name tells its row apart: no key needed
+    [table] = build_tables([slow, other])
+    assert sorted(table.rows) == ["deit_micro_irpe_k (changed from irpe_k)", "swin_micro_irpe_k (changed from irpe_k)"]
 
 
 # ----------------------------------------------------------------------------- 2: loggers stay in the run dir
