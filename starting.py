@@ -25,7 +25,7 @@ def _interrupted(signum: int, frame: Any) -> None:
 # What marks a folder as results or data (`storage.destinations`): a run's record, a sweep's grid, a generated data
 # root's completion marker, an archive's marker
 _MARKED = {"run.json": "run dir", "multirun.yaml": "sweep dir", ".complete.json": "data root",
-           ".archive.json": "archive"}
+           ".archive.json": "archive", ".testsets.json": "folder of the test sets' own data"}
 
 
 def temp_dir_problem() -> str | None:

@@ -320,7 +320,24 @@ def generate_testset_data(cfg: DictConfig) -> Path:
         raise TestsetError(f"testset.data.root={err.root} exists but has no {MARKER_NAME} completion marker: it was"
                            " not made by the test set's generator (a half-made or hand-made folder); delete it to"
                            " regenerate it, or give the test set another testset.data.root") from None
-    return Path(datamodule.root).expanduser().absolute()
+    root = Path(datamodule.root).expanduser().absolute()
+    _mark_testsets_folder(root.parent, OmegaConf.select(cfg, "paths.data_dir", default=None,
+                                                        throw_on_resolution_failure=False))
+    return root
+
+
+def _mark_testsets_folder(folder: Path, data_dir: Any) -> None:
+    """Mark ``folder`` as the test sets' own data folder (`storage.destinations.TESTSETS_MARKER`) where it is
+    ``<paths.data_dir>/testsets``, the folder the test sets' definitions put their roots in (a root given
+    elsewhere marks nothing): every destination check then keeps run dirs, archives and outputs out of it."""
+    from lifecycle.project import testset_data_folders
+    from storage.destinations import TESTSETS_MARKER, real
+    from storage.files import atomic_write_json, entry_exists
+
+    if real(folder) not in {real(f) for f in testset_data_folders(data_dir)} or entry_exists(folder / TESTSETS_MARKER):
+        return
+    atomic_write_json(folder / TESTSETS_MARKER, {"kind": "the test sets' own data (scripts/generate_testsets.py)"},
+                      make_parents=False)
 
 
 def input_size(datamodule: Any) -> tuple[int, int] | None:

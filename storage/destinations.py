@@ -41,6 +41,9 @@ from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 DATA_MARKER = ".complete.json"
 # The marker scripts/archive_runs.py writes into each sweep it archives: the folder keeps records, not a live sweep.
 ARCHIVE_MARKER = ".archive.json"
+# The marker generate_testsets writes into the folder of the test sets' own data (<paths.data_dir>/testsets): its
+# folders are test sets' data, named by their definitions, where nothing else is written.
+TESTSETS_MARKER = ".testsets.json"
 
 
 class DestinationError(ValueError):
@@ -69,6 +72,11 @@ def is_data_root(folder: Path) -> bool:
     """A data root: it has a completion marker (of whatever kind, as a run's record above), or it is laid out
     as a dataset the data modules read (a hand-made or downloaded one has no marker): a few listings, no walk."""
     return entry_exists(folder / DATA_MARKER) or has_image_folder_layout(folder) or has_coco_layout(folder)
+
+
+def is_testsets_folder(folder: Path) -> bool:
+    """The folder of the test sets' own data: it has the marker generate_testsets writes (of whatever kind)."""
+    return entry_exists(folder / TESTSETS_MARKER)
 
 
 def is_archive(folder: Path) -> bool:
@@ -202,6 +210,11 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the run dir" if inside_run == target and given is None else "is inside the run dir"
         raise DestinationError(f"{what}={typed!r} {where} {inside_run}, whose files are that run's;"
                                " valid: a folder outside every run dir")
+    testsets = None if data_root else _first((target, *target.parents), is_testsets_folder)
+    if testsets is not None:  # a test set's data is made there under its definition's name
+        where = "is the folder" if testsets == target and given is None else "is inside the folder"
+        raise DestinationError(f"{what}={typed!r} {where} {testsets} of the test sets' own data, whose folders are"
+                               " test sets' data named by their definitions; valid: a folder outside it")
     inside_data = _first(target.parents if data_root else (target, *target.parents), is_data_root)
     if inside_data is None and not data_root:
         roots = [real(r) for r in data_roots if r is not None and str(r).strip()]

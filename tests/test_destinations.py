@@ -391,6 +391,42 @@ def test_no_run_dir_in_the_test_sets_data_folder(tmp_path: Path, log_dir: str, r
     cli.check_overrides(["debug=fast", f"paths.data_dir={data}", f"paths.log_dir={data}", "run_name=v5"], "train")
 
 
+def test_the_test_sets_data_folder_is_marked_and_kept_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """Probe 20, w30, x6, x8: the test sets' folder of another data dir took a run dir, an archive and a temp dir
+    (torch's cache made there). generate_testsets marks <paths.data_dir>/testsets, and every destination check
+    (and the temp dir's, before torch is imported) keeps out of a marked folder; a test set's root given elsewhere
+    marks nothing."""
+    import starting
+    from scripts import archive_runs
+    from scripts.generate_testsets import generate
+    from storage.destinations import TESTSETS_MARKER
+
+    data = tmp_path / "data"
+    generate("relational_right", [f"paths.data_dir={data}", "testset.data.generator.num_val=16"])
+    folder = data / "testsets"
+    assert (folder / TESTSETS_MARKER).is_file()
+    elsewhere = tmp_path / "own" / "ts"
+    generate("relational_right", [f"paths.data_dir={data}", "testset.data.generator.num_val=16",
+                                  f"testset.data.root={elsewhere}"])
+    assert not (elsewhere.parent / TESTSETS_MARKER).exists()
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(cli.CommandLineError) as err:  # w30: the config's own paths.data_dir is another one
+        cli.check_overrides(["debug=fast", f"paths.data_dir={tmp_path / 'other'}", f"paths.log_dir={folder}",
+                             "run_name=w30"], "train")
+    assert str(err.value) == (f"hydra.run.dir='{folder / 'w30'}' is inside the folder {folder} of the test sets' own"
+                              " data, whose folders are test sets' data named by their definitions; valid: a folder"
+                              " outside it")
+    sweep = _fake_sweep(tmp_path / "runs")
+    assert archive_runs.main([str(sweep), "--to", str(folder / "x6")]) == 2  # x6
+    assert f"is inside the folder {folder} of the test sets' own data" in capsys.readouterr().err
+    monkeypatch.setenv("TMPDIR", str(folder / "tmp8"))  # x8
+    assert starting.temp_dir_problem() == (
+        f"TMPDIR='{folder / 'tmp8'}' lies in the folder of the test sets' own data {folder}, and torch and Lightning"
+        " write their caches into the temp dir as they start; valid: set TMPDIR to a folder of its own (e.g. /tmp)")
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
 def test_scripts_write_nothing_into_a_hand_made_dataset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A test set, an archive and tables into a hand-made dataset: one line each, nothing written."""
     from scripts import archive_runs, generate_testsets, make_tables
