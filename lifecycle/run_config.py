@@ -318,7 +318,8 @@ def _generator_differences(recorded: Any, expected: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {old.get(k)!r} on disk vs {new.get(k)!r} named" for k in changed)
 
 
-def require_existing_data(datamodule: Any, source: str, override: str, remedy: str | None = None) -> str | None:
+def require_existing_data(datamodule: Any, source: str, override: str, remedy: str | None = None,
+                          edited: str | None = None) -> str | None:
     """Stop with one `RunDataError` line unless the data ``datamodule`` reads is on disk: a generated set
     (the run named a generator) must be complete (ImageFolder: its ``.complete.json`` marker, recording the
     same generator settings, and the class folders, image counts and image digest it records; COCO shapes
@@ -327,7 +328,8 @@ def require_existing_data(datamodule: Any, source: str, override: str, remedy: s
 
     ``source`` names where ``data.root`` came from (the run's config.yaml); ``override`` how the user
     points at other data (``data_root=<folder>``, ``--data-root DIR``); ``remedy`` replaces the default
-    "how to make it" advice (a test set's data has its own command). Returns the checked content digest of
+    "how to make it" advice (a test set's data has its own command), ``edited`` the advice for data made with
+    other settings than the config names (by default ``remedy``'s). Returns the checked content digest of
     generated data (`data.generation.scan_content`), else None.
     """
     from data.generation import MARKER_NAME, check_content, describe_generator, read_marker
@@ -336,7 +338,7 @@ def require_existing_data(datamodule: Any, source: str, override: str, remedy: s
     generator = datamodule.run_generator
     root = Path(datamodule.root).expanduser().absolute()
     digest = None
-    edited = remedy or f"was the config edited after training? pass {override} pointing at the run's data"
+    edited = edited or remedy or f"was the config edited after training? pass {override} pointing at the run's data"
     remedy = remedy or (
         "eval.py and plot_rpe.py read existing data only: train.py with the same data config generates it,"
         f" or pass {override} pointing at existing data"

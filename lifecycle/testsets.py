@@ -223,6 +223,10 @@ def prepare_testset_data(datamodule: Any, own: bool, run_config: Path, data_root
             datamodule, f"testset={name}", "",
             remedy=f"a test set's data is made by its own command, once: {generate_command(name)}"
                    " (with the same paths.data_dir= and testset.* overrides as here)",
+            # the command above keeps data made with other settings: the choices are the data or another folder
+            edited="valid: leave out the testset.* overrides that differ, to read the set on disk, or give"
+                   f" another paths.data_dir= (or testset.data.root=), where {generate_command(name)} with them"
+                   " makes the set",
         )
     detach_generator(datamodule)
     if data_root is not None:

@@ -1023,7 +1023,12 @@ def expected_jobs(sweep_dir: Path) -> list[list[str]]:
     jobs: list[list[str]] = []
     seen: set[frozenset[str]] = set()
     for path in grid_files(sweep_dir):
-        for job in _launch_jobs(path):
+        try:
+            launched = _launch_jobs(path)
+        except TableError as err:
+            err.path = path  # the grid file that is damaged: `_sweep_runs` lists it
+            raise
+        for job in launched:
             if _normalised(job) not in seen:
                 seen.add(_normalised(job))
                 jobs.append(job)
@@ -1132,7 +1137,8 @@ def run_dirs(root: Path) -> list[Path]:
 
 def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], naming: JobNaming | None) -> list[Run]:
     """The grid points of ``sweep_dir`` without a run dir (``missing``), plus the unreadable runs of the sweep
-    placed by their grid point; a damaged ``multirun.yaml`` is itself listed, as its grid is unknown.
+    placed by their grid point; a damaged grid file (``multirun.yaml``, an optuna sweep's trials) is itself listed,
+    as its grid is unknown.
 
     A run is matched to its grid point by its overrides (`read_overrides`, checked by `load_run`); one whose
     overrides cannot be used (damaged, absent, or not the run's) or name no grid point of the sweep (a job of
@@ -1141,8 +1147,10 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
     try:
         jobs = expected_jobs(sweep_dir)
     except TableError as err:
-        return [Run(_shown(sweep_dir / "multirun.yaml"), "unreadable", {}, {},
-                    f"{err}; the grid of {sweep_dir} is unknown, so its runs that never started are not listed")]
+        damaged = getattr(err, "path", sweep_dir / "multirun.yaml")
+        return [Run(_shown(damaged), "unreadable", {}, {},
+                    f"{err}; the grid of {sweep_dir} is unknown, so its runs that never started are not listed (its"
+                    " runs that are there are counted)")]
     grid = {_normalised(job) for job in jobs}
     done: Counter[frozenset[str]] = Counter()
     damaged: list[str] = []

@@ -197,7 +197,8 @@ def _testset_problems(table: Table) -> list[str]:
 
 def _not_counted_markdown(table: Table) -> str:
     lines = ["## Runs not counted", "", "No cell can hold these runs (their config cannot be read), so none of them"
-             " is counted in a table:", ""]
+             " is counted in a table; a sweep's grid file listed here is damaged, so its runs that never started"
+             " cannot be listed:", ""]
     for row in table.rows:
         for run in table.cells[(row, "status")].runs:
             lines.append(f"- {run.status}: `{run.path}`" + (f": {run.error}" if run.error else ""))

@@ -8,7 +8,7 @@ Each test set's data goes to its own ``data.root`` (``configs/testset/<name>.yam
 with other settings stops with the differences. eval.py never generates data, so this is the one way a
 test set's images are made (``scripts/evaluate_testsets.py`` calls it for the test sets it evaluates).
 Test sets that read the evaluated run's own data (``val_at_*``) have nothing to generate. Each problem is
-one line; the exit code is 1 when any test set was not made.
+one line; the exit code is 2 when any test set was refused (its settings or its root), as for every refusal.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def _checked_and_generated(args: argparse.Namespace, in_progress: list[str], mad
             say(f"error: {name}: {one_line(err)}", stream=sys.stderr)
             problems += 1
         in_progress.pop()
-    return 1 if problems else 0
+    return 2 if problems else 0  # each problem is a refusal of the test set's settings or root (one line each)
 
 
 if __name__ == "__main__":

@@ -2321,13 +2321,15 @@ def test_a_temp_dir_inside_a_sweep_dir_is_one_line(tmp_path: Path, capsys: pytes
 
 def test_the_early_temp_dir_check_knows_the_markers_the_destination_rule_knows() -> None:
     """`starting` runs before any import of the project, so it names the markers itself: they are the ones the one
-    rule for destinations reads (a run's record, a sweep's grid, a data root's and an archive's markers)."""
+    rule for destinations reads (a run's record, a sweep's grid, a data root's, an archive's and the test sets' data
+    folder's markers)."""
     import starting
-    from storage.destinations import ARCHIVE_MARKER, DATA_MARKER, SWEEP_GRID
+    from storage.destinations import ARCHIVE_MARKER, DATA_MARKER, SWEEP_GRID, TESTSETS_MARKER
     from storage.run_dir import RUN_RECORD
 
     grids = [name for name in starting._MARKED if SWEEP_GRID.fullmatch(name)]
-    assert set(starting._MARKED) == {RUN_RECORD, DATA_MARKER, ARCHIVE_MARKER, *grids} and grids == ["multirun.yaml"]
+    assert set(starting._MARKED) == {RUN_RECORD, DATA_MARKER, ARCHIVE_MARKER, TESTSETS_MARKER, *grids}
+    assert grids == ["multirun.yaml"]
 
 
 @pytest.mark.parametrize("marker", ["run.json", "multirun.yaml", ".complete.json", ".archive.json", "train/0_E/0.png"])

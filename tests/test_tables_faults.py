@@ -192,7 +192,16 @@ def test_a_damaged_grid_is_listed_and_its_runs_still_counted(tmp_path: Path) -> 
     [listed] = [r for c in tables[make_tables.NOT_COUNTED].cells.values() for r in c.runs]
     assert listed.status == "unreadable" and listed.path == str(sweep / "multirun.yaml")
     assert listed.error.startswith(f"{sweep / 'multirun.yaml'} is damaged: not valid YAML")
-    assert listed.error.endswith(f"the grid of {sweep} is unknown, so its runs that never started are not listed")
+    assert listed.error.endswith(f"the grid of {sweep} is unknown, so its runs that never started are not listed"
+                                 " (its runs that are there are counted)")
+    # probe 20, w44: a damaged optuna trials record is the file named, not multirun.yaml
+    (sweep / "multirun.yaml").write_text("hydra:\n  sweeper:\n    _target_: x.RpeOptunaSweeper\n")
+    (sweep / "trials.yaml").write_text("evil: !!python/object/apply:os.system [echo]\n")
+    tables = _tables(sweep)
+    _assert_sound_cells(tables["where_mini"])
+    [listed] = [r for c in tables[make_tables.NOT_COUNTED].cells.values() for r in c.runs]
+    assert listed.path == str(sweep / "trials.yaml") and listed.error.startswith(
+        f"{sweep / 'trials.yaml'} is damaged: not valid YAML"), listed
 
 
 # ----------------------------------------------------------------------------- runs without a result

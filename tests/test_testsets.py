@@ -531,7 +531,11 @@ def test_eval_never_generates_a_testsets_data(tmp_path: Path) -> None:
     message = evaluate('testset.data.generator.num_val=${oc.decode:"0"}')
     assert message.startswith("testset=relational_canvas48: testset.data.generator.num_val=0 must be an"), message
     message = evaluate("testset.data.generator.num_val=24")  # the yaml edited after its data was made
-    assert "generated with other settings than testset=relational_canvas48 names (num_val: 16 on disk vs 24" in message
+    # probe 20, w75: the advice is not the command that keeps the data on disk (and refuses these settings)
+    assert message == (f"data.root={root} was generated with other settings than testset=relational_canvas48 names"
+                       " (num_val: 16 on disk vs 24 named); valid: leave out the testset.* overrides that differ, to"
+                       " read the set on disk, or give another paths.data_dir= (or testset.data.root=), where python"
+                       " scripts/generate_testsets.py relational_canvas48 with them makes the set"), message
     assert not (run / RESULT_FOLDER).exists()
     first, second = sorted((root / "val" / "0_E").iterdir())[0], sorted((root / "val" / "4_W").iterdir())[0]
     first.rename(second.parent / first.name)
@@ -1005,7 +1009,7 @@ def test_generate_testsets_names_a_test_sets_own_remedy_for_a_folder_without_its
     root = tmp_path / "testsets" / "relational_right_v2"
     (root / "val").mkdir(parents=True)
     (root / "val" / "x.png").write_bytes(b"")
-    assert main(["relational_right", "--set", f"paths.data_dir={tmp_path}"]) == 1
+    assert main(["relational_right", "--set", f"paths.data_dir={tmp_path}"]) == 2
     assert capsys.readouterr().err == (
         f"error: relational_right: testset.data.root={root} exists but has no .complete.json completion marker: it"
         " was not made by the test set's generator (a half-made or hand-made folder); delete it to regenerate it, or"
