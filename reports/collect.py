@@ -35,6 +35,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from data.bounded_json import MAX_JSON_BYTES, MAX_YAML_BYTES, JsonBoundsError, read_json_bytes
+from data.errors import absent_folder
 from lifecycle.cli import sweep_grid
 from lifecycle.console import plain_value
 from lifecycle.identity import (
@@ -88,6 +89,7 @@ from storage.files import (
     own_folder_problem,
     plain_file_exists,
     read_json,
+    symlink_loop,
     yaml_problem,
 )
 
@@ -456,7 +458,7 @@ def cell_identity(cfg: dict[str, Any]) -> dict[str, str]:
 def _shown(path: Path) -> str:
     """``path`` relative to the working dir when inside it (tables stay valid in another checkout)."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(Path(os.path.realpath(path)).relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
 
@@ -1190,8 +1192,16 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
                                                                         _yaml(sweep_dir / TRIALS_FILE))}
     except (TableError, AttributeError):
         numbers = {}
-    return [_missing_run(sweep_dir, job, why + (f" (its dir would be {_shown(sweep_dir / str(numbers[key]))})"
+    return [_missing_run(sweep_dir, job, why + (_job_dir_note(sweep_dir / str(numbers[key]))
                                                if (key := _normalised(job)) in numbers else "")) for job in left]
+
+
+def _job_dir_note(job_dir: Path) -> str:
+    """Where a job that has no run would have its dir, and why that dir holds no run where it is a link loop."""
+    loop = symlink_loop(job_dir)
+    if loop is not None:
+        return f" (its dir {job_dir} is a symlink loop: {loop} leads back to itself)"
+    return f" (its dir would be {_shown(job_dir)})"
 
 
 def _grid_point_of(run_dir: Path, jobs: list[list[str]], naming: JobNaming | None) -> list[str] | None:
@@ -1224,8 +1234,8 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
     runs: list[Run] = []
     listed: set[str] = set()  # the real paths of the run dirs and sweep dirs listed
     for root in map(Path, paths):
-        if not root.exists():
-            raise TableError(f"{str(root)!r} does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)")
+        if not root.exists():  # missing, a dangling link or a link loop: named as what it is
+            raise TableError(f"{str(root)!r} {absent_folder(root)}; give run dirs or sweep dirs (runs/sweeps/<name>)")
         if not root.is_dir():
             raise TableError(f"{str(root)!r} is a file, not a folder; give run dirs or sweep dirs"
                              " (runs/sweeps/<name>)")

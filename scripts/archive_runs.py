@@ -155,7 +155,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
     """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out).
     ``typed``: ``--to`` as the user wrote it (``.``, ``x/``), quoted in a refusal with the folder it names."""
     from storage.destinations import ARCHIVE_MARKER, DestinationError, check_destination, check_no_links_below
-    from storage.files import atomic_write_bytes
+    from storage.files import atomic_write_bytes, symlink_loop
 
     typed = str(dest) if typed is None else typed
     target = dest / sweep_dir.name
@@ -199,6 +199,8 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
             raise TableError(f"{str(archived.parent)!r} holds a run of another config than {str(run_dir)!r}; "
                              "remove that sweep's archive to archive the new recipe")
         runs.append((run_dir, _testset_files(run_dir, state, archived.parent)))
+    # a job folder that is a link loop holds no run to archive: named, never left out without a word
+    left_out += [f"{entry} (a symlink loop)" for entry in sorted(sweep_dir.iterdir()) if symlink_loop(entry) == entry]
     grids = grid_files(sweep_dir)  # the latest launch's grid and the earlier ones kept beside it
     # every file the archive gets, before any is written: a link at a later job's folder (to a live run) is
     # refused with the archive as it was, never after its grid and earlier jobs were replaced

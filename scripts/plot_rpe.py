@@ -341,6 +341,7 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
     The run's config is checked and built by `lifecycle.run_config`: nothing named in the run dir is called,
     and the datamodule never generates data.
     """
+    from data.errors import absent_folder
     from lifecycle.console import user_error_types as _user_error_types
     from lifecycle.run_config import (
         RunConfigError,
@@ -355,7 +356,8 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
         raise PlotError(f"{run_dir} is a file, not a run dir; expected a train.py run dir such as runs/<name>/"
                         f" (perhaps {run_dir.parent})")
     if not run_dir.is_dir():
-        raise PlotError(f"run dir {run_dir} does not exist; expected a train.py run dir such as runs/<name>/")
+        raise PlotError(f"run dir {run_dir} {absent_folder(run_dir)}; expected a train.py run dir such as"
+                        " runs/<name>/")
     config = run_dir / "config.yaml"
     if not plain_file_exists(config):  # a FIFO or a folder there is named as such (RunFileError), not missing
         raise PlotError(f"run dir {run_dir} has no config.yaml; expected a train.py run dir such as runs/<name>/")

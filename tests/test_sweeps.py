@@ -848,6 +848,30 @@ def _fake_sweep(root: Path) -> Path:
     return sweep
 
 
+def test_a_job_dir_that_is_a_link_loop_is_named_by_each_reader(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Probe 20, x91, x93, x95, x96: a sweep whose job dir 3 is a link loop (``3 -> 3``) crashed make_tables with a
+    traceback; archive_runs left it out without a word; make_tables and plot_rpe given it said "does not exist"."""
+    from scripts import archive_runs, plot_rpe
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    grid = OmegaConf.load(sweep / "multirun.yaml")
+    grid.hydra.sweep = {"subdir": "${hydra.job.num}"}  # job n in folder n
+    OmegaConf.save(grid, sweep / "multirun.yaml")
+    (sweep / "3").symlink_to("3")
+    [missing] = [run for run in make_tables.collect([sweep]) if run.status == "missing"]
+    assert missing.error.endswith(f"(its dir {sweep / '3'} is a symlink loop: {sweep / '3'} leads back to itself)")
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 0
+    assert capsys.readouterr().out.endswith(f", 2 left out: {sweep / 'seed=2'} (unfinished), {sweep / '3'} (a symlink"
+                                            " loop)\n")
+    assert make_tables.main([str(sweep / "3"), "--out", str(tmp_path / "t")]) == 2
+    assert plot_rpe.main([str(sweep / "3"), "--out", str(tmp_path / "p")]) == 2
+    loop = "is a symlink loop (its links lead back to themselves)"
+    assert capsys.readouterr().err == (f"error: {str(sweep / '3')!r} {loop}; give run dirs or sweep dirs"
+                                       " (runs/sweeps/<name>)\n"
+                                       f"error: run dir {sweep / '3'} {loop}; expected a train.py run dir such as"
+                                       " runs/<name>/\n")
+
+
 def test_archive_keeps_what_the_tables_read_and_adds_up(tmp_path: Path) -> None:
     from scripts import archive_runs
 
