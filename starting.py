@@ -1,9 +1,10 @@
-"""Ctrl-C while train.py or eval.py starts: the imports (torch, Lightning) take seconds, and Python's own
-SIGINT handling would end them with a ``KeyboardInterrupt`` traceback through the import machinery.
+"""Ctrl-C (or SIGTERM, SIGHUP) while train.py, eval.py or a script starts: the imports (torch, Lightning) take
+seconds, and Python's own SIGINT handling would end them with a ``KeyboardInterrupt`` traceback through the import
+machinery (SIGTERM and SIGHUP without a line at all).
 
-The first import of those entry points, so it uses the standard library only: `guard_imports` makes SIGINT one
-line and exit 130 (128 + SIGINT, as a shell reports it) until `imported` hands SIGINT back to Python, whose
-``KeyboardInterrupt`` the command-line checks and Lightning handle from then on.
+The first import of those entry points, so it uses the standard library only: `guard_imports` makes each of them
+one line and exit 128 + the signal's number (as a shell reports it) until `imported` hands them back, to Python's
+``KeyboardInterrupt`` and the handlers the command-line checks, Lightning and the run lifecycle install.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import signal
 import sys
 from typing import Any
 
+# The stop signals taken while the imports run, each with the handler it had before (`imported` gives it back)
+_TAKEN: dict[int, Any] = {}
+
 
 def _interrupted(signum: int, frame: Any) -> None:
     try:
-        print("error: interrupted by SIGINT while starting, before anything was checked or written: run the same"
-              " command again", file=sys.stderr, flush=True)
+        print(f"error: interrupted by {signal.Signals(signum).name} while starting, before anything was checked or"
+              " written: run the same command again", file=sys.stderr, flush=True)
     except (OSError, ValueError):  # a closed terminal: the exit code still tells
         pass
     raise SystemExit(128 + signum)
@@ -87,11 +91,19 @@ def guard_imports(name: str) -> None:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr, flush=True)
         raise SystemExit(2)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupted)
+    # SIGTERM and SIGHUP (a scheduler's or a closed terminal's stop) would end the imports without a line; an
+    # ignored signal stays ignored
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL),
+                            (signal.SIGHUP, signal.SIG_DFL)):
+        if signal.getsignal(signum) is default:
+            _TAKEN[signum] = default
+            signal.signal(signum, _interrupted)
 
 
 def imported() -> None:
-    """The imports are done: SIGINT raises ``KeyboardInterrupt`` again (where `guard_imports` took it)."""
-    if signal.getsignal(signal.SIGINT) is _interrupted:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    """The imports are done: each stop signal `guard_imports` took gets its handler back (SIGINT raises
+    ``KeyboardInterrupt`` again), for the command-line checks, Lightning and the run lifecycle."""
+    for signum, handler in list(_TAKEN.items()):
+        if signal.getsignal(signum) is _interrupted:
+            signal.signal(signum, handler)
+        del _TAKEN[signum]
