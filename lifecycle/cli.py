@@ -30,6 +30,7 @@ from lifecycle.console import (
     key_that_reads,
     missing_env_line,
     one_line,
+    plain_value,
     resolver_error_line,
     root_cause,
     say,
@@ -1522,6 +1523,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         sweeping = multirun or str(cfg.hydra.get("mode")) == "RunMode.MULTIRUN"  # -m, or a sweep config
         current().sweeping = current().sweeping or sweeping
         refuse_unresolvable_overrides(cfg, _first_of_sweeps(overrides), config_name)
+        if config_name == "train":
+            refuse_replaced_encoding_choice(cfg, _first_of_sweeps(overrides))
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
             if config_name == "train":
@@ -1956,6 +1959,30 @@ def refuse_unresolvable_overrides(cfg: DictConfig, overrides: list[str], config_
             if resolver_error_line(root_cause(err), overrides, cfg) is not None:
                 raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None
     _refuse_missing_hydra_reads(cfg)
+
+
+def refuse_replaced_encoding_choice(cfg: DictConfig, overrides: list[str]) -> None:
+    """``rpe=<option>`` on the command line whose preset the composed config does not train: a config that sets
+    ``rpe.preset`` itself (a benchmark sweep picks it from its ``row``) replaces the choice, and the run would
+    train another encoding than the command (and its job dir's name) says. ``rpe.preset=`` given too is the
+    user's own choice, never refused."""
+    chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(r"\+{0,2}rpe=[^=]*", o)), None)
+    if chosen is None or any(re.match(r"[+~]{0,2}rpe\.preset=", o) for o in overrides):
+        return
+    option = CONFIG_DIR / "rpe" / f"{chosen}.yaml"
+    if not option.is_file():
+        return  # an unknown option: the group check names it
+    preset = OmegaConf.load(option).get("preset")
+    trains = OmegaConf.select(cfg, "rpe.preset", default=None, throw_on_resolution_failure=False)
+    if preset is None or trains == preset:
+        return
+    raw = plain_value(OmegaConf.to_container(cfg.rpe, resolve=False), "preset")
+    row = OmegaConf.select(cfg, "row", default=None, throw_on_resolution_failure=False)
+    by = f" from row={row}" if row is not None and "rows." in str(raw) else ""
+    how = "row=<a row of the sweep>" if by else "its own recipe"
+    raise CommandLineError(f"rpe={chosen} is replaced by the config, whose rpe.preset={raw}{by} trains {trains}; the"
+                           f" run would train {trains} under a name that says {chosen}; valid: pick the encoding as"
+                           f" the config does ({how}), or rpe.preset={preset}")
 
 
 def _refuse_missing_hydra_reads(cfg: DictConfig) -> None:

@@ -52,6 +52,7 @@ from storage.files import (  # noqa: E402
     own_folder_problem,
     plain_file_exists,
     read_json,
+    symlink_loop,
     unreadable_folder,
 )
 
@@ -94,6 +95,8 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
             found.add(path)
         else:
             found.update(p for p in _listed(path) if p.is_dir() and _is_run_dir(p))
+            for loop in sorted(p for p in _listed(path) if symlink_loop(p) == p):  # a job dir lost to a link loop
+                say(f"note: {loop} is a symlink loop (its links lead back to themselves): no run there is evaluated")
         if not found:
             raise FileNotFoundError(f"{path} holds no run (no config.yaml or checkpoints/ in it or in its"
                                     " sub-folders); valid: a train.py run dir or a sweep dir of them")

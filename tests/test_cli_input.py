@@ -234,6 +234,23 @@ def test_a_resolver_error_or_missing_hydra_key_is_named_in_each_composing_comman
         check_overrides([f"run_name=x${{hydra:{read}}}", f"paths.log_dir={tmp_path}"], "train", make=False)
 
 
+def test_an_encoding_choice_the_sweeps_row_replaces_is_refused(tmp_path: Path) -> None:
+    """Probe 21, y42: ``-m sweep=shift_mini row=none rpe=shaw`` trained row none's encoding (the sweep sets
+    rpe.preset from its row) in a job dir named after rpe=shaw, without a word."""
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
+
+    base = [f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", "-m", "sweep=shift_mini", "seed=0"]
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*base, "row=none", "rpe=shaw"], "train", make=False)
+    assert str(err.value) == ("rpe=shaw is replaced by the config, whose rpe.preset=${rows.${row}.rpe} from row=none"
+                              " trains none; the run would train none under a name that says shaw; valid: pick the"
+                              " encoding as the config does (row=<a row of the sweep>), or rpe.preset=shaw")
+    check_overrides([*base, "row=none", "rpe=shaw", "rpe.preset=shaw"], "train", make=False)  # the user's own
+    check_overrides([*base, "row=shaw", "rpe=shaw"], "train", make=False)  # the row trains it
+    check_overrides(["rpe=shaw", f"paths.log_dir={tmp_path}"], "train", make=False)
+
+
 def test_a_missing_hydra_key_written_in_a_config_file_is_named() -> None:
     """Probe 18's leftover: ``${hydra:<no key>}`` in a config file (a user's experiment), not an override, gave
     null silently; Hydra's keys (``job.num``: null until a sweep job runs) and Hydra's own node are not refused."""

@@ -863,6 +863,11 @@ def test_a_job_dir_that_is_a_link_loop_is_named_by_each_reader(tmp_path: Path, c
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "archive")]) == 0
     assert capsys.readouterr().out.endswith(f", 2 left out: {sweep / 'seed=2'} (unfinished), {sweep / '3'} (a symlink"
                                             " loop)\n")
+    from scripts.evaluate_testsets import find_runs
+
+    assert find_runs([sweep]) == [sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"]  # probe 21, y28: named
+    assert capsys.readouterr().out == (f"note: {sweep / '3'} is a symlink loop (its links lead back to themselves): no"
+                                       " run there is evaluated\n")
     assert make_tables.main([str(sweep / "3"), "--out", str(tmp_path / "t")]) == 2
     assert plot_rpe.main([str(sweep / "3"), "--out", str(tmp_path / "p")]) == 2
     loop = "is a symlink loop (its links lead back to themselves)"
