@@ -103,7 +103,7 @@ def guard_imports(name: str) -> None:
 def imported() -> None:
     """The imports are done: each stop signal `guard_imports` took gets its handler back (SIGINT raises
     ``KeyboardInterrupt`` again), for the command-line checks, Lightning and the run lifecycle."""
-    for signum, handler in list(_TAKEN.items()):
+    for signum, handler in _TAKEN.items():
         if signal.getsignal(signum) is _interrupted:
             signal.signal(signum, handler)
-        del _TAKEN[signum]
+    _TAKEN.clear()

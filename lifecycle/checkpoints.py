@@ -14,7 +14,9 @@ from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from models.training import TRAINING_KEY as CHECKPOINT_TRAINING_KEY
+# checkpoint entry: the token of the training that saved it (defined where the checkpoint loader reads it);
+# ``metrics.json`` and each test-set result record the one of the ``best.ckpt`` they measured
+from models.training import TRAINING_KEY
 
 # what every checkpoint Lightning writes holds, and its restore requires
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
@@ -87,9 +89,6 @@ class RunInterrupted(BaseException):
 
 
 LENGTH_KEY = "run_length"
-# checkpoint entry: the token of the training that saved it (`models.training.TRAINING_KEY`, where the checkpoint
-# loader reads it too); ``metrics.json`` and each test-set result record the one of the ``best.ckpt`` they measured
-TRAINING_KEY = CHECKPOINT_TRAINING_KEY
 
 
 def _fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:

@@ -94,8 +94,9 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
         if _is_run_dir(path):
             found.add(path)
         else:
-            found.update(p for p in _listed(path) if p.is_dir() and _is_run_dir(p))
-            for loop in sorted(p for p in _listed(path) if symlink_loop(p) == p):  # a job dir lost to a link loop
+            listed = _listed(path)
+            found.update(p for p in listed if p.is_dir() and _is_run_dir(p))
+            for loop in sorted(p for p in listed if symlink_loop(p) == p):  # a job dir lost to a link loop
                 say(f"note: {loop} is a symlink loop (its links lead back to themselves): no run there is evaluated")
         if not found:
             raise FileNotFoundError(f"{path} holds no run (no config.yaml or checkpoints/ in it or in its"
