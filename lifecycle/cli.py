@@ -310,8 +310,8 @@ def check_run_location(run_name: Any, log_dir: Any, source: str = "") -> None:
 
     ``..`` would leave the log dir (and rewrite whatever run lies there), an empty name would make the
     log dir itself a run dir, and a component longer than the file system allows fails only later. The run
-    dir lies in no sweep dir (the sweep's tables and archives would count it as one of its jobs), and no
-    link inside it (to a folder or a file) leads out of it (the run would write through the link).
+    dir lies in no sweep dir (the sweep's tables and archives would count it as one of its jobs), is no link
+    itself, and no link inside it (to a folder or a file) leads out of it (the run would write through the link).
     """
     from storage.destinations import hidden_character
 
@@ -364,6 +364,10 @@ def check_run_location(run_name: Any, log_dir: Any, source: str = "") -> None:
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
     run_dir = root.joinpath(*parts)
+    if run_dir.is_symlink():  # the run would write through it into a folder recorded under another name
+        raise CommandLineError(f"{given}: {run_dir} is a symlink (to {os.readlink(run_dir)}), not a run dir of its"
+                               " own, and the run would write its files through it into the folder it leads to;"
+                               " valid: another run_name=, or replace the link with the folder it stands for")
 
     sweep = sweep_dir_of(real(run_dir))
     if sweep is not None:
@@ -938,13 +942,19 @@ def check_flags(argv: list[str]) -> None:
 
 
 def _refuse_sweeps_without_multirun(overrides: list[str]) -> None:
-    """A swept value (``a=1,2``, ``range(0,2)``) outside a multirun is Hydra's multi-line error: one line."""
+    """A swept value (``a=1,2``, ``range(0,2)``) outside a multirun is Hydra's multi-line error: one line. A
+    sweeper, launcher or sweep dir given without a multirun would be ignored without a word: one line too."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     for override in OverridesParser.create().parse_overrides(overrides):
         if override.is_sweep_override():
             raise CommandLineError(f"{override.input_line} sweeps over values, which needs a multirun: add -m"
                                    " (train.py -m ...), or give one value")
+        key = override.get_key_element().lstrip("+~")
+        if re.fullmatch(r"hydra/(sweeper|launcher)|hydra\.(sweeper|launcher|sweep)(\..*)?", key):
+            part = re.split(r"[/.]", key)[1]
+            raise CommandLineError(f"{override.input_line} sets the {part} of a multirun, and without one a single run"
+                                   " starts, which never reads it; valid: add -m (train.py -m ...), or leave it out")
 
 
 def check_repeated_keys(argv: list[str]) -> None:
@@ -1537,7 +1547,6 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         if not eval_worker:
             refuse_launch_variables(cfg)
         _refuse_added_hydra_keys(cfg, overrides)
-        _refuse_foreign_search_path(overrides)
         if cfg.hydra.get("output_subdir") is not None:
             raise CommandLineError(f"hydra.output_subdir={cfg.hydra.output_subdir} is not a setting: a run's .hydra/"
                                    " files are written by the job, inside its own run dir; valid: leave it out")
@@ -2302,6 +2311,22 @@ def _testset_data_folders(cfg: DictConfig) -> tuple[str, ...]:
     return tuple(testset_data_folders(data_dir))
 
 
+def _refuse_testset_data(cfg: DictConfig, given: Any, root: Path) -> None:
+    """A run never trains on a test set's data: the folder of the test sets' own data (its marker, or the config's
+    ``<paths.data_dir>/testsets``) holds images a test-set result must never have been trained on, and is shared by
+    every run evaluated on them, so no advice may be to delete or regenerate it."""
+    from storage.destinations import is_testsets_folder, real
+
+    folders = {real(folder) for folder in _testset_data_folders(cfg)}
+    target = real(root)
+    testsets = next((p for p in (target, *target.parents) if p in folders or is_testsets_folder(p)), None)
+    if testsets is not None:
+        raise CommandLineError(f"data.root={str(given)!r} lies in the folder {testsets} of the test sets' own data:"
+                               " a run trained on a test set's images could not be judged on them, and the folder is"
+                               " shared by every run evaluated there (only scripts/generate_testsets.py writes it);"
+                               " valid: a data.root outside it (leave data.root out for the data config's own root)")
+
+
 def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     """A data root that the run would generate lies outside every run dir and every other data root
     (`storage.destinations`), also outside the run dir this run is about to make, and its path fits the
@@ -2332,6 +2357,7 @@ def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     if loop is not None:  # every reader of the root (its identity, the loader) would fail on it with a traceback
         raise CommandLineError(f"data.root={str(given)!r} cannot be read: {loop} is a symlink loop (its links lead"
                                " back to themselves); valid: a data root whose path has no link loop")
+    _refuse_testset_data(cfg, given, root)
     if data.get("generator") is not None:
         _check_root_length(given, root)
     try:
@@ -2894,11 +2920,38 @@ def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple
         refuse_swept_hydra_keys(argv)
     argv = multirun_flag_first(normalize_overrides(argv))
     check_flags(argv)
+    _refuse_foreign_search_path(argv)  # before its options are looked up: they would be named, not the path
     check_group_choices(argv, config_name)
     check_repeated_keys(argv)
     check_printed_config_resolves(argv, config_name)
     refuse_sweeps_when_printing(argv)
-    return argv, check_overrides(argv, config_name, make)
+    try:
+        return argv, check_overrides(argv, config_name, make)
+    except ValueError as err:  # the checks' one-line errors (a model's or a setting's own, too)
+        line = _naming_merged_recipes(str(err), argv)
+        if line == str(err):
+            raise
+        raise CommandLineError(line) from None
+
+
+def _naming_merged_recipes(line: str, argv: list[str]) -> str:
+    """``line``, a refusal of the config composed from ``experiment=[a,b]``, with the recipes named: Hydra merges
+    them in order, each later one's keys winning, so a key the refusal names may come from a recipe, never from
+    what the user typed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for arg in argv:
+        if not re.match(r"\+?experiment=\s*\[", arg) or arg in line:
+            continue
+        try:
+            recipes = OverridesParser.create().parse_override(arg).value()
+        except HydraException:
+            continue
+        if isinstance(recipes, list) and len(recipes) > 1:
+            return (f"{line} (the config merges the recipes of {arg}, in that order, each later one's keys winning:"
+                    f" check that they fit together, or give one, e.g. experiment={recipes[-1]})")
+    return line
 
 
 def _overrides_among_flags(argv: list[str]) -> list[str]:

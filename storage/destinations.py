@@ -8,7 +8,8 @@ A destination is judged by its real path (links followed), its text only for the
   annotations, or the data root of the config at hand), where a new folder would become a class of the dataset
   and any file would change its fingerprint;
 - a run's or a sweep's dir never lies inside an archive of runs (`ARCHIVE_MARKER`), whose records without
-  checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them;
+  checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them, nor beside one, in the
+  folder archive_runs keeps archived sweeps in;
 - the path as typed holds no control or format character (a newline, a tab, a right-to-left override), which
   would make every listing and report line of it lie, and each folder it would make is named in Unicode's
   composed form (NFC) and is no twin of a folder beside it in that form (two folders that print alike);
@@ -82,6 +83,21 @@ def is_testsets_folder(folder: Path) -> bool:
 def is_archive(folder: Path) -> bool:
     """An archived sweep (scripts/archive_runs.py): it has the archive marker (of whatever kind)."""
     return entry_exists(folder / ARCHIVE_MARKER)
+
+
+def archived_sweep_in(folder: Path, most: int = 10_000) -> Path | None:
+    """An archived sweep right inside ``folder`` (archive_runs' ``--to`` folder keeps them side by side), or None;
+    at most ``most`` entries are looked at, so a huge folder is not listed in full."""
+    try:
+        with os.scandir(folder) as entries:
+            for count, entry in enumerate(entries):
+                if count >= most:
+                    return None
+                if is_archive(Path(entry.path)):
+                    return Path(entry.path)
+    except OSError:
+        return None  # an unlisted folder: the checks that make the dir name it
+    return None
 
 
 def hidden_character(text: str) -> str | None:
@@ -237,6 +253,11 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the archive" if kept == target else "is inside the archive"
         raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records without"
                                " checkpoints: an archive; valid: train into the live sweep dir, then archive again")
+    beside = archived_sweep_in(target.parent) if trains else None
+    if beside is not None:  # the archive's own folder (archive_runs --to), whose folders the tables read as archived
+        raise DestinationError(f"{what}={typed!r} would be made beside the archived sweep {beside}, in the folder"
+                               f" {target.parent} that archive_runs keeps archived sweeps in, whose folders are read"
+                               " as finished runs' records; valid: a folder outside every archive (e.g. runs/)")
     kept = _first((target, *target.parents), is_archive) if not archive else None
     if kept is not None:  # only archive_runs writes there: its folders are finished runs' records, kept as archived
         where = "is the archive" if kept == target and given is None else "is inside the archive"

@@ -251,6 +251,95 @@ def test_an_encoding_choice_the_sweeps_row_replaces_is_refused(tmp_path: Path) -
     check_overrides(["rpe=shaw", f"paths.log_dir={tmp_path}"], "train", make=False)
 
 
+def test_a_search_path_is_named_before_the_options_it_would_bring(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 21, y5: ``hydra.searchpath=[file://cfg] experiment=yexp`` (yexp in that folder) was refused as
+    ``experiment='yexp' is not a config option``, never naming the search path the user gave."""
+    (tmp_path / "cfg" / "experiment").mkdir(parents=True)
+    (tmp_path / "cfg" / "experiment" / "yexp.yaml").write_text("# @package _global_\nseed: 3\n")
+    given = f"hydra.searchpath=[file://{tmp_path / 'cfg'}]"
+    line = _refused_by_the_command_line([given, "experiment=yexp", f"paths.log_dir={tmp_path / 'runs'}"], capsys,
+                                        monkeypatch)
+    assert line == (f"error: {given} is not supported: a run is composed from the project's configs/ and the command"
+                    " line only; valid: a recipe of your own in configs/experiment/")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_refusal_of_merged_recipes_names_them(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 21, y11: ``experiment=[quickstart,swin_micro_relational]`` was refused naming only
+    ``model.net.class_token``, a key the user never typed (quickstart sets it for a DeiT, the second recipe picks a
+    Swin): the line now names the merged recipes too. One recipe alone is named as before."""
+    given = "experiment=[quickstart,swin_micro_relational]"
+    line = _refused_by_the_command_line([given, f"paths.log_dir={tmp_path}"], capsys, monkeypatch)
+    assert line.startswith("error: model.net.class_token is not an option of backbone swin_micro"), line
+    assert line.endswith(f" (the config merges the recipes of {given}, in that order, each later one's keys winning:"
+                         " check that they fit together, or give one, e.g. experiment=swin_micro_relational)"), line
+    line = _refused_by_the_command_line(["experiment=quickstart", "seed=-1", f"paths.log_dir={tmp_path}"], capsys,
+                                        monkeypatch)
+    assert "merges the recipes" not in line and line.startswith("error: seed=-1 "), line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("given", ["hydra/sweeper=optuna_rpe", "hydra/launcher=submitit_local",
+                                   "hydra.sweeper.max_batch_size=2", "hydra.sweep.dir=elsewhere"])
+def test_a_multiruns_setting_without_a_multirun_is_refused(given: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 21, y43: ``hydra/sweeper=optuna_rpe`` without -m trained one run and never swept, without a word
+    (a swept value without -m was already refused); a launcher, or a sweep dir, is ignored the same way."""
+    part = re.split(r"[/.=]", given)[1]
+    line = _refused_by_the_command_line([given, "debug=fast", f"paths.log_dir={tmp_path}"], capsys, monkeypatch)
+    assert line == (f"error: {given} sets the {part} of a multirun, and without one a single run starts, which never"
+                    " reads it; valid: add -m (train.py -m ...), or leave it out")
+    assert list(tmp_path.iterdir()) == []
+    if given.startswith("hydra/sweeper"):  # with -m it is a sweep
+        cli.check_overrides(["-m", given, "debug=fast", f"hydra.sweep.dir={tmp_path / 'sw'}"], "train", make=False)
+
+
+def test_a_run_never_trains_on_a_test_sets_data(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 21, y21: ``data.root=<data_dir>/testsets/relational_left_v2`` was refused as data "generated with
+    different settings" with the advice to delete the folder: a shared test set's data. The folder is named as
+    the test sets' own, by the config's ``<paths.data_dir>/testsets`` and by generate_testsets' marker (another
+    data dir's)."""
+    from storage.destinations import TESTSETS_MARKER
+
+    data_dir = tmp_path / "data"
+    given = "${paths.data_dir}/testsets/relational_left_v2"
+    line = _refused_by_the_command_line([f"paths.data_dir={data_dir}", f"data.root={given}",
+                                         f"paths.log_dir={tmp_path / 'runs'}"], capsys, monkeypatch)
+    assert line == (f"error: data.root={str(data_dir / 'testsets' / 'relational_left_v2')!r} lies in the folder"
+                    f" {data_dir / 'testsets'} of the test sets' own data: a run trained on a test set's images could"
+                    " not be judged on them, and the folder is shared by every run evaluated there (only"
+                    " scripts/generate_testsets.py writes it); valid: a data.root outside it (leave data.root out for"
+                    " the data config's own root)")
+    marked = tmp_path / "other" / "testsets"
+    marked.mkdir(parents=True)
+    (marked / TESTSETS_MARKER).write_text("{}")
+    line = _refused_by_the_command_line([f"paths.data_dir={data_dir}", f"data.root={marked / 'relational_left_v2'}",
+                                         f"paths.log_dir={tmp_path / 'runs'}"], capsys, monkeypatch)
+    assert line.startswith(f"error: data.root={str(marked / 'relational_left_v2')!r} lies in the folder {marked} of"
+                           " the test sets' own data"), line
+    assert not (tmp_path / "runs").exists() and not data_dir.exists()
+
+
+def test_a_run_dir_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    """Probe 21, z14: ``<log_dir>/z14 -> <a copy of run d2>`` was followed without a word: the run resumed d2's
+    checkpoint and rewrote d2's config with run_name z14. A linked log dir (runs/ on another disk) still works."""
+    other = tmp_path / "zd2"
+    other.mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "z14").symlink_to(other)
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_run_location("z14", tmp_path / "runs")
+    assert str(err.value) == (f"run_name='z14': {tmp_path / 'runs' / 'z14'} is a symlink (to {other}), not a run dir"
+                              " of its own, and the run would write its files through it into the folder it leads"
+                              " to; valid: another run_name=, or replace the link with the folder it stands for")
+    (tmp_path / "linked_runs").symlink_to(tmp_path / "runs")
+    cli.check_run_location("new", tmp_path / "linked_runs")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["z14"] and list(other.iterdir()) == []
+
+
 def test_a_missing_hydra_key_written_in_a_config_file_is_named() -> None:
     """Probe 18's leftover: ``${hydra:<no key>}`` in a config file (a user's experiment), not an override, gave
     null silently; Hydra's keys (``job.num``: null until a sweep job runs) and Hydra's own node are not refused."""

@@ -490,6 +490,32 @@ def test_every_destination_follows_the_run_names_unicode_rule(tmp_path: Path, ca
     assert check_destination(tmp_path / "nfd" / decomposed / "t", "--out") == tmp_path / "nfd" / decomposed / "t"
 
 
+def test_no_run_or_sweep_is_made_beside_archived_sweeps(tmp_path: Path) -> None:
+    """Probe 21, z57: archive_runs' ``--to`` folder keeps archived sweeps side by side, and a run dir made there
+    (``paths.log_dir=<that folder>``) sat beside them, where ``make_tables <archive>/*`` would read it as archived.
+    A run dir or a sweep dir there is refused in one line; beside the live sweep it is not."""
+    from scripts import archive_runs
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    archive = tmp_path / "arch"
+    assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
+    before = _tree(archive)
+    data = f"paths.data_dir={tmp_path / 'data'}"
+    beside = (f"would be made beside the archived sweep {archive / sweep.name}, in the folder {archive} that"
+              " archive_runs keeps archived sweeps in, whose folders are read as finished runs' records; valid: a"
+              " folder outside every archive (e.g. runs/)")
+    for args, start in ((["debug=fast", f"paths.log_dir={archive}", "run_name=z57", data],
+                         f"hydra.run.dir={str(archive / 'z57')!r} "),
+                        (["-m", "debug=fast", "seed=0,1", f"hydra.sweep.dir={archive / 'sw2'}", data],
+                         f"hydra.sweep.dir={str(archive / 'sw2')!r} ")):
+        with pytest.raises(cli.CommandLineError) as err:
+            cli.check_overrides(args, "train")
+        assert str(err.value) == start + beside, str(err.value)
+    assert _tree(archive) == before
+    cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'runs'}", "run_name=new", data], "train",
+                        make=False)
+
+
 def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
     """An archived sweep holds its jobs' records without checkpoints: a sweep launched into it (or a run dir in it)
     would take the archived jobs for finished and write the new jobs' checkpoints into the archive. archive_runs
