@@ -2319,7 +2319,10 @@ def _refuse_testset_data(cfg: DictConfig, given: Any, root: Path) -> None:
 
     folders = {real(folder) for folder in _testset_data_folders(cfg)}
     target = real(root)
-    testsets = next((p for p in (target, *target.parents) if p in folders or is_testsets_folder(p)), None)
+    try:
+        testsets = next((p for p in (target, *target.parents) if p in folders or is_testsets_folder(p)), None)
+    except OSError:
+        return  # a path the system cannot look up (a name too long): the data checks after this one name it
     if testsets is not None:
         raise CommandLineError(f"data.root={str(given)!r} lies in the folder {testsets} of the test sets' own data:"
                                " a run trained on a test set's images could not be judged on them, and the folder is"
@@ -2357,9 +2360,9 @@ def check_data_root(cfg: DictConfig, sweeping: bool = False) -> tuple[Any, ...]:
     if loop is not None:  # every reader of the root (its identity, the loader) would fail on it with a traceback
         raise CommandLineError(f"data.root={str(given)!r} cannot be read: {loop} is a symlink loop (its links lead"
                                " back to themselves); valid: a data root whose path has no link loop")
-    _refuse_testset_data(cfg, given, root)
     if data.get("generator") is not None:
         _check_root_length(given, root)
+    _refuse_testset_data(cfg, given, root)
     try:
         check_generated_root(data, root)
     except DestinationError as err:

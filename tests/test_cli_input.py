@@ -797,7 +797,7 @@ def test_settings_only_the_built_model_checks_are_refused_before_a_run_dir(
 ])
 def test_hydra_settings_that_get_around_the_checks_are_refused(override: str, expected: str, tmp_path: Path) -> None:
     with pytest.raises(cli.CommandLineError) as err:
-        cli.check_overrides([override, "debug=fast", f"paths.log_dir={tmp_path}"], "train")
+        cli.check_command([override, "debug=fast", f"paths.log_dir={tmp_path}"], "train")
     assert str(err.value).startswith(expected)
 
 
@@ -2121,9 +2121,10 @@ def test_every_recipe_and_sweep_of_the_project_keeps_the_locked_hydra_settings()
     # probe 13, i5: a blank after the host: torch's rendezvous looked up "localhost " forever, deaf to SIGTERM
     ({"MASTER_ADDR": "localhost "}, ["trainer=ddp_cpu", "trainer.devices=2"],
      "environment variable MASTER_ADDR='localhost ' has a blank around it"),
-    # probe 13, i3: the SLURM launcher starts a sweep's jobs, never a single run's second node (a hang)
+    # probe 13, i3: the SLURM launcher starts a sweep's jobs, never a single run's second node (a hang); a
+    # launcher without -m is never used at all
     ({}, ["hydra/launcher=slurm", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2"],
-     "trainer.num_nodes=2 needs a launcher that starts the run's processes on every node"),
+     "hydra/launcher=slurm sets the launcher of a multirun, and without one a single run starts"),
     # probe 13, i26: a one-task sbatch job with trainer.devices=2: Lightning refused it after the run dir
     ({"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
       "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NAME": "job.sh"}, ["trainer=ddp_cpu", "trainer.devices=2"],
