@@ -1067,6 +1067,8 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
         if config_name == "train":
             _give_job_dir(cfg, job_num)
         try:
+            if config_name == "train":
+                refuse_replaced_encoding_choice(cfg, line)  # a later row may replace rpe=<option> (the first did not)
             check_settings(cfg, config_name)
             # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
             # value or a sweep config's params) meets its processes through the same rendezvous variables

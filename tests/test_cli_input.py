@@ -246,6 +246,10 @@ def test_an_encoding_choice_the_sweeps_row_replaces_is_refused(tmp_path: Path) -
     assert str(err.value) == ("rpe=shaw is replaced by the config, whose rpe.preset=${rows.${row}.rpe} from row=none"
                               " trains none; the run would train none under a name that says shaw; valid: pick the"
                               " encoding as the config does (row=<a row of the sweep>), or rpe.preset=shaw")
+    with pytest.raises(CommandLineError) as err:  # probe 22, k11: a later row of the sweep replaces it
+        check_overrides([*base, "row=shaw,none", "rpe=shaw"], "train", make=False)
+    assert str(err.value).startswith("the sweep's job with row=none: rpe=shaw is replaced by the config, whose"
+                                     " rpe.preset=${rows.${row}.rpe} from row=none trains none;"), str(err.value)
     check_overrides([*base, "row=none", "rpe=shaw", "rpe.preset=shaw"], "train", make=False)  # the user's own
     check_overrides([*base, "row=shaw", "rpe=shaw"], "train", make=False)  # the row trains it
     check_overrides(["rpe=shaw", f"paths.log_dir={tmp_path}"], "train", make=False)
