@@ -516,6 +516,23 @@ def test_no_run_or_sweep_is_made_beside_archived_sweeps(tmp_path: Path) -> None:
                         make=False)
 
 
+def test_every_committed_archive_is_marked(tmp_path: Path) -> None:
+    """Probe 22, m11: the committed archives (docs/*_runs) predate the marker, so a run dir beside or inside a copy
+    of one was accepted. Each archived sweep there carries archive_runs' marker, and a run beside one is refused."""
+    import shutil
+
+    from storage.destinations import ARCHIVE_MARKER
+
+    docs = cli.CONFIG_DIR.parent / "docs"
+    sweeps = sorted(grid.parent for grid in docs.glob("*_runs/**/multirun.yaml"))
+    assert len(sweeps) >= 10
+    assert [s for s in sweeps if not (s / ARCHIVE_MARKER).is_file()] == []
+    shutil.copytree(docs / "ablations_mini_runs" / "where_mini", tmp_path / "arch" / "where_mini")
+    with pytest.raises(cli.CommandLineError, match="would be made beside the archived sweep"):
+        cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'arch'}", "run_name=m11",
+                             f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
+
+
 def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
     """An archived sweep holds its jobs' records without checkpoints: a sweep launched into it (or a run dir in it)
     would take the archived jobs for finished and write the new jobs' checkpoints into the archive. archive_runs
