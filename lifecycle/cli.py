@@ -440,6 +440,10 @@ def _is_run_dir(folder: Path) -> bool:
         return is_run_dir(folder)
 
 
+# How a run's dir is named in a refusal: the settings a user gives for it (Hydra's hydra.run.dir is not one)
+RUN_DIR_KEY = "paths.log_dir/run_name"
+
+
 def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), make: bool = True) -> None:
     """Check the folder Hydra is about to make for a run (or a sweep), then make it (``make``; else only check
     that the nearest existing folder above it may be written).
@@ -466,7 +470,7 @@ def prepare_output_dir(path: Any, key: str, data_roots: tuple[Any, ...] = (), ma
                                "make one)")
     try:
         # the text as given (relative to the working dir): `check_destination` reads its `..` as the system does
-        check_destination(text, key, run_dir=key == "hydra.run.dir", data_roots=data_roots, trains=True)
+        check_destination(text, key, run_dir=key == RUN_DIR_KEY, data_roots=data_roots, trains=True)
     except DestinationError as err:
         raise CommandLineError(str(err)) from None
     if folder.is_dir():
@@ -1601,9 +1605,9 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
                     _record_sweep_dir(Path(str(cfg.hydra.sweep.dir)))
             else:
                 check_run_location(cfg.get("run_name"), cfg.paths.get("log_dir"), run_name_source(cfg))
-                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make=False)
+                prepare_output_dir(cfg.hydra.run.dir, RUN_DIR_KEY, data_roots, make=False)
                 refuse_damaged_marker(cfg)
-                prepare_output_dir(cfg.hydra.run.dir, "hydra.run.dir", data_roots, make)
+                prepare_output_dir(cfg.hydra.run.dir, RUN_DIR_KEY, data_roots, make)
                 pins = _pin_output_dir(cfg, sweeping=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise CommandLineError(override_error(err, overrides, cfg, config_name)) from None

@@ -385,8 +385,9 @@ def test_no_run_dir_in_the_test_sets_data_folder(tmp_path: Path, log_dir: str, r
         cli.check_overrides(["debug=fast", f"paths.data_dir={data}", f"paths.log_dir={tmp_path / log_dir}",
                              f"run_name={run_name}"], "train")
     where = "is the data root" if run_name == "testsets" else "is inside the data root"
-    assert str(err.value) == (f"hydra.run.dir='{tmp_path / log_dir / run_name}' {where} {data / 'testsets'}, where a"
-                              " new folder would become part of the dataset; valid: a folder outside every data root")
+    assert str(err.value) == (f"paths.log_dir/run_name='{tmp_path / log_dir / run_name}' {where}"
+                              f" {data / 'testsets'}, where a new folder would become part of the dataset; valid: a"
+                              " folder outside every data root")
     assert not (data / "testsets").exists()
     cli.check_overrides(["debug=fast", f"paths.data_dir={data}", f"paths.log_dir={data}", "run_name=v5"], "train")
 
@@ -414,9 +415,9 @@ def test_the_test_sets_data_folder_is_marked_and_kept_free(tmp_path: Path, monke
     with pytest.raises(cli.CommandLineError) as err:  # w30: the config's own paths.data_dir is another one
         cli.check_overrides(["debug=fast", f"paths.data_dir={tmp_path / 'other'}", f"paths.log_dir={folder}",
                              "run_name=w30"], "train")
-    assert str(err.value) == (f"hydra.run.dir='{folder / 'w30'}' is inside the folder {folder} of the test sets' own"
-                              " data, whose folders are test sets' data named by their definitions; valid: a folder"
-                              " outside it")
+    assert str(err.value) == (f"paths.log_dir/run_name='{folder / 'w30'}' is inside the folder {folder} of the"
+                              " test sets' own data, whose folders are test sets' data named by their definitions;"
+                              " valid: a folder outside it")
     sweep = _fake_sweep(tmp_path / "runs")
     assert archive_runs.main([str(sweep), "--to", str(folder / "x6")]) == 2  # x6
     assert f"is inside the folder {folder} of the test sets' own data" in capsys.readouterr().err
@@ -505,7 +506,7 @@ def test_no_run_or_sweep_is_made_beside_archived_sweeps(tmp_path: Path) -> None:
               " archive_runs keeps archived sweeps in, whose folders are read as finished runs' records; valid: a"
               " folder outside every archive (e.g. runs/)")
     for args, start in ((["debug=fast", f"paths.log_dir={archive}", "run_name=z57", data],
-                         f"hydra.run.dir={str(archive / 'z57')!r} "),
+                         f"paths.log_dir/run_name={str(archive / 'z57')!r} "),
                         (["-m", "debug=fast", "seed=0,1", f"hydra.sweep.dir={archive / 'sw2'}", data],
                          f"hydra.sweep.dir={str(archive / 'sw2')!r} ")):
         with pytest.raises(cli.CommandLineError) as err:

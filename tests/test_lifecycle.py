@@ -432,19 +432,19 @@ def test_a_stop_signal_anywhere_is_an_interruption(phase: str, signum: int, tmp_
 @pytest.mark.parametrize("path", ["", ".", "  "])
 def test_an_empty_or_working_dir_output_dir_is_refused(path: str) -> None:
     with pytest.raises(cli.CommandLineError, match="is not a folder of its own"):
-        cli.prepare_output_dir(path, "hydra.run.dir")
+        cli.prepare_output_dir(path, cli.RUN_DIR_KEY)
 
 
 def test_an_output_dir_inside_a_run_or_on_unusable_storage_is_refused(finished: Path, tmp_path: Path) -> None:
     with pytest.raises(cli.CommandLineError, match=f"is inside the run dir {finished}"):
-        cli.prepare_output_dir(finished / "checkpoints" / "new", "hydra.run.dir")
+        cli.prepare_output_dir(finished / "checkpoints" / "new", cli.RUN_DIR_KEY)
     (tmp_path / "file").write_text("")
     with pytest.raises(cli.CommandLineError,
                        match=r"cannot be made: \S+/file is in its way \(a file, where a folder belongs\)"):
         cli.prepare_output_dir(tmp_path / "file" / "run", "hydra.sweep.dir")
     with pytest.raises(cli.CommandLineError, match="cannot be used"):
-        cli.prepare_output_dir("/proc/self/run", "hydra.run.dir")
-    cli.prepare_output_dir(tmp_path / "runs" / "a", "hydra.run.dir")
+        cli.prepare_output_dir("/proc/self/run", cli.RUN_DIR_KEY)
+    cli.prepare_output_dir(tmp_path / "runs" / "a", cli.RUN_DIR_KEY)
     assert (tmp_path / "runs" / "a").is_dir() and not any((tmp_path / "runs" / "a").iterdir())
 
 

@@ -214,9 +214,10 @@ def test_a_log_dir_through_a_symlink_loop_is_one_line(tmp_path: Path, below: str
     os.symlink(tmp_path / "a", tmp_path / "b")
     folder = tmp_path / "a" / below / "run" if below else tmp_path / "a" / "run"
     with pytest.raises(cli.CommandLineError) as err:
-        cli.prepare_output_dir(str(folder), "hydra.run.dir")
-    assert str(err.value) == (f"hydra.run.dir={str(folder)!r} cannot be used: {tmp_path / 'a'} is a symlink loop"
-                              " (its links lead back to themselves); valid: a folder whose path has no link loop")
+        cli.prepare_output_dir(str(folder), cli.RUN_DIR_KEY)
+    assert str(err.value) == (f"paths.log_dir/run_name={str(folder)!r} cannot be used: {tmp_path / 'a'} is a"
+                              " symlink loop (its links lead back to themselves); valid: a folder whose path has no"
+                              " link loop")
 
 
 @pytest.mark.slow  # a second train.py run: the one-line readers above cover the rest of make test's share
