@@ -1071,8 +1071,9 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
         if config_name == "train":
             _give_job_dir(cfg, job_num)
         try:
-            if config_name == "train":
-                refuse_replaced_encoding_choice(cfg, line)  # a later row may replace rpe=<option> (the first did not)
+            if config_name == "train":  # a later row (or data root) may replace a choice the first did not
+                refuse_replaced_encoding_choice(cfg, line)
+                refuse_replaced_data_choice(cfg, line)
             check_settings(cfg, config_name)
             # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
             # value or a sweep config's params) meets its processes through the same rendezvous variables
@@ -1541,6 +1542,8 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         refuse_unresolvable_overrides(cfg, _first_of_sweeps(overrides), config_name)
         if config_name == "train":
             refuse_replaced_encoding_choice(cfg, _first_of_sweeps(overrides))
+            refuse_replaced_data_choice(cfg, _first_of_sweeps(overrides))
+            _refuse_reference_encoder_flag(cfg)
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
             if config_name == "train":
@@ -1998,6 +2001,62 @@ def refuse_replaced_encoding_choice(cfg: DictConfig, overrides: list[str]) -> No
     raise CommandLineError(f"rpe={chosen} is replaced by the config, whose rpe.preset={raw}{by} trains {trains}; the"
                            f" run would train {trains} under a name that says {chosen}; valid: pick the encoding as"
                            f" the config does ({how}), or rpe.preset={preset}")
+
+
+def refuse_replaced_data_choice(cfg: DictConfig, overrides: list[str]) -> None:
+    """``data=<option>`` on the command line beside a recipe that sets ``data.root`` itself (a benchmark sweep, an
+    experiment): the option's images would be generated into, or read from, the folder the recipe names for its
+    own dataset, under that dataset's name. ``data.root=`` given too is the user's own choice, never refused."""
+    chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(r"\+{0,2}data=[^=]*", o)), None)
+    if chosen is None or any(re.match(r"[+~]{0,2}data\.root=", o) for o in overrides):
+        return
+    option = CONFIG_DIR / "data" / f"{chosen}.yaml"
+    if not option.is_file():
+        return  # an unknown option: the group check names it
+    own = OmegaConf.to_container(OmegaConf.load(option), resolve=False).get("root")
+    composed = plain_value(OmegaConf.to_container(cfg.data, resolve=False), "root")
+    if own is None or own == "???" or str(composed) == str(own) or _recipe_choice(overrides, "data") == chosen:
+        return  # the recipe's own data option, given again: its root is the recipe's
+    raise CommandLineError(f"data={chosen} is replaced in part by the config, whose data.root={composed} is not"
+                           f" {chosen}'s own root ({own}): {chosen}'s images would be generated into, or read from,"
+                           " the folder of the recipe's own dataset; valid: leave data= out (the recipe picks its"
+                           f" data), or give data.root= too")
+
+
+def _recipe_choice(overrides: list[str], group: str) -> str | None:
+    """The option of ``group`` the train config composed from ``overrides`` without the command line's own
+    ``group=`` choice picks (a sweep's or an experiment's ``override /group``): composed anew (~0.4 s), so only
+    asked where a choice seems replaced."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
+
+    own = [o for o in overrides if not re.fullmatch(rf"\+{{0,2}}{group}=[^=]*", o)]
+    given = HydraConfig.instance().cfg if HydraConfig.initialized() else None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=own, return_hydra_config=True)
+        return OmegaConf.select(cfg, f"hydra.runtime.choices.{group}", default=None)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+        if given is not None:
+            HydraConfig.instance().set_config(given)
+
+
+def _refuse_reference_encoder_flag(cfg: DictConfig) -> None:
+    """``model.enc_rpe2d`` (DETR-iRPE's flag) would pick the encoder's encoding beside the rpe group, and win, while
+    the run is recorded, named and tabled by ``rpe.preset``: train.py takes the same flag as ``rpe.preset``."""
+    flag = OmegaConf.select(cfg, "model.enc_rpe2d", default=None, throw_on_resolution_failure=False)
+    if flag is None:
+        return
+    preset = OmegaConf.select(cfg, "rpe.preset", default=None, throw_on_resolution_failure=False)
+    raise CommandLineError(f"model.enc_rpe2d={flag} would replace the encoder's encoding of the rpe group"
+                           f" (rpe.preset={preset}), while the run is recorded, named and tabled by rpe.preset; valid:"
+                           f" rpe.preset={flag or 'none'} (the same flag, one setting), and leave model.enc_rpe2d out")
 
 
 def _refuse_missing_hydra_reads(cfg: DictConfig) -> None:

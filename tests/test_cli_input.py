@@ -344,6 +344,47 @@ def test_a_run_dir_that_is_a_link_is_refused(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["z14"] and list(other.iterdir()) == []
 
 
+def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path) -> None:
+    """Probe 22, k13: ``-m sweep=canvas_mini data=relational_left`` generated the left-half images into the canvas
+    task's folder (the sweep sets data.root), without a word. The user's own data.root, or data= beside a recipe
+    that leaves the root to the data option, is accepted."""
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
+
+    base = [f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", "-m", "sweep=canvas_mini", "row=none",
+            "seed=0"]
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*base, "data=relational_left"], "train", make=False)
+    assert str(err.value) == ("data=relational_left is replaced in part by the config, whose"
+                              " data.root=${paths.data_dir}/relational_distance_mini is not relational_left's own root"
+                              " (${paths.data_dir}/relational_left_v1): relational_left's images would be generated"
+                              " into, or read from, the folder of the recipe's own dataset; valid: leave data= out (the"
+                              " recipe picks its data), or give data.root= too")
+    with pytest.raises(CommandLineError, match="^the sweep's job with data=relational_left: data=relational_left is"):
+        check_overrides([*base, "data=relational_distance,relational_left"], "train", make=False)
+    check_overrides([*base, "data=relational_left", f"data.root={tmp_path / 'left'}"], "train", make=False)
+    check_overrides([*base, "data=relational_distance"], "train", make=False)  # the sweep's own, given again
+    check_overrides([f"paths.log_dir={tmp_path}", "experiment=benchmark_mini", "data=relational_left"], "train",
+                    make=False)
+    assert not (tmp_path / "data").exists()
+
+
+def test_detrs_reference_flag_is_given_as_the_preset(tmp_path: Path) -> None:
+    """Probe 22, k50: ``model.enc_rpe2d=rpe-2.0-product-ctx-1-k rpe=shaw`` trained product K (the flag wins in
+    DetectionModule) in a run recorded and tabled as shaw. train.py takes the flag as rpe.preset."""
+    from lifecycle.cli import check_overrides
+    from lifecycle.console import CommandLineError
+
+    base = ["experiment=detr_shapes", f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}"]
+    with pytest.raises(CommandLineError) as err:
+        check_overrides([*base, "model.enc_rpe2d=rpe-2.0-product-ctx-1-k", "rpe=shaw"], "train", make=False)
+    assert str(err.value) == ("model.enc_rpe2d=rpe-2.0-product-ctx-1-k would replace the encoder's encoding of the rpe"
+                              " group (rpe.preset=shaw), while the run is recorded, named and tabled by rpe.preset;"
+                              " valid: rpe.preset=rpe-2.0-product-ctx-1-k (the same flag, one setting), and leave"
+                              " model.enc_rpe2d out")
+    check_overrides([*base, "rpe.preset=rpe-2.0-product-ctx-1-k"], "train", make=False)
+
+
 def test_a_missing_hydra_key_written_in_a_config_file_is_named() -> None:
     """Probe 18's leftover: ``${hydra:<no key>}`` in a config file (a user's experiment), not an override, gave
     null silently; Hydra's keys (``job.num``: null until a sweep job runs) and Hydra's own node are not refused."""
