@@ -44,6 +44,7 @@ from lifecycle.console import one_line, say, user_error_types  # noqa: E402
 from lifecycle.identity import run_length  # noqa: E402
 from lifecycle.records import BEST, CHECKPOINTS, CONFIG, run_status  # noqa: E402
 from lifecycle.run_config import load_run_config  # noqa: E402
+from reports.collect import check_record, read_config  # noqa: E402
 from storage.files import (  # noqa: E402
     CHECKSUM,
     RunFileError,
@@ -349,6 +350,8 @@ def _evaluate_all(runs: list[Path], args: argparse.Namespace) -> tuple[int, int]
             if not plain_file_exists(run_dir / CONFIG):
                 raise RunFileError(f"{run_dir / CONFIG} is missing")
             run_cfg = load_run_config(run_dir / CONFIG)
+            # a config edited after training is no run of its record: make_tables would not count its results
+            check_record(run_dir, read_config(run_dir / CONFIG), status.state)
             length = run_length(run_cfg)
             run_data = OmegaConf.to_container(run_cfg.data, resolve=True)
             identity = status.metrics.get("identity") or run_identity(run_dir)

@@ -502,11 +502,14 @@ def test_no_run_or_sweep_is_made_beside_archived_sweeps(tmp_path: Path) -> None:
     assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
     before = _tree(archive)
     data = f"paths.data_dir={tmp_path / 'data'}"
-    beside = (f"would be made beside the archived sweep {archive / sweep.name}, in the folder {archive} that"
-              " archive_runs keeps archived sweeps in, whose folders are read as finished runs' records; valid: a"
-              " folder outside every archive (e.g. runs/)")
+    beside = (f"lies in the folder {archive}, which holds the archived sweep {archive / sweep.name}: archive_runs"
+              " keeps archived sweeps there, and its folders are read as finished runs' records; valid: a folder"
+              " outside every archive (e.g. runs/)")
     for args, start in ((["debug=fast", f"paths.log_dir={archive}", "run_name=z57", data],
                          f"paths.log_dir/run_name={str(archive / 'z57')!r} "),
+                        # probe 22, k9e: in a new subfolder of it
+                        (["debug=fast", f"paths.log_dir={archive / 'sub'}", "run_name=k9e", data],
+                         f"paths.log_dir/run_name={str(archive / 'sub' / 'k9e')!r} "),
                         (["-m", "debug=fast", "seed=0,1", f"hydra.sweep.dir={archive / 'sw2'}", data],
                          f"hydra.sweep.dir={str(archive / 'sw2')!r} ")):
         with pytest.raises(cli.CommandLineError) as err:
@@ -529,7 +532,7 @@ def test_every_committed_archive_is_marked(tmp_path: Path) -> None:
     assert len(sweeps) >= 10
     assert [s for s in sweeps if not (s / ARCHIVE_MARKER).is_file()] == []
     shutil.copytree(docs / "ablations_mini_runs" / "where_mini", tmp_path / "arch" / "where_mini")
-    with pytest.raises(cli.CommandLineError, match="would be made beside the archived sweep"):
+    with pytest.raises(cli.CommandLineError, match="which holds the archived sweep"):
         cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'arch'}", "run_name=m11",
                              f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
 

@@ -263,6 +263,26 @@ def test_a_smoke_run_is_left_out(sweep: Path, data_dir: Path, tmp_path: Path, ca
     assert not (smoke / "testsets").exists()
 
 
+def test_a_run_whose_config_was_edited_after_training_is_left_out(sweep: Path, data_dir: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    """Probe 22, k34: a run copy whose config.yaml names ``trainer._target_: os.system`` (edited after training) had
+    its earlier result "kept" and counted, where make_tables calls the run unreadable. Left out in one line, as
+    make_tables does; nothing is run or written."""
+    edited = tmp_path / "edited"
+    shutil.copytree(sweep / RUN, edited)
+    (edited / "testsets").mkdir(exist_ok=True)
+    (edited / "testsets" / "relational_right@interpolate.json").write_text("{}")
+    config = (edited / "config.yaml").read_text()
+    assert "_target_: lightning.pytorch.Trainer" in config
+    (edited / "config.yaml").write_text(config.replace("_target_: lightning.pytorch.Trainer", "_target_: os.system"))
+    before = sorted(p.name for p in (edited / "testsets").iterdir())
+    assert _main(edited, data_dir, "--testsets", "relational_right") == 1
+    out = capsys.readouterr().out
+    assert (f"left out {edited}: unreadable: {edited / 'config.yaml'} is not the config of {edited / 'run.json'}"
+            " (damaged or edited?): trainer._target_: lightning.pytorch.Trainer -> os.system") in out, out
+    assert "0 evaluated or kept, 1 not" in out and sorted(p.name for p in (edited / "testsets").iterdir()) == before
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_a_run_path_is_never_interpolated(sweep: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
     """A run dir literally named ``${task_name}x`` is the run evaluated: its path is set on the composed config,
