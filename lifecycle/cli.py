@@ -1086,11 +1086,24 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
                     check_buildable(cfg)
                     built = inputs
         except ValueError as err:
-            raise CommandLineError(f"the sweep's job with {named}: {one_line(err)}") from None
+            text = one_line(err)
+            together = _drawn_together(swept, key) if drawn and key.lstrip("+~") not in text else ""
+            raise CommandLineError(f"the sweep's job with {named}{together}: {text}") from None
         if key in INDEPENDENT_KEYS and key not in judged and base is not None:  # once a key: its values agree
             judged.add(key)
             if _changed_keys(base, cfg) == {key} and not _data_root_reads_job_dir(cfg, job_num):
                 alone.add(key)
+
+
+def _drawn_together(swept: list[str], key: str) -> str:
+    """`` (with a=1, b=x, which optuna may draw together)``: the first values of an optuna sweep's other swept keys,
+    which a refusal of ``key``'s value is about as much as that value (optuna draws every key of a trial)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    together = [first for override in OverridesParser.create().parse_overrides(swept)
+                if override.is_sweep_override() and override.get_key_element().lstrip("+~") != key.lstrip("+~")
+                for first in _first_of_sweeps([override.input_line])]
+    return f" (with {', '.join(together)}, which optuna may draw together)" if together else ""
 
 
 # More further values of a sweep than this: a note says the checks run (each value costs up to a second)

@@ -1727,6 +1727,20 @@ def test_hydra_uses_the_dir_the_check_made(args: list[str], key: str, tmp_path: 
     assert Path(str(again.hydra.sweep.dir if key == "hydra.sweep.dir" else again.hydra.run.dir)) == made
 
 
+def test_a_refused_optuna_trial_names_the_values_drawn_with_it(tmp_path: Path) -> None:
+    """Probe 22, k65b: ``sweep=shift_mini hydra/sweeper=optuna_rpe 'row=choice(none,shaw)'`` was refused as "the
+    sweep's job with row=shaw: rpe.mode='bias' with rpe.on='kv' ...", keys the user never set: the sweeper's own
+    params (rpe.mode among them), which optuna draws with the row, are named."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[optuna]'")
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["-m", "sweep=shift_mini", "hydra/sweeper=optuna_rpe", "hydra.sweeper.n_trials=2",
+                             "row=choice(none,shaw)", "seed=0", f"paths.log_dir={tmp_path}",
+                             f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
+    assert str(err.value).startswith("the sweep's job with row=shaw (with rpe.method=euclidean, rpe.mode=bias,"
+                                     " rpe.shared_head=True, which optuna may draw together): rpe.mode='bias' with"
+                                     " rpe.on='kv'"), str(err.value)
+
+
 @pytest.mark.slow
 def test_values_optuna_draws_and_a_sweepers_params_are_checked_before_the_sweep_dir(tmp_path: Path) -> None:
     """Each end of a range optuna draws from (both are values a trial may get), and each value of a key swept
