@@ -1229,7 +1229,8 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
 
     A run dir or sweep dir reached twice (a path given twice, a run of a sweep given beside it, a link to either)
     is listed once, under the path it was first reached by: the same dir is compared by its real path. A sweep's
-    grid is matched against all of its run dirs, also those listed already through another path."""
+    grid is matched against all of its run dirs, also those listed already through another path. A path that
+    holds no run dir or sweep is refused (`TableError`), as a mistake."""
     paths = list(paths)
     runs: list[Run] = []
     listed: set[str] = set()  # the real paths of the run dirs and sweep dirs listed
@@ -1241,6 +1242,9 @@ def collect(paths: Iterable[str | Path]) -> list[Run]:
                              " (runs/sweeps/<name>)")
         found = run_dirs(root)
         multiruns = entries_named(root, "multirun.yaml", leaf=is_run_dir)
+        if not found and not multiruns:  # a typo or the wrong folder: never dropped beside the paths that hold runs
+            raise TableError(f"{str(root)!r} holds no run dir or sweep (no config.yaml or multirun.yaml under it);"
+                             " give run dirs or sweep dirs (runs/sweeps/<name>)")
         namings = {multirun.parent: job_naming(multirun.parent) for multirun in multiruns
                    if os.path.realpath(multirun.parent) not in listed}
         new: list[Path] = []

@@ -8,8 +8,8 @@ A destination is judged by its real path (links followed), its text only for the
   annotations, or the data root of the config at hand), where a new folder would become a class of the dataset
   and any file would change its fingerprint;
 - a run's or a sweep's dir never lies inside an archive of runs (`ARCHIVE_MARKER`), whose records without
-  checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them, nor anywhere in a
-  folder archive_runs keeps archived sweeps in;
+  checkpoints would pass for finished jobs while new jobs wrote checkpoints beside them; neither, nor a data
+  root, lies anywhere in a folder archive_runs keeps archived sweeps in (its folders are read as archived);
 - the path as typed holds no control or format character (a newline, a tab, a right-to-left override), which
   would make every listing and report line of it lie, and each folder it would make is named in Unicode's
   composed form (NFC) and is no twin of a folder beside it in that form (two folders that print alike);
@@ -253,16 +253,17 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         where = "is the archive" if kept == target else "is inside the archive"
         raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records without"
                                " checkpoints: an archive; valid: train into the live sweep dir, then archive again")
-    beside = next((found for found in map(archived_sweep_in, target.parents) if found), None) if trains else None
-    if beside is not None:  # the archive's own folder (archive_runs --to), whose folders the tables read as archived
-        raise DestinationError(f"{what}={typed!r} lies in the folder {beside.parent}, which holds the archived sweep"
-                               f" {beside}: archive_runs keeps archived sweeps there, and its folders are read as"
-                               " finished runs' records; valid: a folder outside every archive (e.g. runs/)")
     kept = _first((target, *target.parents), is_archive) if not archive else None
     if kept is not None:  # only archive_runs writes there: its folders are finished runs' records, kept as archived
         where = "is the archive" if kept == target and given is None else "is inside the archive"
         raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records as archive_runs"
                                " copied them; valid: a folder outside every archive")
+    folders = target.parents if trains or data_root else ()  # a table or plot file beside them is no folder of runs
+    beside = next((found for found in map(archived_sweep_in, folders) if found), None)
+    if beside is not None:  # archive_runs' --to folder: its folders are read as archived sweeps
+        raise DestinationError(f"{what}={typed!r} lies in the folder {beside.parent}, which holds the archived sweep"
+                               f" {beside}: archive_runs keeps archived sweeps there, and its folders are read as"
+                               " finished runs' records; valid: a folder outside every archive (e.g. runs/)")
     sweep = _first(target.parents, lambda p: entry_exists(p / "multirun.yaml")) if archive else None
     if sweep is not None:
         raise DestinationError(f"{what}={typed!r} is inside the sweep dir {sweep}, whose tables would count the"

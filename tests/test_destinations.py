@@ -775,8 +775,11 @@ def test_a_data_root_never_lies_in_a_sweep_dir_or_an_archive(tmp_path: Path) -> 
                                                    r" which keeps finished runs' records: no place for data; valid: a"
                                                    r" folder outside every archive$"):
             check_destination(archive / "testsets" / "x", what, data_root=True)
-    # beside them is fine, and a table may still be written into a sweep dir (its own tables)
-    assert check_destination(tmp_path / "arch" / "data", "data.root", data_root=True) == tmp_path / "arch" / "data"
+    # probe 22, m29: beside the archived sweep too (archive_runs' --to folder, whose folders are read as archived)
+    with pytest.raises(DestinationError, match=rf"^data.root='{tmp_path}/arch/data' lies in the folder {tmp_path}/arch,"
+                                               rf" which holds the archived sweep {archive}: archive_runs keeps"):
+        check_destination(tmp_path / "arch" / "data", "data.root", data_root=True)
+    # beside the sweep is fine, and a table may still be written into a sweep dir (its own tables)
     assert check_destination(tmp_path / "data", "data.root", data_root=True) == tmp_path / "data"
     check_destination(sweep / "tables", "--out")
 
