@@ -1072,8 +1072,8 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             _give_job_dir(cfg, job_num)
         try:
             if config_name == "train":  # a later row (or data root) may replace a choice the first did not
-                refuse_replaced_encoding_choice(cfg, line)
-                refuse_replaced_data_choice(cfg, line)
+                refuse_replaced_encoding_choice(cfg, line, overrides)
+                refuse_replaced_data_choice(cfg, line, overrides)
             check_settings(cfg, config_name)
             # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
             # value or a sweep config's params) meets its processes through the same rendezvous variables
@@ -1992,13 +1992,14 @@ def refuse_unresolvable_overrides(cfg: DictConfig, overrides: list[str], config_
     _refuse_missing_hydra_reads(cfg)
 
 
-def refuse_replaced_encoding_choice(cfg: DictConfig, overrides: list[str]) -> None:
+def refuse_replaced_encoding_choice(cfg: DictConfig, overrides: list[str], given: list[str] | None = None) -> None:
     """``rpe=<option>`` on the command line whose preset the composed config does not train: a config that sets
-    ``rpe.preset`` itself (a benchmark sweep picks it from its ``row``) replaces the choice, and the run would
-    train another encoding than the command (and its job dir's name) says. ``rpe.preset=`` given too is the
-    user's own choice, never refused."""
+    ``rpe.preset`` itself (a benchmark sweep picks it from its ``row``, a sweep config sweeps it in its params)
+    replaces the choice, and the run would train another encoding than the command (and its job dir's name) says.
+    ``rpe.preset=`` given too on the command line (``given``, the command's own overrides; default
+    ``overrides``) is the user's own choice, never refused."""
     chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(r"\+{0,2}rpe=[^=]*", o)), None)
-    if chosen is None or any(re.match(r"[+~]{0,2}rpe\.preset=", o) for o in overrides):
+    if chosen is None or any(re.match(r"[+~]{0,2}rpe\.preset=", o) for o in (overrides if given is None else given)):
         return
     option = CONFIG_DIR / "rpe" / f"{chosen}.yaml"
     if not option.is_file():
@@ -2016,12 +2017,13 @@ def refuse_replaced_encoding_choice(cfg: DictConfig, overrides: list[str]) -> No
                            f" the config does ({how}), or rpe.preset={preset}")
 
 
-def refuse_replaced_data_choice(cfg: DictConfig, overrides: list[str]) -> None:
+def refuse_replaced_data_choice(cfg: DictConfig, overrides: list[str], given: list[str] | None = None) -> None:
     """``data=<option>`` on the command line beside a recipe that sets ``data.root`` itself (a benchmark sweep, an
     experiment): the option's images would be generated into, or read from, the folder the recipe names for its
-    own dataset, under that dataset's name. ``data.root=`` given too is the user's own choice, never refused."""
+    own dataset, under that dataset's name. ``data.root=`` given too on the command line (``given``, as for
+    `refuse_replaced_encoding_choice`) is the user's own choice, never refused."""
     chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(r"\+{0,2}data=[^=]*", o)), None)
-    if chosen is None or any(re.match(r"[+~]{0,2}data\.root=", o) for o in overrides):
+    if chosen is None or any(re.match(r"[+~]{0,2}data\.root=", o) for o in (overrides if given is None else given)):
         return
     option = CONFIG_DIR / "data" / f"{chosen}.yaml"
     if not option.is_file():

@@ -189,10 +189,34 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "preset_rpe": _preset_label(str((cfg.get("rpe") or {}).get("preset") or "none")),  # what that name trains
         "model": net.get("name") or model.get("_target_", "?").rsplit(".", 1)[-1],
         "schedule": cfg.get("schedule"),
-        "row": cfg.get("row"),  # the job's entry of a sweep's `rows` table, where it has one
+        "row": _row_label(cfg),  # the job's entry of a sweep's `rows` table, where it has one
         "val_images": _generated_images(cfg),  # the own split's size, for its sampling noise
     }
     return facts
+
+
+# What an entry of a benchmark sweep's ``rows`` table sets (configs/sweep/_benchmark_rows.yaml): its field, the
+# config key the sweep sets from it, and that key's value where the entry leaves the field out
+ROW_FIELDS = (("rpe", "rpe.preset", None), ("mode", "rpe.mode", None), ("shared_head", "rpe.shared_head", None),
+              ("on", "rpe.on", None), ("ape", "model.net.ape", "none"), ("peg_blocks", "model.net.peg_blocks", None))
+
+
+def _row_label(cfg: dict[str, Any]) -> Any:
+    """The run's ``row``, with ``[key=value, ...]`` for each setting its (resolved) config holds other than the row's
+    entry sets: a value given on the command line over the row's (``row=none model.net.ape=sincos``) trained another
+    design than the row names, so the run is no member of that row's cell."""
+    row, rows = cfg.get("row"), cfg.get("rows")
+    entry = rows.get(str(row)) if isinstance(rows, dict) and row is not None else None
+    if not isinstance(entry, dict):
+        return row
+    changed = []
+    for name, key, default in ROW_FIELDS:
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node != entry.get(name, default):
+            changed.append(f"{key}={node}")
+    return f"{row} [{', '.join(changed)}]" if changed else row
 
 
 # The fields iRPE's shorthand ``rpe-{ratio}-{method}-{mode}-{shared}-{on}`` names

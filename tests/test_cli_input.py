@@ -250,6 +250,11 @@ def test_an_encoding_choice_the_sweeps_row_replaces_is_refused(tmp_path: Path) -
         check_overrides([*base, "row=shaw,none", "rpe=shaw"], "train", make=False)
     assert str(err.value).startswith("the sweep's job with row=none: rpe=shaw is replaced by the config, whose"
                                      " rpe.preset=${rows.${row}.rpe} from row=none trains none;"), str(err.value)
+    with pytest.raises(CommandLineError) as err:  # probe 22, k10: a sweep config whose params sweep rpe.preset
+        check_overrides([f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", "-m", "sweep=where_mini",
+                         "seed=0", "rpe=shaw"], "train", make=False)
+    assert str(err.value).startswith("the sweep's job with rpe.preset=none: rpe=shaw is replaced by the config, whose"
+                                     " rpe.preset=none trains none;"), str(err.value)
     check_overrides([*base, "row=none", "rpe=shaw", "rpe.preset=shaw"], "train", make=False)  # the user's own
     check_overrides([*base, "row=shaw", "rpe=shaw"], "train", make=False)  # the row trains it
     check_overrides(["rpe=shaw", f"paths.log_dir={tmp_path}"], "train", make=False)

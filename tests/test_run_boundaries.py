@@ -285,3 +285,27 @@ def test_slurm_is_left_to_submitit_where_slurm_is_installed(monkeypatch: pytest.
     with pytest.raises(CommandLineError, match=r"^hydra/launcher=slurm .*\(srun not on PATH\)"):
         _refuse_unusable_launcher(cfg)
     _refuse_unusable_launcher(_compose())  # Hydra's basic launcher runs anywhere
+
+
+def test_a_row_setting_given_over_the_rows_is_labelled_by_what_it_trained() -> None:
+    """Probe 22, k88t: ``-m sweep=shift_mini row=none model.net.ape=sincos`` trained a sin-cos APE, and the shift
+    table counted it in row ``none`` (no position encoding) without a mark. A run whose config holds another value
+    than its row's entry sets is labelled ``none [model.net.ape=sincos]``, a row of its own; every row of the
+    benchmark sweeps, as the sweep composes it, keeps its own name."""
+    from reports.collect import _resolved_where_possible, run_facts
+
+    def row_of(*overrides: str) -> str:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=["sweep=shift_mini", *overrides])
+        GlobalHydra.instance().clear()
+        return run_facts(_resolved_where_possible(cfg))["row"]
+
+    assert row_of("row=none", "model.net.ape=sincos") == "none [model.net.ape=sincos]"
+    assert row_of("row=none", "rpe.preset=shaw") == "none [rpe.preset=shaw]"
+    assert row_of("row=product_ctx", "rpe.mode=bias") == "product_ctx [rpe.mode=bias]"
+    import yaml
+
+    rows = yaml.safe_load((CONFIG_DIR / "sweep" / "_benchmark_rows.yaml").read_text())["rows"]
+    for row in [*rows, "decomposed"]:
+        assert row_of(f"row={row}") == row
