@@ -1221,10 +1221,13 @@ def _sweep_runs(sweep_dir: Path, found: list[Path], loaded: dict[Path, Run], nam
 
 
 def _job_dir_note(job_dir: Path) -> str:
-    """Where a job that has no run would have its dir, and why that dir holds no run where it is a link loop."""
+    """Where a job that has no run would have its dir, and why that dir holds no run where it is a link (a loop, or
+    a link to a run elsewhere)."""
     loop = symlink_loop(job_dir)
     if loop is not None:
         return f" (its dir {job_dir} is a symlink loop: {loop} leads back to itself)"
+    if job_dir.is_symlink():  # never followed: the run it leads to is not the job's
+        return f" (its dir {job_dir} is a symlink to {os.readlink(job_dir)}, which is never read as the job's run)"
     return f" (its dir would be {_shown(job_dir)})"
 
 

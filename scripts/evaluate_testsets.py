@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -96,9 +97,13 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
             found.add(path)
         else:
             listed = _listed(path)
-            found.update(p for p in listed if p.is_dir() and _is_run_dir(p))
+            found.update(p for p in listed if p.is_dir() and not p.is_symlink() and _is_run_dir(p))
             for loop in sorted(p for p in listed if symlink_loop(p) == p):  # a job dir lost to a link loop
                 say(f"note: {loop} is a symlink loop (its links lead back to themselves): no run there is evaluated")
+            for link in sorted(p for p in listed if p.is_symlink() and p.is_dir() and _is_run_dir(p)):
+                # as make_tables, which never follows it: its result would be written into the run it leads to
+                say(f"note: {link} is a symlink (to {os.readlink(link)}): the run it leads to is not one of"
+                    f" {path}'s and is not evaluated; give its own dir to evaluate it")
         if not found:
             raise FileNotFoundError(f"{path} holds no run (no config.yaml or checkpoints/ in it or in its"
                                     " sub-folders); valid: a train.py run dir or a sweep dir of them")

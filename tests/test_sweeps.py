@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -875,6 +876,28 @@ def test_a_job_dir_that_is_a_link_loop_is_named_by_each_reader(tmp_path: Path, c
                                        " (runs/sweeps/<name>)\n"
                                        f"error: run dir {sweep / '3'} {loop}; expected a train.py run dir such as"
                                        " runs/<name>/\n")
+
+
+def test_a_job_dir_that_links_to_a_run_elsewhere_is_named_and_never_evaluated(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture) -> None:
+    """Probe 22, m51, m54: a sweep copy whose job dir 3 is a link to a run outside the sweep: evaluate_testsets
+    evaluated that run through the link, writing a result into its testsets/, without a word; make_tables (which
+    never follows it) said "no run dir". Both name the link; nothing is written to the run it leads to."""
+    from scripts.evaluate_testsets import find_runs
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    grid = OmegaConf.load(sweep / "multirun.yaml")
+    grid.hydra.sweep = {"subdir": "${hydra.job.num}"}  # job n in folder n
+    OmegaConf.save(grid, sweep / "multirun.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(sweep / "seed=0", elsewhere)
+    (sweep / "3").symlink_to(elsewhere, target_is_directory=True)
+    [missing] = [run for run in make_tables.collect([sweep]) if run.status == "missing"]
+    assert missing.error.endswith(f"(its dir {sweep / '3'} is a symlink to {elsewhere}, which is never read as the"
+                                  " job's run)"), missing.error
+    assert find_runs([sweep]) == [sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"]
+    assert capsys.readouterr().out == (f"note: {sweep / '3'} is a symlink (to {elsewhere}): the run it leads to is not"
+                                       f" one of {sweep}'s and is not evaluated; give its own dir to evaluate it\n")
 
 
 def test_archive_keeps_what_the_tables_read_and_adds_up(tmp_path: Path) -> None:
