@@ -3011,10 +3011,45 @@ def check_command(argv: list[str], config_name: str, make: bool = True) -> tuple
     try:
         return argv, check_overrides(argv, config_name, make)
     except ValueError as err:  # the checks' one-line errors (a model's or a setting's own, too)
-        line = _naming_merged_recipes(str(err), argv)
+        line = _naming_recipe_key(_naming_merged_recipes(str(err), argv), argv)
         if line == str(err):
             raise
         raise CommandLineError(line) from None
+
+
+def _recipe_files(group: str, option: str) -> list[Path]:
+    """The files of ``group``'s ``option`` (``sweep``, ``shift_mini``): its own and the shared bases (``_``-prefixed
+    files of the group) its defaults list names."""
+    own = CONFIG_DIR / group / f"{option}.yaml"
+    if not own.is_file():
+        return []
+    defaults = OmegaConf.to_container(OmegaConf.load(own)).get("defaults") or []
+    bases = [CONFIG_DIR / group / f"{item}.yaml" for item in defaults if isinstance(item, str) and item.startswith("_")]
+    return [own, *(base for base in bases if base.is_file())]
+
+
+def _naming_recipe_key(line: str, argv: list[str]) -> str:
+    """``line``, a refusal that starts with a key the command line never gave, with the recipe (``sweep=``,
+    ``experiment=``) that sets it named: the user sees where the key comes from, and that a choice given beside the
+    recipe (``model=swin_micro``) is what it does not fit."""
+    key = re.match(r"([A-Za-z_][\w.]*)(?:=| is )", line)
+    if key is None or any(a.lstrip("+~").split("=", 1)[0] == key.group(1) for a in argv):
+        return line
+    for arg in argv:
+        recipe = re.fullmatch(r"\+?(sweep|experiment)=(\w+)", arg)
+        if recipe is None:
+            continue
+        for path in _recipe_files(*recipe.groups()):
+            try:
+                found = OmegaConf.select(OmegaConf.load(path), key.group(1), default=None,
+                                         throw_on_resolution_failure=False)
+            except OmegaConfBaseException:
+                continue
+            if found is not None:
+                where = path.relative_to(CONFIG_DIR.parent)
+                return (f"{line} ({key.group(1)} is set by {arg}, in {where}: the recipe's settings are made for its"
+                        " own choices, which one given beside it may not fit)")
+    return line
 
 
 def _naming_merged_recipes(line: str, argv: list[str]) -> str:

@@ -374,6 +374,20 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
     assert not (tmp_path / "data").exists()
 
 
+def test_a_refusal_of_a_key_a_recipe_sets_names_the_recipe(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Probe 22, k86: ``-m sweep=shift_mini model=swin_micro`` was refused as ``model.net.class_token is not an option
+    of backbone swin_micro...``, a key the user never typed: the sweep's rows set it, and the line now says so."""
+    line = _refused_by_the_command_line(["-m", "sweep=shift_mini", "model=swin_micro", "row=none", "seed=0",
+                                         f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}"], capsys,
+                                        monkeypatch)
+    assert line.startswith("error: model.net.class_token is not an option of backbone swin_micro"), line
+    assert line.endswith(" (model.net.class_token is set by sweep=shift_mini, in configs/sweep/_benchmark_rows.yaml:"
+                         " the recipe's settings are made for its own choices, which one given beside it may not"
+                         " fit)"), line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_detrs_reference_flag_is_given_as_the_preset(tmp_path: Path) -> None:
     """Probe 22, k50: ``model.enc_rpe2d=rpe-2.0-product-ctx-1-k rpe=shaw`` trained product K (the flag wins in
     DetectionModule) in a run recorded and tabled as shaw. train.py takes the flag as rpe.preset."""
