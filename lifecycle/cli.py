@@ -1556,6 +1556,7 @@ def check_overrides(argv: list[str], config_name: str, make: bool = True) -> dic
         if config_name == "train":
             refuse_replaced_encoding_choice(cfg, _first_of_sweeps(overrides))
             refuse_replaced_data_choice(cfg, _first_of_sweeps(overrides))
+            refuse_replaced_recipe_choice(_first_of_sweeps(overrides))
             _refuse_reference_encoder_flag(cfg)
         if not sweeping:
             _refuse_sweeps_without_multirun(overrides)
@@ -2036,6 +2037,31 @@ def refuse_replaced_data_choice(cfg: DictConfig, overrides: list[str], given: li
                            f" {chosen}'s own root ({own}): {chosen}'s images would be generated into, or read from,"
                            " the folder of the recipe's own dataset; valid: leave data= out (the recipe picks its"
                            f" data), or give data.root= too")
+
+
+# The groups a sweep config's recipe picks (its `override /experiment`, and the experiment's model and data)
+RECIPE_GROUPS = ("experiment", "model", "data")
+
+
+def refuse_replaced_recipe_choice(overrides: list[str]) -> None:
+    """``group=<option>`` (experiment, model, data) beside ``sweep=<name>`` whose recipe picks another option of it:
+    the sweep's rows are trained and tabled as that recipe's (its budget, its model, its data), and a job with the
+    given option would be counted as one of them. A choice the recipe does not make (the root config's default) is
+    the user's."""
+    sweep = next((o for o in overrides if re.fullmatch(r"\+?sweep=\w+", o)), None)
+    if sweep is None:
+        return
+    defaults = root_defaults("train")
+    for group in RECIPE_GROUPS:
+        chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(rf"\+{{0,2}}{group}=\w+", o)), None)
+        if chosen is None:
+            continue
+        recipe = _recipe_choice(overrides, group)
+        if recipe is not None and recipe != defaults.get(group) and recipe != chosen:
+            raise CommandLineError(f"{group}={chosen} replaces the {group} option {sweep} is made for"
+                                   f" ({group}={recipe}): its rows are trained and tabled as that recipe's, and the"
+                                   f" jobs would be counted as them; valid: leave {group}= out, or a sweep config of"
+                                   " your own in configs/sweep/")
 
 
 def _recipe_choice(overrides: list[str], group: str) -> str | None:

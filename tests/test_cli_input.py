@@ -369,6 +369,13 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
         check_overrides([*base, "data=relational_distance,relational_left"], "train", make=False)
     check_overrides([*base, "data=relational_left", f"data.root={tmp_path / 'left'}"], "train", make=False)
     check_overrides([*base, "data=relational_distance"], "train", make=False)  # the sweep's own, given again
+    with pytest.raises(CommandLineError) as err:  # the recipe a sweep is made for, replaced
+        check_overrides([*base, "experiment=quickstart"], "train", make=False)
+    assert str(err.value) == ("experiment=quickstart replaces the experiment option sweep=canvas_mini is made for"
+                              " (experiment=benchmark_mini): its rows are trained and tabled as that recipe's, and the"
+                              " jobs would be counted as them; valid: leave experiment= out, or a sweep config of your"
+                              " own in configs/sweep/")
+    check_overrides([*base, "experiment=benchmark_mini", "trainer=cpu"], "train", make=False)
     check_overrides([f"paths.log_dir={tmp_path}", "experiment=benchmark_mini", "data=relational_left"], "train",
                     make=False)
     assert not (tmp_path / "data").exists()
