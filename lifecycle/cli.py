@@ -1074,6 +1074,8 @@ def _check_swept_values(config_name: str, overrides: list[str], cfg: DictConfig)
             if config_name == "train":  # a later row (or data root) may replace a choice the first did not
                 refuse_replaced_encoding_choice(cfg, line, overrides)
                 refuse_replaced_data_choice(cfg, line, overrides)
+                if is_config_group(key) and key in RECIPE_GROUPS:
+                    refuse_replaced_recipe_choice(line)
             check_settings(cfg, config_name)
             # a job that becomes one of several processes only through a swept value (trainer=ddp_cpu as a
             # value or a sweep config's params) meets its processes through the same rendezvous variables

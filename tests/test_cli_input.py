@@ -367,7 +367,14 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
                               " recipe picks its data), or give data.root= too")
     with pytest.raises(CommandLineError, match="^the sweep's job with data=relational_left: data=relational_left is"):
         check_overrides([*base, "data=relational_distance,relational_left"], "train", make=False)
-    check_overrides([*base, "data=relational_left", f"data.root={tmp_path / 'left'}"], "train", make=False)
+    with pytest.raises(CommandLineError, match="^data=relational_left replaces the data option sweep=canvas_mini is"
+                                               r" made for \(data=relational_distance\)"):  # its own root: still the
+        check_overrides([*base, "data=relational_left", f"data.root={tmp_path / 'left'}"], "train", make=False)
+    with pytest.raises(CommandLineError, match="^the sweep's job with experiment=quickstart: experiment=quickstart"
+                                               " replaces"):  # a swept recipe
+        check_overrides([*base, "experiment=benchmark_mini,quickstart"], "train", make=False)
+    check_overrides([f"paths.log_dir={tmp_path}", "data=relational_left", f"data.root={tmp_path / 'left'}"], "train",
+                    make=False)  # no recipe: the user's own root
     check_overrides([*base, "data=relational_distance"], "train", make=False)  # the sweep's own, given again
     with pytest.raises(CommandLineError) as err:  # the recipe a sweep is made for, replaced
         check_overrides([*base, "experiment=quickstart"], "train", make=False)
