@@ -2045,21 +2045,35 @@ def refuse_replaced_data_choice(cfg: DictConfig, overrides: list[str], given: li
 RECIPE_GROUPS = ("experiment", "model", "data")
 
 
+def recipe_choices(group: str, option: str) -> dict[str, str]:
+    """``{group: option}`` of the ``override /<group>: <option>`` entries of ``group``'s ``option``
+    (``sweep``, ``shift_mini``) and of its shared bases, and then of the experiment it picks: the choices the recipe
+    makes, read from its files (a choice equal to the root config's default is one the recipe makes too)."""
+    made: dict[str, str] = {}
+    for path in _recipe_files(group, option):
+        for item in OmegaConf.to_container(OmegaConf.load(path)).get("defaults") or []:
+            if isinstance(item, dict):
+                for key, value in item.items():
+                    name = str(key).removeprefix("override").strip().lstrip("/")
+                    if str(key).startswith("override") and isinstance(value, str):
+                        made.setdefault(name, value)
+    if group != "experiment" and "experiment" in made:
+        made = {**recipe_choices("experiment", made["experiment"]), **made}
+    return made
+
+
 def refuse_replaced_recipe_choice(overrides: list[str]) -> None:
-    """``group=<option>`` (experiment, model, data) beside ``sweep=<name>`` whose recipe picks another option of it:
-    the sweep's rows are trained and tabled as that recipe's (its budget, its model, its data), and a job with the
-    given option would be counted as one of them. A choice the recipe does not make (the root config's default) is
-    the user's."""
+    """``group=<option>`` (experiment, model, data; a list of recipes too) beside ``sweep=<name>`` whose recipe picks
+    another option of it: the sweep's rows are trained and tabled as that recipe's (its budget, its model, its data),
+    and a job with the given option would be counted as one of them."""
     sweep = next((o for o in overrides if re.fullmatch(r"\+?sweep=\w+", o)), None)
     if sweep is None:
         return
-    defaults = root_defaults("train")
+    made = recipe_choices("sweep", sweep.split("=", 1)[1])
     for group in RECIPE_GROUPS:
-        chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(rf"\+{{0,2}}{group}=\w+", o)), None)
-        if chosen is None:
-            continue
-        recipe = _recipe_choice(overrides, group)
-        if recipe is not None and recipe != defaults.get(group) and recipe != chosen:
+        chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(rf"\+{{0,2}}{group}=.+", o)), None)
+        recipe = made.get(group)
+        if chosen is not None and recipe is not None and chosen.replace(" ", "") != recipe:
             raise CommandLineError(f"{group}={chosen} replaces the {group} option {sweep} is made for"
                                    f" ({group}={recipe}): its rows are trained and tabled as that recipe's, and the"
                                    f" jobs would be counted as them; valid: leave {group}= out, or a sweep config of"

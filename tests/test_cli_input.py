@@ -383,6 +383,9 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
                               " jobs would be counted as them; valid: leave experiment= out, or a sweep config of your"
                               " own in configs/sweep/")
     check_overrides([*base, "experiment=benchmark_mini", "trainer=cpu"], "train", make=False)
+    for given in ("experiment=[benchmark_mini,quickstart]", "model=deit_tiny"):  # probe 23, p12, p18
+        with pytest.raises(CommandLineError, match=f"^{re.escape(given)} replaces the "):
+            check_overrides([*base, given], "train", make=False)
     check_overrides([f"paths.log_dir={tmp_path}", "experiment=benchmark_mini", "data=relational_left"], "train",
                     make=False)
     assert not (tmp_path / "data").exists()
@@ -391,14 +394,19 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
 def test_a_refusal_of_a_key_a_recipe_sets_names_the_recipe(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Probe 22, k86: ``-m sweep=shift_mini model=swin_micro`` was refused as ``model.net.class_token is not an option
-    of backbone swin_micro...``, a key the user never typed: the sweep's rows set it, and the line now says so."""
+    of backbone swin_micro...``, a key the user never typed: the line names the recipe that sets it (and a sweep made
+    for another model is now refused as such first)."""
+    line = _refused_by_the_command_line(["experiment=quickstart", "model=swin_micro", f"paths.log_dir={tmp_path}",
+                                         f"paths.data_dir={tmp_path / 'data'}"], capsys, monkeypatch)
+    assert line.startswith("error: model.net.class_token is not an option of backbone swin_micro"), line
+    assert line.endswith(" (model.net.class_token is set by experiment=quickstart, in"
+                         " configs/experiment/quickstart.yaml: the recipe's settings are made for its own choices,"
+                         " which one given beside it may not fit)"), line
     line = _refused_by_the_command_line(["-m", "sweep=shift_mini", "model=swin_micro", "row=none", "seed=0",
                                          f"paths.log_dir={tmp_path}", f"paths.data_dir={tmp_path / 'data'}"], capsys,
-                                        monkeypatch)
-    assert line.startswith("error: model.net.class_token is not an option of backbone swin_micro"), line
-    assert line.endswith(" (model.net.class_token is set by sweep=shift_mini, in configs/sweep/_benchmark_rows.yaml:"
-                         " the recipe's settings are made for its own choices, which one given beside it may not"
-                         " fit)"), line
+                                        monkeypatch)  # a sweep made for another model: refused as such first
+    assert line.startswith("error: model=swin_micro replaces the model option sweep=shift_mini is made for"
+                           " (model=deit_micro)"), line
     assert list(tmp_path.iterdir()) == []
 
 
