@@ -25,7 +25,9 @@ again, or extended to more epochs); a different config there stops the script wi
 belongs to the recipe its runs were made with (remove that sweep's archive to start it afresh).
 
 Each archived sweep holds a marker, ``.archive.json`` (the tables ignore it): train.py refuses a run or sweep dir
-inside a marked folder, where the archived jobs would pass for finished and new jobs would write checkpoints.
+inside a marked folder, where the archived jobs would pass for finished and new jobs would write checkpoints. The
+``--to`` folder gets one too, ``.archives.json``: no run, sweep or data folder is made anywhere in it, whose folders
+``make_tables <to>/*`` would read as archived sweeps.
 """
 from __future__ import annotations
 
@@ -73,6 +75,9 @@ RECORDS = (RUN_RECORD, METRICS, FAILURE)  # what a later sitting replaces, or re
 COPIED = (CONFIG, OVERRIDES, *RECORDS, FINDINGS_SNAPSHOT)  # a run's files the archive keeps, where it has them
 ENDED = ("finished", "failed")
 # The archive marker's content (the same bytes at every sitting, so a committed archive does not change by it)
+ARCHIVES_NOTE = json.dumps({"archives": "scripts/archive_runs.py", "holds": "archived sweeps, each with its own marker",
+                            "to train": "train into a folder outside it (e.g. runs/), then archive again"},
+                           indent=1).encode() + b"\n"
 ARCHIVE_NOTE = json.dumps({"archive": "scripts/archive_runs.py", "holds": "finished and failed runs' records, without"
                            " checkpoints", "to train": "train into the live sweep dir, then archive again"},
                           indent=1).encode() + b"\n"
@@ -154,7 +159,13 @@ def _archived_testsets(out: Path) -> list[str]:
 def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tuple[int, int, list[str]]:
     """Copy ``sweep_dir``'s grid and ended runs into ``dest/<sweep name>``; returns (new, replaced, left out).
     ``typed``: ``--to`` as the user wrote it (``.``, ``x/``), quoted in a refusal with the folder it names."""
-    from storage.destinations import ARCHIVE_MARKER, DestinationError, check_destination, check_no_links_below
+    from storage.destinations import (
+        ARCHIVE_MARKER,
+        ARCHIVES_MARKER,
+        DestinationError,
+        check_destination,
+        check_no_links_below,
+    )
     from storage.files import atomic_write_bytes, symlink_loop
 
     typed = str(dest) if typed is None else typed
@@ -204,7 +215,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
     grids = grid_files(sweep_dir)  # the latest launch's grid and the earlier ones kept beside it
     # every file the archive gets, before any is written: a link at a later job's folder (to a live run) is
     # refused with the archive as it was, never after its grid and earlier jobs were replaced
-    for path in [target / ARCHIVE_MARKER, *(target / grid.name for grid in grids)]:
+    for path in [dest / ARCHIVES_MARKER, target / ARCHIVE_MARKER, *(target / grid.name for grid in grids)]:
         write_check(path)
     for run_dir, testsets in runs:
         out = target / run_dir.relative_to(sweep_dir)
@@ -212,6 +223,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
                      *(out / name for name in testsets)]:
             write_check(path)
     # first, so that an archive cut short is one too: train.py refuses a run or sweep dir in a marked folder
+    write(dest / ARCHIVES_MARKER, ARCHIVES_NOTE)  # the --to folder: no run, sweep or data folder is made in it
     write(target / ARCHIVE_MARKER, ARCHIVE_NOTE)
     for grid in grids:
         write(target / grid.name, _bounded_bytes(grid))

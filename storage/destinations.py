@@ -42,6 +42,9 @@ from storage.run_dir import CHECKPOINTS, CONFIG, METRICS, RUN_RECORD
 DATA_MARKER = ".complete.json"
 # The marker scripts/archive_runs.py writes into each sweep it archives: the folder keeps records, not a live sweep.
 ARCHIVE_MARKER = ".archive.json"
+# The marker scripts/archive_runs.py writes into its ``--to`` folder (and the committed archives carry in every folder
+# above their archived sweeps): a folder of archived sweeps, where no run, sweep or data folder is made.
+ARCHIVES_MARKER = ".archives.json"
 # The marker generate_testsets writes into the folder of the test sets' own data (<paths.data_dir>/testsets): its
 # folders are test sets' data, named by their definitions, where nothing else is written.
 TESTSETS_MARKER = ".testsets.json"
@@ -83,6 +86,12 @@ def is_testsets_folder(folder: Path) -> bool:
 def is_archive(folder: Path) -> bool:
     """An archived sweep (scripts/archive_runs.py): it has the archive marker (of whatever kind)."""
     return entry_exists(folder / ARCHIVE_MARKER)
+
+
+def is_archives_folder(folder: Path) -> bool:
+    """A folder of archived sweeps: it has archive_runs' folder marker, or an archived sweep right inside it (an
+    archive made before that marker)."""
+    return entry_exists(folder / ARCHIVES_MARKER) or archived_sweep_in(folder) is not None
 
 
 def archived_sweep_in(folder: Path, most: int = 10_000) -> Path | None:
@@ -259,11 +268,11 @@ def check_destination(path: str | os.PathLike, what: str, *, run_dir: bool = Fal
         raise DestinationError(f"{what}={typed!r} {where} {kept}, which keeps finished runs' records as archive_runs"
                                " copied them; valid: a folder outside every archive")
     folders = target.parents if trains or data_root else ()  # a table or plot file beside them is no folder of runs
-    beside = next((found for found in map(archived_sweep_in, folders) if found), None)
-    if beside is not None:  # archive_runs' --to folder: its folders are read as archived sweeps
-        raise DestinationError(f"{what}={typed!r} lies in the folder {beside.parent}, which holds the archived sweep"
-                               f" {beside}: archive_runs keeps archived sweeps there, and its folders are read as"
-                               " finished runs' records; valid: a folder outside every archive (e.g. runs/)")
+    holder = _first(folders, is_archives_folder)
+    if holder is not None:  # archive_runs' --to folder: its folders are read as archived sweeps
+        raise DestinationError(f"{what}={typed!r} lies in the folder {holder} of archived sweeps: archive_runs keeps"
+                               " them there, and its folders are read as finished runs' records; valid: a folder"
+                               " outside every archive (e.g. runs/)")
     sweep = _first(target.parents, lambda p: entry_exists(p / "multirun.yaml")) if archive else None
     if sweep is not None:
         raise DestinationError(f"{what}={typed!r} is inside the sweep dir {sweep}, whose tables would count the"

@@ -502,9 +502,9 @@ def test_no_run_or_sweep_is_made_beside_archived_sweeps(tmp_path: Path) -> None:
     assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
     before = _tree(archive)
     data = f"paths.data_dir={tmp_path / 'data'}"
-    beside = (f"lies in the folder {archive}, which holds the archived sweep {archive / sweep.name}: archive_runs"
-              " keeps archived sweeps there, and its folders are read as finished runs' records; valid: a folder"
-              " outside every archive (e.g. runs/)")
+    assert (archive / ".archives.json").is_file()  # archive_runs marks its --to folder
+    beside = (f"lies in the folder {archive} of archived sweeps: archive_runs keeps them there, and its folders are"
+              " read as finished runs' records; valid: a folder outside every archive (e.g. runs/)")
     for args, start in ((["debug=fast", f"paths.log_dir={archive}", "run_name=z57", data],
                          f"paths.log_dir/run_name={str(archive / 'z57')!r} "),
                         # probe 22, k9e: in a new subfolder of it
@@ -525,16 +525,22 @@ def test_every_committed_archive_is_marked(tmp_path: Path) -> None:
     of one was accepted. Each archived sweep there carries archive_runs' marker, and a run beside one is refused."""
     import shutil
 
-    from storage.destinations import ARCHIVE_MARKER
+    from storage.destinations import ARCHIVE_MARKER, ARCHIVES_MARKER
 
     docs = cli.CONFIG_DIR.parent / "docs"
     sweeps = sorted(grid.parent for grid in docs.glob("*_runs/**/multirun.yaml"))
     assert len(sweeps) >= 10
     assert [s for s in sweeps if not (s / ARCHIVE_MARKER).is_file()] == []
+    # every folder between docs/<name>_runs and an archived sweep is marked as a folder of archived sweeps
+    above = {p for s in sweeps for p in s.parents if docs in p.parents}
+    assert [p for p in sorted(above) if not (p / ARCHIVES_MARKER).is_file()] == []
     shutil.copytree(docs / "ablations_mini_runs" / "where_mini", tmp_path / "arch" / "where_mini")
-    with pytest.raises(cli.CommandLineError, match="which holds the archived sweep"):
-        cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'arch'}", "run_name=m11",
-                             f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
+    # probe 23, q4: a copy of repro/ alone, whose archived sweep lies two folders down
+    shutil.copytree(docs / "benchmark_runs" / "repro", tmp_path / "rcopy" / "repro")
+    for log_dir in (tmp_path / "arch", tmp_path / "rcopy" / "repro"):
+        with pytest.raises(cli.CommandLineError, match="of archived sweeps: archive_runs keeps them there"):
+            cli.check_overrides(["debug=fast", f"paths.log_dir={log_dir}", "run_name=m11",
+                                 f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
 
 
 def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
@@ -776,8 +782,8 @@ def test_a_data_root_never_lies_in_a_sweep_dir_or_an_archive(tmp_path: Path) -> 
                                                    r" folder outside every archive$"):
             check_destination(archive / "testsets" / "x", what, data_root=True)
     # probe 22, m29: beside the archived sweep too (archive_runs' --to folder, whose folders are read as archived)
-    with pytest.raises(DestinationError, match=rf"^data.root='{tmp_path}/arch/data' lies in the folder {tmp_path}/arch,"
-                                               rf" which holds the archived sweep {archive}: archive_runs keeps"):
+    with pytest.raises(DestinationError, match=rf"^data.root='{tmp_path}/arch/data' lies in the folder {tmp_path}/arch"
+                                               r" of archived sweeps: archive_runs keeps"):
         check_destination(tmp_path / "arch" / "data", "data.root", data_root=True)
     # beside the sweep is fine, and a table may still be written into a sweep dir (its own tables)
     assert check_destination(tmp_path / "data", "data.root", data_root=True) == tmp_path / "data"

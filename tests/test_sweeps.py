@@ -907,7 +907,7 @@ def test_archive_keeps_what_the_tables_read_and_adds_up(tmp_path: Path) -> None:
     archive = tmp_path / "archive"
     assert archive_runs.main([str(sweep), "--to", str(archive)]) == 0
     kept = sorted(p.relative_to(archive).as_posix() for p in archive.rglob("*") if p.is_file())
-    assert kept == ["where_mini/.archive.json", "where_mini/multirun.yaml",
+    assert kept == [".archives.json", "where_mini/.archive.json", "where_mini/multirun.yaml",
                     "where_mini/seed=0/.hydra/overrides.yaml", "where_mini/seed=0/config.yaml",
                     "where_mini/seed=0/metrics.json",
                     "where_mini/seed=1/.hydra/overrides.yaml", "where_mini/seed=1/config.yaml",
