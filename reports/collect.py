@@ -216,6 +216,15 @@ def _row_label(cfg: dict[str, Any]) -> Any:
             node = node.get(part) if isinstance(node, dict) else None
         if node != entry.get(name, default):
             changed.append(f"{key}={node}")
+    # a field of the row's preset given over it (rpe.ratio=3.0, or drawn by optuna): the encoding resolves otherwise;
+    # the entry's RPE fields are the shared rows' (mode, shared_head, on) and any a task's own rows set (ratio, index)
+    own = {name: value for name, value in entry.items() if name in FIELDS and value is not None}
+    trained = _lenient_rpe(cfg.get("rpe") if isinstance(cfg.get("rpe"), dict) else {})
+    made = _lenient_rpe({"preset": entry.get("rpe") or "none", **own})
+    named = {text.split("=", 1)[0] for text in changed}
+    if "rpe.preset" not in named:  # another preset is named by its name, not by each field it changes
+        changed += [f"rpe.{name}={trained.get(name)}" for name in sorted(trained)
+                    if trained.get(name) != made.get(name) and f"rpe.{name}" not in named]
     return f"{row} [{', '.join(changed)}]" if changed else row
 
 

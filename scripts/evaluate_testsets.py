@@ -100,8 +100,11 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
             found.update(p for p in listed if p.is_dir() and not p.is_symlink() and _is_run_dir(p))
             for loop in sorted(p for p in listed if symlink_loop(p) == p):  # a job dir lost to a link loop
                 say(f"note: {loop} is a symlink loop (its links lead back to themselves): no run there is evaluated")
+            inside = os.path.realpath(path)
             for link in sorted(p for p in listed if p.is_symlink() and p.is_dir() and _is_run_dir(p)):
                 # as make_tables, which never follows it: its result would be written into the run it leads to
+                if os.path.commonpath([inside, os.path.realpath(link)]) == inside:
+                    continue  # a link to a run of this folder: that run is evaluated under its own name
                 say(f"note: {link} is a symlink (to {os.readlink(link)}): the run it leads to is not one of"
                     f" {path}'s and is not evaluated; give its own dir to evaluate it")
         if not found:

@@ -304,6 +304,9 @@ def test_a_row_setting_given_over_the_rows_is_labelled_by_what_it_trained() -> N
     assert row_of("row=none", "model.net.ape=sincos") == "none [model.net.ape=sincos]"
     assert row_of("row=none", "rpe.preset=shaw") == "none [rpe.preset=shaw]"
     assert row_of("row=product_ctx", "rpe.mode=bias") == "product_ctx [rpe.mode=bias]"
+    assert row_of("row=product_ctx", "rpe.ratio=3.0") == "product_ctx [rpe.ratio=3.0]"  # probe 23, p30
+    assert row_of("row=product_ctx", "rpe.mode=bias", "rpe.method=quant") == (  # p33T: an optuna trial's draw
+        "product_ctx [rpe.mode=bias, rpe.method=quant]")
     import yaml
 
     rows = yaml.safe_load((CONFIG_DIR / "sweep" / "_benchmark_rows.yaml").read_text())["rows"]

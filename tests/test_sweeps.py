@@ -898,6 +898,10 @@ def test_a_job_dir_that_links_to_a_run_elsewhere_is_named_and_never_evaluated(tm
     assert find_runs([sweep]) == [sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"]
     assert capsys.readouterr().out == (f"note: {sweep / '3'} is a symlink (to {elsewhere}): the run it leads to is not"
                                        f" one of {sweep}'s and is not evaluated; give its own dir to evaluate it\n")
+    (sweep / "3").unlink()
+    (sweep / "3").symlink_to("seed=0")  # probe 23, q22: a link to a job of the sweep itself, evaluated as that job
+    assert find_runs([sweep]) == [sweep / "seed=0", sweep / "seed=1", sweep / "seed=2"]
+    assert capsys.readouterr().out == ""
 
 
 def test_archive_keeps_what_the_tables_read_and_adds_up(tmp_path: Path) -> None:
