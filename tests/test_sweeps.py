@@ -824,7 +824,8 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) ->
         f"error: '{tmp_path / 'nope'}' does not exist; give run dirs or sweep dirs (runs/sweeps/<name>)"]
     assert make_tables.main([str(tmp_path)]) == 2  # in-process: a second script run would cost ~8 s of imports
     err = capsys.readouterr().err
-    assert err.startswith("error: no runs") and err.count("\n") == 1, err
+    assert err.startswith(f"error: {str(tmp_path)!r} holds no run dir or sweep (no config.yaml or multirun.yaml under"
+                          " it)") and err.count("\n") == 1, err
     (tmp_path / "metrics.json").write_text("{}")
     assert make_tables.main([str(tmp_path / "metrics.json")]) == 2
     assert capsys.readouterr().err == (f"error: '{tmp_path / 'metrics.json'}' is a file, not a folder; give run"
