@@ -1995,18 +1995,27 @@ def refuse_unresolvable_overrides(cfg: DictConfig, overrides: list[str], config_
     _refuse_missing_hydra_reads(cfg)
 
 
+def _given_option(overrides: list[str], group: str, key: str, given: list[str] | None) -> tuple[str, Path | None]:
+    """``(option, its file)`` of the command line's ``group=<option>`` in ``overrides``; the file is None where no
+    option is given, it is unknown (the group check names it), or the command line (``given``, default
+    ``overrides``) also sets ``group.key`` itself, the user's own choice of what the option would set."""
+    chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(rf"\+{{0,2}}{group}=[^=]*", o)), None)
+    own = re.compile(rf"[+~]{{0,2}}{group}\.{key}=")
+    if chosen is None or any(own.match(o) for o in (overrides if given is None else given)):
+        return "", None
+    option = CONFIG_DIR / group / f"{chosen}.yaml"
+    return chosen, option if option.is_file() else None
+
+
 def refuse_replaced_encoding_choice(cfg: DictConfig, overrides: list[str], given: list[str] | None = None) -> None:
     """``rpe=<option>`` on the command line whose preset the composed config does not train: a config that sets
     ``rpe.preset`` itself (a benchmark sweep picks it from its ``row``, a sweep config sweeps it in its params)
     replaces the choice, and the run would train another encoding than the command (and its job dir's name) says.
     ``rpe.preset=`` given too on the command line (``given``, the command's own overrides; default
     ``overrides``) is the user's own choice, never refused."""
-    chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(r"\+{0,2}rpe=[^=]*", o)), None)
-    if chosen is None or any(re.match(r"[+~]{0,2}rpe\.preset=", o) for o in (overrides if given is None else given)):
+    chosen, option = _given_option(overrides, "rpe", "preset", given)
+    if option is None:
         return
-    option = CONFIG_DIR / "rpe" / f"{chosen}.yaml"
-    if not option.is_file():
-        return  # an unknown option: the group check names it
     preset = OmegaConf.load(option).get("preset")
     trains = OmegaConf.select(cfg, "rpe.preset", default=None, throw_on_resolution_failure=False)
     if preset is None or trains == preset:
@@ -2025,12 +2034,9 @@ def refuse_replaced_data_choice(cfg: DictConfig, overrides: list[str], given: li
     experiment): the option's images would be generated into, or read from, the folder the recipe names for its
     own dataset, under that dataset's name. ``data.root=`` given too on the command line (``given``, as for
     `refuse_replaced_encoding_choice`) is the user's own choice, never refused."""
-    chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(r"\+{0,2}data=[^=]*", o)), None)
-    if chosen is None or any(re.match(r"[+~]{0,2}data\.root=", o) for o in (overrides if given is None else given)):
+    chosen, option = _given_option(overrides, "data", "root", given)
+    if option is None:
         return
-    option = CONFIG_DIR / "data" / f"{chosen}.yaml"
-    if not option.is_file():
-        return  # an unknown option: the group check names it
     own = OmegaConf.to_container(OmegaConf.load(option), resolve=False).get("root")
     composed = plain_value(OmegaConf.to_container(cfg.data, resolve=False), "root")
     if own is None or own == "???" or str(composed) == str(own) or _recipe_choice(overrides, "data") == chosen:
