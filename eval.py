@@ -347,6 +347,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         run_class_names,
     )
     from lifecycle.testset_definition import (
+        CHECKPOINT_SHA256_KEY,
         CHECKPOINT_STEP_KEY,
         DATA_DIGEST_KEY,
         DATA_FILES_KEY,
@@ -354,6 +355,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         HASH_KEY,
         TRAINING_KEY,
         best_step_problem,
+        checkpoint_sha256,
         configured_generator,
         testset_sha256,
     )
@@ -432,6 +434,7 @@ def _testset_data_and_model(cfg: DictConfig, ape_rule: str | None) -> tuple[Any,
         # which training's best.ckpt this measured: make_tables counts it only for the weights metrics.json is of
         TRAINING_KEY: checkpoint.get(CHECKPOINT_TRAINING_KEY),
         CHECKPOINT_STEP_KEY: checkpoint.get("global_step"),  # metrics.json's best_step (`best_step_problem`)
+        CHECKPOINT_SHA256_KEY: checkpoint_sha256(ckpt_path),  # the very file: evaluate_testsets keeps it beside it
         "path": path,
     }
     return datamodule, model, record

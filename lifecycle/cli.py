@@ -222,6 +222,9 @@ def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> st
     default = _nested(plain, *parts)
     if isinstance(default, str) and "${" in default:
         return f"whose default is wired to other settings ({default}), so the run relies on it"
+    if parts[0] == "model":  # what is measured: the code's own default would train a model the record never names
+        return ("a setting of the model that the run's record must name (deleted, the model takes its code's own"
+                " default, which the record does not hold)")
     if holder_at is None:
         return f"which every run of {script} reads"
     return None

@@ -53,6 +53,23 @@ DATA_FILES_KEY = "data_files"
 # best.ckpt replaced by another checkpoint of the same training (last.ckpt copied over it) keeps the token.
 CHECKPOINT_STEP_KEY = "checkpoint_step"
 RUN_DATA_FILES_KEY = "data/files"
+# The sha256 of the best.ckpt file a result measured: a result is kept only beside that very file (a best.ckpt
+# replaced or damaged since, whatever its step and token say, is not the file the result measured).
+CHECKPOINT_SHA256_KEY = "checkpoint_sha256"
+
+
+def checkpoint_sha256(path: str | os.PathLike) -> str | None:
+    """The sha256 of the file at ``path`` (a checkpoint), or None when it is no regular file or cannot be read
+    (a FIFO in its place is never opened: it would block)."""
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 def best_step_problem(step: Any, metrics: Mapping[str, Any]) -> str:

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.collect import APE_RULE, STATUSES, TESTSET_NAME, TESTSETS, Run
+from reports.collect import APE_RULE, STATUSES, TESTSET_NAME, TESTSETS, Run, lenient_rpe
 from reports.layouts import LAYOUTS, PAPER, Layout, PaperTable
 
 NOT_COUNTED = "runs not counted"  # the table of runs that no cell can hold (their config is unreadable)
@@ -245,10 +245,27 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     return split
 
 
+def _identity_value(ident: dict[str, str], key: str) -> str:
+    """The value of ``key`` in a cell identity as a label shows it: an RPE field left null is the value its preset
+    gives (``rpe.ratio=1.9 (preset)``), not ``None``."""
+    text = ident.get(key, "<unset>")
+    if key.startswith("rpe.") and text == "None":
+        import ast
+
+        try:
+            preset = ast.literal_eval(ident.get("rpe.preset", "None"))
+        except (ValueError, SyntaxError):
+            preset = None
+        value = lenient_rpe({"preset": preset}).get(key.split(".", 1)[1]) if isinstance(preset, str) else None
+        if value is not None:
+            return f"{value} (preset)"
+    return text.strip("'")
+
+
 def _keys_label(ident: dict[str, str], others: list[dict[str, str]], differing: list[str]) -> str:
     """``key=value, ...`` of the (at most 3) keys of ``differing`` that best tell ``ident`` from ``others``."""
     shown = telling_keys(ident, others, differing)
-    label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in shown[:3])
+    label = ", ".join(f"{k}={_identity_value(ident, k)}" for k in shown[:3])
     return label + (f", +{len(differing) - 3} keys" if len(differing) > 3 else "")
 
 

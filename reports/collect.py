@@ -147,7 +147,7 @@ class Run:
     overrides_problem: str = ""
 
 
-def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
+def lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
     """RPE fields of a run config; a value the library rejects (a failed run) is kept as written."""
     raw = dict(raw or {})
     try:
@@ -165,7 +165,7 @@ def _lenient_rpe(raw: dict[str, Any] | None) -> dict[str, Any]:
 
 def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
     """What the tables sort runs by: the RPE fields, bucket count, APE, seed and a short label."""
-    rpe = _lenient_rpe(cfg.get("rpe"))
+    rpe = lenient_rpe(cfg.get("rpe"))
     enabled = rpe.get("method") not in (None, "none")
     model = cfg.get("model") or {}
     net = model.get("net") or {}
@@ -219,8 +219,8 @@ def _row_label(cfg: dict[str, Any]) -> Any:
     # a field of the row's preset given over it (rpe.ratio=3.0, or drawn by optuna): the encoding resolves otherwise;
     # the entry's RPE fields are the shared rows' (mode, shared_head, on) and any a task's own rows set (ratio, index)
     own = {name: value for name, value in entry.items() if name in FIELDS and value is not None}
-    trained = _lenient_rpe(cfg.get("rpe") if isinstance(cfg.get("rpe"), dict) else {})
-    made = _lenient_rpe({"preset": entry.get("rpe") or "none", **own})
+    trained = lenient_rpe(cfg.get("rpe") if isinstance(cfg.get("rpe"), dict) else {})
+    made = lenient_rpe({"preset": entry.get("rpe") or "none", **own})
     named = {text.split("=", 1)[0] for text in changed}
     if "rpe.preset" not in named:  # another preset is named by its name, not by each field it changes
         changed += [f"rpe.{name}={trained.get(name)}" for name in sorted(trained)
@@ -284,7 +284,7 @@ def _override_text(value: Any) -> str:
 
 
 def _config_of(rpe: dict[str, Any]) -> RPEConfig:
-    """The `RPEConfig` of a run's RPE fields as `_lenient_rpe` gives them (every field, a value for each)."""
+    """The `RPEConfig` of a run's RPE fields as `lenient_rpe` gives them (every field, a value for each)."""
     return RPEConfig(**{k: v for k, v in rpe.items() if k in FIELDS})
 
 

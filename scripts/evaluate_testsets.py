@@ -157,8 +157,10 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
     (`training_problem`)."""
     import eval as eval_script
     from lifecycle.testset_definition import (
+        CHECKPOINT_SHA256_KEY,
         READ_KEY,
         TOTAL_KEY,
+        checkpoint_sha256,
         configured_generator,
         measured_problem,
         result_sha256,
@@ -190,8 +192,11 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
         damage = checksum_problem(record) if CHECKSUM in record else ""
         other, _ = measured_problem(record, definition, run_data)  # make_tables would not count it: evaluated again
         other = other or (training_problem(record, run_metrics, run_dir) if run_metrics is not None else "")
+        # a result is of the file it measured: a best.ckpt replaced since is evaluated (eval.py judges the file)
+        measured_file = record.get(CHECKPOINT_SHA256_KEY)
+        replaced = measured_file is not None and measured_file != checkpoint_sha256(run_dir / CHECKPOINTS / BEST)
         if ours and same_definition and record.get("length") in (None, length) and whole and not damage \
-                and not other:
+                and not other and not replaced:
             return f"kept {path}"
         if not (ours and same_definition):
             why = ("another run's result" if record.get("identity") not in (None, identity)
@@ -206,6 +211,8 @@ def evaluate_run(run_dir: Path, testset: str, composed: DictConfig, ape_rule: st
                     f" {total} images)"
         elif other:
             stale = f" (replacing a result that is not counted: {other})"
+        elif replaced:
+            stale = f" (replacing the result of another file: {BEST} changed since it was measured)"
         else:
             stale = f" (replacing a damaged result: {damage})"
     written: list[Path] = []

@@ -1055,6 +1055,11 @@ def test_names_alike_after_unicode_normalisation_are_refused(tmp_path: Path) -> 
                                             " ~callbacks.model_checkpoint to leave out the whole callbacks entry, or"
                                             " leave it out for the default"),
     ("~rpe.preset", "~rpe.preset would delete rpe.preset, which name reads; "),  # the run's name: model, encoding
+    # probe 23, p28: DeiT's code default (a learned APE) trained while the record held no ape at all
+    ("~model.net.ape", "~model.net.ape would delete model.net.ape, a setting of the model that the run's record must"
+                       " name (deleted, the model takes its code's own default, which the record does not hold);"
+                       " valid: model.net.ape=<value>, or leave it out for the default (model.net.ape=learned)"),
+    ("~model.optimizer.lr", "~model.optimizer.lr would delete model.optimizer.lr, a setting of the model that "),
 ])
 def test_deleting_a_node_a_run_needs_is_refused(override: str, expected: str) -> None:
     """``~trainer`` left the trainer node a plain dict and every job failed on it after its run dir was made."""

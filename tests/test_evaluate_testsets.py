@@ -201,6 +201,38 @@ def test_a_result_of_an_earlier_training_is_evaluated_again(sweep: Path, data_di
     assert json.loads(result.read_text())["training"] == trained
 
 
+@pytest.mark.filterwarnings("ignore")
+def test_a_result_is_kept_only_beside_the_checkpoint_file_it_measured(sweep: Path, data_dir: Path, tmp_path: Path,
+                                                                      capsys) -> None:
+    """Probe 23, p44: a result was "kept" beside a best.ckpt replaced after it was measured; nothing tied it to the
+    file. It records the file's sha256; another file in its place (here the same step and token, other weights)
+    is evaluated again, saying why."""
+    import hashlib
+
+    import torch
+
+    from lifecycle.testset_definition import CHECKPOINT_SHA256_KEY
+
+    run = tmp_path / "run"
+    shutil.copytree(sweep / RUN, run, ignore=shutil.ignore_patterns("testsets"))
+    best = run / "checkpoints" / "best.ckpt"
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    result = run / "testsets" / "relational_right@interpolate.json"
+    assert json.loads(result.read_text())[CHECKPOINT_SHA256_KEY] == hashlib.sha256(best.read_bytes()).hexdigest()
+    capsys.readouterr()
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    assert f"kept {result}" in capsys.readouterr().out
+
+    checkpoint = torch.load(best, map_location="cpu", weights_only=True)
+    name = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point())
+    checkpoint["state_dict"][name] = checkpoint["state_dict"][name] + 1.0
+    torch.save(checkpoint, best)
+    assert _main(run, data_dir, "--testsets", "relational_right") == 0
+    out = capsys.readouterr().out
+    assert "(replacing the result of another file: best.ckpt changed since it was measured)" in out, out
+    assert json.loads(result.read_text())[CHECKPOINT_SHA256_KEY] == hashlib.sha256(best.read_bytes()).hexdigest()
+
+
 def test_bad_arguments_are_one_line(tmp_path: Path, capsys) -> None:
     assert evaluate_testsets.main([str(tmp_path), "--testsets", "relational_leftish"]) == 2
     err = capsys.readouterr().err.strip()

@@ -153,6 +153,20 @@ def test_tables_keep_runs_on_other_data_apart() -> None:
     assert list(generated) == ["row"]
 
 
+def test_a_split_row_shows_a_preset_field_left_null_as_the_value_it_trains() -> None:
+    """Probe 23, p30T2: beside a job with ``rpe.ratio=3.0``, the genuine job's label read ``rpe.ratio=None`` for
+    the 1.9 its preset trains."""
+    def run(path: str, ratio: str) -> Run:
+        return Run(path, "ok", {"seed": 0}, {"val/top1": 50.0},
+                   identity={"rpe.preset": "'rpe-1.9-product-ctx-0-k'", "rpe.ratio": ratio})
+
+    split = split_by_config("product_ctx", [run("a", "3.0"), run("b", "None")])
+    assert sorted(split) == ["product_ctx [rpe.ratio=1.9 (preset)]", "product_ctx [rpe.ratio=3.0]"]
+    unknown = split_by_config("r", [Run("a", "ok", {}, {}, identity={"rpe.preset": "'nonesuch'", "rpe.ratio": "None"}),
+                                    Run("b", "ok", {}, {}, identity={"rpe.preset": "'nonesuch'", "rpe.ratio": "2.0"})])
+    assert sorted(unknown) == ["r [rpe.ratio=2.0]", "r [rpe.ratio=None]"]  # no preset to read it from: as written
+
+
 def test_runs_not_counted_stay_in_the_row_of_their_configs_counted_runs() -> None:
     """Probe 8, B118: in a cell whose counted runs were on two data sets, the duplicate and unreadable runs of one
     config formed a row of their own (``data.files=<unset>``), apart from the counted runs of the same config."""
