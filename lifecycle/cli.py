@@ -173,8 +173,9 @@ def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_n
     composed with the ``others`` overrides and not the deletions: a value another one reads (``hydra.run.dir``
     reads ``${paths.log_dir}``), one whose default follows other settings (a checkpoint ``dirpath`` inside the
     run dir: Hydra's delete resolves it, and fails outside a run), an argument the ``_target_`` it is given to
-    has no default for (``data.root``), or one of a node without ``_target_``, which the code reads by name.
-    An argument with a default of its own may be deleted (``~trainer.max_epochs``: Lightning's default)."""
+    has no default for (``data.root``), or one of a node without ``_target_``, which the code reads by name; and
+    an argument with a default of its own (``~trainer.max_epochs``: Lightning's 1000 epochs), which would train
+    with a value the run's config.yaml never holds. A value is changed by giving it (``key=<value>``)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -190,20 +191,18 @@ def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_n
     for arg, key in values.items():
         parts = key.split(".")
         default = _nested(plain, *parts)
-        if default is None or isinstance(default, dict | list):
+        if default is None or isinstance(default, dict):
             continue  # null already (Hydra's own message says so), absent, or a node (`_refuse_deleting_a_node`)
         why = _why_a_run_needs(plain, parts, script)
-        if why is None:
-            continue
         entry = (f", or ~{'.'.join(parts[:2])} to leave out the whole {parts[0]} entry"
                  if parts[0] in ENTRY_GROUPS and len(parts) > 2 else "")
         raise CommandLineError(f"{arg} would delete {key}, {why}; valid: {key}=<value>{entry}, or leave it out for"
                                f" the default ({key}={default})")
 
 
-def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> str | None:
-    """Why a run cannot do without the value at ``parts`` of the composed config ``plain`` (unresolved), or
-    None when its deletion leaves the library's own default (`_refuse_deleting_a_value`)."""
+def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> str:
+    """Why a run cannot do without the value at ``parts`` of the composed config ``plain`` (unresolved): every
+    value is either read by the run or, deleted, leaves a code default the record does not hold."""
     # ${a}, ${a.b}, ... ${a.b.c.d}: an interpolation of the value, of a node holding it, or of a value inside it
     inside = "".join(rf"(?:\.{re.escape(p)}" for p in parts[1:]) + r"(?:\.[\w.-]+)?" + ")?" * (len(parts) - 1)
     reads = re.compile(r"\$\{\s*" + re.escape(parts[0]) + inside + r"\s*\}")
@@ -222,12 +221,12 @@ def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> st
     default = _nested(plain, *parts)
     if isinstance(default, str) and "${" in default:
         return f"whose default is wired to other settings ({default}), so the run relies on it"
-    if parts[0] == "model":  # what is measured: the code's own default would train a model the record never names
-        return ("a setting of the model that the run's record must name (deleted, the model takes its code's own"
-                " default, which the record does not hold)")
     if holder_at is None:
         return f"which every run of {script} reads"
-    return None
+    # any other value: the code's own default would apply, which the run's config.yaml never holds, so the record
+    # would not say what was trained (a model's APE, a batch size, Lightning's 1000 epochs)
+    return ("a setting the run's record must hold (deleted, the code's own default applies, which the record does"
+            " not hold)")
 
 
 def _required_argument(target: str, name: str) -> str | None:
@@ -2082,11 +2081,18 @@ def refuse_replaced_recipe_choice(overrides: list[str]) -> None:
     for group in RECIPE_GROUPS:
         chosen = next((o.split("=", 1)[1] for o in overrides if re.fullmatch(rf"\+{{0,2}}{group}=.+", o)), None)
         recipe = made.get(group)
-        if chosen is not None and recipe is not None and chosen.replace(" ", "") != recipe:
-            raise CommandLineError(f"{group}={chosen} replaces the {group} option {sweep} is made for"
-                                   f" ({group}={recipe}): its rows are trained and tabled as that recipe's, and the"
-                                   f" jobs would be counted as them; valid: leave {group}= out, or a sweep config of"
-                                   " your own in configs/sweep/")
+        if chosen is None or recipe is None:
+            continue
+        text = chosen.replace(" ", "")
+        items = text[1:-1].split(",") if text.startswith("[") and text.endswith("]") else [text]
+        if items == [recipe]:  # the recipe's own option, also as a list of one
+            continue
+        added = [item for item in items if item != recipe]
+        does = (f"adds {', '.join(added)} to" if recipe in items and recipe.count(",") == 0 else "replaces")
+        raise CommandLineError(f"{group}={chosen} {does} the {group} option {sweep} is made for"
+                               f" ({group}={recipe}): its rows are trained and tabled as that recipe's, and the"
+                               f" jobs would be counted as them; valid: leave {group}= out, or a sweep config of"
+                               " your own in configs/sweep/")
 
 
 def _recipe_choice(overrides: list[str], group: str) -> str | None:

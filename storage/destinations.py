@@ -96,13 +96,14 @@ def is_archives_folder(folder: Path) -> bool:
 
 def archived_sweep_in(folder: Path, most: int = 10_000) -> Path | None:
     """An archived sweep right inside ``folder`` (archive_runs' ``--to`` folder keeps them side by side), or None;
-    at most ``most`` entries are looked at, so a huge folder is not listed in full."""
+    at most ``most`` entries are looked at, so a huge folder is not listed in full. A link to an archived sweep
+    elsewhere is no archive of this folder's (a workspace may link the archive it reads)."""
     try:
         with os.scandir(folder) as entries:
             for count, entry in enumerate(entries):
                 if count >= most:
                     return None
-                if is_archive(Path(entry.path)):
+                if not entry.is_symlink() and is_archive(Path(entry.path)):
                     return Path(entry.path)
     except OSError:
         return None  # an unlisted folder: the checks that make the dir name it

@@ -383,9 +383,13 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
                               " jobs would be counted as them; valid: leave experiment= out, or a sweep config of your"
                               " own in configs/sweep/")
     check_overrides([*base, "experiment=benchmark_mini", "trainer=cpu"], "train", make=False)
-    for given in ("experiment=[benchmark_mini,quickstart]", "model=deit_tiny"):  # probe 23, p12, p18
+    for given in ("experiment=[quickstart]", "model=deit_tiny"):  # probe 23, p12, p18
         with pytest.raises(CommandLineError, match=f"^{re.escape(given)} replaces the "):
             check_overrides([*base, given], "train", make=False)
+    with pytest.raises(CommandLineError, match=r"^experiment=\[benchmark_mini,quickstart\] adds quickstart to the"
+                                               " experiment option sweep=canvas_mini is made for"):  # probe 23, p12
+        check_overrides([*base, "experiment=[benchmark_mini,quickstart]"], "train", make=False)
+    check_overrides([*base, "experiment=[benchmark_mini]"], "train", make=False)  # probe 24, S74: a list of one
     check_overrides([f"paths.log_dir={tmp_path}", "experiment=benchmark_mini", "data=relational_left"], "train",
                     make=False)
     assert not (tmp_path / "data").exists()
@@ -1056,10 +1060,15 @@ def test_names_alike_after_unicode_normalisation_are_refused(tmp_path: Path) -> 
                                             " leave it out for the default"),
     ("~rpe.preset", "~rpe.preset would delete rpe.preset, which name reads; "),  # the run's name: model, encoding
     # probe 23, p28: DeiT's code default (a learned APE) trained while the record held no ape at all
-    ("~model.net.ape", "~model.net.ape would delete model.net.ape, a setting of the model that the run's record must"
-                       " name (deleted, the model takes its code's own default, which the record does not hold);"
-                       " valid: model.net.ape=<value>, or leave it out for the default (model.net.ape=learned)"),
-    ("~model.optimizer.lr", "~model.optimizer.lr would delete model.optimizer.lr, a setting of the model that "),
+    ("~model.net.ape", "~model.net.ape would delete model.net.ape, a setting the run's record must hold (deleted, the"
+                       " code's own default applies, which the record does not hold); valid: model.net.ape=<value>,"
+                       " or leave it out for the default (model.net.ape=learned)"),
+    ("~model.optimizer.lr", "~model.optimizer.lr would delete model.optimizer.lr, a setting the run's record must "),
+    # probe 24, S47, S48: the data module's own batch size, Lightning's 1000 epochs
+    ("~data.batch_size", "~data.batch_size would delete data.batch_size, a setting the run's record must hold"),
+    ("~trainer.max_epochs", "~trainer.max_epochs would delete trainer.max_epochs, a setting the run's record must"),
+    ("~data.generator.num_train", "~data.generator.num_train would delete data.generator.num_train, a setting "),
+    ("~model.optimizer.betas", "~model.optimizer.betas would delete model.optimizer.betas, a setting "),  # a list
 ])
 def test_deleting_a_node_a_run_needs_is_refused(override: str, expected: str) -> None:
     """``~trainer`` left the trainer node a plain dict and every job failed on it after its run dir was made."""
@@ -1086,9 +1095,8 @@ def test_a_sweep_deleting_a_node_is_refused_before_its_first_job(tmp_path: Path,
                                         monkeypatch)
     assert line.startswith("error: ~trainer would leave out the trainer config group")
     assert list(tmp_path.iterdir()) == []
-    for fine in ("~logger", "~experiment", "~callbacks.early", "~trainer.max_epochs", "~hydra.sweeper.params.seed",
-                 "~data.generator.num_train"):
-        cli.check_deletions([fine], "train")  # an optional group, an empty one, an entry, values with defaults
+    for fine in ("~logger", "~experiment", "~callbacks.early", "~hydra.sweeper.params.seed"):
+        cli.check_deletions([fine], "train")  # an optional group, an empty one, an entry, a swept key
     cli.check_deletions(["~testset"], "eval")
 
 

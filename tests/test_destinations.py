@@ -541,6 +541,11 @@ def test_every_committed_archive_is_marked(tmp_path: Path) -> None:
         with pytest.raises(cli.CommandLineError, match="of archived sweeps: archive_runs keeps them there"):
             cli.check_overrides(["debug=fast", f"paths.log_dir={log_dir}", "run_name=m11",
                                  f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
+    # probe 24, S1F: a workspace that links to an archived sweep (to read it) holds no archive of its own
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "where_mini").symlink_to(tmp_path / "arch" / "where_mini")
+    cli.check_overrides(["debug=fast", f"paths.log_dir={tmp_path / 'work' / 'runs'}", "run_name=s1f",
+                         f"paths.data_dir={tmp_path / 'data'}"], "train", make=False)
 
 
 def test_no_run_or_sweep_trains_into_an_archive(tmp_path: Path) -> None:
