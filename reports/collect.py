@@ -78,7 +78,7 @@ from lifecycle.testset_definition import (
 from rpe.config import FIELDS, PRESETS, RPEConfig, RPEConfigError, build_rpe, parse_shorthand, resolve_rpe
 from rpe.index import INDEX_METHODS, IndexSpec, bucket_ids, num_buckets
 from rpe.registry import encoding
-from storage.destinations import is_run_dir
+from storage.destinations import is_archive, is_run_dir, sweep_dir_of
 from storage.files import (
     CHECKSUM,
     RunFileError,
@@ -1029,8 +1029,17 @@ def _read_run(run_dir: Path) -> tuple[Run, dict[str, Any] | None]:
     if status.state == "failed":
         return Run(shown, "failed", facts, {}, status.error, ablation, sweep, identity), cfg
     if status.state == "unfinished":
-        return Run(shown, "unfinished", facts, {}, "", ablation, sweep, identity), cfg
+        return Run(shown, "unfinished", facts, {}, _unfinished_why(run_dir), ablation, sweep, identity), cfg
     return Run(shown, status.state, facts, {}, _not_ended(run_dir, status), ablation, sweep, identity), cfg
+
+
+def _unfinished_why(run_dir: Path) -> str:
+    """Why a run dir with a config but neither run.json nor metrics.json holds no result."""
+    swept = sweep_dir_of(run_dir)
+    if swept is not None and is_archive(swept):  # archive_runs copies each job's records whole: one cut short
+        return (f"no {RUN_RECORD} or {METRICS} in the archive's copy of it (an archive copy cut short?): run"
+                " archive_runs on its sweep again")
+    return f"no {RUN_RECORD} or {METRICS}: it stopped before it wrote either"
 
 
 def _normalised(overrides: Iterable[str]) -> frozenset[str]:
@@ -1145,10 +1154,23 @@ def _grid_point(overrides: list[str]) -> dict[str, Any]:
 
 
 def _missing_run(sweep_dir: Path, overrides: list[str], why: str) -> Run:
-    """A grid point with no run dir; its facts come from composing the job's config."""
-    container = _grid_point(overrides)
-    return Run(f"{_shown(sweep_dir)}/[{','.join(overrides)}]", "missing", run_facts(container), {}, why,
-               container.get("ablation"), container.get("sweep_name"))
+    """A grid point with no run dir; its facts come from composing the job's config, once for all the seeds of
+    one design (a grid of 29 rows x 12 seeds composes 29 configs, not 348): the seed is the only fact it sets."""
+    seeds = [o for o in overrides if re.fullmatch(r"seed=\d+", o)]
+    if len(seeds) == 1:
+        facts, ablation, sweep = _grid_point_facts(tuple(o for o in overrides if o != seeds[0]))
+        facts = {**facts, "seed": int(seeds[0].split("=", 1)[1])} if "seed" in facts else dict(facts)
+    else:
+        facts, ablation, sweep = _grid_point_facts(tuple(overrides))
+        facts = dict(facts)  # each run its own copy of the cached facts
+    return Run(f"{_shown(sweep_dir)}/[{','.join(overrides)}]", "missing", facts, {}, why, ablation, sweep)
+
+
+@functools.lru_cache(maxsize=4096)
+def _grid_point_facts(overrides: tuple[str, ...]) -> tuple[dict[str, Any], Any, Any]:
+    """``(run_facts, ablation, sweep_name)`` of the grid point ``overrides`` (`_grid_point`), copied per call."""
+    container = _grid_point(list(overrides))
+    return run_facts(container), container.get("ablation"), container.get("sweep_name")
 
 
 def _placed(run: Run, overrides: list[str]) -> Run:

@@ -850,6 +850,33 @@ def _fake_sweep(root: Path) -> Path:
     return sweep
 
 
+def test_missing_grid_points_have_each_its_own_facts_and_an_unfinished_run_says_why(tmp_path: Path) -> None:
+    """Probe 24, S56T: the tables of an archive with 344 of 348 jobs missing took longer than the whole archive's
+    (one composition per missing job), and its half-copied job was listed unfinished with no reason. The missing
+    grid points' facts are composed once per design, and equal their own composition seed by seed."""
+    from reports.collect import _grid_point, run_facts
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    OmegaConf.save({"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                          "params": {"seed": "0,1,2,3,4", "rpe": "irpe_k,shaw"}},
+                              "overrides": {"task": []}}}, sweep / "multirun.yaml")
+    runs = make_tables.collect([sweep])
+    missing = {run.path: run for run in runs if run.status == "missing"}
+    assert len(missing) == 7  # 10 grid points; the three runs there fill theirs by their configs
+    for run in missing.values():
+        overrides = run.path.rsplit("/[", 1)[1].rstrip("]").split(",")
+        assert run.facts == run_facts(_grid_point(overrides)), overrides
+    assert {run.facts["seed"] for run in missing.values()} == {0, 1, 2, 3, 4}
+    [unfinished] = [run for run in runs if run.status == "unfinished"]
+    assert unfinished.error == "no run.json or metrics.json: it stopped before it wrote either"
+    from storage.destinations import ARCHIVE_MARKER
+
+    (sweep / ARCHIVE_MARKER).write_text("{}")  # the same job in an archive: a copy cut short
+    [unfinished] = [run for run in make_tables.collect([sweep]) if run.status == "unfinished"]
+    assert unfinished.error == ("no run.json or metrics.json in the archive's copy of it (an archive copy cut short?):"
+                                " run archive_runs on its sweep again")
+
+
 def test_a_job_dir_that_is_a_link_loop_is_named_by_each_reader(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Probe 20, x91, x93, x95, x96: a sweep whose job dir 3 is a link loop (``3 -> 3``) crashed make_tables with a
     traceback; archive_runs left it out without a word; make_tables and plot_rpe given it said "does not exist"."""
