@@ -216,12 +216,12 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     counted_data: dict[frozenset[tuple[str, str]], set[str]] = {}
     for run in runs:
         if run.identity is not None and run.status == "ok":
-            counted_data.setdefault(frozenset(run.identity.items()), set()).add(data_key(run))
+            counted_data.setdefault(frozenset(resolved_identity(run.identity).items()), set()).add(data_key(run))
     for run in runs:
         if run.identity is not None:
-            key = dict(run.identity)
+            key = resolved_identity(run.identity)
             if by_data:
-                of_config = counted_data.get(frozenset(run.identity.items()), set())
+                of_config = counted_data.get(frozenset(key.items()), set())
                 own = data_key(run)
                 key[DATA_KEY] = (own if run.status == "ok" or own in of_config or len(of_config) != 1
                                  else next(iter(of_config)))
@@ -245,27 +245,28 @@ def split_by_config(row: Any, runs: list[Run]) -> dict[Any, list[Run]]:
     return split
 
 
-def _identity_value(ident: dict[str, str], key: str) -> str:
-    """The value of ``key`` in a cell identity as a label shows it: an RPE field left null is the value its preset
-    gives (``rpe.ratio=1.9 (preset)``), not ``None``."""
-    text = ident.get(key, "<unset>")
-    if key.startswith("rpe.") and text == "None":
-        import ast
+def resolved_identity(ident: dict[str, str]) -> dict[str, str]:
+    """A cell identity with each RPE field left null replaced by the value its preset gives: ``rpe.ratio=None``
+    under preset ``rpe-1.9-...`` and ``rpe.ratio=1.9`` given on the command line train one design, and are one
+    group of a row. A preset that cannot be read leaves the identity as it is."""
+    import ast
 
-        try:
-            preset = ast.literal_eval(ident.get("rpe.preset", "None"))
-        except (ValueError, SyntaxError):
-            preset = None
-        value = lenient_rpe({"preset": preset}).get(key.split(".", 1)[1]) if isinstance(preset, str) else None
-        if value is not None:
-            return f"{value} (preset)"
-    return text.strip("'")
+    nulls = [key for key, text in ident.items() if key.startswith("rpe.") and key != "rpe.preset" and text == "None"]
+    try:
+        preset = ast.literal_eval(ident.get("rpe.preset", "None"))
+    except (ValueError, SyntaxError):
+        preset = None
+    if not nulls or not isinstance(preset, str):
+        return dict(ident)
+    fields = lenient_rpe({"preset": preset})
+    return {key: repr(fields[key[4:]]) if key in nulls and fields.get(key[4:]) is not None else text
+            for key, text in ident.items()}
 
 
 def _keys_label(ident: dict[str, str], others: list[dict[str, str]], differing: list[str]) -> str:
     """``key=value, ...`` of the (at most 3) keys of ``differing`` that best tell ``ident`` from ``others``."""
     shown = telling_keys(ident, others, differing)
-    label = ", ".join(f"{k}={_identity_value(ident, k)}" for k in shown[:3])
+    label = ", ".join(f"{k}={ident.get(k, '<unset>').strip(chr(39))}" for k in shown[:3])
     return label + (f", +{len(differing) - 3} keys" if len(differing) > 3 else "")
 
 
@@ -379,7 +380,8 @@ def _without_duplicates(runs: list[Run]) -> list[Run]:
     groups: dict[tuple[frozenset[tuple[str, str]], str], list[int]] = {}
     for i, run in enumerate(runs):
         if run.identity is not None and run.status == "ok":
-            groups.setdefault((frozenset(run.identity.items()), repr(run.facts.get("seed"))), []).append(i)
+            groups.setdefault((frozenset(resolved_identity(run.identity).items()), repr(run.facts.get("seed"))),
+                              []).append(i)
     result = list(runs)
     for members in groups.values():
         kept, *others = sorted(members, key=lambda i: runs[i].path)

@@ -153,15 +153,20 @@ def test_tables_keep_runs_on_other_data_apart() -> None:
     assert list(generated) == ["row"]
 
 
-def test_a_split_row_shows_a_preset_field_left_null_as_the_value_it_trains() -> None:
+def test_a_split_row_reads_a_preset_field_left_null_as_the_value_it_trains() -> None:
     """Probe 23, p30T2: beside a job with ``rpe.ratio=3.0``, the genuine job's label read ``rpe.ratio=None`` for
-    the 1.9 its preset trains."""
+    the 1.9 its preset trains. Probe 24, r20: ``rpe.ratio=1.9`` given beside the preset's own 1.9 split the row."""
     def run(path: str, ratio: str) -> Run:
         return Run(path, "ok", {"seed": 0}, {"val/top1": 50.0},
                    identity={"rpe.preset": "'rpe-1.9-product-ctx-0-k'", "rpe.ratio": ratio})
 
     split = split_by_config("product_ctx", [run("a", "3.0"), run("b", "None")])
-    assert sorted(split) == ["product_ctx [rpe.ratio=1.9 (preset)]", "product_ctx [rpe.ratio=3.0]"]
+    assert sorted(split) == ["product_ctx [rpe.ratio=1.9]", "product_ctx [rpe.ratio=3.0]"]
+    # probe 24, r20: the preset's own value given on the command line trains the same design: one group
+    assert list(split_by_config("product_ctx", [run("a", "1.9"), run("b", "None")])) == ["product_ctx"]
+    from reports.cells import _without_duplicates
+
+    assert [r.status for r in _without_duplicates([run("a", "1.9"), run("b", "None")])] == ["ok", "duplicate"]
     unknown = split_by_config("r", [Run("a", "ok", {}, {}, identity={"rpe.preset": "'nonesuch'", "rpe.ratio": "None"}),
                                     Run("b", "ok", {}, {}, identity={"rpe.preset": "'nonesuch'", "rpe.ratio": "2.0"})])
     assert sorted(unknown) == ["r [rpe.ratio=2.0]", "r [rpe.ratio=None]"]  # no preset to read it from: as written
