@@ -165,6 +165,7 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
         DestinationError,
         check_destination,
         check_no_links_below,
+        live_folder_below,
     )
     from storage.files import atomic_write_bytes, symlink_loop
 
@@ -183,6 +184,12 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
         check_destination(target, "--to", given=typed, archive=True)
     except DestinationError as err:  # named as typed, with the folder the archive would be
         raise TableError(str(err).replace(f"--to={typed!r}", f"--to={typed!r} (the archive {where})", 1)) from None
+
+    live = live_folder_below(dest) if dest.is_dir() and not dest.is_symlink() else None
+    if live is not None:  # the --to folder's marker would turn it into an archive's folder
+        raise TableError(f"--to {typed!r} holds {live}, a run, sweep or data folder that is no archived sweep: marked"
+                         " as a folder of archived sweeps, it would be read as archived, and no run could be resumed"
+                         " or made there again; valid: a folder of archives only (e.g. docs/<name>_runs)")
 
     def write_check(path: Path) -> None:
         """Refuse ``path`` when a symlink below ``dest`` lies on its way."""

@@ -360,6 +360,14 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
                         " runs/<name>/")
     config = run_dir / "config.yaml"
     if not plain_file_exists(config):  # a FIFO or a folder there is named as such (RunFileError), not missing
+        from storage.destinations import is_run_dir
+        from storage.files import entry_exists
+
+        if entry_exists(run_dir / "multirun.yaml"):  # a sweep's folder: its runs are its job dirs
+            jobs = sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink() and is_run_dir(p))
+            example = f", e.g. {jobs[0]}" if jobs else " (it holds none yet)"
+            raise PlotError(f"{run_dir} is a sweep dir (it holds multirun.yaml), not a run dir; expected one of its"
+                            f" job dirs{example}")
         raise PlotError(f"run dir {run_dir} has no config.yaml; expected a train.py run dir such as runs/<name>/")
     ckpt_path = resolve_checkpoint(run_dir, ckpt)
     try:

@@ -110,6 +110,25 @@ def archived_sweep_in(folder: Path, most: int = 10_000) -> Path | None:
     return None
 
 
+def live_folder_below(folder: Path, most: int = 50_000) -> Path | None:
+    """A run dir, sweep dir or data root at or below ``folder`` that lies in no archived sweep there, or None:
+    a folder about to be marked as one of archived sweeps must hold nothing live (a run there could no longer be
+    resumed, and would be read as archived). Links are not followed and archived sweeps not entered; after
+    ``most`` folders the walk stops (None)."""
+    seen = 0
+    for root, dirs, _ in os.walk(folder):
+        here = Path(root)
+        if is_archive(here):
+            dirs[:] = []
+            continue
+        if is_run_dir(here) or entry_exists(here / "multirun.yaml") or is_data_root(here):
+            return here
+        seen += 1
+        if seen >= most:
+            return None
+    return None
+
+
 def hidden_character(text: str) -> str | None:
     """The first control or format character of ``text`` (a newline, a tab, a right-to-left override), or None:
     in a file or folder name such a character makes every listing and log line of it lie."""

@@ -520,6 +520,26 @@ def test_no_run_or_sweep_is_made_beside_archived_sweeps(tmp_path: Path) -> None:
                         make=False)
 
 
+def test_no_folder_that_holds_live_runs_becomes_a_folder_of_archives(tmp_path: Path, capsys) -> None:
+    """Probe 24, r33, r34: ``archive_runs <sweep> --to runs`` marked a folder that held live runs (beside it, or two
+    folders down) as one of archived sweeps: make_tables read them as archived, and an interrupted run there could
+    no longer be resumed. Refused in one line, nothing written; archiving again into an archive folder still works."""
+    from scripts import archive_runs
+
+    sweep = _fake_sweep(tmp_path / "sweeps")
+    for live in (tmp_path / "runs" / "r16", tmp_path / "up" / "inner" / "r16"):
+        _fake_sweep(live.parent)  # a live sweep dir with its runs
+        to = live.parent if live.parent.parent == tmp_path else live.parent.parent
+        before = _tree(to)
+        assert archive_runs.main([str(sweep), "--to", str(to)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --to {str(to)!r} holds {live.parent / sweep.name}, a run, sweep or data folder"
+                              " that is no archived sweep:"), err
+        assert _tree(to) == before
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0  # its own archives: not live
+
+
 def test_every_committed_archive_is_marked(tmp_path: Path) -> None:
     """Probe 22, m11: the committed archives (docs/*_runs) predate the marker, so a run dir beside or inside a copy
     of one was accepted. Each archived sweep there carries archive_runs' marker, and a run beside one is refused."""

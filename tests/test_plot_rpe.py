@@ -364,6 +364,17 @@ def test_bad_input_is_one_line(args: list[str], expected: str, trained_run: Path
     assert not (tmp_path / "plots").exists()  # nothing drawn on bad input
 
 
+def test_a_sweep_dir_given_as_the_run_dir_names_a_job(tmp_path: Path, capsys) -> None:
+    """Probe 24, r30: a sweep dir was "run dir ... has no config.yaml"."""
+    from tests.test_sweeps import _fake_sweep
+
+    sweep = _fake_sweep(tmp_path / "runs")
+    assert plot_rpe.main([str(sweep), "--out", str(tmp_path / "plots")]) == 2
+    assert capsys.readouterr().err == (f"error: {sweep} is a sweep dir (it holds multirun.yaml), not a run dir;"
+                                       f" expected one of its job dirs, e.g. {sweep / 'seed=0'}\n")
+    assert not (tmp_path / "plots").exists()
+
+
 def test_a_file_given_as_the_run_dir_is_named_a_file(tmp_path: Path, capsys) -> None:
     """Probe 100: ``plot_rpe.py <run>/metrics.json`` said the (existing) file does not exist."""
     metrics = tmp_path / "run" / "metrics.json"
