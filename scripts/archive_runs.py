@@ -187,9 +187,9 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
 
     live = live_folder_below(dest) if dest.is_dir() and not dest.is_symlink() else None
     if live is not None:  # the --to folder's marker would turn it into an archive's folder
-        raise TableError(f"--to {typed!r} holds {live}, a run, sweep or data folder that is no archived sweep: marked"
-                         " as a folder of archived sweeps, it would be read as archived, and no run could be resumed"
-                         " or made there again; valid: a folder of archives only (e.g. docs/<name>_runs)")
+        raise TableError(f"--to {typed!r} holds {live}: marked as a folder of archived sweeps, what it holds would be"
+                         " read as archived, and no run could be resumed or made there again; valid: a folder of"
+                         " archives only (e.g. docs/<name>_runs)")
 
     def write_check(path: Path) -> None:
         """Refuse ``path`` when a symlink below ``dest`` lies on its way."""

@@ -110,11 +110,11 @@ def archived_sweep_in(folder: Path, most: int = 10_000) -> Path | None:
     return None
 
 
-def live_folder_below(folder: Path, most: int = 50_000) -> Path | None:
-    """A run dir, sweep dir or data root at or below ``folder`` that lies in no archived sweep there, or None:
-    a folder about to be marked as one of archived sweeps must hold nothing live (a run there could no longer be
-    resumed, and would be read as archived). Links are not followed and archived sweeps not entered; after
-    ``most`` folders the walk stops (None)."""
+def live_folder_below(folder: Path, most: int = 50_000) -> str | None:
+    """What makes ``folder`` no folder to mark as one of archived sweeps, or None: a run dir, sweep dir or data root
+    at or below it that lies in no archived sweep there (a run there could no longer be resumed, and would be read
+    as archived), or more than ``most`` folders outside archived sweeps (too large to be an archive's folder, and
+    to check). Links are not followed and archived sweeps not entered."""
     seen = 0
     for root, dirs, _ in os.walk(folder):
         here = Path(root)
@@ -122,10 +122,10 @@ def live_folder_below(folder: Path, most: int = 50_000) -> Path | None:
             dirs[:] = []
             continue
         if is_run_dir(here) or entry_exists(here / "multirun.yaml") or is_data_root(here):
-            return here
+            return f"{here}, a run, sweep or data folder that is no archived sweep"
         seen += 1
-        if seen >= most:
-            return None
+        if seen > most:
+            return f"more than {most} folders outside archived sweeps"
     return None
 
 

@@ -538,6 +538,12 @@ def test_no_folder_that_holds_live_runs_becomes_a_folder_of_archives(tmp_path: P
         assert _tree(to) == before
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0  # its own archives: not live
+    from storage.destinations import live_folder_below
+
+    for name in "abc":
+        (tmp_path / "big" / name).mkdir(parents=True)
+    assert live_folder_below(tmp_path / "big", most=2) == "more than 2 folders outside archived sweeps"
+    assert live_folder_below(tmp_path / "big") is None
 
 
 def test_every_committed_archive_is_marked(tmp_path: Path) -> None:
