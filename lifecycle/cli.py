@@ -194,8 +194,11 @@ def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_n
         if default is None or isinstance(default, dict):
             continue  # null already (Hydra's own message says so), absent, or a node (`_refuse_deleting_a_node`)
         why = _why_a_run_needs(plain, parts, script)
-        entry = (f", or ~{'.'.join(parts[:2])} to leave out the whole {parts[0]} entry"
-                 if parts[0] in ENTRY_GROUPS and len(parts) > 2 else "")
+        from lifecycle.settings import REQUIRED_ENTRIES
+
+        whole = ".".join(parts[:2])
+        entry = (f", or ~{whole} to leave out the whole {parts[0]} entry"
+                 if parts[0] in ENTRY_GROUPS and len(parts) > 2 and whole not in REQUIRED_ENTRIES else "")
         raise CommandLineError(f"{arg} would delete {key}, {why}; valid: {key}=<value>{entry}, or leave it out for"
                                f" the default ({key}={default})")
 
@@ -2087,6 +2090,10 @@ def refuse_replaced_recipe_choice(overrides: list[str]) -> None:
         items = text[1:-1].split(",") if text.startswith("[") and text.endswith("]") else [text]
         if items == [recipe]:  # the recipe's own option, also as a list of one
             continue
+        twice = next((item for item in items if items.count(item) > 1), None)
+        if twice is not None:
+            raise CommandLineError(f"{group}={chosen} names {twice} twice; valid: {group}={recipe} (the option"
+                                   f" {sweep} is made for), or leave {group}= out")
         added = [item for item in items if item != recipe]
         does = (f"adds {', '.join(added)} to" if recipe in items and recipe.count(",") == 0 else "replaces")
         raise CommandLineError(f"{group}={chosen} {does} the {group} option {sweep} is made for"

@@ -1435,6 +1435,8 @@ def _check_batch_fractions(cfg: DictConfig) -> None:
 
 # What makes best.ckpt, the run's result: its default settings are one file, the best validation so far
 _BEST = "callbacks.model_checkpoint"
+# Entries of the callbacks a run cannot leave out (``~callbacks.model_checkpoint``: no best.ckpt, no result)
+REQUIRED_ENTRIES = (_BEST,)
 
 
 def _check_best_checkpoint(cfg: DictConfig) -> None:

@@ -185,7 +185,8 @@ def archive_sweep(sweep_dir: Path, dest: Path, typed: str | None = None) -> tupl
     except DestinationError as err:  # named as typed, with the folder the archive would be
         raise TableError(str(err).replace(f"--to={typed!r}", f"--to={typed!r} (the archive {where})", 1)) from None
 
-    live = live_folder_below(dest) if dest.is_dir() and not dest.is_symlink() else None
+    real_dest = Path(os.path.realpath(dest))  # a --to that is a link marks the folder it leads to
+    live = live_folder_below(real_dest) if real_dest.is_dir() else None
     if live is not None:  # the --to folder's marker would turn it into an archive's folder
         raise TableError(f"--to {typed!r} holds {live}: marked as a folder of archived sweeps, what it holds would be"
                          " read as archived, and no run could be resumed or made there again; valid: a folder of"

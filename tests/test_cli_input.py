@@ -390,6 +390,11 @@ def test_a_data_choice_whose_root_the_recipe_replaces_is_refused(tmp_path: Path)
                                                " experiment option sweep=canvas_mini is made for"):  # probe 23, p12
         check_overrides([*base, "experiment=[benchmark_mini,quickstart]"], "train", make=False)
     check_overrides([*base, "experiment=[benchmark_mini]"], "train", make=False)  # probe 24, S74: a list of one
+    with pytest.raises(CommandLineError) as err:  # probe 25, T16
+        check_overrides([*base, "experiment=[benchmark_mini,benchmark_mini]"], "train", make=False)
+    assert str(err.value) == ("experiment=[benchmark_mini,benchmark_mini] names benchmark_mini twice; valid:"
+                              " experiment=benchmark_mini (the option sweep=canvas_mini is made for), or leave"
+                              " experiment= out")
     check_overrides([f"paths.log_dir={tmp_path}", "experiment=benchmark_mini", "data=relational_left"], "train",
                     make=False)
     assert not (tmp_path / "data").exists()
@@ -1055,9 +1060,14 @@ def test_names_alike_after_unicode_normalisation_are_refused(tmp_path: Path) -> 
     ("~callbacks.model_checkpoint.dirpath", "~callbacks.model_checkpoint.dirpath would delete callbacks."
                                             "model_checkpoint.dirpath, whose default is wired to other settings"
                                             " (${paths.output_dir}/checkpoints), so the run relies on it; valid:"
-                                            " callbacks.model_checkpoint.dirpath=<value>, or"
-                                            " ~callbacks.model_checkpoint to leave out the whole callbacks entry, or"
-                                            " leave it out for the default"),
+                                            " callbacks.model_checkpoint.dirpath=<value>, or leave it out for the"
+                                            " default"),  # probe 25, T6: never `~callbacks.model_checkpoint`
+    ("~callbacks.last_checkpoint.dirpath", "~callbacks.last_checkpoint.dirpath would delete"
+                                           " callbacks.last_checkpoint.dirpath, which lifecycle.checkpoints."
+                                           "ResumeCheckpoint needs (it has no default of its own); valid:"
+                                           " callbacks.last_checkpoint.dirpath=<value>, or ~callbacks.last_checkpoint"
+                                           " to leave out the whole callbacks entry, or leave it out for the"
+                                           " default"),
     ("~rpe.preset", "~rpe.preset would delete rpe.preset, which name reads; "),  # the run's name: model, encoding
     # probe 23, p28: DeiT's code default (a learned APE) trained while the record held no ape at all
     ("~model.net.ape", "~model.net.ape would delete model.net.ape, a setting the run's record must hold (deleted, the"

@@ -536,6 +536,11 @@ def test_no_folder_that_holds_live_runs_becomes_a_folder_of_archives(tmp_path: P
         assert err.startswith(f"error: --to {str(to)!r} holds {live.parent / sweep.name}, a run, sweep or data folder"
                               " that is no archived sweep:"), err
         assert _tree(to) == before
+    link = tmp_path / "link"  # probe 25, U4: a --to that is a link to a folder holding live runs
+    link.symlink_to(tmp_path / "runs")
+    assert archive_runs.main([str(sweep), "--to", str(link)]) == 2
+    assert "a run, sweep or data folder that is no archived sweep" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / ".archives.json").exists()
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0
     assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0  # its own archives: not live
     from storage.destinations import live_folder_below
