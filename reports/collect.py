@@ -209,18 +209,21 @@ def _row_label(cfg: dict[str, Any]) -> Any:
     entry = rows.get(str(row)) if isinstance(rows, dict) and row is not None else None
     if not isinstance(entry, dict):
         return row
+    # the entry's RPE fields are the shared rows' (mode, shared_head, on) and any a task's own rows set (ratio, index)
+    own = {name: value for name, value in entry.items() if name in FIELDS and value is not None}
+    trained = lenient_rpe(cfg.get("rpe") if isinstance(cfg.get("rpe"), dict) else {})
+    made = lenient_rpe({"preset": entry.get("rpe") or "none", **own})
     changed = []
     for name, key, default in ROW_FIELDS:
         node: Any = cfg
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
+        field = key.split(".", 1)[1]
+        if key.startswith("rpe.") and key != "rpe.preset" and node == made.get(field) == trained.get(field):
+            continue  # the row's own value given again (rpe.mode=ctx on a contextual row): the same design
         if node != entry.get(name, default):
             changed.append(f"{key}={node}")
-    # a field of the row's preset given over it (rpe.ratio=3.0, or drawn by optuna): the encoding resolves otherwise;
-    # the entry's RPE fields are the shared rows' (mode, shared_head, on) and any a task's own rows set (ratio, index)
-    own = {name: value for name, value in entry.items() if name in FIELDS and value is not None}
-    trained = lenient_rpe(cfg.get("rpe") if isinstance(cfg.get("rpe"), dict) else {})
-    made = lenient_rpe({"preset": entry.get("rpe") or "none", **own})
+    # a field of the row's preset given over it (rpe.ratio=3.0, or drawn by optuna): the encoding resolves otherwise
     named = {text.split("=", 1)[0] for text in changed}
     if "rpe.preset" not in named:  # another preset is named by its name, not by each field it changes
         changed += [f"rpe.{name}={trained.get(name)}" for name in sorted(trained)

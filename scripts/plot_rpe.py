@@ -360,9 +360,14 @@ def load_run(run_dir: Path, ckpt: str, data_root: Path | None = None) -> tuple[A
                         " runs/<name>/")
     config = run_dir / "config.yaml"
     if not plain_file_exists(config):  # a FIFO or a folder there is named as such (RunFileError), not missing
-        from storage.destinations import is_run_dir
+        from storage.destinations import is_archive, is_archives_folder, is_run_dir
         from storage.files import entry_exists
 
+        if is_archive(run_dir) or is_archives_folder(run_dir):  # archived runs keep their records, not weights
+            what = "an archived sweep" if is_archive(run_dir) else "a folder of archived sweeps"
+            raise PlotError(f"{run_dir} is {what} (archive_runs' marker): archived runs keep no checkpoints, so"
+                            " nothing there can be plotted; expected a train.py run dir with its checkpoints, such as"
+                            " runs/<name>/")
         if entry_exists(run_dir / "multirun.yaml"):  # a sweep's folder: its runs are its job dirs
             jobs = sorted(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink() and is_run_dir(p))
             example = f", e.g. {jobs[0]}" if jobs else " (it holds none yet)"

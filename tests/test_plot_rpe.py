@@ -373,6 +373,16 @@ def test_a_sweep_dir_given_as_the_run_dir_names_a_job(tmp_path: Path, capsys) ->
     assert capsys.readouterr().err == (f"error: {sweep} is a sweep dir (it holds multirun.yaml), not a run dir;"
                                        f" expected one of its job dirs, e.g. {sweep / 'seed=0'}\n")
     assert not (tmp_path / "plots").exists()
+    from scripts import archive_runs
+
+    assert archive_runs.main([str(sweep), "--to", str(tmp_path / "arch")]) == 0  # probe 25, T31
+    capsys.readouterr()
+    for given, what in ((tmp_path / "arch", "a folder of archived sweeps"), (tmp_path / "arch" / sweep.name,
+                                                                             "an archived sweep")):
+        assert plot_rpe.main([str(given), "--out", str(tmp_path / "plots")]) == 2
+        assert capsys.readouterr().err == (f"error: {given} is {what} (archive_runs' marker): archived runs keep no"
+                                           " checkpoints, so nothing there can be plotted; expected a train.py run"
+                                           " dir with its checkpoints, such as runs/<name>/\n")
 
 
 def test_a_file_given_as_the_run_dir_is_named_a_file(tmp_path: Path, capsys) -> None:

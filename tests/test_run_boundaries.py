@@ -324,6 +324,8 @@ def test_a_row_setting_given_over_the_rows_is_labelled_by_what_it_trained() -> N
     assert row_of("row=none", "rpe.preset=shaw") == "none [rpe.preset=shaw]"
     assert row_of("row=product_ctx", "rpe.mode=bias") == "product_ctx [rpe.mode=bias]"
     assert row_of("row=product_ctx", "rpe.ratio=3.0") == "product_ctx [rpe.ratio=3.0]"  # probe 23, p30
+    # probe 25, T27: the row's own values given again train the row's design
+    assert row_of("row=product_ctx", "rpe.mode=ctx", "rpe.shared_head=true", "rpe.ratio=1.90") == "product_ctx"
     assert row_of("row=product_ctx", "rpe.mode=bias", "rpe.method=quant") == (  # p33T: an optuna trial's draw
         "product_ctx [rpe.mode=bias, rpe.method=quant]")
     import yaml
