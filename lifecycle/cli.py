@@ -2989,6 +2989,11 @@ def override_error(err: BaseException, overrides: list[str] | None = None, cfg: 
                         " keys)")
             return (f"{full_key} is not a config key: {where} is null or empty in this config, so it has no keys;"
                     f" valid: +{full_key}={value or '...'} (+ adds the key)")
+        head = full_key.split(".")[0]
+        if where == "the root config" and head not in valid and is_config_group(head):  # eval.py's testset
+            given = next((o for o in overrides or [] if o.lstrip("+~").startswith(f"{head}.")), full_key)
+            return (f"{given} sets a key of the {head} config group, but no {head} option is chosen; valid:"
+                    f" {head}=<one of: {', '.join(group_options(head))}> beside it")
         dotted = _dotted_key_line(where, valid, overrides or [])
         if dotted is not None:
             return dotted

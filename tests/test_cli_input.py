@@ -90,6 +90,15 @@ def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Pa
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
+def test_a_key_of_a_group_no_option_is_chosen_for_names_the_group() -> None:
+    """Probe 25, T71: ``eval.py ... testset.data.generator.num_val=16`` without ``testset=`` said "testset is not a
+    config key", and its list of valid keys left out the testset group."""
+    with pytest.raises(CommandLineError) as err:
+        check_overrides(["ckpt_path=x.ckpt", "testset.data.generator.num_val=16"], "eval", make=False)
+    assert str(err.value).startswith("testset.data.generator.num_val=16 sets a key of the testset config group, but no"
+                                     " testset option is chosen; valid: testset=<one of: relational_canvas48,")
+
+
 @pytest.mark.slow  # an eval.py process; the same key check runs through train.py above
 def test_eval_unknown_key_is_one_line() -> None:
     result = run_cli("eval.py", ["ckpt_path=x.ckpt", "batch=3"], env_extra=ENV)
