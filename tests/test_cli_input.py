@@ -93,8 +93,8 @@ def test_bad_overrides_are_one_line(args: list[str], expected: str, tmp_path: Pa
 def test_a_key_of_a_group_no_option_is_chosen_for_names_the_group() -> None:
     """Probe 25, T71: ``eval.py ... testset.data.generator.num_val=16`` without ``testset=`` said "testset is not a
     config key", and its list of valid keys left out the testset group."""
-    with pytest.raises(CommandLineError) as err:
-        check_overrides(["ckpt_path=x.ckpt", "testset.data.generator.num_val=16"], "eval", make=False)
+    with pytest.raises(cli.CommandLineError) as err:
+        cli.check_overrides(["ckpt_path=x.ckpt", "testset.data.generator.num_val=16"], "eval", make=False)
     assert str(err.value).startswith("testset.data.generator.num_val=16 sets a key of the testset config group, but no"
                                      " testset option is chosen; valid: testset=<one of: relational_canvas48,")
 
