@@ -179,6 +179,8 @@ def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_n
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from lifecycle.settings import REQUIRED_ENTRIES
+
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             composed = compose(config_name, overrides=_first_of_sweeps(others), return_hydra_config=True)
@@ -194,8 +196,6 @@ def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_n
         if default is None or isinstance(default, dict):
             continue  # null already (Hydra's own message says so), absent, or a node (`_refuse_deleting_a_node`)
         why = _why_a_run_needs(plain, parts, script)
-        from lifecycle.settings import REQUIRED_ENTRIES
-
         whole = ".".join(parts[:2])
         entry = (f", or ~{whole} to leave out the whole {parts[0]} entry"
                  if parts[0] in ENTRY_GROUPS and len(parts) > 2 and whole not in REQUIRED_ENTRIES else "")
