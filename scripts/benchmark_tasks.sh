@@ -18,6 +18,9 @@
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
 # SEED_COUNT (default: every seed of each task's sweep config, 12): only the first SEED_COUNT seeds, e.g. to time the
 # benchmark at 10 seeds; such a benchmark is trained and evaluated but never archived (the archive holds whole tasks).
+# PROGRESS_S (default 300): while a task trains, every PROGRESS_S seconds one line with its finished jobs and the
+# time its training has left at this sitting's pace (a CPU whose bf16 matrix products run on ATen's own kernel, no
+# AVX-512, trains the recipe's bf16 steps about 13 times slower than one with AVX-512: docs/benchmarks.md).
 # PY: the project's Python (default .venv/bin/python of the repo, which `make test` or `make train` sets up; a
 # relative path is read from the folder the script is started in).
 # TRAINER: train.py overrides for every job, words of key=value (default: trainer=gpu in float32 where torch sees
@@ -54,6 +57,9 @@ else
   LANES=$(nproc 2>/dev/null || echo 1)
   [ "$LANES" -le 4 ] || LANES=4
 fi
+PROGRESS_S=${PROGRESS_S:-300}
+[[ "$PROGRESS_S" =~ ^[1-9][0-9]*$ ]] || usage_error "PROGRESS_S='$PROGRESS_S' is not a positive integer; valid: 1, 2," \
+  "... (seconds between two progress lines of a task's training; default 300)"
 if [ -n "${SEED_COUNT:-}" ]; then
   [[ "$SEED_COUNT" =~ ^[1-9][0-9]*$ ]] || usage_error "SEED_COUNT='$SEED_COUNT' is not a positive integer; valid: 1," \
     "2, ... up to a task's seeds (the first seeds of each task; default: all of them)"
@@ -62,11 +68,15 @@ PY=${PY:-.venv/bin/python}
 check_python
 check_trainer
 # each task's seeds (its sweep config's), then train.py's checks of every task's jobs, before any dir or lane
-declare -A SEEDS=()
+declare -A SEEDS=() ROWS=()
 commands=()
 for task in "${tasks[@]}"; do
   SEEDS[$task]=$("$PY" -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params']['seed'])" \
     "configs/sweep/${task}_mini.yaml") || exit 2
+  # the rows per seed, for the progress lines (a sweep without a row axis has one job per seed)
+  ROWS[$task]=$("$PY" -c "import sys, yaml
+row = yaml.safe_load(open(sys.argv[1]))['hydra']['sweeper']['params'].get('row')
+print(1 if row is None else len(str(row).split(',')))" "configs/sweep/${task}_mini.yaml") || exit 2
   if [ -n "${SEED_COUNT:-}" ]; then
     IFS=, read -r -a listed <<< "${SEEDS[$task]}"
     [ "$SEED_COUNT" -le ${#listed[@]} ] || usage_error "SEED_COUNT=$SEED_COUNT is more than task $task's" \
@@ -95,6 +105,53 @@ declare -A PLOT_ROWS=(
   [shift_swin]="none swin irpe_k irpe_qkv"
   [longrange]="clip_r2 buckets_9 buckets_49 buckets_81 buckets_121"
 )
+# finished_jobs SWEEP SEED...: how many run dirs of those seeds in the sweep's dir finished training
+finished_jobs() {
+  local sweep=$1 seed run count=0
+  shift
+  for seed in "$@"; do
+    for run in "runs/sweeps/$sweep"/*seed="$seed"; do
+      grep -qs '"state": "finished"' "$run/run.json" && count=$((count + 1))
+    done
+  done
+  echo "$count"
+}
+# minutes SECONDS: "X h Y min" or "Y min", rounded up
+minutes() {
+  local m=$(( ($1 + 59) / 60 ))
+  if [ "$m" -ge 60 ]; then echo "$((m / 60)) h $((m % 60)) min"; else echo "$m min"; fi
+}
+# wait_for_lanes SWEEP JOBS SEED...: wait for the training lanes (pids) of a sweep of JOBS jobs, one progress line
+# every PROGRESS_S seconds; failed=1 when a lane failed. The pace is this sitting's, from the task's start (started)
+# and the jobs finished before it (jobs_before: a resumed task's are not counted).
+wait_for_lanes() {
+  local sweep=$1 total=$2 pid alive now done_here elapsed left last=$SECONDS
+  shift 2
+  while :; do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive -eq 1 ] || break
+    sleep 1 & wait $!
+    [ $((SECONDS - last)) -ge "$PROGRESS_S" ] || continue
+    last=$SECONDS
+    now=$(finished_jobs "$sweep" "$@")
+    done_here=$((now - jobs_before))
+    elapsed=$((SECONDS - started))
+    left=$((total - now))
+    [ "$left" -ge 0 ] || left=0
+    if [ "$done_here" -gt 0 ]; then
+      echo "$sweep: $now of $total jobs finished ($done_here in this sitting's $((elapsed / 60)) min $((elapsed % 60))" \
+        "s); about $(minutes $((left * elapsed / done_here))) of training left at this pace ($(date +%H:%M:%S))"
+    else
+      echo "$sweep: $now of $total jobs finished; none yet in this sitting's $((elapsed / 60)) min $((elapsed % 60)) s" \
+        "($(date +%H:%M:%S))"
+    fi
+  done
+  failed=0
+  for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+  done
+}
 status=0
 archived=0
 for task in "${tasks[@]}"; do  # each name checked above, before anything ran
@@ -103,6 +160,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   started=$SECONDS
   # the sweep's seeds, split over the lanes; a lane starts after the one before it has written its grid
   IFS=, read -r -a all_seeds <<< "${SEEDS[$task]}"
+  jobs_before=$(finished_jobs "$sweep" "${all_seeds[@]}")
   pids=()
   for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
     mine=$(for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do printf '%s,' "${all_seeds[$i]}"; done)
@@ -116,10 +174,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
       sleep 0.5
     done
   done
-  failed=0
-  for pid in "${pids[@]}"; do
-    wait "$pid" || failed=1
-  done
+  wait_for_lanes "$sweep" $(( ${#all_seeds[@]} * ROWS[$task] )) "${all_seeds[@]}"
   trained=$SECONDS
   echo "$sweep: training took $(( (trained - started) / 60 )) min $(( (trained - started) % 60 )) s"
   if [ $failed -eq 1 ]; then

@@ -11,6 +11,7 @@ refuse, or to hand the finished-sweep check to the real Python.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,17 +28,21 @@ VENV_HINT = ("valid: create the venv with 'make test' or 'make train' (either se
 TRAINER_HINT = ("valid: TRAINER= (the CPU) or words of key=value overrides of train.py, e.g. TRAINER='trainer=gpu"
                 " trainer.precision=32-true'; trainer= one of: cpu ddp ddp_cpu gpu")
 STUB = """#!/bin/sh
-# a stand-in for the project's Python: records each call; the seeds of a sweep config are 0,1; a sweep makes its
-# sweep dir, and nothing in it (STUB_TRAIN_SLEEPS: it trains for 60 s, a child of its own that the script's
-# signal to the stub's children does not end, so that the stub itself must get the signal to stop)
+# a stand-in for the project's Python: records each call; the seeds of a sweep config are 0,1, its rows 2; a sweep
+# makes its sweep dir, and nothing in it (STUB_TRAIN_SLEEPS: it trains for 60 s, a child of its own that the script's
+# signal to the stub's children does not end, so that the stub itself must get the signal to stop; STUB_TRAIN_WRITES:
+# it finishes the runs of rows a and b of each of its seeds, one a second)
 echo "$*" >> "$(dirname "$0")/calls.log"
 case "$*" in *"import torch, hydra, timm"*) echo "torch hydra timm" ;; esac
-case "$*" in *sweeper*) echo 0,1 ;; esac
+case "$*" in *"get('row')"*) echo 2 ;; *sweeper*) echo 0,1 ;; esac
 case "$*" in "train.py --check"*) [ -z "${STUB_CHECK_REFUSES:-}" ] || { echo "a warning" >&2;
   echo "error: $STUB_CHECK_REFUSES" >&2; exit 2; } ;; esac
 case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_SLEEPS:-}" ] || {
   trap 'echo "got TERM" >> "$(dirname "$0")/calls.log"; kill -KILL $!; exit 143' TERM
   (trap "" TERM; exec sleep 60) & wait; } ;; esac
+case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_WRITES:-}" ] || { echo Launching; d="runs/sweeps/${2#sweep=}"
+  for s in $(echo "${3#seed=}" | tr , ' '); do for r in a b; do sleep 1; mkdir -p "$d/row=$r,seed=$s"
+    echo '{"state": "finished"}' > "$d/row=$r,seed=$s/run.json"; done; done; } ;; esac
 case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_FAILS:-}" ] || exit 2
   [ -n "${STUB_TRAINS_NOTHING:-}" ] || mkdir -p "runs/sweeps/${2#sweep=}" ;; esac
 case "$*" in *collect*) [ -z "${STUB_REAL_PYTHON:-}" ] || exec "$STUB_REAL_PYTHON" "$@"; echo finished ;; esac
@@ -64,7 +69,7 @@ def _run(copy: Path, *tasks: str, script: Path = SCRIPT, started: Path | None = 
          **env: str) -> subprocess.CompletedProcess:
     """Run the copy's ``script`` (or the file ``started``, a link to it) from ``cwd`` with the environment ``env``."""
     environ = {k: v for k, v in os.environ.items()
-               if k not in ("PY", "LANES", "TRAINER", "SEED_COUNT") and not k.startswith("STUB")}
+               if k not in ("PY", "LANES", "TRAINER", "SEED_COUNT", "PROGRESS_S") and not k.startswith("STUB")}
     return subprocess.run(["bash", str(started or copy / "repo" / "scripts" / script.name), *tasks],
                           capture_output=True, text=True, env=environ | env, timeout=120, cwd=cwd)
 
@@ -111,6 +116,9 @@ def _trained(copy: Path) -> list[str]:
     (("shift",), {"PY": "{stub}", "SEED_COUNT": "0"}, "SEED_COUNT='0' is not a positive integer; valid: 1, 2, ..."),
     (("shift",), {"PY": "{stub}", "SEED_COUNT": "ten"}, "SEED_COUNT='ten' is not a positive integer"),
     (("shift",), {"PY": "{stub}", "SEED_COUNT": "3"}, "SEED_COUNT=3 is more than task shift's 2 seeds; valid: 1 to 2"),
+    (("shift",), {"PY": "{stub}", "PROGRESS_S": "0"}, "PROGRESS_S='0' is not a positive integer; valid: 1, 2, ..."
+                                                      " (seconds between two progress lines"),
+    (("shift",), {"PY": "{stub}", "PROGRESS_S": "1m"}, "PROGRESS_S='1m' is not a positive integer"),
     # probe 4, case 56: two names in one argument matched the list as a substring
     (("canvas longrange",), {"PY": "{stub}"}, f"task 'canvas longrange' is not a benchmark task; {VALID_TASKS},"
                                               " one name an argument"),
@@ -160,6 +168,29 @@ def test_a_benchmark_of_fewer_seeds_is_trained_and_evaluated_but_never_archived(
     assert any(call.startswith("scripts/evaluate_testsets.py") for call in _calls(copy)), _calls(copy)
     assert not any(s in call for call in _calls(copy) for s in ("archive_runs", "make_tables", "plot_benchmark"))
     assert "shift_mini: not archived (SEED_COUNT=1: the archive holds whole tasks)" in done.stdout
+
+
+def test_training_prints_its_finished_jobs_and_the_time_left_at_this_sittings_pace(copy: Path) -> None:
+    """While a task trains, a line every PROGRESS_S seconds counts its finished jobs (rows x seeds) and estimates
+    the time left from the jobs finished in this sitting only: a run finished before it (resumed) is not pace."""
+    earlier = copy / "repo" / "runs" / "sweeps" / "shift_mini" / "row=a,seed=0"
+    earlier.mkdir(parents=True)
+    (earlier / "run.json").write_text('{"state": "finished"}')
+    unfinished = earlier.parent / "row=b,seed=1"
+    unfinished.mkdir()
+    (unfinished / "run.json").write_text('{"state": "interrupted"}')
+    done = _run(copy, "shift", PY=str(copy / "python"), LANES="1", TRAINER="", PROGRESS_S="1",
+                STUB_TRAIN_WRITES="1")
+    assert done.returncode == 0, done.stderr
+    progress = re.findall(r"^shift_mini: (\d) of 4 jobs finished(.*)$", done.stdout, re.MULTILINE)
+    counts = [int(count) for count, _ in progress]
+    assert len(progress) >= 2 and counts == sorted(counts) and counts[0] >= 1, done.stdout
+    for count, rest in progress:
+        if int(count) == 1:  # only the earlier run: nothing finished in this sitting, no pace
+            assert re.match(r"; none yet in this sitting's 0 min \d s \(\d\d:\d\d:\d\d\)$", rest), rest
+        else:
+            assert re.match(rf" \({int(count) - 1} in this sitting's 0 min \d s\); about \d+ min of training left at"
+                            r" this pace \(\d\d:\d\d:\d\d\)$", rest), rest
 
 
 def test_valid_trainer_overrides_pass(copy: Path) -> None:
@@ -379,7 +410,7 @@ def test_a_stop_signal_to_the_script_reaches_its_training_and_is_one_line(copy: 
     signum = getattr(signal, signame)
 
     environ = {k: v for k, v in os.environ.items()
-               if k not in ("PY", "LANES", "TRAINER", "SEED_COUNT") and not k.startswith("STUB")}
+               if k not in ("PY", "LANES", "TRAINER", "SEED_COUNT", "PROGRESS_S") and not k.startswith("STUB")}
     env = environ | {"PY": str(copy / "python"), "LANES": "1", "TRAINER": "", "STUB_TRAIN_SLEEPS": "1"}
     task = "shift" if script == SCRIPT else "where"
     from tests.helpers import _sigint_as_at_a_terminal
