@@ -192,7 +192,7 @@ def _refuse_deleting_a_value(values: dict[str, str], others: list[str], config_n
     script = SCRIPTS.get(config_name, config_name)
     for arg, key in values.items():
         parts = key.split(".")
-        default = _nested(plain, *parts)
+        default = plain_value(plain, key)
         if default is None or isinstance(default, dict):
             continue  # null already (Hydra's own message says so), absent, or a node (`_refuse_deleting_a_node`)
         why = _why_a_run_needs(plain, parts, script)
@@ -210,18 +210,18 @@ def _why_a_run_needs(plain: dict[str, Any], parts: list[str], script: str) -> st
     inside = "".join(rf"(?:\.{re.escape(p)}" for p in parts[1:]) + r"(?:\.[\w.-]+)?" + ")?" * (len(parts) - 1)
     reads = re.compile(r"\$\{\s*" + re.escape(parts[0]) + inside + r"\s*\}")
     others = copy.deepcopy(plain)
-    _nested(others, *parts[:-1]).pop(parts[-1])  # the value's own text does not count as a reader
+    holders = [plain_value(plain, ".".join(parts[:i])) for i in range(len(parts))]  # the mappings above the value
+    plain_value(others, ".".join(parts[:-1])).pop(parts[-1])  # the value's own text does not count as a reader
     reader = key_that_reads(others, reads)
     if reader is not None:
         return f"which {reader} reads"
     holder_at = next((i for i in range(len(parts) - 1, 0, -1)
-                      if isinstance(_nested(plain, *parts[:i]), dict) and "_target_" in _nested(plain, *parts[:i])),
-                     None)
+                      if isinstance(holders[i], dict) and "_target_" in holders[i]), None)
     if holder_at == len(parts) - 1:  # an argument of the target itself (not of a plain mapping given to it)
-        needed = _required_argument(str(_nested(plain, *parts[:-1])["_target_"]), parts[-1])
+        needed = _required_argument(str(holders[-1]["_target_"]), parts[-1])
         if needed is not None:
             return needed
-    default = _nested(plain, *parts)
+    default = plain_value(plain, ".".join(parts))
     if isinstance(default, str) and "${" in default:
         return f"whose default is wired to other settings ({default}), so the run relies on it"
     if holder_at is None:
@@ -524,7 +524,7 @@ def _identity_settings(hydra: Any) -> dict[str, Any]:
     plain = OmegaConf.to_container(hydra, resolve=False) if isinstance(hydra, DictConfig) else hydra
     found = {}
     for key in SWEEP_IDENTITY:
-        value = _nested(plain, *key.split("."))
+        value = plain_value(plain, key)
         if isinstance(value, dict) and key == "sweeper":
             found.update({f"hydra.sweeper.{k}": v for k, v in value.items() if k not in SWEEP_EXTENT})
         else:
@@ -672,19 +672,12 @@ def saved_sweep_grid(saved: Path, sweep_dir: Path) -> dict[str, Any] | None:
                 except yaml.YAMLError as err:
                     problem = f"not valid YAML: {' '.join(str(err).split())[:120]}"
                 else:
-                    if isinstance(_nested(grid, "hydra", "overrides", "task"), list):
+                    if isinstance(plain_value(grid, "hydra.overrides.task"), list):
                         return grid
                     problem = "not the grid Hydra writes: it has no hydra.overrides.task list"
     raise CommandLineError(f"hydra.sweep.dir={str(sweep_dir)!r} holds {saved}, which is no sweep grid this launch can"
                            f" read ({problem}); a launch would replace it, so nothing was started; valid: repair or"
                            " move it away (it is the grid of the sweep there), or a new hydra.sweep.dir")
-
-
-def _nested(value: Any, *keys: str) -> Any:
-    """``value[k1][k2]...``, None where a level is not a mapping or lacks the key."""
-    for key in keys:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
 
 
 def _swept_values(override: Any) -> list[str] | None:
@@ -1475,9 +1468,9 @@ def _earlier_launches_jobs(sweep_dir: Path) -> list[list[str]]:
     for path in grids:
         try:
             grid = saved_sweep_grid(path, sweep_dir)
-            params = _nested(grid, "hydra", "sweeper", "params")
+            params = plain_value(grid, "hydra.sweeper.params")
             swept = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else []
-            jobs += sweep_grid(swept + [str(o) for o in _nested(grid, "hydra", "overrides", "task")])
+            jobs += sweep_grid(swept + [str(o) for o in plain_value(grid, "hydra.overrides.task")])
         except Exception:  # noqa: BLE001  (see the docstring: a grid not expanded here names no job)
             continue
     return jobs

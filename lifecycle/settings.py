@@ -581,15 +581,7 @@ def _fail(key: str, message: str) -> SettingError:
 def env_source(cfg: DictConfig, key: str) -> str | None:
     """The environment variable ``key``'s value came from: its config value is ``${oc.env:NAME[,default]}`` and
     NAME is set (so the user never typed the key: a message naming only the key would not say what to fix)."""
-    parent_key, _, leaf = key.rpartition(".")
-    try:
-        parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
-        if not isinstance(parent, DictConfig) or leaf not in parent:
-            return None
-        raw = parent._get_node(leaf)._value()
-    except (OmegaConfBaseException, AttributeError):
-        return None
-    return _set_variable(raw)
+    return _set_variable(_raw_value(cfg, key))
 
 
 _ENV_VALUE = re.compile(r"\$\{\s*oc\.env:\s*([A-Za-z_]\w*)\s*(,.*)?\}", re.DOTALL)

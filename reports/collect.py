@@ -1160,18 +1160,18 @@ def _missing_run(sweep_dir: Path, overrides: list[str], why: str) -> Run:
     """A grid point with no run dir; its facts come from composing the job's config, once for all the seeds of
     one design (a grid of 29 rows x 12 seeds composes 29 configs, not 348): the seed is the only fact it sets."""
     seeds = [o for o in overrides if re.fullmatch(r"seed=\d+", o)]
-    if len(seeds) == 1:
-        facts, ablation, sweep = _grid_point_facts(tuple(o for o in overrides if o != seeds[0]))
-        facts = {**facts, "seed": int(seeds[0].split("=", 1)[1])} if "seed" in facts else dict(facts)
-    else:
-        facts, ablation, sweep = _grid_point_facts(tuple(overrides))
-        facts = dict(facts)  # each run its own copy of the cached facts
+    seed = seeds[0] if len(seeds) == 1 else None
+    cached, ablation, sweep = _grid_point_facts(tuple(o for o in overrides if o != seed))
+    facts = dict(cached)  # each run its own copy of the cached facts
+    if seed is not None and "seed" in facts:
+        facts["seed"] = int(seed.split("=", 1)[1])
     return Run(f"{_shown(sweep_dir)}/[{','.join(overrides)}]", "missing", facts, {}, why, ablation, sweep)
 
 
 @functools.lru_cache(maxsize=4096)
 def _grid_point_facts(overrides: tuple[str, ...]) -> tuple[dict[str, Any], Any, Any]:
-    """``(run_facts, ablation, sweep_name)`` of the grid point ``overrides`` (`_grid_point`), copied per call."""
+    """``(run_facts, ablation, sweep_name)`` of the grid point ``overrides`` (`_grid_point`), cached: a caller copies
+    the facts before changing them."""
     container = _grid_point(list(overrides))
     return run_facts(container), container.get("ablation"), container.get("sweep_name")
 

@@ -18,8 +18,8 @@
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
 # SEED_COUNT (default: every seed of each task's sweep config, 12): only the first SEED_COUNT seeds, e.g. to time the
 # benchmark at 10 seeds; such a benchmark is trained and evaluated but never archived (the archive holds whole tasks).
-# PROGRESS_S (default 300): while a task trains, every PROGRESS_S seconds one line with its finished jobs and the
-# time its training has left at this sitting's pace (a CPU whose bf16 matrix products run on ATen's own kernel, no
+# PROGRESS_S (default 300): while a task trains or is evaluated, every PROGRESS_S seconds one line with its finished
+# jobs (or test-set results written) and the time left at this sitting's pace (a CPU whose bf16 matrix products run on ATen's own kernel, no
 # AVX-512, trains the recipe's bf16 steps about 13 times slower than one with AVX-512: docs/benchmarks.md).
 # PY: the project's Python (default .venv/bin/python of the repo, which `make test` or `make train` sets up; a
 # relative path is read from the folder the script is started in).
@@ -59,7 +59,7 @@ else
 fi
 PROGRESS_S=${PROGRESS_S:-300}
 [[ "$PROGRESS_S" =~ ^[1-9][0-9]*$ ]] || usage_error "PROGRESS_S='$PROGRESS_S' is not a positive integer; valid: 1, 2," \
-  "... (seconds between two progress lines of a task's training; default 300)"
+  "... (seconds between two progress lines of a task's training or evaluation; default 300)"
 if [ -n "${SEED_COUNT:-}" ]; then
   [[ "$SEED_COUNT" =~ ^[1-9][0-9]*$ ]] || usage_error "SEED_COUNT='$SEED_COUNT' is not a positive integer; valid: 1," \
     "2, ... up to a task's seeds (the first seeds of each task; default: all of them)"
@@ -116,17 +116,30 @@ finished_jobs() {
   done
   echo "$count"
 }
+# results_written SWEEP SEED...: how many test-set results the run dirs of those seeds hold (results set aside as
+# stale, in a folder of their own, are not counted)
+results_written() {
+  local sweep=$1 seed result count=0
+  shift
+  for seed in "$@"; do
+    for result in "runs/sweeps/$sweep"/*seed="$seed"/testsets/*.json; do
+      [ -f "$result" ] && count=$((count + 1))
+    done
+  done
+  echo "$count"
+}
 # minutes SECONDS: "X h Y min" or "Y min", rounded up
 minutes() {
   local m=$(( ($1 + 59) / 60 ))
   if [ "$m" -ge 60 ]; then echo "$((m / 60)) h $((m % 60)) min"; else echo "$m min"; fi
 }
-# wait_for_lanes SWEEP JOBS SEED...: wait for the training lanes (pids) of a sweep of JOBS jobs, one progress line
-# every PROGRESS_S seconds; failed=1 when a lane failed. The pace is this sitting's, from the task's start (started)
-# and the jobs finished before it (jobs_before: a resumed task's are not counted).
-wait_for_lanes() {
-  local sweep=$1 total=$2 pid alive now done_here elapsed left last=$SECONDS
-  shift 2
+# show_progress PHASE WHAT TOTAL COUNTER ARG...: until every lane (pids) has ended, one line every PROGRESS_S
+# seconds: what COUNTER ARG... counts of TOTAL (e.g. "jobs finished"), and the time PHASE (training, evaluation) has
+# left at this sitting's pace, from the phase's start (phase_start) and the count then (count_before: a resumed
+# task's earlier work is not pace).
+show_progress() {
+  local phase=$1 what=$2 total=$3 pid alive now done_here elapsed left last=$SECONDS
+  shift 3
   while :; do
     alive=0
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
@@ -134,22 +147,18 @@ wait_for_lanes() {
     sleep 1 & wait $!
     [ $((SECONDS - last)) -ge "$PROGRESS_S" ] || continue
     last=$SECONDS
-    now=$(finished_jobs "$sweep" "$@")
-    done_here=$((now - jobs_before))
-    elapsed=$((SECONDS - started))
+    now=$("$@")
+    done_here=$((now - count_before))
+    elapsed=$((SECONDS - phase_start))
     left=$((total - now))
     [ "$left" -ge 0 ] || left=0
     if [ "$done_here" -gt 0 ]; then
-      echo "$sweep: $now of $total jobs finished ($done_here in this sitting's $((elapsed / 60)) min $((elapsed % 60))" \
-        "s); about $(minutes $((left * elapsed / done_here))) of training left at this pace ($(date +%H:%M:%S))"
+      echo "$sweep: $now of $total $what ($done_here in this sitting's $((elapsed / 60)) min $((elapsed % 60)) s);" \
+        "about $(minutes $((left * elapsed / done_here))) of $phase left at this pace ($(date +%H:%M:%S))"
     else
-      echo "$sweep: $now of $total jobs finished; none yet in this sitting's $((elapsed / 60)) min $((elapsed % 60)) s" \
+      echo "$sweep: $now of $total $what; none yet in this sitting's $((elapsed / 60)) min $((elapsed % 60)) s" \
         "($(date +%H:%M:%S))"
     fi
-  done
-  failed=0
-  for pid in "${pids[@]}"; do
-    wait "$pid" || failed=1
   done
 }
 status=0
@@ -160,7 +169,8 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   started=$SECONDS
   # the sweep's seeds, split over the lanes; a lane starts after the one before it has written its grid
   IFS=, read -r -a all_seeds <<< "${SEEDS[$task]}"
-  jobs_before=$(finished_jobs "$sweep" "${all_seeds[@]}")
+  phase_start=$SECONDS
+  count_before=$(finished_jobs "$sweep" "${all_seeds[@]}")
   pids=()
   for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
     mine=$(for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do printf '%s,' "${all_seeds[$i]}"; done)
@@ -174,7 +184,11 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
       sleep 0.5
     done
   done
-  wait_for_lanes "$sweep" $(( ${#all_seeds[@]} * ROWS[$task] )) "${all_seeds[@]}"
+  show_progress training "jobs finished" $(( ${#all_seeds[@]} * ROWS[$task] )) finished_jobs "$sweep" "${all_seeds[@]}"
+  failed=0
+  for pid in "${pids[@]}"; do
+    wait "$pid" || failed=1
+  done
   trained=$SECONDS
   echo "$sweep: training took $(( (trained - started) / 60 )) min $(( (trained - started) % 60 )) s"
   if [ $failed -eq 1 ]; then
@@ -188,12 +202,22 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
     # more time waiting on each other than computing; no throughput is timed (no table reads it, and it
     # would add a fifth to each evaluation)
     pids=()
+    phase_start=$SECONDS
+    count_before=$(results_written "$sweep" "${all_seeds[@]}")
+    evaluations=0  # each run on each test set, and the rebuilt-table runs (EXTEND) once more
+    read -r -a testsets <<< "${TESTSETS[$task]}"
     for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
       mine=()
       for ((i = lane; i < ${#all_seeds[@]}; i += LANES)); do
         for run in "runs/sweeps/$sweep"/*seed="${all_seeds[$i]}"; do [ -d "$run" ] && mine+=("$run"); done
       done
       [ ${#mine[@]} -gt 0 ] || continue
+      for run in "${mine[@]}"; do
+        evaluations=$((evaluations + ${#testsets[@]}))
+        # shellcheck disable=SC2053  # the pattern is a glob
+        [ -n "${EXTEND[$task]+x}" ] && [[ "$(basename "$run")" == ${EXTEND[$task]} ]] \
+          && evaluations=$((evaluations + ${#testsets[@]}))
+      done
       (
         # shellcheck disable=SC2086  # the test set names are words
         OMP_NUM_THREADS=1 "$PY" scripts/evaluate_testsets.py "${mine[@]}" --testsets ${TESTSETS[$task]} \
@@ -212,6 +236,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
       children+=($!)
       echo "evaluation lane $lane (log runs/$sweep.eval$lane.log)"
     done
+    show_progress evaluation "test-set results written" "$evaluations" results_written "$sweep" "${all_seeds[@]}"
     for pid in "${pids[@]}"; do
       wait "$pid" || { echo "evaluations of $sweep were not all done (see its evaluation logs)"; status=1; }
     done

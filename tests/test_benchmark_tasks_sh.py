@@ -31,7 +31,8 @@ STUB = """#!/bin/sh
 # a stand-in for the project's Python: records each call; the seeds of a sweep config are 0,1, its rows 2; a sweep
 # makes its sweep dir, and nothing in it (STUB_TRAIN_SLEEPS: it trains for 60 s, a child of its own that the script's
 # signal to the stub's children does not end, so that the stub itself must get the signal to stop; STUB_TRAIN_WRITES:
-# it finishes the runs of rows a and b of each of its seeds, one a second)
+# it finishes the runs of rows a and b of each of its seeds, one a second; STUB_EVAL_WRITES: an evaluation writes
+# each result of each run given, one every 0.4 s)
 echo "$*" >> "$(dirname "$0")/calls.log"
 case "$*" in *"import torch, hydra, timm"*) echo "torch hydra timm" ;; esac
 case "$*" in *"get('row')"*) echo 2 ;; *sweeper*) echo 0,1 ;; esac
@@ -43,6 +44,10 @@ case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_SLEEPS:-}" ] || {
 case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_WRITES:-}" ] || { echo Launching; d="runs/sweeps/${2#sweep=}"
   for s in $(echo "${3#seed=}" | tr , ' '); do for r in a b; do sleep 1; mkdir -p "$d/row=$r,seed=$s"
     echo '{"state": "finished"}' > "$d/row=$r,seed=$s/run.json"; done; done; } ;; esac
+case "$*" in "scripts/evaluate_testsets.py"*) [ -z "${STUB_EVAL_WRITES:-}" ] || { shift; runs=""
+  while [ "$1" != --testsets ]; do runs="$runs $1"; shift; done; shift
+  for r in $runs; do for t in "$@"; do case $t in --*) break ;; esac; sleep 0.4; mkdir -p "$r/testsets"
+    echo '{}' > "$r/testsets/$t.json"; done; done; } ;; esac
 case "$*" in "train.py sweep="*) [ -z "${STUB_TRAIN_FAILS:-}" ] || exit 2
   [ -n "${STUB_TRAINS_NOTHING:-}" ] || mkdir -p "runs/sweeps/${2#sweep=}" ;; esac
 case "$*" in *collect*) [ -z "${STUB_REAL_PYTHON:-}" ] || exec "$STUB_REAL_PYTHON" "$@"; echo finished ;; esac
@@ -170,9 +175,10 @@ def test_a_benchmark_of_fewer_seeds_is_trained_and_evaluated_but_never_archived(
     assert "shift_mini: not archived (SEED_COUNT=1: the archive holds whole tasks)" in done.stdout
 
 
-def test_training_prints_its_finished_jobs_and_the_time_left_at_this_sittings_pace(copy: Path) -> None:
-    """While a task trains, a line every PROGRESS_S seconds counts its finished jobs (rows x seeds) and estimates
-    the time left from the jobs finished in this sitting only: a run finished before it (resumed) is not pace."""
+def test_training_and_evaluation_print_their_progress_and_the_time_left_at_this_sittings_pace(copy: Path) -> None:
+    """While a task trains, and then while its runs are evaluated, a line every PROGRESS_S seconds counts its
+    finished jobs (rows x seeds) or written test-set results (runs x test sets) and estimates the time left from
+    the work done in this sitting only: a run finished before it (resumed) is not pace."""
     earlier = copy / "repo" / "runs" / "sweeps" / "shift_mini" / "row=a,seed=0"
     earlier.mkdir(parents=True)
     (earlier / "run.json").write_text('{"state": "finished"}')
@@ -180,17 +186,23 @@ def test_training_prints_its_finished_jobs_and_the_time_left_at_this_sittings_pa
     unfinished.mkdir()
     (unfinished / "run.json").write_text('{"state": "interrupted"}')
     done = _run(copy, "shift", PY=str(copy / "python"), LANES="1", TRAINER="", PROGRESS_S="1",
-                STUB_TRAIN_WRITES="1")
+                STUB_TRAIN_WRITES="1", STUB_EVAL_WRITES="1")
     assert done.returncode == 0, done.stderr
-    progress = re.findall(r"^shift_mini: (\d) of 4 jobs finished(.*)$", done.stdout, re.MULTILINE)
-    counts = [int(count) for count, _ in progress]
-    assert len(progress) >= 2 and counts == sorted(counts) and counts[0] >= 1, done.stdout
-    for count, rest in progress:
-        if int(count) == 1:  # only the earlier run: nothing finished in this sitting, no pace
-            assert re.match(r"; none yet in this sitting's 0 min \d s \(\d\d:\d\d:\d\d\)$", rest), rest
-        else:
-            assert re.match(rf" \({int(count) - 1} in this sitting's 0 min \d s\); about \d+ min of training left at"
-                            r" this pace \(\d\d:\d\d:\d\d\)$", rest), rest
+    lines = done.stdout.splitlines()
+    evaluating = lines.index("evaluation lane 0 (log runs/shift_mini.eval0.log)")
+    for phase, what, total, earlier_count, part in (("training", "jobs finished", 4, 1, lines[:evaluating]),
+                                                     ("evaluation", "test-set results written", 12, 0,
+                                                      lines[evaluating:])):
+        progress = [re.fullmatch(rf"shift_mini: (\d+) of {total} {what}(.*)", line) for line in part]
+        progress = [found for found in progress if found]
+        counts = [int(found[1]) for found in progress]
+        assert len(progress) >= 2 and counts == sorted(counts) and counts[0] >= earlier_count, done.stdout
+        for found in progress:
+            if int(found[1]) == earlier_count:  # nothing done in this sitting yet: no pace
+                assert re.fullmatch(r"; none yet in this sitting's 0 min \d+ s \(\d\d:\d\d:\d\d\)", found[2]), found[2]
+            else:
+                assert re.fullmatch(rf" \({int(found[1]) - earlier_count} in this sitting's 0 min \d+ s\); about \d+"
+                                    rf" min of {phase} left at this pace \(\d\d:\d\d:\d\d\)", found[2]), found[2]
 
 
 def test_valid_trainer_overrides_pass(copy: Path) -> None:
