@@ -197,6 +197,7 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
 
 # What an entry of a benchmark sweep's ``rows`` table sets (configs/sweep/_benchmark_rows.yaml): its field, the
 # config key the sweep sets from it, and that key's value where the entry leaves the field out
+DETR_APE = "position_embedding"  # the key of DETR's model config that a row's `ape` sets (Table 6's rows)
 ROW_FIELDS = (("rpe", "rpe.preset", None), ("mode", "rpe.mode", None), ("shared_head", "rpe.shared_head", None),
               ("on", "rpe.on", None), ("ape", "model.net.ape", "none"), ("peg_blocks", "model.net.peg_blocks", None))
 
@@ -215,9 +216,9 @@ def _row_label(cfg: dict[str, Any]) -> Any:
     made = lenient_rpe({"preset": entry.get("rpe") or "none", **own})
     changed = []
     for name, key, default in ROW_FIELDS:
-        node: Any = cfg
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
+        if name == "ape" and DETR_APE in (cfg.get("model") or {}):
+            key = f"model.{DETR_APE}"  # DETR's absolute encoding (sine, none), which a Table 6 row names
+        node = plain_value(cfg, key)
         field = key.split(".", 1)[1]
         if key.startswith("rpe.") and key != "rpe.preset" and node == made.get(field) == trained.get(field):
             continue  # the row's own value given again (rpe.mode=ctx on a contextual row): the same design

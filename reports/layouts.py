@@ -383,6 +383,15 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
              " 2.0, 2.9), buckets_81 is clip_r2's piecewise counterpart. relational_longrange: 2000 fresh images"
              " of the training distribution",
     ),
+    "detr_gpu": Layout(
+        "Benchmark: Table 6 on a GPU (DETR on shapes COCO, a 16x16 or larger encoder grid, sine APE)", "encoder RPE",
+        RULES["row"], lambda f: OWN_VAL, metrics=("val/AP", "val/AP50", "val/AP75"),
+        row_order=("sine_none_short", "sine_ctx9_short", "sine_ctxclip9_short"),
+        testsets=("shapes_coco_fresh",),
+        note="Own val: the 1000 validation images, read once after the last epoch. shapes_coco_fresh: 1000 fresh"
+             " images of the same distribution (another generator seed). ctx9: contextual product iRPE on K,"
+             " piecewise at ratio 2.0 (9x9 buckets); ctxclip9: the same with the clip index",
+    ),
     "runs": Layout(
         "Runs", "run", run_label, lambda f: f["rpe"], metrics=("val/top1", "val/AP"),
     ),

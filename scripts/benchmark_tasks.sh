@@ -13,7 +13,8 @@
 #   longrange   sweep=longrange_mini: distance in bins of 2 patches on a 16x16 token grid; clip against
 #               piecewise and the bucket counts of iRPE-K; tested on fresh images
 # Runs: runs/sweeps/<task>_mini/*; results: docs/benchmark_runs/<task>_mini/*; then the tables
-# (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt.
+# (docs/benchmark_<task>.md), plots (docs/plots/benchmark_<task>.png) and the README's findings are rebuilt, with
+# Table 6 on a GPU where its runs are archived (docs/benchmark_runs/detr_gpu, from scripts/gpu_checks.sh table6).
 # LANES (default: the CPU count, at most 4) training processes share a task's seeds (lane i: seeds i,
 # i+LANES, ...); each run uses one thread (experiment=benchmark_mini), so the lanes do not change results.
 # SEED_COUNT (default: every seed of each task's sweep config, 12): only the first SEED_COUNT seeds, e.g. to time the
@@ -256,11 +257,14 @@ if [ $archived -eq 0 ]; then
 fi
 mapfile -t ablations < <(ls -d docs/ablations_mini_runs/*_mini)
 mapfile -t benchmarks < <(ls -d docs/benchmark_runs/*_mini)
+# Table 6 on a GPU (scripts/gpu_checks.sh table6), once its runs are archived: a task of the same family
+[ ! -d docs/benchmark_runs/detr_gpu ] || benchmarks+=(docs/benchmark_runs/detr_gpu)
 for archive in "${benchmarks[@]}"; do
   task=$(basename "$archive" _mini)
   others=("${ablations[@]}")
   for b in "${benchmarks[@]}"; do [ "$b" = "$archive" ] || others+=("$b"); done
   "$PY" scripts/make_tables.py "$archive" --out "docs/benchmark_$task" --family "${others[@]}" || status=1
+  [ -n "${PLOT_ROWS[$task]+x}" ] || continue  # a plot of each CPU task's top-1
   "$PY" scripts/plot_benchmark.py "docs/benchmark_$task.csv" --table "${task}_mini" --chance "${CHANCE[$task]}" \
     --rows ${PLOT_ROWS[$task]} --out "docs/plots/benchmark_$task.png" || status=1
 done

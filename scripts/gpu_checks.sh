@@ -11,8 +11,10 @@
 #   4. bf16 Swin-T with each preset vs timm's plain Swin-T
 # The step timeouts add up to 550 s, so that the whole script fits one device call of at most 600 s.
 #   T. (optional, a device call of its own: `bash scripts/gpu_checks.sh table6 [override ...]` runs only this
-#      step, under one 480 s timeout) paper Table 6 (DETR) at the size that decides it: sweep=detr_gpu, its
-#      three rows x seeds 0-9 on a 16x16+ token grid, tested once on 1000 images; see table6_step below
+#      step, its training under a 450 s timeout and its evaluation under 100 s) paper Table 6 (DETR) at the
+#      size that decides it: sweep=detr_gpu, its three rows x seeds 0-11 on a 16x16+ token grid, each run then
+#      evaluated on 1000 fresh images (shapes_coco_fresh), which its pre-registered findings read
+#      (findings/detr_gpu.yaml); see table6_step below
 # Results go to $OUT (default ./gpu_out). Packages missing on the box can be carried as wheels in .whl/.
 # bash's own features follow (arrays, pipefail): under sh (dash) they would fail on dash's words, not ours
 if [ -z "${BASH_VERSION:-}" ]; then
@@ -63,9 +65,10 @@ python3 -c "import torch, timm, lightning; print('torch', torch.__version__, 'ti
 'lightning', lightning.__version__)" >> "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
 
-# T. Table 6 (DETR), sweep=detr_gpu (its config says what it changes from detr_mini and why): 3 rows x 10 seeds,
-# 6 epochs of 2000 images at batch 16 (750 steps a run), each run tested once on 1000 images. One lane per
-# seed (TABLE6_LANES, default 10): a lane is one train.py multirun over its seeds' rows, so ten small runs
+# T. Table 6 (DETR), sweep=detr_gpu (its config says what it changes from detr_mini and why): 3 rows x 12 seeds,
+# 6 epochs of 2000 images at batch 16 (750 steps a run), each run tested once on its 1000 val images, then
+# evaluated on the 1000 fresh images of shapes_coco_fresh. One lane per
+# seed (TABLE6_LANES, default 12): a lane is one train.py multirun over its seeds' rows, so twelve small runs
 # share the GPU at a time (each run alone leaves it idle most of a step, launching kernels from one CPU core)
 # and the 16 cores (one intra-op thread and two loader workers a run). The data is generated once first.
 # Time, estimated on CPU (no GPU has run this yet). A step is about 2500 kernel launches, counted with a
@@ -74,9 +77,12 @@ cat "$OUT/gpu.txt"
 # the CPU per image) and 49 GFLOP (a 144x192 batch). Host time per op on a busy 2-core EPYC: 15 us (the CPU path
 # at 2x2 tokens), so with a launch about 20 us: ~50 ms a step in a lane. GPU time: 2500 launches x 2-4 us
 # plus the FLOPs at 15-50 TFLOP/s, 6-13 ms a step, and without MPS the lanes' kernels take turns on the
-# GPU: together the lanes make about 60-150 steps/s (central 90). 30 x 750 = 22500 steps: 150-375 s
-# (central 250); plus data 15 s, lane start-up about 25 s (imports and CUDA, one lane after the one before
-# wrote its grid), setup and a 1000-image test about 8 s a run (24 s a lane): about 215-440 s, central 315.
+# GPU: together the lanes make about 60-150 steps/s (central 90). 36 x 750 = 27000 steps: 180-450 s
+# (central 300); plus data 15 s, lane start-up about 30 s (imports and CUDA, one lane after the one before
+# wrote its grid), setup and a 1000-image test about 8 s a run (24 s a lane): about 250-520 s, central 370.
+# The evaluation on the fresh images, one process a lane (3 runs each, about 8 s a run, plus imports and the
+# test set's generation, once, before them): about 50 s. A timeout of 450 s for the training and 100 s for the
+# evaluation keeps the step inside one device call of 600 s.
 # The summary prints the measured steps/s, to size the next run (e.g. `table6 schedules.short.epochs=12
 # schedules.short.lr_drop=10`). If the timeout cuts it short, the lanes are all in their last run, the ctx
 # clip 9x9 row (seed-major order): the first contrast (ctx 9x9 minus none) still has every seed.
@@ -120,23 +126,53 @@ print(yaml.safe_load(open('configs/sweep/detr_gpu.yaml'))['hydra']['sweeper']['p
   return $status
 }
 
+table6_evaluate() {  # log dir, data dir, lanes, trainer, then evaluate_testsets.py --set words (TABLE6_EVAL)
+  # every finished run on the fresh test set its registered findings read, the runs dealt to the lanes; the
+  # test set's images are generated once first, so that the processes do not wait on each other's lock
+  local log=$1 data=$2 lanes=$3 trainer=$4 lane i run pid status=0 pids=() mine
+  shift 4
+  local sets=("paths.data_dir=$data" "$@")
+  python3 scripts/generate_testsets.py shapes_coco_fresh --set "${sets[@]}" > "$log/eval_data.log" 2>&1 \
+    || { cat "$log/eval_data.log"; return 1; }
+  local runs=()
+  for run in "$log/sweeps/detr_gpu"/*/; do [ -f "$run/config.yaml" ] && runs+=("${run%/}"); done
+  for ((lane = 0; lane < lanes && lane < ${#runs[@]}; lane++)); do
+    mine=()
+    for ((i = lane; i < ${#runs[@]}; i += lanes)); do mine+=("${runs[$i]}"); done
+    OMP_NUM_THREADS=1 python3 scripts/evaluate_testsets.py "${mine[@]}" --testsets shapes_coco_fresh \
+      --set "$trainer" throughput_batch=null "${sets[@]}" > "$log/eval$lane.log" 2>&1 &
+    pids+=($!)
+  done
+  trap 'echo "timeout: the evaluations stop"' TERM
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  return $status
+}
+
 # TABLE6_DIR (default /tmp/table6) holds runs/ and data/; TABLE6_SEEDS (e.g. 0,1) replaces the sweep's seeds;
 # TABLE6_TRAINER=trainer=cpu tries the step's machinery on a CPU (with tiny overrides: data.generator.num_train=32
-# data.generator.num_val=16 trainer.limit_train_batches=2 schedules.short.epochs=1 schedules.short.lr_drop=1 ...).
+# data.generator.num_val=16 trainer.limit_train_batches=2 schedules.short.epochs=1 schedules.short.lr_drop=1 ...,
+# and TABLE6_EVAL='testset.data.generator.num_val=16 testset.data.root=<a folder of its own>', words of the
+# evaluation's --set, for a tiny test set, whose results the tables do not count: it is not the registered one).
 table6_step() {  # train.py overrides
-  local log=${TABLE6_DIR:-/tmp/table6}/runs data=${TABLE6_DIR:-/tmp/table6}/data t0 status
+  local log=${TABLE6_DIR:-/tmp/table6}/runs data=${TABLE6_DIR:-/tmp/table6}/data t0 status evaluated
   # every check of train.py (settings, the data root and the sweep dir as destinations) before data are generated
   python3 train.py --check sweep=detr_gpu "${TABLE6_TRAINER:-trainer=gpu}" "paths.data_dir=$data" \
     "paths.log_dir=$log" "$@" || return 2
   mkdir -p "$log"
-  stamp "T. Table 6 (DETR): sweep=detr_gpu, ${TABLE6_LANES:-10} lanes, under 480 s"
+  stamp "T. Table 6 (DETR): sweep=detr_gpu, ${TABLE6_LANES:-12} lanes, under 450 s"
   t0=$(date +%s)
-  export -f table6_lanes
+  export -f table6_lanes table6_evaluate
   # timeout signals its whole process group: every lane, run and loader worker
-  timeout -k 20 480 bash -c 'table6_lanes "$@"' _ "$log" "$data" "${TABLE6_LANES:-10}" "${TABLE6_TRAINER:-trainer=gpu}" "$@"
+  timeout -k 20 450 bash -c 'table6_lanes "$@"' _ "$log" "$data" "${TABLE6_LANES:-12}" "${TABLE6_TRAINER:-trainer=gpu}" "$@"
   status=$?
   stamp "T. lanes ended (rc=$status; 124: the timeout)"
   [ "$status" -eq 0 ] || for f in "$log"/lane*.log; do echo "== $f"; grep -v -i warn "$f" | tail -3; done
+  # shellcheck disable=SC2086  # TABLE6_EVAL is words of key=value
+  timeout -k 10 100 bash -c 'table6_evaluate "$@"' _ "$log" "$data" "${TABLE6_LANES:-12}" "${TABLE6_TRAINER:-trainer=gpu}" \
+    ${TABLE6_EVAL:-}
+  evaluated=$?
+  stamp "T. evaluations ended (rc=$evaluated; 124: the timeout)"
+  [ "$evaluated" -eq 0 ] || { status=1; for f in "$log"/eval*.log; do echo "== $f"; grep -v -i warn "$f" | tail -3; done; }
   python3 - "$log/sweeps/detr_gpu" "$(( $(date +%s) - t0 ))" <<'PY' 2>&1 | tee "$OUT/table6_summary.txt"
 import glob, json, os, statistics, sys
 
@@ -154,20 +190,28 @@ for run in sorted(glob.glob(f"{sweep}/*/")):
         other.append(f"{name}: {state}")
         continue
     cfg = yaml.safe_load(open(f"{run}config.yaml"))
-    done.setdefault(cfg["row"], []).append((cfg["seed"], metrics["val/AP"]))
+    fresh_file = f"{run}testsets/shapes_coco_fresh.json"
+    fresh = json.load(open(fresh_file)).get("metrics", {}).get("val/AP") if os.path.exists(fresh_file) else None
+    done.setdefault(cfg["row"], []).append((cfg["seed"], metrics["val/AP"], fresh))
     steps += metrics["global_step"]
     times.append(metrics["wall_time_s"])
-print("Table 6 on the GPU (sweep=detr_gpu): val/AP of each run's last epoch on the 1000 val images")
+print("Table 6 on the GPU (sweep=detr_gpu): val/AP of each run's last epoch on its 1000 val images, and on the"
+      " 1000 fresh images of shapes_coco_fresh (which the registered findings read)")
+def mean_sd(values):
+    return f"{statistics.mean(values):6.2f}" + (f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else "")
 for row, runs in done.items():
-    aps = [ap for _, ap in runs]
-    spread = f" ± {statistics.stdev(aps):.2f}" if len(aps) > 1 else ""
-    print(f"  {row:22s} {statistics.mean(aps):6.2f}{spread} (n={len(aps)}; seeds {' '.join(str(s) for s, _ in sorted(runs))})")
+    fresh = [ap for _, _, ap in runs if ap is not None]
+    print(f"  {row:22s} val {mean_sd([ap for _, ap, _ in runs])} (n={len(runs)}), fresh"
+          f" {mean_sd(fresh) if fresh else 'none'} (n={len(fresh)}); seeds {' '.join(str(s) for s, *_ in sorted(runs))}")
 print(f"not finished: {len(other)}" + "".join(f"\n  {line}" for line in other))
 if times:
     print(f"throughput: {steps} steps of finished runs in the step's {seconds} s = {steps / seconds:.0f}"
           f" steps/s over all lanes; a run took {min(times):.0f}-{max(times):.0f} s (median {statistics.median(times):.0f})")
 PY
-  # the paper's layout, the findings' verdicts and the run records (no checkpoints) for make_tables.py here
+  # the table and its findings' tests, and the run records (no checkpoints, test-set results kept) to archive
+  # here (scripts/archive_runs.py <them>/sweeps/detr_gpu --to docs/benchmark_runs): the verdicts of record are
+  # those of the rebuild with every task's findings as one Holm family (scripts/benchmark_tasks.sh's last step,
+  # which reads docs/benchmark_runs/detr_gpu too), not this table's alone
   python3 scripts/make_tables.py "$log/sweeps/detr_gpu" > "$OUT/table6_tables.md" 2>&1
   grep "^|.*detr_gpu\`" "$OUT/table6_tables.md" | head -8
   tar -czf "$OUT/table6_runs.tar.gz" --exclude=checkpoints --exclude=run.lock -C "$log" .

@@ -515,6 +515,36 @@ def test_gpu_checks_table6_data_root_inside_a_run_dir_is_refused_before_generati
     assert not (run / "gen").exists() and not (tmp_path / "t6" / "runs").exists()
 
 
+@pytest.mark.slow  # three tiny DETR runs trained and evaluated on the CPU
+def test_gpu_checks_table6_trains_then_evaluates_every_run_on_the_fresh_test_set(tmp_path: Path) -> None:
+    """The Table 6 step on the CPU, tiny: its lanes train the three rows of a seed, then each run is evaluated on
+    shapes_coco_fresh (here a 16-image version of it, in a folder of its own), the test set its registered findings
+    read; the summary gives each row's AP on its own val split and on the fresh images, and the runs come back
+    with their results."""
+    import json
+    import tarfile
+
+    out, work = tmp_path / "out", tmp_path / "t6"
+    out.mkdir()
+    done = _gpu_checks(["table6", "data.generator.num_train=32", "data.generator.num_val=16",
+                        "trainer.limit_train_batches=2", "schedules.short.epochs=1", "schedules.short.lr_drop=1"],
+                       {"OUT": str(out), "TABLE6_DIR": str(work), "TABLE6_TRAINER": "trainer=cpu",
+                        "TABLE6_SEEDS": "0", "TABLE6_LANES": "1",
+                        "TABLE6_EVAL": f"testset.data.generator.num_val=16 testset.data.root={tmp_path / 'fresh'}"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    runs = sorted((work / "runs" / "sweeps" / "detr_gpu").glob("*/"))
+    assert len(runs) == 3
+    for run in runs:
+        result = json.loads((run / "testsets" / "shapes_coco_fresh.json").read_text())
+        assert result["images_read"] == result["images_total"] == 16 and "val/AP" in result["metrics"]
+    summary = (out / "table6_summary.txt").read_text()
+    for row in ("sine_none_short", "sine_ctx9_short", "sine_ctxclip9_short"):
+        line = next(line for line in summary.splitlines() if line.strip().startswith(row))
+        assert "(n=1), fresh " in line and "fresh none" not in line, line
+    with tarfile.open(out / "table6_runs.tar.gz") as archive:
+        assert sum(name.endswith("testsets/shapes_coco_fresh.json") for name in archive.getnames()) == 3
+
+
 @pytest.mark.parametrize("script", ["mini_sweeps.sh", "benchmark_tasks.sh", "gpu_checks.sh"])
 def test_a_script_started_with_sh_is_one_line_asking_for_bash(script: str) -> None:
     """Probe 10, C126: ``sh scripts/mini_sweeps.sh where`` (sh is dash) stopped on dash's "set: Illegal option -o
