@@ -195,9 +195,9 @@ def run_facts(cfg: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+DETR_APE = "position_embedding"  # the key of DETR's model config that a row's `ape` sets (Table 6's rows)
 # What an entry of a benchmark sweep's ``rows`` table sets (configs/sweep/_benchmark_rows.yaml): its field, the
 # config key the sweep sets from it, and that key's value where the entry leaves the field out
-DETR_APE = "position_embedding"  # the key of DETR's model config that a row's `ape` sets (Table 6's rows)
 ROW_FIELDS = (("rpe", "rpe.preset", None), ("mode", "rpe.mode", None), ("shared_head", "rpe.shared_head", None),
               ("on", "rpe.on", None), ("ape", "model.net.ape", "none"), ("peg_blocks", "model.net.peg_blocks", None))
 

@@ -205,6 +205,18 @@ def test_training_and_evaluation_print_their_progress_and_the_time_left_at_this_
                                     rf" min of {phase} left at this pace \(\d\d:\d\d:\d\d\)", found[2]), found[2]
 
 
+def test_the_progress_lines_read_run_json_as_the_lifecycle_writes_it(tmp_path: Path) -> None:
+    """The script counts a finished job by the text ``"state": "finished"`` in its run.json (bash, no Python per
+    line): the lifecycle's record writer writes exactly that text for a finished run, and not for another state."""
+    from lifecycle.records import RunRecord
+
+    script = SCRIPT.read_text()
+    assert 'grep -qs \'"state": "finished"\' "$run/run.json"' in script
+    for state, counted in (("finished", True), ("interrupted", False)):
+        RunRecord(tmp_path, "abc", {"seed": 0}, {"max_epochs": 1}).save(state)
+        assert ('"state": "finished"' in (tmp_path / "run.json").read_text()) is counted
+
+
 def test_valid_trainer_overrides_pass(copy: Path) -> None:
     done = _run(copy, "shift", PY=str(copy / "python"), LANES="1", TRAINER="trainer=cpu +trainer.x=1 ~trainer.y")
     assert done.returncode == 0, done.stderr

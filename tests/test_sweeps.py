@@ -465,6 +465,23 @@ def test_gpu_detr_sweep_is_table_6_on_a_16x16_grid_with_1000_val_images_and_twel
     assert min(feats.shape[-2:]) >= 16, feats.shape
 
 
+def test_a_detr_row_is_labelled_by_its_name_unless_its_position_embedding_is_given_over_it() -> None:
+    """A Table 6 row's `ape` is DETR's model.position_embedding, not a DeiT's model.net.ape: every detr_gpu row is
+    labelled by its name alone (it was `[model.net.ape=None]`), and a job whose embedding is given over the row's
+    trained another design, so its label says which."""
+    from reports.collect import _row_label
+
+    def label(overrides: list[str]) -> str:
+        cfg = _compose(["sweep=detr_gpu", "data.root=/x", *overrides])
+        return _row_label({key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key])
+                           else cfg[key] for key in ("row", "rows", "rpe", "model")})
+
+    for row in ("sine_none_short", "sine_ctx9_short", "sine_ctxclip9_short"):
+        assert label([f"row={row}"]) == row
+    assert label(["row=sine_ctx9_short", "model.position_embedding=none"]) == \
+        "sine_ctx9_short [model.position_embedding=none]"
+
+
 def test_buckets_sweep_covers_the_paper_counts() -> None:
     def facts(sweep: str) -> list[dict]:
         return [make_tables.run_facts(_resolved(cfg)) for cfg in _job_configs(sweep)]
