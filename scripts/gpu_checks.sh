@@ -139,8 +139,9 @@ table6_evaluate() {  # log dir, data dir, lanes, trainer, then evaluate_testsets
   for ((lane = 0; lane < lanes && lane < ${#runs[@]}; lane++)); do
     mine=()
     for ((i = lane; i < ${#runs[@]}; i += lanes)); do mine+=("${runs[$i]}"); done
+    # every test-set result is measured at 32-true, which trainer=gpu (bf16-mixed) would not give
     OMP_NUM_THREADS=1 python3 scripts/evaluate_testsets.py "${mine[@]}" --testsets shapes_coco_fresh \
-      --set "$trainer" throughput_batch=null "${sets[@]}" > "$log/eval$lane.log" 2>&1 &
+      --set "$trainer" trainer.precision=32-true throughput_batch=null "${sets[@]}" > "$log/eval$lane.log" 2>&1 &
     pids+=($!)
   done
   trap 'echo "timeout: the evaluations stop"' TERM

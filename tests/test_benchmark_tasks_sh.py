@@ -527,6 +527,20 @@ def test_gpu_checks_table6_data_root_inside_a_run_dir_is_refused_before_generati
     assert not (run / "gen").exists() and not (tmp_path / "t6" / "runs").exists()
 
 
+def test_gpu_checks_table6_evaluates_at_the_test_sets_precision_with_the_gpu_trainer() -> None:
+    """trainer=gpu trains in bf16-mixed, which evaluate_testsets refuses for a test-set result (every column is
+    measured at 32-true): the step's evaluation gives trainer.precision=32-true after its trainer, and that pair
+    passes the check (the step's CPU test runs trainer=cpu, whose precision is 32-true anyway)."""
+    from scripts.evaluate_testsets import check_whole_test_settings
+
+    script = (ROOT / "scripts" / "gpu_checks.sh").read_text()
+    [line] = [line for line in script.splitlines() if "--set \"$trainer\"" in line]
+    assert line.split("--set \"$trainer\"", 1)[1].split()[0] == "trainer.precision=32-true", line
+    with pytest.raises(ValueError, match="every test-set column is measured at 32-true"):
+        check_whole_test_settings(["trainer=gpu"])
+    check_whole_test_settings(["trainer=gpu", "trainer.precision=32-true"])
+
+
 @pytest.mark.slow  # three tiny DETR runs trained and evaluated on the CPU
 def test_gpu_checks_table6_trains_then_evaluates_every_run_on_the_fresh_test_set(tmp_path: Path) -> None:
     """The Table 6 step on the CPU, tiny: its lanes train the three rows of a seed, then each run is evaluated on
