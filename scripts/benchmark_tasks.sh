@@ -20,8 +20,9 @@
 # SEED_COUNT (default: every seed of each task's sweep config, 12): only the first SEED_COUNT seeds, e.g. to time the
 # benchmark at 10 seeds; such a benchmark is trained and evaluated but never archived (the archive holds whole tasks).
 # PROGRESS_S (default 300): while a task trains or is evaluated, every PROGRESS_S seconds one line with its finished
-# jobs (or test-set results written) and the time left at this sitting's pace (a CPU whose bf16 matrix products run on ATen's own kernel, no
-# AVX-512, trains the recipe's bf16 steps about 13 times slower than one with AVX-512: docs/benchmarks.md).
+# jobs (or test-set results written) and the time left at this sitting's pace (a CPU whose bf16 matrix products
+# run on ATen's own kernel, without AVX-512, trains the recipe's bf16 steps 11-13 times slower than one with
+# AVX-512: docs/benchmarks.md).
 # PY: the project's Python (default .venv/bin/python of the repo, which `make test` or `make train` sets up; a
 # relative path is read from the folder the script is started in).
 # TRAINER: train.py overrides for every job, words of key=value (default: trainer=gpu in float32 where torch sees
@@ -170,7 +171,7 @@ for task in "${tasks[@]}"; do  # each name checked above, before anything ran
   started=$SECONDS
   # the sweep's seeds, split over the lanes; a lane starts after the one before it has written its grid
   IFS=, read -r -a all_seeds <<< "${SEEDS[$task]}"
-  phase_start=$SECONDS
+  phase_start=$started
   count_before=$(finished_jobs "$sweep" "${all_seeds[@]}")
   pids=()
   for ((lane = 0; lane < LANES && lane < ${#all_seeds[@]}; lane++)); do
