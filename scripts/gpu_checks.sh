@@ -155,7 +155,7 @@ table6_evaluate() {  # log dir, data dir, lanes, trainer, then evaluate_testsets
 # and TABLE6_EVAL='testset.data.generator.num_val=16 testset.data.root=<a folder of its own>', words of the
 # evaluation's --set, for a tiny test set, whose results the tables do not count: it is not the registered one).
 table6_step() {  # train.py overrides
-  local log=${TABLE6_DIR:-/tmp/table6}/runs data=${TABLE6_DIR:-/tmp/table6}/data t0 status evaluated
+  local log=${TABLE6_DIR:-/tmp/table6}/runs data=${TABLE6_DIR:-/tmp/table6}/data t0 trained status evaluated
   # every check of train.py (settings, the data root and the sweep dir as destinations) before data are generated
   python3 train.py --check sweep=detr_gpu "${TABLE6_TRAINER:-trainer=gpu}" "paths.data_dir=$data" \
     "paths.log_dir=$log" "$@" || return 2
@@ -166,6 +166,7 @@ table6_step() {  # train.py overrides
   # timeout signals its whole process group: every lane, run and loader worker
   timeout -k 20 450 bash -c 'table6_lanes "$@"' _ "$log" "$data" "${TABLE6_LANES:-12}" "${TABLE6_TRAINER:-trainer=gpu}" "$@"
   status=$?
+  trained=$(( $(date +%s) - t0 ))  # the training's seconds, for its steps/s (the evaluation comes after)
   stamp "T. lanes ended (rc=$status; 124: the timeout)"
   [ "$status" -eq 0 ] || for f in "$log"/lane*.log; do echo "== $f"; grep -v -i warn "$f" | tail -3; done
   # shellcheck disable=SC2086  # TABLE6_EVAL is words of key=value
@@ -174,7 +175,7 @@ table6_step() {  # train.py overrides
   evaluated=$?
   stamp "T. evaluations ended (rc=$evaluated; 124: the timeout)"
   [ "$evaluated" -eq 0 ] || { status=1; for f in "$log"/eval*.log; do echo "== $f"; grep -v -i warn "$f" | tail -3; done; }
-  python3 - "$log/sweeps/detr_gpu" "$(( $(date +%s) - t0 ))" <<'PY' 2>&1 | tee "$OUT/table6_summary.txt"
+  python3 - "$log/sweeps/detr_gpu" "$trained" <<'PY' 2>&1 | tee "$OUT/table6_summary.txt"
 import glob, json, os, statistics, sys
 
 import yaml
@@ -206,7 +207,7 @@ for row, runs in done.items():
           f" {mean_sd(fresh) if fresh else 'none'} (n={len(fresh)}); seeds {' '.join(str(s) for s, *_ in sorted(runs))}")
 print(f"not finished: {len(other)}" + "".join(f"\n  {line}" for line in other))
 if times:
-    print(f"throughput: {steps} steps of finished runs in the step's {seconds} s = {steps / seconds:.0f}"
+    print(f"throughput: {steps} steps of finished runs in the training's {seconds} s = {steps / max(seconds, 1):.0f}"
           f" steps/s over all lanes; a run took {min(times):.0f}-{max(times):.0f} s (median {statistics.median(times):.0f})")
 PY
   # the table and its findings' tests, and the run records (no checkpoints, test-set results kept) to archive
