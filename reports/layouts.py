@@ -374,6 +374,16 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
         note="The shift task's data and test sets (see its table) on swin_micro_patch4_window4_32: each encoding"
              " inside the windows; the patch merging makes the last stage one window",
     ),
+    "shift_buckets": Layout(
+        "Benchmark: bucket counts under shift (iRPE-K, trained in the left half, no APE, float32)",
+        "index (buckets)", RULES["row"], lambda f: OWN_VAL,
+        row_order=("buckets_9", "buckets_25", "buckets_49", "buckets_121"),
+        testsets=("relational_left", "relational_right", "relational_everywhere"),
+        note="The shift task's data and test sets (see its table). buckets_N: contextual product iRPE-K with N"
+             " buckets, piecewise at ratio 0.5, 1.0, 1.9, 2.9 (buckets_49 is the shift task's product_ctx); per"
+             " axis, offsets 4-7 share a bucket with nearer offsets at 9 and 25 buckets, while 49 buckets give them"
+             " one of their own and 121 give one to offsets 5-7",
+    ),
     "longrange": Layout(
         "Benchmark: long range (16x16 tokens, distance in bins of 2 patches from 2 to 12, iRPE-K without APE)",
         "index (buckets)", RULES["row"], lambda f: OWN_VAL,

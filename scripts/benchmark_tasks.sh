@@ -8,6 +8,7 @@
 #   shift       sweep=shift_mini: trained in the left half; tested on fresh left-half images, the right half,
 #               everywhere
 #   shift_swin  sweep=shift_swin_mini: the shift task on a micro Swin (no RPE, Swin's bias, iRPE-K, iRPE-QKV)
+#   shift_buckets  sweep=shift_buckets_mini: the shift task with iRPE-K at 9, 25, 49 and 121 buckets (float32)
 #   canvas      sweep=canvas_mini: the distance label trained at 32 px; tested on fresh 32 px images and on 48
 #               and 64 px canvases (the sin-cos APE rows both resized and rebuilt at the new positions)
 #   longrange   sweep=longrange_mini: distance in bins of 2 patches on a 16x16 token grid; clip against
@@ -50,7 +51,7 @@ if [ ! -r "$checks" ] || ! . "$checks"; then
 fi
 caller_py
 cd "$(dirname "$checks")/.." || usage_error "cannot change into the repo root $(dirname "$checks")/.."
-check_names task "a benchmark task" all "shift shift_swin canvas longrange" "$@"
+check_names task "a benchmark task" all "shift shift_swin shift_buckets canvas longrange" "$@"
 tasks=("${names[@]}")
 if [ -n "${LANES:-}" ]; then  # the user's count is taken as given; the default is capped at 4
   [[ "$LANES" =~ ^[1-9][0-9]*$ ]] || usage_error "LANES='$LANES' is not a positive integer; valid: 1, 2, ..." \
@@ -92,6 +93,7 @@ mkdir -p runs
 declare -A TESTSETS=(
   [shift]="relational_left relational_right relational_everywhere"
   [shift_swin]="relational_left relational_right relational_everywhere"
+  [shift_buckets]="relational_left relational_right relational_everywhere"
   [longrange]="relational_longrange"
   [canvas]="relational_distance relational_distance_canvas48 relational_distance_canvas64"
 )
@@ -100,11 +102,12 @@ declare -A EXTEND=(
   [canvas]="row=ape_sincos,*"
 )
 # chance top-1 of each task's labels, and the rows its plot draws (the references and one of each family)
-declare -A CHANCE=([shift]=12.5 [shift_swin]=12.5 [canvas]=25 [longrange]=20)
+declare -A CHANCE=([shift]=12.5 [shift_swin]=12.5 [shift_buckets]=12.5 [canvas]=25 [longrange]=20)
 declare -A PLOT_ROWS=(
   [shift]="none ape_learned ape_sincos cpvt product_ctx product_bias irpe_qkv shaw huang xl rope_axial rope_mixed cpb t5"
   [canvas]="none ape_learned ape_sincos cpvt product_ctx irpe_qkv shaw huang rope_axial rope_mixed cpb t5"
   [shift_swin]="none swin irpe_k irpe_qkv"
+  [shift_buckets]="buckets_9 buckets_25 buckets_49 buckets_121"
   [longrange]="clip_r2 buckets_9 buckets_49 buckets_81 buckets_121"
 )
 # finished_jobs SWEEP SEED...: how many run dirs of those seeds in the sweep's dir finished training
