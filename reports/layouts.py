@@ -380,7 +380,8 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
         row_order=("buckets_9", "buckets_25", "buckets_49", "buckets_121"),
         testsets=("relational_left", "relational_right", "relational_everywhere"),
         note="The shift task's data and test sets (see its table). buckets_N: contextual product iRPE-K with N"
-             " buckets, piecewise at ratio 0.5, 1.0, 1.9, 2.9 (buckets_49 is the shift task's product_ctx); per"
+             " buckets, piecewise at ratio 0.5, 1.0, 1.9, 2.9 (buckets_49 is the shift task's product_ctx; the 8x8"
+             " grid uses 81 of buckets_121's 121); per"
              " axis, offsets 4-7 share a bucket with nearer offsets at 9 and 25 buckets, while 49 buckets give them"
              " one of their own and 121 give one to offsets 5-7",
     ),

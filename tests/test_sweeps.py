@@ -25,8 +25,9 @@ from scripts import make_tables
 from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
-BENCHMARK_SWEEPS = {"shift_mini": 29, "canvas_mini": 12, "shift_swin_mini": 4, "longrange_mini": 5}
-# every benchmark task trains seeds 0-11: the 30 registered findings need 11 or more (findings.seeds_needed)
+BENCHMARK_SWEEPS = {"shift_mini": 29, "canvas_mini": 12, "shift_swin_mini": 4, "shift_buckets_mini": 4,
+                    "longrange_mini": 5}
+# every benchmark task trains seeds 0-11: the 31 registered findings need 11 or more (findings.seeds_needed)
 BENCHMARK_SEEDS = 12
 # A paper table at a size only a GPU runs in its budget (scripts/gpu_checks.sh table6), a benchmark task of its own
 # (its findings registered in findings/detr_gpu.yaml): rows x seeds.
@@ -268,6 +269,46 @@ def test_the_swin_shift_task_is_the_shift_task_on_a_micro_swin() -> None:
                           _convert_="all").net
         assert net(torch.zeros(1, 3, 32, 32)).shape == (1, 8)
     assert set(rows[:4]) == {"none", "swin", "irpe_k", "irpe_qkv"}
+
+
+def test_the_bucket_shift_task_is_the_shift_task_with_irpe_k_at_four_bucket_counts() -> None:
+    """sweep=shift_buckets_mini: iRPE-K at 9 / 25 / 49 / 121 buckets x seeds 0-11 on the shift task's data and
+    learning budget, in float32. Its finding rests on the index of 8 tokens per axis: offsets 4-7 (the right
+    half's far offsets) share a bucket with an offset of at most 3 at ratios 0.5 and 1.0, get buckets no nearer
+    offset has at 1.9 (4-7) and 2.9 (5-7); ratio 2.0 groups the offsets as 1.9 does, so 81 buckets is no row."""
+    from reports.collect import _used_buckets
+    from reports.findings import FINDINGS_DIR, read_findings_file
+    from rpe.index import piecewise_index
+
+    grid = _grid("shift_buckets_mini")
+    rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
+    assert len(grid) == BENCHMARK_SWEEPS["shift_buckets_mini"] * BENCHMARK_SEEDS and rows[:4] * BENCHMARK_SEEDS == rows
+    shift = _compose(["sweep=shift_mini", "data.root=/x", "row=product_ctx"])
+    used, ratios = {}, {}
+    for job in grid[:4]:
+        cfg = _compose(["sweep=shift_buckets_mini", "data.root=/x", *job])
+        assert cfg.data == shift.data and cfg.model == shift.model and cfg.ablation == "shift_buckets"
+        assert cfg.trainer.precision == "32-true" and shift.trainer.precision == "bf16-mixed"
+        others = {key for key in cfg.trainer if key != "precision"}
+        assert all(cfg.trainer._get_node(key) == shift.trainer._get_node(key) for key in others)
+        config = resolve_rpe(OmegaConf.to_container(cfg.rpe, resolve=True))
+        assert (config.method, config.mode, config.on, config.shared_head, config.index) == (
+            "product", "ctx", "k", True, "piecewise")
+        used[cfg.row], ratios[cfg.row] = _used_buckets(dataclasses.asdict(config), 8), config.ratio
+    # the rows are named by their tables' sizes, as the long-range task's are; 8 tokens per axis reach 81 of 121
+    assert used == {"buckets_9": 9, "buckets_25": 25, "buckets_49": 49, "buckets_121": 81}
+    assert resolve_rpe(OmegaConf.to_container(shift.rpe, resolve=True)).ratio == ratios["buckets_49"]
+    needed = {row for finding in read_findings_file(FINDINGS_DIR / "shift_buckets.yaml") for row, *_ in finding.terms()}
+    assert needed == set(used)
+
+    def far_buckets_alone(ratio: float) -> list[int]:
+        """The offsets of 4-7 whose bucket no offset of 0-3 has."""
+        ids = piecewise_index(torch.arange(8), ratio, 2 * ratio, 8 * ratio).tolist()
+        return [x for x in range(4, 8) if ids[x] not in ids[:4]]
+    assert [far_buckets_alone(ratios[row]) for row in ("buckets_9", "buckets_25", "buckets_49", "buckets_121")] == [
+        [], [], [4, 5, 6, 7], [5, 6, 7]]
+    offsets = torch.arange(-7, 8)
+    assert torch.equal(piecewise_index(offsets, 2.0, 4.0, 16.0), piecewise_index(offsets, 1.9, 3.8, 15.2))
 
 
 def test_paper_numbers_sit_in_cells_of_the_paper_scale_grids() -> None:
@@ -1101,7 +1142,7 @@ def test_the_benchmark_seeds_can_decide_the_registered_findings() -> None:
     from reports.findings import registered_findings, seeds_needed
 
     registered = registered_findings()
-    assert len(registered) == 30 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS
+    assert len(registered) == 31 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS
     gpu_seeds = _compose(["sweep=detr_gpu", "data.root=/x"], hydra=True).hydra.sweeper.params.seed.split(",")
     assert len(gpu_seeds) >= seeds_needed(len(registered))
 
