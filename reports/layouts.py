@@ -367,6 +367,15 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
              " images; _canvas48 / _canvas64: the same objects and distance bins on 48 / 64 px canvases (an"
              " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
     ),
+    "canvas_direction": Layout(
+        "Benchmark: canvas extrapolation, direction label (trained at 32 px, no APE but the reference rows, float32)",
+        "encoding", RULES["row"], lambda f: OWN_VAL,
+        row_order=("none", "ape_learned", "ape_sincos", "product_ctx", "rope_axial", "rope_mixed"),
+        testsets=("relational_everywhere", "relational_canvas48", "relational_canvas64"),
+        note="Own val: the 32 px validation split after the last epoch. relational_everywhere: 2000 fresh 32 px"
+             " images; relational_canvas48 / _canvas64: the same 5-7 px objects on 48 / 64 px canvases (an"
+             " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
+    ),
     "shift_swin": Layout(
         "Benchmark: position shift on a micro Swin (windows of 4x4 tokens; paper supplement's rows)", "RPE",
         RULES["row"], lambda f: OWN_VAL, row_order=("none", "swin", "irpe_k", "irpe_qkv"),

@@ -11,6 +11,7 @@
 #   shift_buckets  sweep=shift_buckets_mini: the shift task with iRPE-K at 9, 25, 49 and 121 buckets (float32)
 #   canvas      sweep=canvas_mini: the distance label trained at 32 px; tested on fresh 32 px images and on 48
 #               and 64 px canvases (the sin-cos APE rows both resized and rebuilt at the new positions)
+#   canvas_direction  sweep=canvas_direction_mini: the same with the direction label (float32)
 #   longrange   sweep=longrange_mini: distance in bins of 2 patches on a 16x16 token grid; clip against
 #               piecewise and the bucket counts of iRPE-K; tested on fresh images
 # Runs: runs/sweeps/<task>_mini/*; results: docs/benchmark_runs/<task>_mini/*; then the tables
@@ -51,7 +52,7 @@ if [ ! -r "$checks" ] || ! . "$checks"; then
 fi
 caller_py
 cd "$(dirname "$checks")/.." || usage_error "cannot change into the repo root $(dirname "$checks")/.."
-check_names task "a benchmark task" all "shift shift_swin shift_buckets canvas longrange" "$@"
+check_names task "a benchmark task" all "shift shift_swin shift_buckets canvas canvas_direction longrange" "$@"
 tasks=("${names[@]}")
 if [ -n "${LANES:-}" ]; then  # the user's count is taken as given; the default is capped at 4
   [[ "$LANES" =~ ^[1-9][0-9]*$ ]] || usage_error "LANES='$LANES' is not a positive integer; valid: 1, 2, ..." \
@@ -96,18 +97,21 @@ declare -A TESTSETS=(
   [shift_buckets]="relational_left relational_right relational_everywhere"
   [longrange]="relational_longrange"
   [canvas]="relational_distance relational_distance_canvas48 relational_distance_canvas64"
+  [canvas_direction]="relational_everywhere relational_canvas48 relational_canvas64"
 )
 # runs also evaluated with the sin-cos table rebuilt at the new positions (ape=extend), by run-dir glob
 declare -A EXTEND=(
   [canvas]="row=ape_sincos,*"
+  [canvas_direction]="row=ape_sincos,*"
 )
 # chance top-1 of each task's labels, and the rows its plot draws (the references and one of each family)
-declare -A CHANCE=([shift]=12.5 [shift_swin]=12.5 [shift_buckets]=12.5 [canvas]=25 [longrange]=20)
+declare -A CHANCE=([shift]=12.5 [shift_swin]=12.5 [shift_buckets]=12.5 [canvas]=25 [canvas_direction]=12.5 [longrange]=20)
 declare -A PLOT_ROWS=(
   [shift]="none ape_learned ape_sincos cpvt product_ctx product_bias irpe_qkv shaw huang xl rope_axial rope_mixed cpb t5"
   [canvas]="none ape_learned ape_sincos cpvt product_ctx irpe_qkv shaw huang rope_axial rope_mixed cpb t5"
   [shift_swin]="none swin irpe_k irpe_qkv"
   [shift_buckets]="buckets_9 buckets_25 buckets_49 buckets_121"
+  [canvas_direction]="none ape_learned ape_sincos product_ctx rope_axial rope_mixed"
   [longrange]="clip_r2 buckets_9 buckets_49 buckets_81 buckets_121"
 )
 # finished_jobs SWEEP SEED...: how many run dirs of those seeds in the sweep's dir finished training

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "benchmark_tasks.sh"
 MINI = ROOT / "scripts" / "mini_sweeps.sh"
-VALID_TASKS = "valid: shift shift_swin shift_buckets canvas longrange (or all)"
+VALID_TASKS = "valid: shift shift_swin shift_buckets canvas canvas_direction longrange (or all)"
 VENV_HINT = ("valid: create the venv with 'make test' or 'make train' (either sets up .venv), or set PY=<a Python with"
              " the project installed>")
 TRAINER_HINT = ("valid: TRAINER= (the CPU) or words of key=value overrides of train.py, e.g. TRAINER='trainer=gpu"

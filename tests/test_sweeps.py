@@ -26,8 +26,8 @@ from tests.helpers import CONFIG_DIR, SMALL_RELATIONAL, compose_config, run_cli
 
 # The benchmark tasks' sweeps (scripts/benchmark_tasks.sh): rows x seeds, no paper-scale twin.
 BENCHMARK_SWEEPS = {"shift_mini": 29, "canvas_mini": 12, "shift_swin_mini": 4, "shift_buckets_mini": 4,
-                    "longrange_mini": 5}
-# every benchmark task trains seeds 0-11: the 31 registered findings need 11 or more (findings.seeds_needed)
+                    "canvas_direction_mini": 6, "longrange_mini": 5}
+# every benchmark task trains seeds 0-11: the 35 registered findings need 11 or more (findings.seeds_needed)
 BENCHMARK_SEEDS = 12
 # A paper table at a size only a GPU runs in its budget (scripts/gpu_checks.sh table6), a benchmark task of its own
 # (its findings registered in findings/detr_gpu.yaml): rows x seeds.
@@ -210,6 +210,36 @@ def test_the_canvas_task_trains_the_distance_label_at_32_px_without_an_ape_but_t
         assert (cfg.model.net.ape != "none") == (cfg.row in ("ape_learned", "ape_sincos", "cpvt")), cfg.row
     data = OmegaConf.to_container(cfg.data, resolve=False)
     assert set(make_tables.LAYOUTS["canvas"].testsets) <= set(fitting_testsets(data))
+
+
+def test_the_direction_canvas_task_trains_the_direction_label_on_the_whole_canvas_in_float32() -> None:
+    """sweep=canvas_direction_mini: 6 rows x seeds 0-11 on the direction label anywhere on the 32 px canvas
+    (the mini ablations' data, generated with the same settings), the benchmark recipe in float32; its test sets
+    fit the runs, every row its findings read is swept, and only the APE rows have an APE."""
+    from lifecycle.testsets import fitting_testsets
+    from reports.findings import FINDINGS_DIR, read_findings_file
+
+    grid = _grid("canvas_direction_mini")
+    rows = [dict(j.split("=", 1) for j in job)["row"] for job in grid]
+    assert len(grid) == BENCHMARK_SWEEPS["canvas_direction_mini"] * BENCHMARK_SEEDS
+    assert rows[:6] * BENCHMARK_SEEDS == rows
+    experiment = _compose(["experiment=benchmark_mini", "data.root=/x"])
+    ablation = _compose(["experiment=ablation_mini"])
+    for job in grid[:6]:
+        cfg = _compose(["sweep=canvas_direction_mini", *job])
+        raw_data = OmegaConf.to_container(cfg.data, resolve=False)
+        assert raw_data["root"] == OmegaConf.to_container(ablation.data, resolve=False)["root"]
+        assert cfg.data.generator == ablation.data.generator
+        assert cfg.data.generator.get("label", "direction") == "direction" and cfg.data.num_classes == 8
+        assert cfg.data.generator.get("region") is None and cfg.data.img_size == 32
+        assert cfg.trainer.precision == "32-true" and cfg.model.net.class_token is False
+        others = {key for key in cfg.trainer if key != "precision"}
+        assert all(cfg.trainer._get_node(key) == experiment.trainer._get_node(key) for key in others)
+        assert (cfg.model.net.ape != "none") == (cfg.row in ("ape_learned", "ape_sincos")), cfg.row
+    data = OmegaConf.to_container(cfg.data, resolve=False)
+    assert set(make_tables.LAYOUTS["canvas_direction"].testsets) <= set(fitting_testsets(data))
+    findings = read_findings_file(FINDINGS_DIR / "canvas_direction.yaml")
+    assert {row for finding in findings for row, *_ in finding.terms()} <= set(rows)
 
 
 def test_the_long_range_task_gives_each_index_row_its_own_buckets_on_a_16x16_grid() -> None:
@@ -1142,7 +1172,7 @@ def test_the_benchmark_seeds_can_decide_the_registered_findings() -> None:
     from reports.findings import registered_findings, seeds_needed
 
     registered = registered_findings()
-    assert len(registered) == 31 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS
+    assert len(registered) == 35 and seeds_needed(len(registered)) == 11 <= BENCHMARK_SEEDS
     gpu_seeds = _compose(["sweep=detr_gpu", "data.root=/x"], hydra=True).hydra.sweeper.params.seed.split(",")
     assert len(gpu_seeds) >= seeds_needed(len(registered))
 
