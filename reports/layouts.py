@@ -345,6 +345,8 @@ def run_label(facts: dict[str, Any]) -> str:
     return name if name == preset or name.endswith(f"_{preset}") else f"{name} (trains {preset})"
 
 
+# The canvas tasks' test columns at a larger size: what an absolute table does there (the `ape` rule of each column)
+RESIZE_RULES = " (an absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)"
 # The paper's tables, then the benchmark tasks' (their findings are pre-registered in findings/<task>.yaml)
 LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.items()} | {
     "shift": Layout(
@@ -364,8 +366,8 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
         row_order=("none", "ape_learned", "ape_sincos", "cpvt"),
         testsets=("relational_distance", "relational_distance_canvas48", "relational_distance_canvas64"),
         note="Own val: the 32 px validation split after the last epoch. relational_distance: 2000 fresh 32 px"
-             " images; _canvas48 / _canvas64: the same objects and distance bins on 48 / 64 px canvases (an"
-             " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
+             " images; _canvas48 / _canvas64: the same objects and distance bins on 48 / 64 px canvases"
+             + RESIZE_RULES,
     ),
     "canvas_direction": Layout(
         "Benchmark: canvas extrapolation, direction label (trained at 32 px, no APE but the reference rows, float32)",
@@ -373,8 +375,8 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
         row_order=("none", "ape_learned", "ape_sincos", "product_ctx", "rope_axial", "rope_mixed"),
         testsets=("relational_everywhere", "relational_canvas48", "relational_canvas64"),
         note="Own val: the 32 px validation split after the last epoch. relational_everywhere: 2000 fresh 32 px"
-             " images; relational_canvas48 / _canvas64: the same 5-7 px objects on 48 / 64 px canvases (an"
-             " absolute table resized to the grid by interpolation, or rebuilt at the new positions: extend)",
+             " images; relational_canvas48 / _canvas64: the same 5-7 px objects on 48 / 64 px canvases"
+             + RESIZE_RULES,
     ),
     "shift_swin": Layout(
         "Benchmark: position shift on a micro Swin (windows of 4x4 tokens; paper supplement's rows)", "RPE",
@@ -390,9 +392,8 @@ LAYOUTS: dict[str, Layout] = {name: entry.layout for name, entry in ENTRIES.item
         testsets=("relational_left", "relational_right", "relational_everywhere"),
         note="The shift task's data and test sets (see its table). buckets_N: contextual product iRPE-K with N"
              " buckets, piecewise at ratio 0.5, 1.0, 1.9, 2.9 (buckets_49 is the shift task's product_ctx; the 8x8"
-             " grid uses 81 of buckets_121's 121); per"
-             " axis, offsets 4-7 share a bucket with nearer offsets at 9 and 25 buckets, while 49 buckets give them"
-             " one of their own and 121 give one to offsets 5-7",
+             " grid uses 81 of buckets_121's 121); per axis, offsets 4-7 share a bucket with nearer offsets at 9"
+             " and 25 buckets, while 49 buckets give them one of their own and 121 give one to offsets 5-7",
     ),
     "longrange": Layout(
         "Benchmark: long range (16x16 tokens, distance in bins of 2 patches from 2 to 12, iRPE-K without APE)",
