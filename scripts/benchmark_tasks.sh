@@ -264,9 +264,7 @@ if [ $archived -eq 0 ]; then
   exit $status
 fi
 mapfile -t ablations < <(ls -d docs/ablations_mini_runs/*_mini)
-mapfile -t benchmarks < <(ls -d docs/benchmark_runs/*_mini)
-# Table 6 on a GPU (scripts/gpu_checks.sh table6), once its runs are archived: a task of the same family
-[ ! -d docs/benchmark_runs/detr_gpu ] || benchmarks+=(docs/benchmark_runs/detr_gpu)
+mapfile -t benchmarks < <(benchmark_archives)  # with Table 6's on a GPU once archived
 for archive in "${benchmarks[@]}"; do
   task=$(basename "$archive" _mini)
   others=("${ablations[@]}")

@@ -61,8 +61,7 @@ for sweep in "${sweeps[@]}"; do
 done
 # The README's findings are one Holm family over the ablations and the benchmark tasks
 # (scripts/benchmark_tasks.sh): both are judged together here too, so no task's findings leave the README.
-benchmarks=()
-for archive in docs/benchmark_runs/*_mini; do [ -d "$archive" ] && benchmarks+=("$archive"); done
+mapfile -t benchmarks < <(benchmark_archives)
 family=()
 [ ${#benchmarks[@]} -gt 0 ] && family=(--family "${benchmarks[@]}")
 "$PY" scripts/make_tables.py docs/ablations_mini_runs/*_mini --out docs/ablations_mini "${family[@]}" || status=1

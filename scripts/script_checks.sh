@@ -230,6 +230,17 @@ else:
   return 1
 }
 
+# benchmark_archives: the committed archives of the benchmark tasks, one per line, in the repo root: each CPU
+# task's (docs/benchmark_runs/<task>_mini) and Table 6's on a GPU once archived (docs/benchmark_runs/detr_gpu, from
+# scripts/gpu_checks.sh table6). The README's findings are one Holm family over these and the mini ablations, so
+# both scripts rebuild it from this one list: a script that left one out would judge the others in a smaller family.
+benchmark_archives() {
+  local archive
+  for archive in docs/benchmark_runs/*_mini docs/benchmark_runs/detr_gpu; do
+    [ ! -d "$archive" ] || echo "$archive"
+  done
+}
+
 # The processes this script started (training lanes, evaluations, a sweep): a stop signal to the script (Ctrl-C,
 # SIGTERM from a scheduler, a closed terminal) is passed on to each, which saves its run at the next batch and
 # records it interrupted; the script waits for them, says so in one line and exits 128 + the signal's number.

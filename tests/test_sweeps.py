@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -1110,10 +1111,12 @@ def test_wandb_groups_by_sweep_and_logs_rpe_columns(tmp_path: Path, data_dir: Pa
 
 def _archives(root: Path) -> tuple[list[str], list[str]]:
     """The committed archives, as scripts/benchmark_tasks.sh names them: the mini ablations, the benchmark tasks
-    (the CPU tasks' sweeps, and Table 6's on a GPU once archived)."""
+    (`benchmark_archives` of scripts/script_checks.sh, which both scripts read: the CPU tasks' sweeps, and Table 6's
+    on a GPU once archived)."""
     ablations = sorted(str(p.relative_to(root)) for p in (root / "docs" / "ablations_mini_runs").glob("*_mini"))
-    benchmarks = sorted(str(p.relative_to(root)) for p in (root / "docs" / "benchmark_runs").glob("*_mini"))
-    benchmarks += [str(p.relative_to(root)) for p in [root / "docs" / "benchmark_runs" / "detr_gpu"] if p.is_dir()]
+    listed = subprocess.run(["bash", "-c", ". scripts/script_checks.sh && benchmark_archives"], cwd=root,
+                            capture_output=True, text=True, check=True)
+    benchmarks = listed.stdout.splitlines()
     assert ablations and benchmarks, "the committed archives are missing"
     return ablations, benchmarks
 
