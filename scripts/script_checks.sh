@@ -1,11 +1,12 @@
 # shellcheck shell=bash
 # The up-front checks of scripts/benchmark_tasks.sh and scripts/mini_sweeps.sh (sourced by both): a bad setting or
 # name is one line naming it and the valid choices, exit 2, before any dir is made or any job starts; and the
-# check that a sweep they ran finished. Each function but caller_py runs in the repo root.
+# check that a sweep they ran finished, and the list of the benchmark archives. Each function but caller_py runs in
+# the repo root.
 # Run rather than sourced, it has nothing to do: say which scripts source it (its header with -h).
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case ${1:-} in
-    -h | --help) sed -n '2,4s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,5s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "error: $0 is sourced by scripts/benchmark_tasks.sh and scripts/mini_sweeps.sh, not run; valid: bash" \
       "scripts/benchmark_tasks.sh -h, or bash scripts/mini_sweeps.sh -h" >&2; exit 2 ;;
   esac
